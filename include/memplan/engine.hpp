@@ -1,0 +1,42 @@
+// The formula engine: a pure function from (model, training config) to an Estimate.
+// No I/O, no globals. Every term is derived in docs/formulas.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "memplan/estimate.hpp"
+#include "memplan/model.hpp"
+#include "memplan/result.hpp"
+#include "memplan/training.hpp"
+
+namespace memplan {
+
+// One configuration's full breakdown.
+Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& config);
+
+// A prepared estimator for fast repeated queries over micro-batch and sequence length
+// (plan, sweep). Construction validates and precomputes everything that does not depend on
+// (batch, seq_len); peak_bytes() is then allocation-free.
+class Estimator {
+ public:
+  static Result<Estimator> create(const ModelSpec& model, const TrainingConfig& config);
+  ~Estimator();
+  Estimator(Estimator&&) noexcept;
+  Estimator& operator=(Estimator&&) noexcept;
+
+  // Peak live tensor bytes (Estimate::peak) at the given micro-batch and sequence length.
+  Result<Bytes> peak_bytes(std::int64_t micro_batch, std::int64_t seq_len) const;
+  // The full Estimate at that point (same numbers as estimate()).
+  Result<Estimate> at(std::int64_t micro_batch, std::int64_t seq_len) const;
+
+  const ModelSpec& model() const;
+  const TrainingConfig& config() const;
+
+ private:
+  struct Impl;
+  explicit Estimator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace memplan

@@ -1,0 +1,106 @@
+// ModelSpec: the architecture facts that decide memory, normalized from a Hugging Face
+// config.json (any supported model_type) or the built-in catalog. Everything else in the engine
+// (parameter counts, LoRA targets, quantized layers, activations) is derived from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memplan/result.hpp"
+
+namespace memplan {
+
+enum class Activation { kSilu, kGelu, kGeluTanh, kRelu };
+enum class NormKind { kRmsNorm, kLayerNorm };
+
+// Mixture-of-experts layout. num_experts == 0 means a dense model.
+struct MoeSpec {
+  int num_experts = 0;                          // routed experts per MoE layer
+  int experts_per_token = 0;                    // top-k
+  std::int64_t expert_intermediate_size = 0;    // width of one routed expert's MLP
+  int num_shared_experts = 0;                   // DeepSeek / Qwen2-MoE always-active experts
+  std::int64_t shared_intermediate_size = 0;    // width of ONE shared expert
+  bool shared_expert_gate = false;              // Qwen2-MoE: Linear(hidden, 1) gating the shared expert
+  int first_dense_layers = 0;                   // DeepSeek first_k_dense_replace: leading dense layers
+  int layer_freq = 1;                           // every layer_freq-th layer after those is MoE
+  bool router_bias = false;
+
+  bool enabled() const { return num_experts > 0; }
+  bool is_moe_layer(int layer) const;
+};
+
+struct ModelSpec {
+  std::string name;         // how the user named it: catalog id, short name or path
+  std::string model_type;   // HF "model_type": llama, mistral, qwen2, qwen3, gemma2, phi3, gpt2, mixtral...
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;  // dense MLP width
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;                // == num_heads for MHA, 1 for MQA
+  std::int64_t head_dim = 0;           // may differ from hidden/heads (Gemma, Qwen3)
+  Activation activation = Activation::kSilu;
+  bool gated_mlp = true;               // gate/up/down (SwiGLU, GeGLU) vs fc/proj
+  NormKind norm = NormKind::kRmsNorm;
+  bool norm_bias = false;              // LayerNorm with a bias (GPT-2)
+  int norms_per_layer = 2;             // Gemma 2/3 add post-attention and post-MLP norms: 4
+  bool qk_norm = false;                // Qwen3, Gemma 3: RMSNorm(head_dim) on q and k
+  bool qkv_bias = false;               // Qwen2: bias on q, k, v projections
+  bool o_bias = false;
+  bool mlp_bias = false;
+  bool lm_head_bias = false;
+  bool tie_word_embeddings = false;
+  bool learned_positions = false;      // GPT-2 wpe: max_position_embeddings x hidden
+  std::int64_t max_position_embeddings = 0;
+  bool fused_qkv = false;              // one projection for q,k,v (Phi-3 qkv_proj, GPT-2 c_attn)
+  bool fused_gate_up = false;          // Phi-3 gate_up_proj
+  bool scale_embeddings = false;       // Gemma multiplies embeddings by sqrt(hidden)
+  double final_logit_softcap = 0.0;    // Gemma 2: tanh soft-capping of logits
+  double attn_logit_softcap = 0.0;     // Gemma 2: tanh soft-capping of attention scores
+  std::int64_t sliding_window = 0;     // 0: none
+  std::string torch_dtype;             // dtype the checkpoint is stored in, e.g. "bfloat16"
+  MoeSpec moe;
+};
+
+enum class LinearRole { kAttention, kMlp, kRoutedExpert, kSharedExpert, kRouter };
+
+// One nn.Linear (or GPT-2 Conv1D) of a decoder layer: the unit that LoRA targets and that
+// bitsandbytes quantizes. Routed experts appear once with count == num_experts.
+struct LinearModule {
+  std::string name;  // the module name PEFT matches: "q_proj", "gate_up_proj", "w1", "c_attn"
+  std::int64_t in_features = 0;
+  std::int64_t out_features = 0;
+  bool bias = false;
+  int count = 1;     // instances in the layer (routed experts)
+  LinearRole role = LinearRole::kAttention;
+
+  std::int64_t weight_params() const { return in_features * out_features * count; }
+  std::int64_t bias_params() const { return bias ? out_features * count : 0; }
+};
+
+struct ParameterCounts {
+  std::int64_t embedding = 0;           // token embedding (vocab x hidden)
+  std::int64_t position_embedding = 0;  // learned positions (GPT-2)
+  std::int64_t attention = 0;           // all layers: projections, biases, q/k norms
+  std::int64_t mlp = 0;                 // all layers: dense MLP, experts, shared experts, routers
+  std::int64_t norms = 0;               // all layers' layer norms plus the final norm
+  std::int64_t lm_head = 0;             // 0 when tied to the embedding
+  std::int64_t total = 0;
+  std::int64_t layer_linear_weights = 0;  // weights of decoder-layer Linear modules (quantizable)
+  std::int64_t active_per_token = 0;      // MoE: parameters one token actually uses
+};
+
+// Structural checks (positive sizes, heads dividing, top-k <= experts...). Errors name the field.
+Status validate(const ModelSpec& m);
+
+// The Linear modules of decoder layer `layer` (0-based), in forward order.
+std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer);
+
+// Exact parameter count as PyTorch's sum(p.numel() for p in model.parameters()).
+ParameterCounts count_parameters(const ModelSpec& m);
+
+std::string to_string(Activation a);
+std::string to_string(NormKind n);
+
+}  // namespace memplan

@@ -1,0 +1,140 @@
+// TrainingConfig: everything about a training step that decides memory, except the model.
+// Field names follow the Hugging Face TrainingArguments / TRL / PEFT names users already write
+// in their configs; every field documents its default and why it matters.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memplan/result.hpp"
+
+namespace memplan {
+
+enum class Method { kSft, kDpo, kGrpo };
+enum class DType { kFloat32, kBFloat16, kFloat16 };
+enum class Device { kCuda, kCpu };
+enum class AttnImpl { kEager, kSdpa, kFlashAttention2 };
+
+// Hugging Face `optim` names (TrainingArguments.optim).
+enum class OptimizerKind {
+  kAdamWTorch,        // adamw_torch: torch.optim.AdamW (foreach on CUDA, single-tensor on CPU)
+  kAdamWTorchFused,   // adamw_torch_fused: fused CUDA kernel, no parameter-sized temporaries
+  kAdamW8bit,         // adamw_bnb_8bit / adamw_8bit: bitsandbytes blockwise 8-bit states
+  kPagedAdamW8bit,    // paged_adamw_8bit: same states in CUDA unified (paged) memory
+  kPagedAdamW32bit,   // paged_adamw_32bit
+  kAdafactor,         // adafactor: transformers' Adafactor, factored second moment
+  kSgd,               // sgd: momentum buffer only when momentum != 0 (--optim-args momentum=0.9)
+  kAdagrad,           // adagrad: one state (sum of squares)
+  kRmsprop,           // rmsprop: square_avg (+ momentum_buffer, + grad_avg when centered)
+  kLion8bit,          // lion_8bit: bitsandbytes, one 8-bit state
+  kLion32bit,         // lion_32bit: bitsandbytes, one fp32 state
+};
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kAdamWTorch;  // HF TrainingArguments default
+  // --optim-args K=V pairs as given (momentum=0.9, foreach=false, amsgrad=true, centered=true...).
+  std::map<std::string, std::string> args;
+};
+
+struct LoraConfig {
+  bool enabled = false;                     // --use-peft
+  int r = 16;                               // TRL ModelConfig.lora_r default
+  double alpha = 32;                        // lora_alpha: scales the update, no memory effect
+  double dropout = 0.05;                    // > 0 keeps a dropped-out copy of each target's input
+  std::vector<std::string> target_modules;  // empty: PEFT's default for the model type
+  bool all_linear = false;                  // "all-linear": every Linear in the layers
+  std::vector<std::string> modules_to_save; // e.g. embed_tokens, lm_head: trained in full
+};
+
+struct QuantConfig {
+  bool load_in_4bit = false;                // QLoRA: bitsandbytes Linear4bit for layer Linears
+  bool load_in_8bit = false;                // LLM.int8()
+  std::string quant_type = "nf4";           // bnb_4bit_quant_type: nf4 | fp4 (same storage)
+  bool double_quant = false;                // bnb_4bit_use_double_quant (TRL: use_bnb_nested_quant)
+  std::optional<DType> compute_dtype;       // bnb_4bit_compute_dtype; default: torch_dtype
+};
+
+enum class RefModel {
+  kAuto,         // a frozen copy, or the adapter-disabled policy under PEFT
+  kCopy,         // separate frozen copy of the model
+  kNone,         // reference-free losses (ORPO, SimPO) or precomputed log-probs
+};
+
+struct DpoConfig {
+  RefModel ref_model = RefModel::kAuto;
+  bool precompute_ref_log_probs = false;    // reference log-probs computed before training
+  bool concatenated_forward = true;         // chosen+rejected in one batch of 2x sequences
+  std::int64_t max_prompt_length = 0;       // informational; seq_len is the full pair length
+};
+
+enum class VllmMode { kNone, kColocate, kServer };
+
+struct GrpoConfig {
+  int num_generations = 8;                  // completions per prompt
+  std::int64_t max_prompt_length = 512;     // TRL default
+  std::int64_t max_completion_length = 256; // TRL default
+  double beta = 0.0;                        // KL weight; 0 means no reference model
+  double temperature = 1.0;
+  VllmMode vllm = VllmMode::kNone;          // --use-vllm with --vllm-mode colocate|server
+  double vllm_gpu_memory_utilization = 0.3; // colocate: fraction of the GPU vLLM reserves
+};
+
+enum class ShardingStrategy { kNone, kZero1, kZero2, kZero3, kFsdpFullShard, kFsdpShardGradOp, kFsdpHybridShard };
+
+struct ParallelConfig {
+  int num_gpus = 1;               // GPUs per node
+  int nodes = 1;
+  int tensor_parallel = 1;
+  ShardingStrategy sharding = ShardingStrategy::kNone;
+  bool offload_optimizer = false; // ZeRO/FSDP CPU offload of optimizer states
+  bool offload_params = false;    // ZeRO-3/FSDP parameter offload
+
+  int world_size() const { return num_gpus * nodes; }
+  int data_parallel_size() const { return world_size() / (tensor_parallel > 0 ? tensor_parallel : 1); }
+};
+
+struct TrainingConfig {
+  Method method = Method::kSft;
+  std::int64_t micro_batch = 1;        // per_device_train_batch_size (sequences; GRPO: completions)
+  std::int64_t seq_len = 1024;         // tokens per sequence (TRL SFTConfig.max_length default)
+  std::int64_t grad_accum = 1;         // gradient_accumulation_steps: no effect on peak memory
+  DType torch_dtype = DType::kFloat32; // dtype weights are loaded in (from_pretrained default)
+  std::optional<DType> autocast;       // --bf16 / --fp16: torch.autocast around forward and loss
+  OptimizerConfig optim;
+  bool gradient_checkpointing = false; // keep layer inputs only, recompute one layer at a time
+  std::optional<AttnImpl> attn;        // default: sdpa on CUDA, eager on CPU
+  LoraConfig lora;
+  QuantConfig quant;
+  Device device = Device::kCuda;
+  DpoConfig dpo;
+  GrpoConfig grpo;
+  ParallelConfig parallel;
+
+  AttnImpl attn_impl() const {
+    return attn ? *attn : (device == Device::kCuda ? AttnImpl::kSdpa : AttnImpl::kEager);
+  }
+};
+
+// Parsers for the names users write. Errors quote the value and suggest the nearest name.
+Result<Method> parse_method(const std::string& s);
+Result<DType> parse_dtype(const std::string& s);            // float32, fp32, bfloat16, bf16, float16, fp16
+Result<AttnImpl> parse_attn_impl(const std::string& s);
+Result<OptimizerKind> parse_optimizer(const std::string& s); // HF optim names and their aliases
+Result<Device> parse_device(const std::string& s);
+Result<ShardingStrategy> parse_fsdp(const std::string& s);
+
+std::string to_string(Method m);
+std::string to_string(DType d);
+std::string to_string(AttnImpl a);
+std::string to_string(OptimizerKind o);  // canonical HF name
+std::string to_string(Device d);
+std::string to_string(ShardingStrategy s);
+std::int64_t dtype_size(DType d);
+
+// Range and consistency checks on a config (batch >= 1, lora r >= 1, 4-bit needs LoRA...).
+Status validate(const TrainingConfig& c);
+
+}  // namespace memplan

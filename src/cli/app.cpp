@@ -1,0 +1,62 @@
+#include "cli/app.hpp"
+
+#include <exception>
+#include <ostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/exit_codes.hpp"
+
+namespace memplan::cli {
+
+namespace {
+constexpr const char* kVersion = "memplan 0.1.0";
+}
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Context ctx{out, err};
+  try {
+    CLI::App app{"memplan: will this training config fit on my GPU? Memory breakdowns and batch-size plans.",
+                 "memplan"};
+    app.set_version_flag("--version", kVersion);
+    app.require_subcommand(0, 1);
+    std::vector<Command> commands;
+    commands.push_back(register_estimate(app));
+
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+    try {
+      app.parse(reversed);
+    } catch (const CLI::CallForHelp&) {
+      out << app.help();
+      return kExitOk;
+    } catch (const CLI::CallForAllHelp&) {
+      out << app.help("", CLI::AppFormatMode::All);
+      return kExitOk;
+    } catch (const CLI::CallForVersion&) {
+      out << kVersion << "\n";
+      return kExitOk;
+    } catch (const CLI::ParseError& e) {
+      err << "memplan: error: " << e.what() << "\n";
+      err << "Run with --help for more information.\n";
+      return e.get_exit_code();
+    }
+    for (auto& c : commands) {
+      if (c.app->parsed()) {
+        Result<int> r = c.action(ctx);
+        if (!r) {
+          err << "memplan: error: " << r.error().to_string() << "\n";
+          return exit_code_for(r.error());
+        }
+        return *r;
+      }
+    }
+    out << app.help();
+    return kExitInvalidInput;
+  } catch (const std::exception& e) {
+    err << "memplan: internal error: " << e.what() << "\n";
+    return kExitInternal;
+  }
+}
+
+}  // namespace memplan::cli

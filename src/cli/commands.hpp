@@ -1,0 +1,10 @@
+// Every subcommand, one registration function each (one file each under src/cli/).
+#pragma once
+
+#include "cli/app.hpp"
+
+namespace memplan::cli {
+
+Command register_estimate(CLI::App& root);
+
+}  // namespace memplan::cli

@@ -1,0 +1,356 @@
+#include "cli/training_flags.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "io/model_source.hpp"
+#include "memplan/text.hpp"
+
+namespace memplan::cli {
+
+namespace {
+
+io::Origin flag_origin(const std::string& name) { return io::Origin{io::OriginKind::kFlag, {}, name}; }
+
+// Splits "a,b" and repeated values into one list, trimming blanks.
+std::vector<std::string> split_list(const std::vector<std::string>& raw) {
+  std::vector<std::string> out;
+  for (const auto& item : raw) {
+    std::size_t start = 0;
+    while (start <= item.size()) {
+      const std::size_t comma = item.find(',', start);
+      const std::string part = trim(item.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (!part.empty()) out.push_back(part);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
+Error flag_error(const std::string& flag, Error e) {
+  e.message = flag + ": " + e.message;
+  return e;
+}
+
+}  // namespace
+
+bool flag_given(const TrainingFlags& f, const std::string& name) {
+  if (f.app == nullptr) return false;
+  const CLI::Option* o = f.app->get_option_no_throw(name);
+  return o != nullptr && o->count() > 0;
+}
+
+void add_training_flags(CLI::App& app, TrainingFlags& f) {
+  f.app = &app;
+  app.add_option("--model", f.model, "Model: HF id, catalog name, path to config.json, or cached HF model")
+      ->group("Model");
+  app.add_option("--model-params", f.model_params, "Bare parameter count (e.g. 7B): assumes a Llama-style shape")
+      ->group("Model");
+  app.add_option("--method", f.method, "Training method: sft (default), dpo, grpo")->group("Training");
+  app.add_option("--batch,--per-device-train-batch-size", f.batch, "Per-device micro-batch (sequences)")
+      ->group("Training");
+  app.add_option("--seq-len,--max-length,--max-seq-length", f.seq_len, "Tokens per sequence (default 1024)")
+      ->group("Training");
+  app.add_option("--grad-accum,--gradient-accumulation-steps", f.grad_accum, "Gradient accumulation steps")
+      ->group("Training");
+  app.add_option("--torch-dtype", f.torch_dtype, "dtype the weights are loaded in: float32 (default), bfloat16, float16")
+      ->group("Precision");
+  app.add_flag("--bf16", f.bf16, "bf16 autocast mixed precision (HF Trainer --bf16)")->group("Precision");
+  app.add_flag("--fp16", f.fp16, "fp16 autocast mixed precision (HF Trainer --fp16)")->group("Precision");
+  app.add_option("--optim", f.optim, "Optimizer, by HF name: adamw_torch (default), adamw_torch_fused, adamw_8bit, ...")
+      ->group("Optimizer");
+  app.add_option("--optim-args", f.optim_args, "Optimizer arguments K=V[,K=V] (momentum=0.9, foreach=false)")
+      ->group("Optimizer");
+  app.add_flag("--gradient-checkpointing", f.gradient_checkpointing, "Recompute activations layer by layer")
+      ->group("Training");
+  app.add_option("--attn-implementation", f.attn, "eager, sdpa, flash_attention_2 (default: sdpa on cuda, eager on cpu)")
+      ->group("Training");
+  app.add_flag("--use-peft", f.use_peft, "Train LoRA adapters instead of all weights")->group("PEFT");
+  app.add_option("--lora-r", f.lora_r, "LoRA rank (default 16)")->group("PEFT");
+  app.add_option("--lora-alpha", f.lora_alpha, "LoRA alpha (default 32)")->group("PEFT");
+  app.add_option("--lora-dropout", f.lora_dropout, "LoRA dropout (default 0.05)")->group("PEFT");
+  app.add_option("--lora-target-modules", f.lora_targets, "Target module names, or all-linear")->group("PEFT");
+  app.add_option("--modules-to-save", f.modules_to_save, "Modules trained in full besides the adapters")->group("PEFT");
+  app.add_flag("--load-in-4bit", f.load_in_4bit, "QLoRA: bitsandbytes 4-bit base weights")->group("PEFT");
+  app.add_flag("--load-in-8bit", f.load_in_8bit, "bitsandbytes LLM.int8() base weights")->group("PEFT");
+  app.add_option("--bnb-4bit-quant-type", f.bnb_quant_type, "nf4 (default) or fp4")->group("PEFT");
+  app.add_flag("--use-bnb-nested-quant,--bnb-4bit-use-double-quant", f.double_quant, "4-bit double quantization")
+      ->group("PEFT");
+  app.add_option("--device", f.device, "cuda (default) or cpu")->group("Training");
+  // DPO / GRPO
+  app.add_option("--ref-model", f.ref_model, "DPO/GRPO reference: auto (default), copy, none")->group("DPO/GRPO");
+  app.add_flag("--precompute-ref-log-probs", f.precompute_ref, "DPO: reference log-probs computed beforehand")
+      ->group("DPO/GRPO");
+  app.add_flag("--no-concatenated-forward", f.dpo_two_passes, "DPO: chosen and rejected in two passes")
+      ->group("DPO/GRPO");
+  app.add_option("--num-generations", f.num_generations, "GRPO: completions per prompt (default 8)")->group("DPO/GRPO");
+  app.add_option("--max-prompt-length", f.max_prompt_length, "GRPO/DPO prompt tokens (GRPO default 512)")
+      ->group("DPO/GRPO");
+  app.add_option("--max-completion-length", f.max_completion_length, "GRPO completion tokens (default 256)")
+      ->group("DPO/GRPO");
+  app.add_option("--beta", f.beta, "GRPO KL weight (0: no reference model)")->group("DPO/GRPO");
+  app.add_option("--temperature", f.temperature, "GRPO sampling temperature")->group("DPO/GRPO");
+  app.add_flag("--use-vllm", f.use_vllm, "GRPO: generate with vLLM")->group("DPO/GRPO");
+  app.add_option("--vllm-mode", f.vllm_mode, "colocate (default with --use-vllm) or server")->group("DPO/GRPO");
+  app.add_option("--vllm-gpu-memory-utilization", f.vllm_util, "colocate: GPU fraction vLLM reserves (default 0.3)")
+      ->group("DPO/GRPO");
+  // Multi-GPU
+  app.add_option("--num-gpus", f.num_gpus, "GPUs per node (default 1)")->group("Multi-GPU");
+  app.add_option("--nodes", f.nodes, "Nodes (default 1)")->group("Multi-GPU");
+  app.add_option("--zero-stage", f.zero_stage, "DeepSpeed ZeRO stage 0-3")->group("Multi-GPU");
+  app.add_option("--fsdp", f.fsdp, "FSDP strategy: full_shard, shard_grad_op, hybrid_shard")->group("Multi-GPU");
+  app.add_flag("--offload-optimizer", f.offload_optimizer, "Offload optimizer states to CPU")->group("Multi-GPU");
+  app.add_flag("--offload-params", f.offload_params, "Offload parameters to CPU (ZeRO-3/FSDP)")->group("Multi-GPU");
+  app.add_option("--tensor-parallel", f.tensor_parallel, "Tensor-parallel degree (default 1)")->group("Multi-GPU");
+}
+
+Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::ResolvedInputs in) {
+  TrainingConfig& c = in.config;
+  auto given = [&](const char* name) { return flag_given(f, name); };
+  auto mark = [&](const char* key, const char* flag) { in.set_origin(key, flag_origin(flag)); };
+
+  if (given("--method")) {
+    MEMPLAN_TRY(c.method, parse_method(f.method));
+    mark("method", "--method");
+  }
+  if (given("--batch")) {
+    c.micro_batch = f.batch;
+    mark("batch", "--batch");
+  }
+  if (given("--seq-len")) {
+    c.seq_len = f.seq_len;
+    mark("seq_len", "--seq-len");
+  }
+  if (given("--grad-accum")) {
+    c.grad_accum = f.grad_accum;
+    mark("grad_accum", "--grad-accum");
+  }
+  if (given("--torch-dtype")) {
+    auto d = parse_dtype(f.torch_dtype);
+    if (!d) return flag_error("--torch-dtype", d.error());
+    c.torch_dtype = *d;
+    mark("torch_dtype", "--torch-dtype");
+  }
+  if (f.bf16 && f.fp16) return make_error(ErrorCode::kConflict, "--bf16 and --fp16 are mutually exclusive");
+  if (f.bf16 || f.fp16) {
+    c.autocast = f.bf16 ? DType::kBFloat16 : DType::kFloat16;
+    mark("autocast", f.bf16 ? "--bf16" : "--fp16");
+  }
+  if (given("--optim")) {
+    auto o = parse_optimizer(f.optim);
+    if (!o) return flag_error("--optim", o.error());
+    c.optim.kind = *o;
+    mark("optim", "--optim");
+  }
+  if (given("--optim-args")) {
+    for (const auto& kv : split_list(f.optim_args)) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0)
+        return make_error(ErrorCode::kInvalidArgument, fmt::format("--optim-args: expected K=V, got \"{}\"", kv),
+                          "e.g. --optim-args momentum=0.9");
+      c.optim.args[trim(kv.substr(0, eq))] = trim(kv.substr(eq + 1));
+    }
+    mark("optim_args", "--optim-args");
+  }
+  if (f.gradient_checkpointing) {
+    c.gradient_checkpointing = true;
+    mark("gradient_checkpointing", "--gradient-checkpointing");
+  }
+  if (given("--attn-implementation")) {
+    auto a = parse_attn_impl(f.attn);
+    if (!a) return flag_error("--attn-implementation", a.error());
+    c.attn = *a;
+    mark("attn_implementation", "--attn-implementation");
+  }
+  if (f.use_peft) {
+    c.lora.enabled = true;
+    mark("use_peft", "--use-peft");
+  }
+  const bool lora_flag = given("--lora-r") || given("--lora-alpha") || given("--lora-dropout") ||
+                         given("--lora-target-modules") || given("--modules-to-save");
+  if (lora_flag && !c.lora.enabled)
+    in.warnings.push_back("LoRA flags have no effect without --use-peft (training all weights)");
+  if (given("--lora-r")) {
+    c.lora.r = f.lora_r;
+    mark("lora_r", "--lora-r");
+  }
+  if (given("--lora-alpha")) {
+    c.lora.alpha = f.lora_alpha;
+    mark("lora_alpha", "--lora-alpha");
+  }
+  if (given("--lora-dropout")) {
+    c.lora.dropout = f.lora_dropout;
+    mark("lora_dropout", "--lora-dropout");
+  }
+  if (given("--lora-target-modules")) {
+    auto t = split_list(f.lora_targets);
+    c.lora.all_linear = t.size() == 1 && to_lower(t[0]) == "all-linear";
+    c.lora.target_modules = c.lora.all_linear ? std::vector<std::string>{} : t;
+    mark("lora_target_modules", "--lora-target-modules");
+  }
+  if (given("--modules-to-save")) {
+    c.lora.modules_to_save = split_list(f.modules_to_save);
+    mark("modules_to_save", "--modules-to-save");
+  }
+  if (f.load_in_4bit) {
+    c.quant.load_in_4bit = true;
+    mark("load_in_4bit", "--load-in-4bit");
+  }
+  if (f.load_in_8bit) {
+    c.quant.load_in_8bit = true;
+    mark("load_in_8bit", "--load-in-8bit");
+  }
+  if (given("--bnb-4bit-quant-type")) {
+    const std::string q = to_lower(f.bnb_quant_type);
+    if (q != "nf4" && q != "fp4")
+      return make_error(ErrorCode::kUnknownName, fmt::format("--bnb-4bit-quant-type: unknown '{}'", f.bnb_quant_type),
+                        did_you_mean(q, {"nf4", "fp4"}));
+    c.quant.quant_type = q;
+    mark("bnb_4bit_quant_type", "--bnb-4bit-quant-type");
+  }
+  if (f.double_quant) {
+    c.quant.double_quant = true;
+    mark("bnb_4bit_use_double_quant", "--use-bnb-nested-quant");
+  }
+  if (given("--device")) {
+    auto d = parse_device(f.device);
+    if (!d) return flag_error("--device", d.error());
+    c.device = *d;
+    mark("device", "--device");
+  }
+  // DPO / GRPO
+  if (given("--ref-model")) {
+    const std::string r = to_lower(f.ref_model);
+    if (r == "auto") c.dpo.ref_model = RefModel::kAuto;
+    else if (r == "copy") c.dpo.ref_model = RefModel::kCopy;
+    else if (r == "none") c.dpo.ref_model = RefModel::kNone;
+    else
+      return make_error(ErrorCode::kUnknownName, fmt::format("--ref-model: unknown '{}'", f.ref_model),
+                        did_you_mean(r, {"auto", "copy", "none"}));
+    mark("ref_model", "--ref-model");
+  }
+  if (f.precompute_ref) {
+    c.dpo.precompute_ref_log_probs = true;
+    mark("precompute_ref_log_probs", "--precompute-ref-log-probs");
+  }
+  if (f.dpo_two_passes) {
+    c.dpo.concatenated_forward = false;
+    mark("concatenated_forward", "--no-concatenated-forward");
+  }
+  if (given("--num-generations")) {
+    c.grpo.num_generations = f.num_generations;
+    mark("num_generations", "--num-generations");
+  }
+  if (given("--max-prompt-length")) {
+    c.grpo.max_prompt_length = f.max_prompt_length;
+    c.dpo.max_prompt_length = f.max_prompt_length;
+    mark("max_prompt_length", "--max-prompt-length");
+  }
+  if (given("--max-completion-length")) {
+    c.grpo.max_completion_length = f.max_completion_length;
+    mark("max_completion_length", "--max-completion-length");
+  }
+  if (given("--beta")) {
+    c.grpo.beta = f.beta;
+    mark("beta", "--beta");
+  }
+  if (given("--temperature")) {
+    c.grpo.temperature = f.temperature;
+    mark("temperature", "--temperature");
+  }
+  if (f.use_vllm) {
+    c.grpo.vllm = VllmMode::kColocate;
+    mark("use_vllm", "--use-vllm");
+  }
+  if (given("--vllm-mode")) {
+    const std::string v = to_lower(f.vllm_mode);
+    if (v == "colocate") c.grpo.vllm = VllmMode::kColocate;
+    else if (v == "server") c.grpo.vllm = VllmMode::kServer;
+    else
+      return make_error(ErrorCode::kUnknownName, fmt::format("--vllm-mode: unknown '{}'", f.vllm_mode),
+                        did_you_mean(v, {"colocate", "server"}));
+    mark("vllm_mode", "--vllm-mode");
+  }
+  if (given("--vllm-gpu-memory-utilization")) {
+    c.grpo.vllm_gpu_memory_utilization = f.vllm_util;
+    mark("vllm_gpu_memory_utilization", "--vllm-gpu-memory-utilization");
+  }
+  // Multi-GPU
+  if (given("--num-gpus")) {
+    c.parallel.num_gpus = f.num_gpus;
+    mark("num_gpus", "--num-gpus");
+  }
+  if (given("--nodes")) {
+    c.parallel.nodes = f.nodes;
+    mark("nodes", "--nodes");
+  }
+  if (given("--zero-stage") && given("--fsdp"))
+    return make_error(ErrorCode::kConflict, "--zero-stage and --fsdp are mutually exclusive",
+                      "DeepSpeed ZeRO and PyTorch FSDP are alternatives; pick one");
+  if (given("--zero-stage")) {
+    switch (f.zero_stage) {
+      case 0: c.parallel.sharding = ShardingStrategy::kNone; break;
+      case 1: c.parallel.sharding = ShardingStrategy::kZero1; break;
+      case 2: c.parallel.sharding = ShardingStrategy::kZero2; break;
+      case 3: c.parallel.sharding = ShardingStrategy::kZero3; break;
+      default:
+        return make_error(ErrorCode::kInvalidArgument, fmt::format("--zero-stage = {} must be 0, 1, 2 or 3", f.zero_stage));
+    }
+    mark("sharding", "--zero-stage");
+  }
+  if (given("--fsdp")) {
+    auto s = parse_fsdp(f.fsdp);
+    if (!s) return flag_error("--fsdp", s.error());
+    c.parallel.sharding = *s;
+    mark("sharding", "--fsdp");
+  }
+  if (f.offload_optimizer) {
+    c.parallel.offload_optimizer = true;
+    mark("offload_optimizer", "--offload-optimizer");
+  }
+  if (f.offload_params) {
+    c.parallel.offload_params = true;
+    mark("offload_params", "--offload-params");
+  }
+  if (given("--tensor-parallel")) {
+    c.parallel.tensor_parallel = f.tensor_parallel;
+    mark("tensor_parallel", "--tensor-parallel");
+  }
+
+  // The model last: a flag beats a name read from a config file.
+  if (given("--model") && given("--model-params"))
+    return make_error(ErrorCode::kConflict, "--model and --model-params are mutually exclusive");
+  if (given("--model-params")) {
+    MEMPLAN_TRY(std::int64_t n, parse_count(f.model_params));
+    MEMPLAN_TRY(in.model, io::model_from_param_count(n));
+    in.model_name = f.model_params;
+    in.model_from_param_count = true;
+    mark("model", "--model-params");
+  } else {
+    if (given("--model")) {
+      in.model_name = f.model;
+      mark("model", "--model");
+    }
+    if (in.model_name.empty())
+      return make_error(ErrorCode::kInvalidArgument, "no model given",
+                        "use --model ID|PATH (see 'memplan models') or --model-params N");
+    auto m = io::resolve_model(in.model_name, io::ModelSearchEnv::from_process());
+    if (!m) {
+      Error e = m.error();
+      auto it = in.origins.find("model");
+      if (!e.where && it != in.origins.end() && it->second.kind == io::OriginKind::kFile) e.where = it->second.loc;
+      return e;
+    }
+    in.model = *m;
+    if (in.model.name.empty()) in.model.name = in.model_name;
+  }
+  static const char* kKeys[] = {"method", "batch", "seq_len", "grad_accum", "torch_dtype", "autocast", "optim",
+                                "gradient_checkpointing", "attn_implementation", "use_peft", "device"};
+  for (const char* k : kKeys)
+    if (!in.origins.count(k)) in.set_origin(k, io::Origin{});
+  if (auto s = validate(c); !s) return s.error();
+  return in;
+}
+
+}  // namespace memplan::cli

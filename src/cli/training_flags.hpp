@@ -1,0 +1,80 @@
+// The flags every estimating command shares (estimate, plan, sweep, check): model, method,
+// batch, precision, optimizer, PEFT, quantization, DPO/GRPO and multi-GPU settings. Names follow
+// Hugging Face TrainingArguments / TRL / PEFT. Values are kept as given and parsed by the engine's
+// parsers so errors quote them and suggest near matches.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/inputs.hpp"
+#include "memplan/result.hpp"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace memplan::cli {
+
+struct TrainingFlags {
+  std::string model;
+  std::string model_params;
+  std::string method;
+  std::int64_t batch = 0;
+  std::int64_t seq_len = 0;
+  std::int64_t grad_accum = 0;
+  std::string torch_dtype;
+  bool bf16 = false;
+  bool fp16 = false;
+  std::string optim;
+  std::vector<std::string> optim_args;
+  bool gradient_checkpointing = false;
+  std::string attn;
+  bool use_peft = false;
+  int lora_r = 0;
+  double lora_alpha = 0;
+  double lora_dropout = -1;
+  std::vector<std::string> lora_targets;
+  std::vector<std::string> modules_to_save;
+  bool load_in_4bit = false;
+  bool load_in_8bit = false;
+  std::string bnb_quant_type;
+  bool double_quant = false;
+  std::string device;
+  // DPO / GRPO
+  std::string ref_model;
+  bool precompute_ref = false;
+  bool dpo_two_passes = false;
+  int num_generations = 0;
+  std::int64_t max_prompt_length = 0;
+  std::int64_t max_completion_length = 0;
+  double beta = -1;
+  double temperature = 0;
+  bool use_vllm = false;
+  std::string vllm_mode;
+  double vllm_util = 0;
+  // multi-GPU
+  int num_gpus = 0;
+  int nodes = 0;
+  int zero_stage = -1;
+  std::string fsdp;
+  bool offload_optimizer = false;
+  bool offload_params = false;
+  int tensor_parallel = 0;
+
+  CLI::App* app = nullptr;  // the subcommand the flags were added to
+};
+
+// Adds the flags to `app`; `flags` must outlive parsing.
+void add_training_flags(CLI::App& app, TrainingFlags& flags);
+
+// Applies the flags that were given on top of `base` (defaults or values read from config
+// files), recording each flag's origin. The model is resolved last.
+Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& flags, io::ResolvedInputs base);
+
+// Whether a named flag ("--batch") was given on the command line.
+bool flag_given(const TrainingFlags& flags, const std::string& name);
+
+}  // namespace memplan::cli

@@ -1,0 +1,159 @@
+#include "memplan/model.hpp"
+
+#include <fmt/format.h>
+
+namespace memplan {
+
+bool MoeSpec::is_moe_layer(int layer) const {
+  if (!enabled() || layer < first_dense_layers) return false;
+  const int step = layer_freq > 0 ? layer_freq : 1;
+  return (layer - first_dense_layers) % step == 0;
+}
+
+namespace {
+
+Error field_error(const std::string& field, std::int64_t value, const std::string& why) {
+  return make_error(ErrorCode::kInvalidConfig, fmt::format("model {} = {} {}", field, value, why));
+}
+
+bool is_mixtral_naming(const ModelSpec& m) { return m.model_type == "mixtral"; }
+
+void add_gated_mlp(std::vector<LinearModule>& out, const ModelSpec& m, std::int64_t width, int count,
+                   LinearRole role, bool mixtral_names) {
+  const std::int64_t h = m.hidden_size;
+  if (mixtral_names) {
+    out.push_back({"w1", h, width, m.mlp_bias, count, role});
+    out.push_back({"w3", h, width, m.mlp_bias, count, role});
+    out.push_back({"w2", width, h, m.mlp_bias, count, role});
+    return;
+  }
+  if (m.fused_gate_up) {
+    out.push_back({"gate_up_proj", h, 2 * width, m.mlp_bias, count, role});
+  } else {
+    out.push_back({"gate_proj", h, width, m.mlp_bias, count, role});
+    out.push_back({"up_proj", h, width, m.mlp_bias, count, role});
+  }
+  out.push_back({"down_proj", width, h, m.mlp_bias, count, role});
+}
+
+std::int64_t norm_params(const ModelSpec& m, std::int64_t width) {
+  return m.norm == NormKind::kLayerNorm && m.norm_bias ? 2 * width : width;
+}
+
+}  // namespace
+
+Status validate(const ModelSpec& m) {
+  if (m.vocab_size <= 0) return field_error("vocab_size", m.vocab_size, "must be positive");
+  if (m.hidden_size <= 0) return field_error("hidden_size", m.hidden_size, "must be positive");
+  if (m.num_layers <= 0) return field_error("num_hidden_layers", m.num_layers, "must be positive");
+  if (m.num_heads <= 0) return field_error("num_attention_heads", m.num_heads, "must be positive");
+  if (m.num_kv_heads <= 0) return field_error("num_key_value_heads", m.num_kv_heads, "must be positive");
+  if (m.num_heads % m.num_kv_heads != 0)
+    return field_error("num_key_value_heads", m.num_kv_heads,
+                       fmt::format("must divide num_attention_heads ({})", m.num_heads));
+  if (m.head_dim <= 0) return field_error("head_dim", m.head_dim, "must be positive");
+  if (!m.moe.enabled() || m.moe.first_dense_layers > 0 || m.moe.layer_freq > 1) {
+    if (m.intermediate_size <= 0) return field_error("intermediate_size", m.intermediate_size, "must be positive");
+  }
+  if (m.moe.enabled()) {
+    if (m.moe.experts_per_token <= 0 || m.moe.experts_per_token > m.moe.num_experts)
+      return field_error("num_experts_per_tok", m.moe.experts_per_token,
+                         fmt::format("must be between 1 and the number of experts ({})", m.moe.num_experts));
+    if (m.moe.expert_intermediate_size <= 0)
+      return field_error("moe_intermediate_size", m.moe.expert_intermediate_size, "must be positive");
+  }
+  // Guard the arithmetic: sizes beyond these are not models, they are typos.
+  if (m.hidden_size > (1 << 20) || m.vocab_size > (1 << 24) || m.num_layers > 4096 || m.intermediate_size > (1 << 22))
+    return make_error(ErrorCode::kInvalidConfig, "model dimensions are implausibly large",
+                      "check hidden_size, vocab_size, num_hidden_layers and intermediate_size");
+  return Ok{};
+}
+
+std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
+  std::vector<LinearModule> out;
+  const std::int64_t h = m.hidden_size;
+  const std::int64_t q = static_cast<std::int64_t>(m.num_heads) * m.head_dim;
+  const std::int64_t kv = static_cast<std::int64_t>(m.num_kv_heads) * m.head_dim;
+  if (m.model_type == "gpt2") {
+    out.push_back({"c_attn", h, 3 * h, true, 1, LinearRole::kAttention});
+    out.push_back({"c_proj", h, h, true, 1, LinearRole::kAttention});
+    out.push_back({"c_fc", h, m.intermediate_size, true, 1, LinearRole::kMlp});
+    out.push_back({"c_proj", m.intermediate_size, h, true, 1, LinearRole::kMlp});
+    return out;
+  }
+  if (m.fused_qkv) {
+    out.push_back({"qkv_proj", h, q + 2 * kv, m.qkv_bias, 1, LinearRole::kAttention});
+  } else {
+    out.push_back({"q_proj", h, q, m.qkv_bias, 1, LinearRole::kAttention});
+    out.push_back({"k_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
+    out.push_back({"v_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
+  }
+  out.push_back({"o_proj", q, h, m.o_bias, 1, LinearRole::kAttention});
+
+  if (!m.moe.is_moe_layer(layer)) {
+    if (m.gated_mlp) {
+      add_gated_mlp(out, m, m.intermediate_size, 1, LinearRole::kMlp, false);
+    } else {
+      out.push_back({"fc1", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
+      out.push_back({"fc2", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
+    }
+    return out;
+  }
+  const bool mixtral = is_mixtral_naming(m);
+  out.push_back({"gate", h, m.moe.num_experts, m.moe.router_bias, 1, LinearRole::kRouter});
+  add_gated_mlp(out, m, m.moe.expert_intermediate_size, m.moe.num_experts, LinearRole::kRoutedExpert, mixtral);
+  if (m.moe.num_shared_experts > 0) {
+    // DeepSeek fuses n shared experts into one MLP of n x width; Qwen2-MoE has one.
+    add_gated_mlp(out, m, m.moe.shared_intermediate_size * m.moe.num_shared_experts, 1, LinearRole::kSharedExpert,
+                  false);
+    if (m.moe.shared_expert_gate) out.push_back({"shared_expert_gate", h, 1, false, 1, LinearRole::kRouter});
+  }
+  return out;
+}
+
+ParameterCounts count_parameters(const ModelSpec& m) {
+  ParameterCounts c;
+  const std::int64_t h = m.hidden_size;
+  c.embedding = m.vocab_size * h;
+  c.position_embedding = m.learned_positions ? m.max_position_embeddings * h : 0;
+  std::int64_t active = c.embedding + c.position_embedding;
+  for (int l = 0; l < m.num_layers; ++l) {
+    for (const auto& lin : layer_linears(m, l)) {
+      const std::int64_t p = lin.weight_params() + lin.bias_params();
+      if (lin.role == LinearRole::kAttention) c.attention += p;
+      else c.mlp += p;
+      c.layer_linear_weights += lin.weight_params();
+      if (lin.role == LinearRole::kRoutedExpert)
+        active += p / lin.count * m.moe.experts_per_token;
+      else
+        active += p;
+    }
+    if (m.qk_norm) {
+      c.attention += 2 * m.head_dim;
+      active += 2 * m.head_dim;
+    }
+    c.norms += m.norms_per_layer * norm_params(m, h);
+    active += m.norms_per_layer * norm_params(m, h);
+  }
+  c.norms += norm_params(m, h);  // final norm
+  active += norm_params(m, h);
+  c.lm_head = m.tie_word_embeddings ? 0 : m.vocab_size * h + (m.lm_head_bias ? m.vocab_size : 0);
+  active += c.lm_head;
+  c.total = c.embedding + c.position_embedding + c.attention + c.mlp + c.norms + c.lm_head;
+  c.active_per_token = active;
+  return c;
+}
+
+std::string to_string(Activation a) {
+  switch (a) {
+    case Activation::kSilu: return "silu";
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluTanh: return "gelu_pytorch_tanh";
+    case Activation::kRelu: return "relu";
+  }
+  return "?";
+}
+
+std::string to_string(NormKind n) { return n == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
+
+}  // namespace memplan

@@ -1,0 +1,165 @@
+#include "memplan/training.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "memplan/text.hpp"
+
+namespace memplan {
+
+namespace {
+
+template <class E>
+struct NameTable {
+  std::vector<std::pair<std::string, E>> entries;  // first spelling of each value is canonical
+
+  Result<E> parse(const std::string& raw, const char* what) const {
+    const std::string s = to_lower(trim(raw));
+    for (const auto& [name, v] : entries)
+      if (name == s) return v;
+    std::vector<std::string> names;
+    for (const auto& e : entries) names.push_back(e.first);
+    return make_error(ErrorCode::kUnknownName, fmt::format("unknown {} '{}'", what, raw), did_you_mean(s, names));
+  }
+  std::string name(E v) const {
+    for (const auto& [name, e] : entries)
+      if (e == v) return name;
+    return "?";
+  }
+};
+
+const NameTable<Method>& methods() {
+  static const NameTable<Method> t{{{"sft", Method::kSft}, {"dpo", Method::kDpo}, {"grpo", Method::kGrpo}}};
+  return t;
+}
+
+const NameTable<DType>& dtypes() {
+  static const NameTable<DType> t{{{"float32", DType::kFloat32},
+                                   {"bfloat16", DType::kBFloat16},
+                                   {"float16", DType::kFloat16},
+                                   {"fp32", DType::kFloat32},
+                                   {"torch.float32", DType::kFloat32},
+                                   {"float", DType::kFloat32},
+                                   {"bf16", DType::kBFloat16},
+                                   {"torch.bfloat16", DType::kBFloat16},
+                                   {"fp16", DType::kFloat16},
+                                   {"half", DType::kFloat16},
+                                   {"torch.float16", DType::kFloat16}}};
+  return t;
+}
+
+const NameTable<AttnImpl>& attn_impls() {
+  static const NameTable<AttnImpl> t{{{"eager", AttnImpl::kEager},
+                                      {"sdpa", AttnImpl::kSdpa},
+                                      {"flash_attention_2", AttnImpl::kFlashAttention2},
+                                      {"flash-attention-2", AttnImpl::kFlashAttention2},
+                                      {"flash_attention", AttnImpl::kFlashAttention2},
+                                      {"fa2", AttnImpl::kFlashAttention2}}};
+  return t;
+}
+
+const NameTable<OptimizerKind>& optimizers() {
+  static const NameTable<OptimizerKind> t{{{"adamw_torch", OptimizerKind::kAdamWTorch},
+                                           {"adamw_torch_fused", OptimizerKind::kAdamWTorchFused},
+                                           {"adamw_bnb_8bit", OptimizerKind::kAdamW8bit},
+                                           {"paged_adamw_8bit", OptimizerKind::kPagedAdamW8bit},
+                                           {"paged_adamw_32bit", OptimizerKind::kPagedAdamW32bit},
+                                           {"adafactor", OptimizerKind::kAdafactor},
+                                           {"sgd", OptimizerKind::kSgd},
+                                           {"adagrad", OptimizerKind::kAdagrad},
+                                           {"rmsprop", OptimizerKind::kRmsprop},
+                                           {"lion_8bit", OptimizerKind::kLion8bit},
+                                           {"lion_32bit", OptimizerKind::kLion32bit},
+                                           {"adamw_8bit", OptimizerKind::kAdamW8bit},
+                                           {"adamw", OptimizerKind::kAdamWTorch},
+                                           {"adamw_hf", OptimizerKind::kAdamWTorch}}};
+  return t;
+}
+
+const NameTable<Device>& devices() {
+  static const NameTable<Device> t{{{"cuda", Device::kCuda}, {"cpu", Device::kCpu}, {"gpu", Device::kCuda}}};
+  return t;
+}
+
+const NameTable<ShardingStrategy>& fsdp_strategies() {
+  static const NameTable<ShardingStrategy> t{{{"full_shard", ShardingStrategy::kFsdpFullShard},
+                                              {"shard_grad_op", ShardingStrategy::kFsdpShardGradOp},
+                                              {"hybrid_shard", ShardingStrategy::kFsdpHybridShard},
+                                              {"no_shard", ShardingStrategy::kNone}}};
+  return t;
+}
+
+Error range_error(const char* what, std::int64_t v, const char* range) {
+  return make_error(ErrorCode::kInvalidArgument, fmt::format("{} = {} is out of range ({})", what, v, range));
+}
+
+}  // namespace
+
+Result<Method> parse_method(const std::string& s) { return methods().parse(s, "method"); }
+Result<DType> parse_dtype(const std::string& s) { return dtypes().parse(s, "dtype"); }
+Result<AttnImpl> parse_attn_impl(const std::string& s) { return attn_impls().parse(s, "attention implementation"); }
+Result<OptimizerKind> parse_optimizer(const std::string& s) { return optimizers().parse(s, "optimizer"); }
+Result<Device> parse_device(const std::string& s) { return devices().parse(s, "device"); }
+Result<ShardingStrategy> parse_fsdp(const std::string& s) { return fsdp_strategies().parse(s, "fsdp strategy"); }
+
+std::string to_string(Method m) { return methods().name(m); }
+std::string to_string(DType d) { return dtypes().name(d); }
+std::string to_string(AttnImpl a) { return attn_impls().name(a); }
+std::string to_string(OptimizerKind o) { return optimizers().name(o); }
+std::string to_string(Device d) { return devices().name(d); }
+std::string to_string(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::kNone: return "none";
+    case ShardingStrategy::kZero1: return "zero1";
+    case ShardingStrategy::kZero2: return "zero2";
+    case ShardingStrategy::kZero3: return "zero3";
+    case ShardingStrategy::kFsdpFullShard: return "fsdp_full_shard";
+    case ShardingStrategy::kFsdpShardGradOp: return "fsdp_shard_grad_op";
+    case ShardingStrategy::kFsdpHybridShard: return "fsdp_hybrid_shard";
+  }
+  return "?";
+}
+
+std::int64_t dtype_size(DType d) { return d == DType::kFloat32 ? 4 : 2; }
+
+Status validate(const TrainingConfig& c) {
+  // Upper bounds keep every size product far inside int64 and reject typos early.
+  if (c.micro_batch < 1 || c.micro_batch > (1 << 20)) return range_error("batch", c.micro_batch, "1 to 1048576");
+  if (c.seq_len < 1 || c.seq_len > (1 << 24)) return range_error("seq-len", c.seq_len, "1 to 16777216");
+  if (c.grad_accum < 1 || c.grad_accum > (1 << 24))
+    return range_error("gradient-accumulation-steps", c.grad_accum, "1 to 16777216");
+  if (c.lora.enabled && (c.lora.r < 1 || c.lora.r > 65536)) return range_error("lora-r", c.lora.r, "1 to 65536");
+  if (c.lora.dropout < 0 || c.lora.dropout >= 1)
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("lora-dropout = {} is out of range (0 <= p < 1)", c.lora.dropout));
+  if ((c.quant.load_in_4bit || c.quant.load_in_8bit) && !c.lora.enabled)
+    return make_error(ErrorCode::kUnsupported, "quantized weights cannot be trained in full",
+                      "add --use-peft (QLoRA trains LoRA adapters on top of the quantized model)");
+  if (c.quant.load_in_4bit && c.quant.load_in_8bit)
+    return make_error(ErrorCode::kConflict, "load-in-4bit and load-in-8bit are mutually exclusive");
+  if (c.autocast && *c.autocast == DType::kFloat32)
+    return make_error(ErrorCode::kInvalidArgument, "autocast dtype must be bf16 or fp16");
+  if (c.parallel.num_gpus < 1 || c.parallel.num_gpus > 1024)
+    return range_error("num-gpus", c.parallel.num_gpus, "1 to 1024");
+  if (c.parallel.nodes < 1 || c.parallel.nodes > 65536) return range_error("nodes", c.parallel.nodes, "1 to 65536");
+  if (c.parallel.tensor_parallel < 1 || c.parallel.world_size() % c.parallel.tensor_parallel != 0)
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("tensor-parallel = {} must divide the number of GPUs ({})",
+                                  c.parallel.tensor_parallel, c.parallel.world_size()));
+  if (c.method == Method::kGrpo) {
+    const auto& g = c.grpo;
+    if (g.num_generations < 1) return range_error("num-generations", g.num_generations, ">= 1");
+    if (g.max_prompt_length < 1 || g.max_prompt_length > (1 << 24))
+      return range_error("max-prompt-length", g.max_prompt_length, "1 to 16777216");
+    if (g.max_completion_length < 1 || g.max_completion_length > (1 << 24))
+      return range_error("max-completion-length", g.max_completion_length, "1 to 16777216");
+    if (g.vllm_gpu_memory_utilization <= 0 || g.vllm_gpu_memory_utilization >= 1)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("vllm-gpu-memory-utilization = {} must be between 0 and 1",
+                                    g.vllm_gpu_memory_utilization));
+  }
+  return Ok{};
+}
+
+}  // namespace memplan

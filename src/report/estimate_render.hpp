@@ -1,0 +1,20 @@
+// Renders one estimate (the `memplan estimate` output) as text, JSON or markdown.
+#pragma once
+
+#include <string>
+
+#include "io/inputs.hpp"
+#include "memplan/estimate.hpp"
+#include "report/format.hpp"
+
+namespace memplan::report {
+
+std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, Format f);
+
+// The one-line summary of inputs: "llama-3.1-8b · sft · batch 4 × 2048 · bf16 autocast · adamw_torch".
+std::string describe_inputs(const io::ResolvedInputs& in);
+
+// Component names as people read them ("optimizer_states" -> "optimizer states").
+std::string component_label(const std::string& name);
+
+}  // namespace memplan::report

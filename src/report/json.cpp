@@ -1,0 +1,108 @@
+#include "report/json.hpp"
+
+#include "report/format.hpp"
+#include "memplan/text.hpp"
+
+namespace memplan::report {
+
+using json = nlohmann::ordered_json;
+
+Result<Format> parse_format(const std::string& s) {
+  const std::string t = to_lower(s);
+  if (t == "text") return Format::kText;
+  if (t == "json") return Format::kJson;
+  if (t == "markdown" || t == "md") return Format::kMarkdown;
+  if (t == "github") return Format::kGithub;
+  return make_error(ErrorCode::kUnknownName, "unknown format '" + s + "'",
+                    did_you_mean(t, {"text", "json", "markdown", "github"}));
+}
+
+json to_json(const ModelSpec& m) {
+  const auto c = count_parameters(m);
+  json j = {{"name", m.name},
+            {"model_type", m.model_type},
+            {"vocab_size", m.vocab_size},
+            {"hidden_size", m.hidden_size},
+            {"intermediate_size", m.intermediate_size},
+            {"num_hidden_layers", m.num_layers},
+            {"num_attention_heads", m.num_heads},
+            {"num_key_value_heads", m.num_kv_heads},
+            {"head_dim", m.head_dim},
+            {"tie_word_embeddings", m.tie_word_embeddings},
+            {"parameters", c.total}};
+  if (m.moe.enabled())
+    j["moe"] = {{"num_experts", m.moe.num_experts},
+                {"experts_per_token", m.moe.experts_per_token},
+                {"expert_intermediate_size", m.moe.expert_intermediate_size},
+                {"num_shared_experts", m.moe.num_shared_experts},
+                {"active_parameters", c.active_per_token}};
+  return j;
+}
+
+json to_json(const TrainingConfig& c) {
+  json j = {{"method", to_string(c.method)},
+            {"micro_batch", c.micro_batch},
+            {"seq_len", c.seq_len},
+            {"grad_accum", c.grad_accum},
+            {"torch_dtype", to_string(c.torch_dtype)},
+            {"autocast", c.autocast ? json(to_string(*c.autocast)) : json(nullptr)},
+            {"optim", to_string(c.optim.kind)},
+            {"optim_args", c.optim.args},
+            {"gradient_checkpointing", c.gradient_checkpointing},
+            {"attn_implementation", to_string(c.attn_impl())},
+            {"device", to_string(c.device)}};
+  if (c.lora.enabled) {
+    j["peft"] = {{"lora_r", c.lora.r},
+                 {"lora_alpha", c.lora.alpha},
+                 {"lora_dropout", c.lora.dropout},
+                 {"lora_target_modules", c.lora.all_linear ? json("all-linear") : json(c.lora.target_modules)},
+                 {"modules_to_save", c.lora.modules_to_save}};
+  } else {
+    j["peft"] = nullptr;
+  }
+  if (c.quant.load_in_4bit || c.quant.load_in_8bit)
+    j["quantization"] = {{"load_in_4bit", c.quant.load_in_4bit},
+                         {"load_in_8bit", c.quant.load_in_8bit},
+                         {"bnb_4bit_quant_type", c.quant.quant_type},
+                         {"bnb_4bit_use_double_quant", c.quant.double_quant}};
+  const auto& p = c.parallel;
+  j["parallel"] = {{"num_gpus", p.num_gpus},
+                   {"nodes", p.nodes},
+                   {"tensor_parallel", p.tensor_parallel},
+                   {"data_parallel", p.data_parallel_size()},
+                   {"sharding", to_string(p.sharding)},
+                   {"offload_optimizer", p.offload_optimizer},
+                   {"offload_params", p.offload_params}};
+  return j;
+}
+
+json to_json(const Estimate& e) {
+  json comps = json::array();
+  for (const auto& c : e.components)
+    comps.push_back({{"name", c.name}, {"bytes", c.bytes.count()}, {"placement", to_string(c.placement)},
+                     {"detail", c.detail}});
+  json over = json::array();
+  for (const auto& c : e.overhead) over.push_back({{"name", c.name}, {"bytes", c.bytes.count()}, {"detail", c.detail}});
+  json phases = json::array();
+  for (const auto& p : e.phases) phases.push_back({{"phase", to_string(p.phase)}, {"peak_bytes", p.peak.count()}});
+  return {{"peak_bytes", e.peak.count()},
+          {"peak_phase", to_string(e.peak_phase)},
+          {"reserved_bytes", e.reserved.count()},
+          {"total_bytes", e.total.count()},
+          {"components", comps},
+          {"overhead", over},
+          {"phases", phases},
+          {"parameters", {{"total", e.params.total}, {"trainable", e.params.trainable}}},
+          {"assumptions", e.assumptions},
+          {"warnings", e.warnings}};
+}
+
+json inputs_json(const io::ResolvedInputs& in) {
+  json sources = json::object();
+  for (const auto& [k, o] : in.origins) sources[k] = o.to_string();
+  json j = {{"model", to_json(in.model)}, {"training", to_json(in.config)}, {"sources", sources}};
+  if (in.model_from_param_count) j["model"]["assumed_shape"] = true;
+  return j;
+}
+
+}  // namespace memplan::report

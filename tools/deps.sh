@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages memplan needs to build and test, when they are missing.
+# Sourced by tools/bootstrap.sh and tools/test.sh.
+memplan_install_deps() {
+  local pkgs=(cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev python3-torch)
+  local missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
+  echo "memplan: installing missing packages: ${missing[*]}" >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
