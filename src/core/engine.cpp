@@ -1,70 +1,273 @@
-// PLACEHOLDER ENGINE (scaffolding): a rough closed form so the CLI and planners can be built
-// against the final API. Replaced by the op-level step simulator (docs/formulas.md).
+// The engine: builds the step program for a (model, config), simulates it once symbolically
+// (sim::run_step), extrapolates the reduced model to every layer, adds the optimizer step, and
+// evaluates the peak for any (micro-batch, seq-len). docs/formulas.md derives each piece.
 #include "memplan/engine.hpp"
 
+#include <algorithm>
+#include <array>
+
+#include <fmt/format.h>
+
+#include "core/optimizer_model.hpp"
+#include "core/sim/program.hpp"
+#include "memplan/text.hpp"
+
 namespace memplan {
+
+namespace {
+
+using sim::Cat;
+using sim::CatVec;
+using sim::DT;
+using sim::Poly;
+
+constexpr int kSegOptimizer = sim::kNumSegments;
+
+DT to_dt(DType d) {
+  switch (d) {
+    case DType::kFloat32: return DT::kF32;
+    case DType::kBFloat16: return DT::kBF16;
+    case DType::kFloat16: return DT::kF16;
+  }
+  return DT::kF32;
+}
+
+Phase phase_of(int seg) {
+  if (seg == kSegOptimizer) return Phase::kOptimizerStep;
+  if (seg <= sim::kSegHead) return Phase::kForward;
+  return Phase::kBackward;
+}
+
+CatVec add(CatVec a, const CatVec& b) {
+  for (int i = 0; i < sim::kNumCats; ++i) a[static_cast<std::size_t>(i)] += b[static_cast<std::size_t>(i)];
+  return a;
+}
+
+CatVec sub(CatVec a, const CatVec& b) {
+  for (int i = 0; i < sim::kNumCats; ++i) a[static_cast<std::size_t>(i)] -= b[static_cast<std::size_t>(i)];
+  return a;
+}
+
+CatVec scale(CatVec a, std::int64_t k) {
+  for (auto& p : a) p = p * k;
+  return a;
+}
+
+Poly total(const CatVec& v) {
+  Poly t;
+  for (const auto& p : v) t += p;
+  return t;
+}
+
+struct Candidate {
+  int segment = 0;
+  Poly total;
+  CatVec cats;
+};
+
+// LoRA targets as PEFT resolves them: explicit names must match a Linear module of the layers.
+Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const LoraConfig& l) {
+  std::vector<std::string> names;
+  for (int layer = 0; layer < m.num_layers; ++layer) {
+    for (const auto& mod : layer_linears(m, layer))
+      if (std::find(names.begin(), names.end(), mod.name) == names.end()) names.push_back(mod.name);
+    if (!m.moe.enabled()) break;
+  }
+  if (l.all_linear) {
+    // PEFT "all-linear": every Linear except the output layer; MoE routers are Linear too.
+    return names;
+  }
+  std::vector<std::string> targets = l.target_modules.empty() ? sim::default_lora_targets(m) : l.target_modules;
+  for (const auto& t : targets) {
+    if (std::find(names.begin(), names.end(), t) == names.end()) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("LoRA target module '{}' matches no Linear module of this {} model", t, m.model_type),
+                        did_you_mean(t, names).empty() ? "its modules are: " + list : did_you_mean(t, names));
+    }
+  }
+  return targets;
+}
+
+Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
+  if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.device == Device::kCpu)
+    return make_error(ErrorCode::kUnsupported, "flash_attention_2 needs a CUDA device",
+                      "use --attn-implementation eager or sdpa with --device cpu");
+  if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.torch_dtype == DType::kFloat32 && !c.autocast)
+    return make_error(ErrorCode::kUnsupported, "flash_attention_2 runs in fp16/bf16 only",
+                      "load the model with --torch-dtype bfloat16 or train with --bf16");
+  for (const auto& s : c.lora.modules_to_save)
+    if (s != "embed_tokens" && s != "lm_head")
+      return make_error(ErrorCode::kUnsupported,
+                        fmt::format("modules_to_save '{}' is not modelled", s),
+                        "memplan models embed_tokens and lm_head as modules_to_save");
+  (void)m;
+  return Ok{};
+}
+
+}  // namespace
 
 struct Estimator::Impl {
   ModelSpec model;
   TrainingConfig config;
+  std::vector<Candidate> candidates;  // every event that can be the peak, offsets applied
+  ParamSummary params;
+  OptimizerFootprint opt;
+  std::vector<std::string> assumptions;
+  std::vector<std::string> warnings;
+  std::int64_t bytes_per_weight_elem = 4;
 };
 
 Estimator::Estimator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Estimator::~Estimator() = default;
 Estimator::Estimator(Estimator&&) noexcept = default;
 Estimator& Estimator::operator=(Estimator&&) noexcept = default;
+const ModelSpec& Estimator::model() const { return impl_->model; }
+const TrainingConfig& Estimator::config() const { return impl_->config; }
 
 Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig& config) {
   if (auto s = validate(model); !s) return s.error();
   if (auto s = validate(config); !s) return s.error();
+  if (auto s = check_supported(model, config); !s) return s.error();
+  if (auto s = validate_optim_args(config.optim); !s) return s.error();
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   impl->config = config;
+  try {
+    sim::ProgramSpec sp;
+    sp.model = model;
+    sp.sim_layers = std::min(model.num_layers, 3);
+    sp.weight_dt = to_dt(config.torch_dtype);
+    if (config.autocast) sp.autocast = to_dt(*config.autocast);
+    sp.full_finetune = !config.lora.enabled;
+    if (config.lora.enabled) {
+      MEMPLAN_TRY(sp.lora.targets, resolve_lora_targets(model, config.lora));
+      sp.lora.enabled = true;
+      sp.lora.r = config.lora.r;
+      sp.lora.dropout = config.lora.dropout;
+      sp.lora.modules_to_save = config.lora.modules_to_save;
+    }
+    sp.load_in_4bit = config.quant.load_in_4bit;
+    sp.double_quant = config.quant.double_quant;
+    sp.compute_dt = to_dt(config.quant.compute_dtype.value_or(config.torch_dtype));
+    sp.gradient_checkpointing = config.gradient_checkpointing;
+    sp.attn = config.attn_impl();
+    sp.ops.cuda = config.device == Device::kCuda;
+    sp.ops.trivial_slices_are_ops = config.device == Device::kCpu;
+    sp.ops.mean_saves_input = config.device == Device::kCpu;
+    const sim::ProgramResult r = sim::run_step(sp);
+
+    // Full-model parameter list for the optimizer: the middle simulated layer repeats.
+    const int L = model.num_layers;
+    const std::int64_t extra = L > 3 ? L - 3 : 0;
+    std::vector<OptParam> opt_params;
+    std::int64_t trainable = 0;
+    for (const auto& p : r.params) {
+      if (!p.trainable) continue;
+      const int reps = p.sim_layer == 1 && L >= 3 ? static_cast<int>(extra + 1) : 1;
+      OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
+      if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
+      op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
+      opt_params.push_back(op);
+      trainable += p.numel * reps;
+    }
+    impl->opt = optimizer_footprint(config.optim, config.device, opt_params);
+
+    // Offsets that turn the reduced model's timeline into the full model's.
+    CatVec base{};
+    base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(impl->opt.state_bytes);
+    base = add(base, scale(r.per_layer_params, extra));
+    CatVec delta{}, gamma{};
+    if (r.after_layer.size() >= 3) delta = sub(r.after_layer[2], r.after_layer[1]);
+    gamma[static_cast<int>(Cat::kGradients)] = r.per_layer_grad_bytes;
+    const CatVec with_delta = add(base, scale(delta, extra));
+    const CatVec with_gamma = add(base, scale(gamma, extra));
+    auto push = [&](int seg, const CatVec& cats) {
+      impl->candidates.push_back({seg, total(cats), cats});
+    };
+    for (const auto& e : r.events) {
+      const int s = e.segment;
+      const bool middle_or_later = s == sim::kSegFwdLayer0 + 1 || s == sim::kSegFwdLayer0 + 2 || s == sim::kSegHead ||
+                                   s == sim::kSegHeadBwd || s == sim::kSegBwdLayer0 + 2;
+      if (middle_or_later) {
+        push(s, add(e.cats, with_delta));
+      } else if (s == sim::kSegBwdLayer0 + 1) {
+        push(s, add(e.cats, with_delta));
+        push(s, add(e.cats, with_gamma));
+      } else if (s == sim::kSegBwdLayer0 || s == sim::kSegBwdPre) {
+        push(s, add(e.cats, with_gamma));
+      } else {
+        push(s, add(e.cats, base));
+      }
+    }
+    // optimizer.step(): persistent state, every gradient, and the step's temporaries.
+    CatVec opt = add(r.end_of_step, base);
+    Poly grads;
+    for (const auto& p : opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
+    opt[static_cast<int>(Cat::kGradients)] += grads;
+    opt[static_cast<int>(Cat::kOptimizerTemps)] += Poly::constant(impl->opt.temp_bytes);
+    push(kSegOptimizer, opt);
+
+    impl->params.counts = count_parameters(model);
+    impl->params.total = impl->params.counts.total;
+    impl->params.trainable = trainable;
+    if (config.device == Device::kCpu)
+      impl->assumptions.push_back("cpu: PyTorch 1.13 behaviour (single-tensor optimizers, eager attention)");
+  } catch (const SizeOverflow& ex) {
+    return make_error(ErrorCode::kOverflow, ex.what(), "the model or batch is far too large");
+  }
   return Estimator(std::move(impl));
 }
 
-const ModelSpec& Estimator::model() const { return impl_->model; }
-const TrainingConfig& Estimator::config() const { return impl_->config; }
-
-Result<Estimate> Estimator::at(std::int64_t micro_batch, std::int64_t seq_len) const {
-  TrainingConfig c = impl_->config;
-  c.micro_batch = micro_batch;
-  c.seq_len = seq_len;
-  if (auto s = validate(c); !s) return s.error();
-  const ModelSpec& m = impl_->model;
+Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s) const {
+  if (b < 1 || s < 1) return make_error(ErrorCode::kInvalidArgument, "batch and seq-len must be positive");
   try {
-    const auto counts = count_parameters(m);
-    const std::int64_t wbytes = dtype_size(c.torch_dtype);
-    Estimate e;
-    e.params.total = counts.total;
-    e.params.trainable = counts.total;
-    e.params.counts = counts;
-    const Bytes weights = Bytes::of(counts.total) * wbytes;
-    const Bytes grads = weights;
-    const Bytes states = Bytes::of(counts.total) * (2 * wbytes);
-    const std::int64_t tokens = checked_mul(micro_batch, seq_len);
-    const Bytes acts = Bytes::of(tokens) * checked_mul(m.hidden_size, 34LL * m.num_layers);
-    const Bytes logits = Bytes::of(tokens) * checked_mul(m.vocab_size, 12);
-    e.components = {{"weights", weights, Placement::kPerDevice, ""},
-                    {"gradients", grads, Placement::kPerDevice, ""},
-                    {"optimizer_states", states, Placement::kPerDevice, ""},
-                    {"activations", acts, Placement::kPerDevice, ""},
-                    {"logits_and_loss", logits, Placement::kPerDevice, ""}};
-    for (const auto& comp : e.components) e.peak += comp.bytes;
-    e.peak_phase = Phase::kBackward;
-    e.phases = {{Phase::kBackward, e.peak}};
-    e.reserved = e.peak;
-    e.total = e.reserved;
-    return e;
+    std::int64_t best = 0;
+    for (const auto& c : impl_->candidates) best = std::max(best, c.total.eval(b, s));
+    return Bytes::of(best);
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the batch or sequence length is far too large");
   }
 }
 
-Result<Bytes> Estimator::peak_bytes(std::int64_t micro_batch, std::int64_t seq_len) const {
-  auto e = at(micro_batch, seq_len);
-  if (!e) return e.error();
-  return e->peak;
+Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const {
+  TrainingConfig c = impl_->config;
+  c.micro_batch = b;
+  c.seq_len = s;
+  if (auto v = validate(c); !v) return v.error();
+  try {
+    Estimate e;
+    const Candidate* arg = nullptr;
+    std::int64_t best = -1;
+    std::array<std::int64_t, 3> phase_peak{-1, -1, -1};
+    for (const auto& cand : impl_->candidates) {
+      const std::int64_t v = cand.total.eval(b, s);
+      const int ph = static_cast<int>(phase_of(cand.segment));
+      phase_peak[static_cast<std::size_t>(ph)] = std::max(phase_peak[static_cast<std::size_t>(ph)], v);
+      if (v > best) {
+        best = v;
+        arg = &cand;
+      }
+    }
+    e.peak = Bytes::of(best);
+    e.peak_phase = phase_of(arg->segment);
+    for (int ph = 0; ph < 3; ++ph)
+      if (phase_peak[static_cast<std::size_t>(ph)] >= 0)
+        e.phases.push_back({static_cast<Phase>(ph), Bytes::of(phase_peak[static_cast<std::size_t>(ph)])});
+    for (int i = 0; i < sim::kNumCats; ++i) {
+      const std::int64_t v = arg->cats[static_cast<std::size_t>(i)].eval(b, s);
+      if (v != 0) e.components.push_back({sim::cat_name(static_cast<Cat>(i)), Bytes::of(v), Placement::kPerDevice, ""});
+    }
+    e.reserved = e.peak;
+    e.total = e.reserved;
+    e.params = impl_->params;
+    e.assumptions = impl_->assumptions;
+    e.warnings = impl_->warnings;
+    return e;
+  } catch (const SizeOverflow& ex) {
+    return make_error(ErrorCode::kOverflow, ex.what(), "the batch or sequence length is far too large");
+  }
 }
 
 Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& config) {

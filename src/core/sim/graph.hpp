@@ -1,0 +1,173 @@
+// A symbolic model of PyTorch's autograd memory behaviour (docs/formulas.md#the-step-simulator).
+//
+// The training step is written as a program of tensor ops (model_program.cpp) against this
+// Graph. Each op allocates its outputs, records an autograd node holding exactly the tensors
+// PyTorch saves for backward (only those needed for inputs that require grad), and a backward
+// rule that allocates what PyTorch's derivative formula allocates. backward() then runs the
+// nodes in reverse creation order (the single-threaded CPU engine's order), accumulating
+// gradients out of place in input buffers, handing parameter gradients to AccumulateGrad and
+// releasing each node's saved tensors after it runs.
+//
+// Sizes are Polys in (micro-batch, seq-len), so one symbolic run describes every (b, s): after
+// each allocation the live total (split by category) is recorded as an Event; the peak for a
+// given (b, s) is the largest event value.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/sim/poly.hpp"
+
+namespace memplan::sim {
+
+// What a byte is for; these become the components of an Estimate.
+enum class Cat : std::uint8_t {
+  kWeights,            // model weights (frozen or trained), incl. quantized storage
+  kAdapterWeights,     // LoRA A/B matrices
+  kGradients,          // parameter .grad tensors
+  kOptimizerStates,    // persistent optimizer state
+  kOptimizerTemps,     // temporaries inside optimizer.step()
+  kActivations,        // layer tensors alive in forward / saved for backward
+  kAttentionScores,    // (b, heads, s, s) tensors of eager attention
+  kLoraDropout,        // LoRA input casts and dropout copies
+  kAutocastCopies,     // low-precision weight copies made by autocast
+  kLogits,             // lm_head output, fp32 upcast, log-probs and their gradients
+  kActivationGrads,    // gradients flowing backward and backward temporaries
+  kCheckpoints,        // layer inputs kept by gradient checkpointing
+  kInputs,             // token ids, labels, masks, rotary tables
+  kCount
+};
+inline constexpr int kNumCats = static_cast<int>(Cat::kCount);
+const char* cat_name(Cat c);
+
+enum class DT : std::uint8_t { kF32, kBF16, kF16, kF64, kI64, kBool, kU8 };
+std::int64_t esize(DT d);
+
+using CatVec = std::array<Poly, kNumCats>;
+
+struct Tensor {
+  Poly numel;
+  DT dt = DT::kF32;
+  Cat cat = Cat::kActivations;
+  int refs = 0;
+  bool alive = false;
+  bool requires_grad = false;
+  bool is_param = false;   // a leaf whose gradient goes to .grad (AccumulateGrad)
+  int grad_uses = 0;       // params: how many nodes deliver a gradient to it
+  int grad_received = 0;
+  int grad = -1;           // params: the .grad tensor once it exists
+  int base = -1;           // views: the tensor whose storage they share (they own no bytes)
+  Poly bytes() const { return base >= 0 ? Poly{} : numel * esize(dt); }
+};
+
+class Graph;
+
+// What a node's backward rule can do while it runs.
+class Bwd {
+ public:
+  Bwd(Graph& g, const std::vector<int>& outs, const std::vector<int>& grads) : g_(g), outs_(outs), grads_(grads) {}
+  // Gradient arriving for output k (-1 if none arrived).
+  int grad(int k = 0) const { return grads_[static_cast<std::size_t>(k)]; }
+  // Allocates a temporary (refcount 1; drop it or give() it).
+  int temp(Poly numel, DT dt, Cat cat = Cat::kActivationGrads);
+  // A new tensor shaped like tensor t (same numel and dtype): the usual gradient buffer.
+  int like(int t, Cat cat = Cat::kActivationGrads);
+  // Delivers gradient g (ownership passes) for `input`, if input needs a gradient.
+  void give(int input, int g);
+  // Delivers an existing tensor (e.g. the incoming grad) without copying.
+  void pass(int input, int g);
+  void drop(int t);
+  bool needs(int input) const;
+  Graph& graph() { return g_; }
+
+ private:
+  Graph& g_;
+  const std::vector<int>& outs_;
+  const std::vector<int>& grads_;
+};
+
+using BackwardFn = std::function<void(Bwd&)>;
+
+struct Node {
+  std::vector<int> inputs;   // inputs that require grad when the node was created
+  std::vector<int> outputs;
+  std::vector<int> saved;    // tensors held until the node has run
+  BackwardFn fn;
+  bool released = false;
+};
+
+struct Event {
+  int segment = 0;
+  Poly total;
+  CatVec cats;
+};
+
+class Graph {
+ public:
+  // ---- tensors
+  int make(Poly numel, DT dt, Cat cat, bool requires_grad = false);
+  int param(Poly numel, DT dt, Cat cat, bool trainable);
+  // A view of `base` with logical size `numel` (its gradient has that size); owns no bytes.
+  int view(int base, Poly numel);
+  void hold(int t);
+  void drop(int t);
+  void retag(int t, Cat cat);
+  Tensor& at(int t) { return tensors_[static_cast<std::size_t>(t)]; }
+  const Tensor& at(int t) const { return tensors_[static_cast<std::size_t>(t)]; }
+  bool rg(int t) const { return grad_enabled_ && at(t).requires_grad; }
+
+  // ---- autograd
+  bool grad_enabled() const { return grad_enabled_; }
+  void set_grad_enabled(bool on) { grad_enabled_ = on; }
+  // Records a node if any of `inputs` requires grad (and grad mode is on); marks the outputs as
+  // requiring grad; holds `saved`. Returns false (and saves nothing) otherwise.
+  bool node(const std::vector<int>& inputs, const std::vector<int>& outputs, const std::vector<int>& saved,
+            BackwardFn fn);
+  // Runs backward from `root` (whose gradient is a 4-byte scalar) over the nodes created since
+  // `first_node`; used for the whole step and for checkpoint recomputation.
+  void backward(int root, int first_node = 0);
+  // Like backward() but starts from an existing gradient tensor for `root` (owned by the caller).
+  void backward_from(int root, int root_grad, int first_node);
+  // Releases the saved tensors of every node from `first_node` on (the graph is freed).
+  void release_graph(int first_node = 0);
+  int node_count() const { return static_cast<int>(nodes_.size()); }
+  // zero_grad(set_to_none=True): frees every parameter .grad.
+  void free_param_grads();
+
+  // Gradient of a non-parameter tensor after backward_from (checkpoint inputs), or -1.
+  int take_grad(int t);
+
+  // ---- recording
+  void set_segment(int s) { segment_ = s; }
+  int segment() const { return segment_; }
+  // Maps the segment a node was created in to the segment its backward is recorded in.
+  void set_backward_segment_map(std::function<int(int)> f) { backward_segment_ = std::move(f); }
+  const std::vector<Event>& events() const { return events_; }
+  const Poly& live_total() const { return live_total_; }
+  const CatVec& live() const { return live_; }
+  // The Event list pruned to the events that can be the maximum of their segment.
+  std::vector<Event> pruned_events() const;
+
+ private:
+  friend class Bwd;
+  void deliver(int input, int g);
+  void accumulate_param(int p, int g);
+  void record();
+  void run_node(int n);
+
+  std::vector<Tensor> tensors_;
+  std::vector<Node> nodes_;
+  std::vector<int> node_segment_;  // segment in which each node was created
+  std::vector<int> buffer_;  // per tensor: pending gradient (-1)
+  std::vector<Event> events_;
+  CatVec live_{};
+  Poly live_total_;
+  int segment_ = 0;
+  std::function<int(int)> backward_segment_;
+  bool grad_enabled_ = true;
+};
+
+}  // namespace memplan::sim

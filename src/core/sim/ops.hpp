@@ -1,0 +1,85 @@
+// Tensor ops with PyTorch's memory behaviour, on a sim::Graph. Each function mirrors one ATen op:
+// the outputs it allocates (dtype by type promotion and autocast rules), the tensors its autograd
+// node saves (only those needed for inputs that require grad), and what its derivative allocates
+// (docs/formulas.md#op-rules). Outputs are returned with one reference owned by the caller, who
+// drops it when the Python variable would die.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "core/sim/graph.hpp"
+
+namespace memplan::sim {
+
+struct OpsBehaviour {
+  // torch 1.13 on the CPU (the measured configuration) vs torch 2.x on CUDA.
+  bool cuda = false;
+  // aten::slice on a full-range slice allocates a zero-filled gradient in backward (1.13);
+  // newer PyTorch returns the tensor itself for trivial slices.
+  bool trivial_slices_are_ops = true;
+  // torch 1.13's MeanBackward1 keeps its input (for its size); torch 2.x keeps only sizes.
+  bool mean_saves_input = true;
+};
+
+class Ops {
+ public:
+  Ops(Graph& g, OpsBehaviour b) : g_(g), b_(b) {}
+  Graph& graph() { return g_; }
+  const OpsBehaviour& behaviour() const { return b_; }
+
+  Cat cat = Cat::kActivations;  // category for forward outputs created from now on
+
+  // ---- autocast (torch.autocast): lower-precision ops cast their floating inputs; casts of
+  // fp32 leaves that require grad are cached until the autocast context exits.
+  void enter_autocast(DT dt);
+  void exit_autocast();
+  std::optional<DT> autocast() const { return autocast_; }
+
+  // ---- casts and views
+  int to(int x, DT dt);                        // Tensor.to(dtype): the same tensor if already dt
+  int view(int x);                             // view/reshape of a contiguous tensor
+  int transpose_view(int x);                   // a permuted view: its gradient needs a contiguous copy
+  int slice(int x, Poly numel, bool trivial);  // x[..., a:b]; trivial = the full range
+  int clone(int x);                            // .contiguous() of a non-contiguous tensor, reshape copies
+
+  // ---- elementwise
+  int mul(int a, int b, Poly out_numel);       // broadcasting a * b
+  int add(int a, int b, Poly out_numel);       // broadcasting a + b (no tensors saved)
+  int scalar_op(int x);                        // x * c, x + c: allocates, saves nothing
+  int pow2(int x);                             // x.pow(2): saves x
+  int rsqrt(int x);                            // saves its result
+  int mean_last(int x, Poly out_numel);        // x.mean(-1, keepdim=True)
+  int neg(int x);
+  int silu(int x);                             // saves x
+  int gelu(int x);                             // saves x
+  int tanh(int x);                             // saves its result
+  int concat(const std::vector<int>& parts);   // torch.cat
+  int dropout(int x, double p);                // p == 0: identity (returns x)
+
+  // ---- matrix products (lower-precision ops under autocast)
+  int linear(int x, int w, int bias, Poly out_numel);
+  int matmul(int a, int b, Poly out_numel);    // bmm on contiguous operands
+  int repeat_kv(int x, int n_rep);             // expand + reshape: a copy when n_rep > 1
+
+  // ---- reductions, softmax, loss
+  int softmax_f32(int x);                      // softmax(x, dtype=float32)
+  int log_softmax(int x);
+  int nll_loss(int logp, int target);          // scalar output
+  int embedding(int ids, int w, Poly out_numel);
+
+ private:
+  int cast_for_autocast(int x);
+  DT promote(int a, int b) const;
+  // Delivers gradient `full` (shaped like the op output) to `input`, reducing/casting like
+  // autograd's validate_outputs when the input is smaller or of another dtype.
+  void give_reduced(Bwd& ctx, int input, int full, const Poly& out_numel, DT out_dt);
+
+  Graph& g_;
+  OpsBehaviour b_;
+  std::optional<DT> autocast_;
+  std::map<int, int> cast_cache_;  // fp32 leaf -> its cached low-precision copy
+};
+
+}  // namespace memplan::sim

@@ -1,0 +1,50 @@
+#include "core/sim/poly.hpp"
+
+#include "memplan/bytes.hpp"
+
+namespace memplan::sim {
+
+namespace {
+__extension__ typedef __int128 i128;  // exact products of b, s and coefficients
+}
+
+Poly Poly::operator+(const Poly& o) const {
+  Poly r;
+  for (int i = 0; i < kNumMono; ++i) r.c[i] = checked_add(c[i], o.c[i]);
+  return r;
+}
+
+Poly Poly::operator-(const Poly& o) const {
+  Poly r;
+  for (int i = 0; i < kNumMono; ++i) r.c[i] = checked_sub(c[i], o.c[i]);
+  return r;
+}
+
+Poly Poly::operator*(std::int64_t k) const {
+  Poly r;
+  for (int i = 0; i < kNumMono; ++i) r.c[i] = checked_mul(c[i], k);
+  return r;
+}
+
+bool Poly::is_zero() const {
+  for (auto v : c)
+    if (v != 0) return false;
+  return true;
+}
+
+bool Poly::dominates(const Poly& o) const {
+  for (int i = 0; i < kNumMono; ++i)
+    if (c[i] < o.c[i]) return false;
+  return true;
+}
+
+std::int64_t Poly::eval(std::int64_t b, std::int64_t s) const {
+  const i128 B = b, S = s;
+  const i128 v = static_cast<i128>(c[kOne]) + c[kB] * B + c[kS] * S + c[kBS] * B * S + c[kBSS] * B * S * S +
+                 c[kSS] * S * S;
+  if (v > static_cast<i128>(INT64_MAX) || v < static_cast<i128>(INT64_MIN))
+    throw SizeOverflow("memory size does not fit in 64 bits");
+  return static_cast<std::int64_t>(v);
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,36 @@
+// Poly: a byte count as a polynomial in the micro-batch b and the sequence length s.
+// Every tensor of a training step has a size that is a sum of these monomials, so the engine
+// simulates a step once symbolically and evaluates the result for any (b, s) in a few
+// multiplications (docs/formulas.md#the-step-simulator).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace memplan::sim {
+
+enum Mono : int { kOne = 0, kB, kS, kBS, kBSS, kSS, kNumMono };
+
+struct Poly {
+  std::array<std::int64_t, kNumMono> c{};
+
+  static Poly constant(std::int64_t v) { return mono(kOne, v); }
+  static Poly mono(Mono m, std::int64_t v) {
+    Poly p;
+    p.c[m] = v;
+    return p;
+  }
+  Poly operator+(const Poly& o) const;
+  Poly operator-(const Poly& o) const;
+  Poly operator*(std::int64_t k) const;
+  Poly& operator+=(const Poly& o) { return *this = *this + o; }
+  Poly& operator-=(const Poly& o) { return *this = *this - o; }
+  bool operator==(const Poly& o) const { return c == o.c; }
+  bool is_zero() const;
+  // Coefficient-wise >=: then a >= b for every b, s >= 1.
+  bool dominates(const Poly& o) const;
+  // Exact value at (b, s); throws SizeOverflow if it does not fit in int64.
+  std::int64_t eval(std::int64_t b, std::int64_t s) const;
+};
+
+}  // namespace memplan::sim

@@ -1,0 +1,814 @@
+#include "core/sim/program.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "memplan/bytes.hpp"
+
+namespace memplan::sim {
+
+namespace {
+
+struct LinearParams {
+  LinearModule mod;
+  int w = -1, b = -1;   // base weight and bias
+  int A = -1, B = -1;   // LoRA adapters
+  bool quant4 = false;
+};
+
+struct LayerParams {
+  std::map<std::string, LinearParams> lin;  // by module name (MoE: routed/shared prefixes)
+  std::vector<int> norms;                    // weights (and biases) of the layer norms, in order
+  int q_norm = -1, k_norm = -1;
+  bool moe = false;
+};
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+class Step {
+ public:
+  explicit Step(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) {}
+
+  ProgramResult run();
+
+ private:
+  // ---- sizes (Polys in b and s); DPO/GRPO scale the batch.
+  Poly tok(std::int64_t k) const { return Poly::mono(kBS, k * sp_.batch_multiplier); }
+  Poly scores(std::int64_t k) const { return Poly::mono(kBSS, k * sp_.batch_multiplier); }
+  Poly per_seq(std::int64_t k) const { return Poly::mono(kB, k * sp_.batch_multiplier); }
+  static Poly c(std::int64_t k) { return Poly::constant(k); }
+
+  DT other_dt() const {
+    // prepare_model_for_kbit_training upcasts every non-quantized fp16/bf16 parameter to fp32.
+    return sp_.load_in_4bit ? DT::kF32 : sp_.weight_dt;
+  }
+  // PEFT's modules_to_save keeps the original module frozen and trains a copy (made separately).
+  bool trainable(const std::string&) const { return sp_.full_finetune; }
+
+  // ---- parameters
+  int make_param(std::int64_t numel, DT dt, bool train, Cat cat = Cat::kWeights, std::int64_t rows = 0,
+                 std::int64_t cols = 0, int count = 1) {
+    params_.push_back({numel, dt, train, cur_layer_, rows, cols, count});
+    return g_.param(c(numel), dt, cat, train);
+  }
+  LinearParams make_linear(const LinearModule& mod);
+  void make_params();
+
+  // ---- building blocks
+  int norm(int x, int w, int bias, std::int64_t width, Poly numel);
+  int llama_rmsnorm(int x, int w, Poly numel, Poly rows);
+  int gemma_rmsnorm(int x, int w, Poly numel, Poly rows);
+  int layer_norm(int x, int w, int bias, Poly numel, Poly rows);
+  int lin(int x, LinearParams& p, Poly out_numel);
+  int linear4bit(int x, LinearParams& p, Poly out_numel);
+  int rope(int x, Poly numel);
+  std::pair<int, int> attention(int x, LayerParams& lp);
+  int mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2);
+  int moe(int x, LayerParams& lp);
+  int gelu_new(int x);
+  int decoder_layer(int h, int layer);
+  int checkpointed_layer(int h, int layer);
+  int head_and_loss(int h);
+
+  const ProgramSpec& sp_;
+  const ModelSpec& m_;
+  Graph g_;
+  Ops ops_;
+  int ids_ = -1, attn_mask2d_ = -1, labels_ = -1;
+  int embed_ = -1, pos_embed_ = -1, final_norm_ = -1, final_norm_b_ = -1, lm_head_ = -1;
+  int embed_copy_ = -1, lm_head_copy_ = -1;  // PEFT modules_to_save trainable copies
+  std::vector<LayerParams> layers_;
+  int mask_ = -1, cos_ = -1, sin_ = -1;
+  int layer_ = 0;
+  int cur_layer_ = -1;
+  std::vector<ParamRec> params_;
+};
+
+LinearParams Step::make_linear(const LinearModule& mod) {
+  LinearParams p;
+  p.mod = mod;
+  const std::int64_t n = mod.weight_params();
+  const bool quant = sp_.load_in_4bit;
+  if (quant) {
+    // bitsandbytes Params4bit: two 4-bit values per byte, one absmax per 64-value block (fp32),
+    // or with double quantization one byte per block plus an fp32 absmax per 256 blocks.
+    p.quant4 = true;
+    const std::int64_t blocks = (n + 63) / 64;
+    std::int64_t bytes = (n + 1) / 2;
+    bytes += sp_.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
+    p.w = make_param(bytes, DT::kU8, false);
+  } else {
+    p.w = make_param(n, sp_.weight_dt, sp_.full_finetune, Cat::kWeights, mod.out_features, mod.in_features, mod.count);
+  }
+  if (mod.bias) p.b = make_param(mod.bias_params(), other_dt(), sp_.full_finetune);
+  if (sp_.lora.enabled && contains(sp_.lora.targets, mod.name)) {
+    const std::int64_t r = sp_.lora.r;
+    p.A = make_param(r * mod.in_features * mod.count, DT::kF32, true, Cat::kAdapterWeights, r, mod.in_features,
+                     mod.count);
+    p.B = make_param(r * mod.out_features * mod.count, DT::kF32, true, Cat::kAdapterWeights, mod.out_features, r,
+                     mod.count);
+  }
+  return p;
+}
+
+void Step::make_params() {
+  const std::int64_t h = m_.hidden_size;
+  const std::int64_t V = m_.vocab_size;
+  embed_ = make_param(V * h, other_dt(), trainable("embed_tokens"), Cat::kWeights, V, h);
+  if (contains(sp_.lora.modules_to_save, "embed_tokens") && sp_.lora.enabled)
+    embed_copy_ = make_param(V * h, other_dt(), true, Cat::kWeights, V, h);
+  if (m_.learned_positions)
+    pos_embed_ = make_param(m_.max_position_embeddings * h, other_dt(), trainable("wpe"), Cat::kWeights,
+                            m_.max_position_embeddings, h);
+  for (int l = 0; l < sp_.sim_layers; ++l) {
+    cur_layer_ = l;
+    LayerParams lp;
+    const int model_layer = l == 0 ? 0 : (l == sp_.sim_layers - 1 ? m_.num_layers - 1 : 1);
+    lp.moe = m_.moe.is_moe_layer(model_layer);
+    for (const auto& mod : layer_linears(m_, model_layer)) {
+      std::string key = mod.name;
+      if (mod.role == LinearRole::kSharedExpert) key = "shared." + key;
+      if (mod.role == LinearRole::kMlp && m_.model_type == "gpt2") key = "mlp." + key;
+      lp.lin.emplace(key, make_linear(mod));
+    }
+    const bool bias = m_.norm == NormKind::kLayerNorm && m_.norm_bias;
+    for (int i = 0; i < m_.norms_per_layer; ++i) {
+      lp.norms.push_back(make_param(h, other_dt(), sp_.full_finetune));
+      lp.norms.push_back(bias ? make_param(h, other_dt(), sp_.full_finetune) : -1);
+    }
+    if (m_.qk_norm) {
+      lp.q_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
+      lp.k_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
+    }
+    layers_.push_back(std::move(lp));
+  }
+  cur_layer_ = -1;
+  final_norm_ = make_param(h, other_dt(), sp_.full_finetune);
+  if (m_.norm == NormKind::kLayerNorm && m_.norm_bias) final_norm_b_ = make_param(h, other_dt(), sp_.full_finetune);
+  if (!m_.tie_word_embeddings) {
+    lm_head_ = make_param(V * h, other_dt(), trainable("lm_head"), Cat::kWeights, V, h);
+    if (contains(sp_.lora.modules_to_save, "lm_head") && sp_.lora.enabled)
+      lm_head_copy_ = make_param(V * h, other_dt(), true, Cat::kWeights, V, h);
+  }
+}
+
+// ---- norms
+
+int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows) {
+  // LlamaRMSNorm: to(fp32), pow(2).mean(-1), rsqrt(var + eps), x * rsqrt, to(input dtype), weight * x
+  const DT in_dt = g_.at(x).dt;
+  const int h32 = ops_.to(x, DT::kF32);
+  const int p = ops_.pow2(h32);
+  const int var = ops_.mean_last(p, rows);
+  g_.drop(p);
+  const int ve = ops_.scalar_op(var);
+  g_.drop(var);
+  const int r = ops_.rsqrt(ve);
+  g_.drop(ve);
+  const int n = ops_.mul(h32, r, numel);
+  g_.drop(h32);
+  g_.drop(r);
+  const int nd = ops_.to(n, in_dt);
+  g_.drop(n);
+  const int out = ops_.mul(w, nd, numel);
+  g_.drop(nd);
+  return out;
+}
+
+int Step::gemma_rmsnorm(int x, int w, Poly numel, Poly rows) {
+  // GemmaRMSNorm: output = norm(x.float()) * (1 + weight.float()); output.type_as(x)
+  const DT in_dt = g_.at(x).dt;
+  const int h32 = ops_.to(x, DT::kF32);
+  const int p = ops_.pow2(h32);
+  const int var = ops_.mean_last(p, rows);
+  g_.drop(p);
+  const int ve = ops_.scalar_op(var);
+  g_.drop(var);
+  const int r = ops_.rsqrt(ve);
+  g_.drop(ve);
+  const int n = ops_.mul(h32, r, numel);
+  g_.drop(h32);
+  g_.drop(r);
+  const int w32 = ops_.to(w, DT::kF32);
+  const int w1 = ops_.scalar_op(w32);
+  g_.drop(w32);
+  const int o = ops_.mul(n, w1, numel);
+  g_.drop(n);
+  g_.drop(w1);
+  const int out = ops_.to(o, in_dt);
+  g_.drop(o);
+  return out;
+}
+
+int Step::layer_norm(int x, int w, int bias, Poly numel, Poly rows) {
+  // native_layer_norm: output plus fp32 mean and rstd per row; saves input, mean, rstd, weight.
+  Graph& g = g_;
+  const int y = g.make(numel, g.at(x).dt, ops_.cat);
+  const int mean = g.make(rows, DT::kF32, ops_.cat);
+  const int rstd = g.make(rows, DT::kF32, ops_.cat);
+  g.node({x, w, bias}, {y}, {x, mean, rstd, w, bias}, [x, w, bias](Bwd& ctx) {
+    const int gx = ctx.needs(x) ? ctx.like(x) : -1;
+    const int gw = ctx.needs(w) ? ctx.like(w) : -1;
+    const int gb = bias >= 0 && ctx.needs(bias) ? ctx.like(bias) : -1;
+    if (gx >= 0) ctx.give(x, gx);
+    if (gw >= 0) ctx.give(w, gw);
+    if (gb >= 0) ctx.give(bias, gb);
+  });
+  g.drop(mean);
+  g.drop(rstd);
+  return y;
+}
+
+int Step::norm(int x, int w, int bias, std::int64_t width, Poly numel) {
+  Poly rows = numel;
+  for (auto& v : rows.c) v /= width;
+  if (m_.norm == NormKind::kLayerNorm) return layer_norm(x, w, bias, numel, rows);
+  if (m_.model_type.rfind("gemma", 0) == 0) return gemma_rmsnorm(x, w, numel, rows);
+  return llama_rmsnorm(x, w, numel, rows);
+}
+
+// ---- linears
+
+int Step::linear4bit(int x, LinearParams& p, Poly out_numel) {
+  // bnb Linear4bit: x.to(compute_dtype); MatMul4Bit dequantizes the weight for the product in
+  // forward and again in backward (transient copies), saving nothing of size.
+  const DT in_dt = g_.at(x).dt;
+  const int xc = ops_.to(x, sp_.compute_dt);
+  const std::int64_t wn = p.mod.weight_params();
+  const int deq = g_.make(c(wn), sp_.compute_dt, Cat::kAutocastCopies);
+  const int y = g_.make(out_numel, sp_.compute_dt, ops_.cat);
+  g_.drop(deq);
+  const DT cdt = sp_.compute_dt;
+  g_.node({xc}, {y}, {}, [xc, wn, cdt](Bwd& ctx) {
+    const int d = ctx.temp(Poly::constant(wn), cdt, Cat::kAutocastCopies);
+    const int gx = ctx.like(xc);
+    ctx.drop(d);
+    ctx.give(xc, gx);
+  });
+  g_.drop(xc);
+  const int out = ops_.to(y, in_dt);
+  g_.drop(y);
+  return out;
+}
+
+int Step::lin(int x, LinearParams& p, Poly out_numel) {
+  const int base = p.quant4 ? linear4bit(x, p, out_numel) : ops_.linear(x, p.w, p.b, out_numel);
+  if (p.A < 0) return base;
+  // peft lora.Linear.forward: x = x.to(lora_A dtype) lives until the method returns.
+  const DT res_dt = g_.at(base).dt;
+  const Cat saved_cat = ops_.cat;
+  ops_.cat = Cat::kLoraDropout;
+  const int xc = ops_.to(x, DT::kF32);
+  const int d = ops_.dropout(xc, sp_.lora.dropout);
+  Poly a_numel = out_numel;
+  for (auto& v : a_numel.c) v = v / p.mod.out_features * sp_.lora.r;
+  const int a = ops_.linear(d, p.A, -1, a_numel);
+  g_.drop(d);
+  const int bb = ops_.linear(a, p.B, -1, out_numel);
+  g_.drop(a);
+  ops_.cat = saved_cat;
+  const int sc = ops_.scalar_op(bb);
+  g_.drop(bb);
+  const int sum = ops_.add(base, sc, out_numel);
+  g_.drop(base);
+  g_.drop(sc);
+  const int res = ops_.to(sum, res_dt);
+  g_.drop(sum);
+  g_.drop(xc);
+  return res;
+}
+
+// ---- attention
+
+int Step::rope(int x, Poly numel) {
+  // apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half = cat(-x2, x1)
+  Poly half = numel;
+  for (auto& v : half.c) v /= 2;
+  const int c1 = ops_.mul(x, cos_, numel);
+  const int x1 = ops_.slice(x, half, false);
+  const int x2 = ops_.slice(x, half, false);
+  const int nx2 = ops_.neg(x2);
+  g_.drop(x2);
+  const int rh = ops_.concat({nx2, x1});
+  g_.drop(nx2);
+  g_.drop(x1);
+  const int c2 = ops_.mul(rh, sin_, numel);
+  g_.drop(rh);
+  const int out = ops_.add(c1, c2, numel);
+  g_.drop(c1);
+  g_.drop(c2);
+  return out;
+}
+
+std::pair<int, int> Step::attention(int x, LayerParams& lp) {
+  const std::int64_t nh = m_.num_heads, nkv = m_.num_kv_heads, hd = m_.head_dim;
+  const Poly qn = tok(nh * hd), kvn = tok(nkv * hd);
+  int q, k, v;
+  if (m_.fused_qkv) {
+    const int qkv = lin(x, lp.lin.at(m_.model_type == "gpt2" ? "c_attn" : "qkv_proj"), tok(nh * hd + 2 * nkv * hd));
+    q = ops_.slice(qkv, qn, false);
+    k = ops_.slice(qkv, kvn, false);
+    v = ops_.slice(qkv, kvn, false);
+    g_.drop(qkv);
+  } else {
+    q = lin(x, lp.lin.at("q_proj"), qn);
+    k = lin(x, lp.lin.at("k_proj"), kvn);
+    v = lin(x, lp.lin.at("v_proj"), kvn);
+  }
+  if (lp.q_norm >= 0) {  // Qwen3 / Gemma 3: RMSNorm over head_dim before the transpose
+    const int qn2 = norm(q, lp.q_norm, -1, hd, qn);
+    g_.drop(q);
+    q = qn2;
+    const int kn2 = norm(k, lp.k_norm, -1, hd, kvn);
+    g_.drop(k);
+    k = kn2;
+  }
+  const int qt = ops_.transpose_view(q);
+  const int kt = ops_.transpose_view(k);
+  const int vt = ops_.transpose_view(v);
+  g_.drop(q);
+  g_.drop(k);
+  g_.drop(v);
+  int qe = qt, ke = kt;
+  if (m_.model_type != "gpt2") {
+    qe = rope(qt, qn);
+    ke = rope(kt, kvn);
+    g_.drop(qt);
+    g_.drop(kt);
+  }
+  const int n_rep = m_.num_heads / m_.num_kv_heads;
+  int out = -1, probs = -1;
+  const AttnImpl impl = sp_.attn;
+  if (impl == AttnImpl::kEager) {
+    const int kr = ops_.repeat_kv(ke, n_rep);
+    const int vr = ops_.repeat_kv(vt, n_rep);
+    const int qc = ops_.clone(qe);       // matmul reshapes the permuted query: a copy
+    const int kT = ops_.view(kr);        // key.transpose(2, 3) folds into bmm without a copy
+    ops_.cat = Cat::kAttentionScores;
+    const int sc = ops_.matmul(qc, kT, scores(nh));
+    g_.drop(qc);
+    g_.drop(kT);
+    int cur = ops_.scalar_op(sc);        // * scaling
+    g_.drop(sc);
+    if (m_.attn_logit_softcap > 0) {     // Gemma 2: tanh soft-capping
+      const int a = ops_.scalar_op(cur);
+      g_.drop(cur);
+      const int t = ops_.tanh(a);
+      g_.drop(a);
+      cur = ops_.scalar_op(t);
+      g_.drop(t);
+    }
+    const int masked = ops_.add(cur, mask_, scores(nh));
+    g_.drop(cur);
+    const int p32 = ops_.softmax_f32(masked);
+    g_.drop(masked);
+    probs = ops_.to(p32, g_.at(qe).dt);  // .to(query.dtype)
+    g_.drop(p32);
+    ops_.cat = Cat::kActivations;
+    const int o = ops_.matmul(probs, vr, qn);
+    g_.drop(vr);
+    g_.drop(kr);
+    const int ot = ops_.transpose_view(o);
+    g_.drop(o);
+    out = ops_.clone(ot);                // .transpose(1, 2).contiguous()
+    g_.drop(ot);
+  } else {
+    // SDPA (flash / memory-efficient kernels) and flash_attention_2: no (s x s) tensor; the
+    // kernel saves q, k, v, the output and a per-row fp32 logsumexp; backward allocates dq, dk,
+    // dv plus an fp32 dq accumulator and per-row softmax sums.
+    const bool native_gqa = impl == AttnImpl::kFlashAttention2;
+    const int kr = native_gqa ? (g_.hold(ke), ke) : ops_.repeat_kv(ke, n_rep);
+    const int vr = native_gqa ? (g_.hold(vt), vt) : ops_.repeat_kv(vt, n_rep);
+    const DT kdt = g_.at(qe).dt;
+    const int o = g_.make(qn, kdt, ops_.cat);
+    const Poly rows = Poly::mono(kBS, nh * sp_.batch_multiplier);
+    const int lse = g_.make(rows, DT::kF32, ops_.cat);
+    const Poly qn_copy = qn;
+    g_.node({qe, kr, vr}, {o}, {qe, kr, vr, o, lse}, [qe, kr, vr, rows, qn_copy](Bwd& ctx) {
+      const int acc = ctx.temp(qn_copy, DT::kF32);
+      const int d = ctx.temp(rows, DT::kF32);
+      const int gq = ctx.needs(qe) ? ctx.like(qe) : -1;
+      const int gk = ctx.needs(kr) ? ctx.like(kr) : -1;
+      const int gv = ctx.needs(vr) ? ctx.like(vr) : -1;
+      ctx.drop(acc);
+      ctx.drop(d);
+      if (gq >= 0) ctx.give(qe, gq);
+      if (gk >= 0) ctx.give(kr, gk);
+      if (gv >= 0) ctx.give(vr, gv);
+    });
+    g_.drop(lse);
+    g_.drop(kr);
+    g_.drop(vr);
+    if (impl == AttnImpl::kFlashAttention2) {
+      out = ops_.view(o);  // already (b, s, heads, d)
+    } else {
+      const int ot = ops_.transpose_view(o);
+      out = ops_.clone(ot);
+      g_.drop(ot);
+    }
+    g_.drop(o);
+  }
+  const int r = ops_.view(out);  // reshape(*input_shape, -1).contiguous()
+  g_.drop(out);
+  const int o = lin(r, lp.lin.at(m_.model_type == "gpt2" ? "c_proj" : "o_proj"), tok(m_.hidden_size));
+  g_.drop(r);
+  // query_states/key_states/value_states are locals of the attention forward until it returns.
+  g_.drop(qe);
+  g_.drop(ke);
+  g_.drop(vt);
+  return {o, probs};
+}
+
+// ---- MLP and MoE
+
+int Step::gelu_new(int x) {
+  // GPT-2 NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+  const Poly n = g_.at(x).numel;
+  const int x3 = ops_.pow2(x);
+  const int a = ops_.scalar_op(x3);
+  g_.drop(x3);
+  const int s = ops_.add(x, a, n);
+  g_.drop(a);
+  const int s2 = ops_.scalar_op(s);
+  g_.drop(s);
+  const int t = ops_.tanh(s2);
+  g_.drop(s2);
+  const int t1 = ops_.scalar_op(t);
+  g_.drop(t);
+  const int hx = ops_.scalar_op(x);
+  const int out = ops_.mul(hx, t1, n);
+  g_.drop(hx);
+  g_.drop(t1);
+  return out;
+}
+
+int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2) {
+  Poly wide = tokens_k, narrow = tokens_k;
+  for (auto& v : wide.c) v *= width;
+  for (auto& v : narrow.c) v *= m_.hidden_size;
+  if (gpt2) {
+    const int f = lin(x, lp.lin.at("mlp.c_fc"), wide);
+    const int a = gelu_new(f);
+    g_.drop(f);
+    const int o = lin(a, lp.lin.at("mlp.c_proj"), narrow);
+    g_.drop(a);
+    return o;
+  }
+  const bool mixtral = m_.model_type == "mixtral" && prefix.empty() && lp.moe;
+  int act, up;
+  if (m_.fused_gate_up) {
+    Poly both = wide * 2;
+    const int gu = lin(x, lp.lin.at(prefix + "gate_up_proj"), both);
+    const int gate = ops_.slice(gu, wide, false);
+    up = ops_.slice(gu, wide, false);
+    g_.drop(gu);
+    act = m_.activation == Activation::kSilu ? ops_.silu(gate) : ops_.gelu(gate);
+    g_.drop(gate);
+  } else {
+    const int gate = lin(x, lp.lin.at(prefix + (mixtral ? "w1" : "gate_proj")), wide);
+    act = m_.activation == Activation::kSilu ? ops_.silu(gate) : ops_.gelu(gate);
+    g_.drop(gate);
+    up = lin(x, lp.lin.at(prefix + (mixtral ? "w3" : "up_proj")), wide);
+  }
+  const int p = ops_.mul(act, up, wide);
+  g_.drop(act);
+  g_.drop(up);
+  const int o = lin(p, lp.lin.at(prefix + (mixtral ? "w2" : "down_proj")), narrow);
+  g_.drop(p);
+  return o;
+}
+
+int Step::moe(int x, LayerParams& lp) {
+  // Routed experts, as transformers' eager MoE blocks: router logits, fp32 softmax, top-k; each
+  // expert runs on the tokens routed to it (balanced routing: tokens * k in all), scaled by its
+  // routing weight and index_add_-ed into a zero-initialised output.
+  const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts, k = m_.moe.experts_per_token;
+  const int logits = lin(x, lp.lin.at("gate"), tok(E));
+  const int probs = ops_.softmax_f32(logits);
+  g_.drop(logits);
+  const int topw = g_.make(tok(k), DT::kF32, ops_.cat);   // topk values (saved by the gather)
+  g_.node({probs}, {topw}, {}, [probs](Bwd& ctx) { ctx.give(probs, ctx.like(probs)); });
+  const int topi = g_.make(tok(k), DT::kI64, ops_.cat);
+  g_.drop(probs);
+  const int rw = ops_.to(topw, g_.at(x).dt);
+  g_.drop(topw);
+  const int out = g_.make(tok(h), g_.at(x).dt, ops_.cat);  // zeros, then index_add_
+  // hidden_states[top_x] for every expert: tokens * k gathered rows; backward scatters them back.
+  const int xs = g_.make(tok(h * k), g_.at(x).dt, ops_.cat);
+  g_.node({x}, {xs}, {}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
+  const int e = mlp(xs, lp, "", m_.moe.expert_intermediate_size, tok(k), false);
+  g_.drop(xs);
+  const int scaled = ops_.mul(e, rw, tok(h * k));
+  g_.drop(e);
+  g_.drop(rw);
+  const int summed = ops_.add(out, scaled, tok(h));
+  g_.drop(out);
+  g_.drop(scaled);
+  g_.drop(topi);
+  int result = summed;
+  if (m_.moe.num_shared_experts > 0) {
+    const int sh = mlp(x, lp, "shared.", m_.moe.shared_intermediate_size * m_.moe.num_shared_experts, tok(1), false);
+    int shv = sh;
+    if (m_.moe.shared_expert_gate) {
+      const int gl = lin(x, lp.lin.at("shared_expert_gate"), tok(1));
+      const int sg = ops_.tanh(gl);  // sigmoid: saves its result like tanh
+      g_.drop(gl);
+      shv = ops_.mul(sg, sh, tok(h));
+      g_.drop(sg);
+      g_.drop(sh);
+    }
+    result = ops_.add(summed, shv, tok(h));
+    g_.drop(summed);
+    g_.drop(shv);
+  }
+  return result;
+}
+
+// ---- layers
+
+int Step::decoder_layer(int h, int layer) {
+  LayerParams& lp = layers_[static_cast<std::size_t>(layer)];
+  const std::int64_t hs = m_.hidden_size;
+  const bool gpt2 = m_.model_type == "gpt2";
+  const bool post_norms = m_.norms_per_layer == 4;
+  g_.hold(h);  // residual = hidden_states
+  const int residual = h;
+  const int n1 = norm(h, lp.norms[0], lp.norms[1], hs, tok(hs));
+  auto [attn, probs] = attention(n1, lp);
+  g_.drop(n1);
+  if (post_norms) {
+    const int a2 = norm(attn, lp.norms[2], lp.norms[3], hs, tok(hs));
+    g_.drop(attn);
+    attn = a2;
+  }
+  if (gpt2) {  // resid_dropout
+    const int d = ops_.dropout(attn, 0.1);
+    g_.drop(attn);
+    attn = d;
+  }
+  const int h2 = ops_.add(residual, attn, tok(hs));
+  g_.drop(attn);
+  g_.drop(residual);
+  const int n2 = norm(h2, lp.norms[post_norms ? 4 : 2], lp.norms[post_norms ? 5 : 3], hs, tok(hs));
+  int m = lp.moe ? moe(n2, lp) : mlp(n2, lp, "", m_.intermediate_size, tok(1), gpt2);
+  g_.drop(n2);
+  if (post_norms) {
+    const int m2 = norm(m, lp.norms[6], lp.norms[7], hs, tok(hs));
+    g_.drop(m);
+    m = m2;
+  }
+  if (gpt2) {
+    const int d = ops_.dropout(m, 0.1);
+    g_.drop(m);
+    m = d;
+  }
+  const int h3 = ops_.add(h2, m, tok(hs));
+  g_.drop(m);
+  g_.drop(h2);
+  if (probs >= 0) g_.drop(probs);  // `hidden_states, _ = self.self_attn(...)`: `_` lives to here
+  return h3;
+}
+
+int Step::checkpointed_layer(int h, int layer) {
+  // torch.utils.checkpoint (use_reentrant=True): forward without grad; the node saves the
+  // positional input and (through the bound functools.partial) the mask and rotary tables, plus
+  // the CPU RNG state; backward recomputes the layer with grad (and autocast, if it was on)
+  // and runs a nested backward through it.
+  const bool outer = g_.grad_enabled();
+  g_.set_grad_enabled(false);
+  const int out = decoder_layer(h, layer);
+  g_.set_grad_enabled(outer);
+  const int rng = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
+  const std::optional<DT> ac = ops_.autocast();
+  if (g_.at(h).cat == Cat::kActivations) g_.retag(h, Cat::kCheckpoints);
+  const bool made = g_.node({h}, {out}, {h, mask_, cos_, sin_, rng}, [this, h, layer, ac](Bwd& ctx) {
+    Graph& g = ctx.graph();
+    const int rng2 = g.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);  // fork_rng
+    const int hv = g.view(h, g.at(h).numel);
+    g.at(hv).requires_grad = g.at(h).requires_grad;
+    const int first = g.node_count();
+    const bool prev = g.grad_enabled();
+    g.set_grad_enabled(true);
+    const Cat saved_cat = ops_.cat;
+    ops_.cat = Cat::kActivations;
+    if (ac) ops_.enter_autocast(*ac);
+    const int rec = decoder_layer(hv, layer);
+    if (ac) ops_.exit_autocast();
+    ops_.cat = saved_cat;
+    g.set_grad_enabled(false);
+    g.hold(ctx.grad());
+    g.backward_from(rec, ctx.grad(), first);
+    g.release_graph(first);
+    g.drop(rec);
+    g.drop(rng2);
+    g.set_grad_enabled(prev);
+    const int gi = g.take_grad(hv);
+    g.drop(hv);
+    if (gi >= 0) ctx.give(h, gi);
+  });
+  (void)made;
+  g_.drop(rng);
+  return out;
+}
+
+// ---- head and loss
+
+int Step::head_and_loss(int h) {
+  const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
+  ops_.cat = Cat::kActivations;
+  const int hn = norm(h, final_norm_, final_norm_b_, hs, tok(hs));
+  // LlamaModel.forward returns here: its locals (mask, rotary tables) go.
+  g_.drop(mask_);
+  g_.drop(cos_);
+  g_.drop(sin_);
+  // hidden_states[:, slice_indices, :]
+  const int s1 = ops_.slice(hn, tok(hs), true);
+  const int s2 = ops_.slice(s1, tok(hs), true);
+  const int s3 = ops_.slice(s2, tok(hs), true);
+  g_.drop(hn);
+  g_.drop(s1);
+  g_.drop(s2);
+  ops_.cat = Cat::kLogits;
+  const int head = lm_head_copy_ >= 0 ? lm_head_copy_ : (lm_head_ >= 0 ? lm_head_ : (embed_copy_ >= 0 ? embed_copy_ : embed_));
+  int logits = ops_.linear(s3, head, -1, tok(V));
+  g_.drop(s3);
+  if (m_.final_logit_softcap > 0) {  // Gemma 2: logits / cap, tanh, * cap
+    const int a = ops_.scalar_op(logits);
+    g_.drop(logits);
+    const int t = ops_.tanh(a);
+    g_.drop(a);
+    logits = ops_.scalar_op(t);
+    g_.drop(t);
+  }
+  // ForCausalLMLoss: logits.float(); labels padded by one and shifted (a contiguous copy);
+  // cross_entropy = log_softmax + nll_loss.
+  const int l32 = ops_.to(logits, DT::kF32);
+  ops_.cat = Cat::kInputs;
+  const int padded = g_.make(per_seq(1) + tok(1), DT::kI64, Cat::kInputs);
+  const int shift = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  g_.drop(padded);
+  ops_.cat = Cat::kLogits;
+  const int lv = ops_.view(l32);
+  const int logp = ops_.log_softmax(lv);
+  const int loss = ops_.nll_loss(logp, shift);
+  g_.drop(logp);
+  g_.drop(lv);
+  g_.drop(l32);
+  g_.drop(shift);
+  g_.drop(logits);  // CausalLMOutputWithPast is dropped by compute_loss before backward
+  return loss;
+}
+
+ProgramResult Step::run() {
+  ProgramResult res;
+  g_.set_backward_segment_map([](int seg) {
+    if (seg == kSegFwdPre) return static_cast<int>(kSegBwdPre);
+    if (seg >= kSegFwdLayer0 && seg < kSegHead) return kSegBwdLayer0 + (seg - kSegFwdLayer0);
+    if (seg == kSegHead) return static_cast<int>(kSegHeadBwd);
+    return seg;
+  });
+  g_.set_segment(kSegFwdPre);
+  make_params();
+  const std::int64_t h = m_.hidden_size;
+  // Trainer inputs: input_ids, attention_mask, labels (int64), alive for the whole step.
+  ids_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  attn_mask2d_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  labels_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  CatVec per_layer{};
+  {
+    // Persistent bytes of the middle simulated layer stand for every extra layer.
+    const int mid = sp_.sim_layers >= 3 ? 1 : -1;
+    if (mid >= 0) {
+      for (auto& [name, p] : layers_[1].lin)
+        for (int t : {p.w, p.b, p.A, p.B})
+          if (t >= 0) per_layer[static_cast<int>(g_.at(t).cat)] += g_.at(t).bytes();
+      for (int t : layers_[1].norms)
+        if (t >= 0) per_layer[static_cast<int>(Cat::kWeights)] += g_.at(t).bytes();
+      for (int t : {layers_[1].q_norm, layers_[1].k_norm})
+        if (t >= 0) per_layer[static_cast<int>(Cat::kWeights)] += g_.at(t).bytes();
+    }
+    res.per_layer_params = per_layer;
+    Poly grads;
+    if (mid >= 0) {
+      for (auto& [name, p] : layers_[1].lin)
+        for (int t : {p.w, p.b, p.A, p.B})
+          if (t >= 0 && g_.at(t).requires_grad) grads += g_.at(t).bytes();
+      for (int t : layers_[1].norms)
+        if (t >= 0 && g_.at(t).requires_grad) grads += g_.at(t).bytes();
+      for (int t : {layers_[1].q_norm, layers_[1].k_norm})
+        if (t >= 0 && g_.at(t).requires_grad) grads += g_.at(t).bytes();
+    }
+    res.per_layer_grad_bytes = grads;
+  }
+
+  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+  ops_.cat = Cat::kActivations;
+  const int emb_w = embed_copy_ >= 0 ? embed_copy_ : embed_;
+  int hcur = ops_.embedding(ids_, emb_w, tok(h));
+  if (m_.scale_embeddings) {  // Gemma: inputs_embeds * sqrt(hidden)
+    const int s = ops_.scalar_op(hcur);
+    g_.drop(hcur);
+    hcur = s;
+  }
+  if (m_.learned_positions) {  // GPT-2: wte + wpe, then embd dropout
+    const int pe = ops_.embedding(ids_, pos_embed_, Poly::mono(kS, h));
+    const int sum = ops_.add(hcur, pe, tok(h));
+    g_.drop(pe);
+    g_.drop(hcur);
+    const int d = ops_.dropout(sum, 0.1);
+    g_.drop(sum);
+    hcur = d;
+  }
+  if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(hcur).requires_grad) {
+    // enable_input_require_grads(): the embedding output becomes a leaf that requires grad.
+    g_.at(hcur).requires_grad = true;
+  }
+  const int emb_leaf = hcur;
+  g_.hold(emb_leaf);
+  // The 4D additive causal mask for the eager path (b, 1, s, s) in the activation dtype:
+  // full(s, s) -> triu -> expand(b) -> clone -> + padding -> == 0 -> masked_fill -> copy_.
+  const DT mdt = g_.at(hcur).dt;
+  if (sp_.attn == AttnImpl::kEager) {
+    ops_.cat = Cat::kInputs;
+    const int full = g_.make(Poly::mono(kSS, 1), mdt, Cat::kInputs);
+    const int tri = g_.make(Poly::mono(kSS, 1), mdt, Cat::kInputs);
+    g_.drop(full);
+    mask_ = g_.make(scores(1), mdt, Cat::kInputs);
+    g_.drop(tri);
+    const int padd = g_.make(scores(1), mdt, Cat::kInputs);
+    const int eq = g_.make(scores(1), DT::kBool, Cat::kInputs);
+    g_.drop(padd);
+    const int filled = g_.make(scores(1), mdt, Cat::kInputs);
+    g_.drop(filled);
+    g_.drop(eq);
+  } else {
+    mask_ = g_.make(Poly{}, mdt, Cat::kInputs);  // None: causal kernels need no mask
+  }
+  // Rotary cos/sin: (1, s, head_dim), computed in fp32 and cast to the activation dtype.
+  {
+    const Poly rot = Poly::mono(kS, m_.head_dim);
+    const int f = g_.make(Poly::mono(kS, m_.head_dim / 2), DT::kF32, Cat::kInputs);
+    const int e = g_.make(rot, DT::kF32, Cat::kInputs);
+    g_.drop(f);
+    const int c0 = g_.make(rot, DT::kF32, Cat::kInputs);
+    cos_ = g_.make(rot, DT::kF32, Cat::kInputs);
+    g_.drop(c0);
+    const int s0 = g_.make(rot, DT::kF32, Cat::kInputs);
+    sin_ = g_.make(rot, DT::kF32, Cat::kInputs);
+    g_.drop(s0);
+    g_.drop(e);
+    if (mdt != DT::kF32) {
+      const int c2 = g_.make(rot, mdt, Cat::kInputs);
+      g_.drop(cos_);
+      cos_ = c2;
+      const int s2 = g_.make(rot, mdt, Cat::kInputs);
+      g_.drop(sin_);
+      sin_ = s2;
+    }
+  }
+  for (int l = 0; l < sp_.sim_layers; ++l) {
+    g_.set_segment(kSegFwdLayer0 + std::min(l, 2));
+    ops_.cat = Cat::kActivations;
+    layer_ = l;
+    const int next = sp_.gradient_checkpointing ? checkpointed_layer(hcur, l) : decoder_layer(hcur, l);
+    g_.drop(hcur);
+    hcur = next;
+    res.after_layer.push_back(g_.live());
+  }
+  g_.set_segment(kSegHead);
+  const int loss = head_and_loss(hcur);
+  g_.drop(hcur);
+  if (sp_.autocast) ops_.exit_autocast();
+  g_.drop(emb_leaf);
+
+  g_.backward(loss, 0);
+  g_.set_segment(kSegBwdPre);
+  const int eg = g_.take_grad(emb_leaf);  // the embedding leaf's .grad dies with the graph
+  g_.release_graph(0);
+  if (eg >= 0) g_.drop(eg);
+  g_.drop(loss);
+  res.events = g_.pruned_events();
+  res.params = params_;
+  // zero_grad(set_to_none=True) after the optimizer step.
+  g_.free_param_grads();
+  res.end_of_step = g_.live();
+  return res;
+}
+
+}  // namespace
+
+std::vector<std::string> default_lora_targets(const ModelSpec& m) {
+  // peft.utils.constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+  if (m.model_type == "gpt2") return {"c_attn"};
+  if (m.model_type == "phi3") return {"qkv_proj"};
+  return {"q_proj", "v_proj"};
+}
+
+ProgramResult run_step(const ProgramSpec& spec) {
+  Step s(spec);
+  return s.run();
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,84 @@
+// The training step as a program of ops: transformers' eager Llama-family forward (and its
+// GPT-2/Phi-3/Gemma/MoE variants), PEFT LoRA, bitsandbytes 4-bit linears, reentrant gradient
+// checkpointing, ForCausalLMLoss, and backward, run on a sim::Graph (docs/formulas.md).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/sim/graph.hpp"
+#include "core/sim/ops.hpp"
+#include "memplan/model.hpp"
+#include "memplan/training.hpp"
+
+namespace memplan::sim {
+
+// Segments of the recorded timeline. Layers are simulated for a reduced model of at most three
+// decoder layers: the first, one standing for every middle layer, and the last.
+enum Segment : int {
+  kSegFwdPre = 0,
+  kSegFwdLayer0 = 1,  // + layer index (0..2)
+  kSegHead = 4,       // final norm, lm_head and loss forward
+  kSegHeadBwd = 5,
+  kSegBwdLayer0 = 6,  // + layer index (0..2)
+  kSegBwdPre = 9,     // embedding backward
+  kNumSegments = 10,
+};
+
+struct LoraPlan {
+  bool enabled = false;
+  int r = 16;
+  double dropout = 0.0;
+  std::vector<std::string> targets;        // module names (already validated)
+  std::vector<std::string> modules_to_save;
+};
+
+struct ProgramSpec {
+  ModelSpec model;
+  int sim_layers = 3;             // decoder layers simulated (the model's, up to 3)
+  DT weight_dt = DT::kF32;        // torch_dtype
+  std::optional<DT> autocast;
+  bool full_finetune = true;
+  LoraPlan lora;
+  bool load_in_4bit = false;
+  bool double_quant = false;
+  DT compute_dt = DT::kF32;       // bnb_4bit_compute_dtype
+  bool gradient_checkpointing = false;
+  AttnImpl attn = AttnImpl::kEager;
+  OpsBehaviour ops;
+  // DPO/GRPO shape the batch: sequences in the policy forward, and logit tokens per sequence.
+  std::int64_t batch_multiplier = 1;
+};
+
+struct LayerSnapshot {
+  CatVec live;  // live bytes per category at the end of each simulated layer's forward
+};
+
+// A parameter tensor of the simulated model, for the optimizer model.
+struct ParamRec {
+  std::int64_t numel = 0;
+  DT dt = DT::kF32;
+  bool trainable = false;
+  int sim_layer = -1;              // decoder layer of the reduced model, -1 outside the layers
+  std::int64_t rows = 0, cols = 0; // 2-D shape of one matrix (0 for vectors)
+  int count = 1;                   // matrices of that shape (routed experts)
+};
+
+struct ProgramResult {
+  std::vector<ParamRec> params;       // every parameter of the reduced model
+  std::vector<Event> events;          // pruned timeline
+  std::vector<CatVec> after_layer;    // live bytes after each simulated layer's forward
+  CatVec per_layer_params;            // persistent bytes of one middle layer (weights, adapters)
+  Poly per_layer_grad_bytes;          // gradient bytes one middle layer produces
+  CatVec end_of_step;                 // live after zero_grad (persistent state)
+};
+
+// Runs one SFT step of the reduced model. Throws SizeOverflow on absurd sizes.
+ProgramResult run_step(const ProgramSpec& spec);
+
+// The names LoRA targets by default for a model type (PEFT's mapping), and validation of
+// user-given names against the model's Linear modules ("all-linear" expands to all of them).
+std::vector<std::string> default_lora_targets(const ModelSpec& m);
+
+}  // namespace memplan::sim

@@ -1,0 +1,101 @@
+#include "io/measurement.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "io/model_source.hpp"
+
+namespace memplan::io {
+
+using nlohmann::json;
+
+namespace {
+
+Error case_error(const std::string& path, const std::string& id, const std::string& msg) {
+  Error e = make_error(ErrorCode::kInvalidConfig, fmt::format("case '{}': {}", id, msg));
+  e.where = SourceLocation{path, 0, 0};
+  return e;
+}
+
+Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
+  MeasuredCase c;
+  c.id = j.value("id", std::string("?"));
+  if (!j.contains("model") || !j.contains("training") || !j.contains("measured"))
+    return case_error(path, c.id, "needs \"model\", \"training\" and \"measured\"");
+  json model = j["model"];
+  if (!model.contains("model_type")) model["model_type"] = "llama";
+  MEMPLAN_TRY(c.model, parse_hf_config(model.dump(), path + ":" + c.id));
+  c.model.name = c.id;
+  const json& t = j["training"];
+  TrainingConfig& cfg = c.config;
+  cfg.device = Device::kCpu;
+  cfg.micro_batch = t.value("batch", 1);
+  cfg.seq_len = t.value("seq_len", 1024);
+  MEMPLAN_TRY(cfg.torch_dtype, parse_dtype(t.value("torch_dtype", std::string("float32"))));
+  if (t.contains("autocast") && t["autocast"].is_string()) {
+    MEMPLAN_TRY(DType a, parse_dtype(t["autocast"].get<std::string>()));
+    cfg.autocast = a;
+  }
+  MEMPLAN_TRY(cfg.optim.kind, parse_optimizer(t.value("optim", std::string("adamw_torch"))));
+  if (t.contains("optim_args") && t["optim_args"].is_object())
+    for (const auto& [k, v] : t["optim_args"].items())
+      cfg.optim.args[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  cfg.gradient_checkpointing = t.value("gradient_checkpointing", false);
+  MEMPLAN_TRY(cfg.attn, parse_attn_impl(t.value("attn_implementation", std::string("eager"))));
+  if (t.contains("lora") && t["lora"].is_object()) {
+    const json& l = t["lora"];
+    cfg.lora.enabled = true;
+    cfg.lora.r = l.value("r", 16);
+    cfg.lora.alpha = l.value("alpha", 32.0);
+    cfg.lora.dropout = l.value("dropout", 0.05);
+    if (l.contains("target_modules")) {
+      if (l["target_modules"].is_string() && l["target_modules"].get<std::string>() == "all-linear")
+        cfg.lora.all_linear = true;
+      else if (l["target_modules"].is_array())
+        for (const auto& m : l["target_modules"]) cfg.lora.target_modules.push_back(m.get<std::string>());
+    }
+    if (l.contains("modules_to_save"))
+      for (const auto& m : l["modules_to_save"]) cfg.lora.modules_to_save.push_back(m.get<std::string>());
+  }
+  const json& m = j["measured"];
+  c.peak_bytes = m.value("peak_bytes", std::int64_t{0});
+  c.peak_phase = m.value("peak_phase", std::string());
+  if (m.contains("phases"))
+    for (const auto& [k, v] : m["phases"].items())
+      if (v.is_number()) c.phase_peaks[k] = v.get<std::int64_t>();
+  if (c.peak_bytes <= 0) return case_error(path, c.id, "measured.peak_bytes must be positive");
+  return c;
+}
+
+}  // namespace
+
+Result<std::vector<MeasuredCase>> load_measurements(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::exception& e) {
+    Error err = make_error(ErrorCode::kParseError, fmt::format("invalid JSON: {}", e.what()));
+    err.where = SourceLocation{path, 0, 0};
+    return err;
+  }
+  if (!j.is_array()) return case_error(path, "-", "the file must hold a JSON list of cases");
+  std::vector<MeasuredCase> out;
+  try {
+    for (const auto& c : j) {
+      MEMPLAN_TRY(MeasuredCase mc, parse_case(c, path));
+      out.push_back(std::move(mc));
+    }
+  } catch (const json::exception& e) {
+    return case_error(path, "-", e.what());
+  }
+  return out;
+}
+
+}  // namespace memplan::io

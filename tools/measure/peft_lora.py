@@ -1,0 +1,71 @@
+"""LoRA adapters following PEFT's lora.Linear (peft/tuners/lora/layer.py, 2026):
+
+    result = base_layer(x)
+    x = x.to(lora_A.weight.dtype)            # _cast_input_dtype
+    result = result + lora_B(lora_A(dropout(x))) * scaling
+    result = result.to(torch_result_dtype)
+
+Adapters are created in float32: PEFT's get_peft_model(autocast_adapter_dtype=True) upcasts bf16/fp16
+adapter weights to fp32. Dropout is nn.Dropout(p) when p > 0, else nn.Identity. The base weights
+are frozen; modules_to_save are trained in full (PEFT keeps a trainable copy of the module).
+"""
+import math
+
+import torch
+import torch.nn as nn
+
+# PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["llama"]
+DEFAULT_TARGETS = ["q_proj", "v_proj"]
+
+
+class LoraLinear(nn.Module):
+    def __init__(self, base_layer, r, alpha, dropout):
+        super().__init__()
+        self.base_layer = base_layer
+        self.lora_A = nn.Linear(base_layer.in_features, r, bias=False, dtype=torch.float32)
+        self.lora_B = nn.Linear(r, base_layer.out_features, bias=False, dtype=torch.float32)
+        nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B.weight)
+        self.lora_dropout = nn.Dropout(p=dropout) if dropout > 0.0 else nn.Identity()
+        self.scaling = alpha / r
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        torch_result_dtype = result.dtype
+        if x.dtype != self.lora_A.weight.dtype:
+            x = x.to(dtype=self.lora_A.weight.dtype)
+        result = result + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+        result = result.to(torch_result_dtype)
+        return result
+
+
+def linear_names(model):
+    """PEFT 'all-linear': every nn.Linear except the output layer (lm_head)."""
+    names = set()
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and not name.endswith("lm_head"):
+            names.add(name.split(".")[-1])
+    return sorted(names)
+
+
+def apply_lora(model, r, alpha, dropout, target_modules, modules_to_save=()):
+    """Freeze the model, replace target Linear modules by LoraLinear, unfreeze modules_to_save."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if target_modules == "all-linear":
+        targets = set(linear_names(model))
+    else:
+        targets = set(target_modules or DEFAULT_TARGETS)
+    replaced = 0
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear) and child_name in targets and not child_name == "lm_head":
+                setattr(module, child_name, LoraLinear(child, r, alpha, dropout))
+                replaced += 1
+    if replaced == 0:
+        raise ValueError(f"no module matched target_modules={target_modules}")
+    for name, module in model.named_modules():
+        if name.split(".")[-1] in modules_to_save:
+            for p in module.parameters():
+                p.requires_grad_(True)
+    return model
