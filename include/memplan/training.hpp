@@ -105,6 +105,9 @@ struct TrainingConfig {
   std::optional<DType> autocast;       // --bf16 / --fp16: torch.autocast around forward and loss
   OptimizerConfig optim;
   bool gradient_checkpointing = false; // keep layer inputs only, recompute one layer at a time
+  // torch.utils.checkpoint use_reentrant (HF gradient_checkpointing_kwargs). Default: true on
+  // cpu (torch 1.13 / transformers 4.x), false on cuda (transformers >= 5 default).
+  std::optional<bool> checkpoint_reentrant;
   std::optional<AttnImpl> attn;        // default: sdpa on CUDA, eager on CPU
   LoraConfig lora;
   QuantConfig quant;
@@ -112,6 +115,8 @@ struct TrainingConfig {
   DpoConfig dpo;
   GrpoConfig grpo;
   ParallelConfig parallel;
+
+  bool reentrant_checkpointing() const { return checkpoint_reentrant.value_or(device == Device::kCpu); }
 
   AttnImpl attn_impl() const {
     return attn ? *attn : (device == Device::kCuda ? AttnImpl::kSdpa : AttnImpl::kEager);

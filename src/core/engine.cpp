@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -111,13 +114,95 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
 struct Estimator::Impl {
   ModelSpec model;
   TrainingConfig config;
-  std::vector<Candidate> candidates;  // every event that can be the peak, offsets applied
+  // Every event that can be the peak, offsets applied: [0] for b == 1, [1] for b >= 2.
+  std::array<std::vector<Candidate>, 2> candidates;
   ParamSummary params;
   OptimizerFootprint opt;
+  std::vector<OptParam> opt_params;
   std::vector<std::string> assumptions;
   std::vector<std::string> warnings;
   std::int64_t bytes_per_weight_elem = 4;
 };
+
+namespace {
+
+using Timeline = std::map<std::pair<int, int>, std::vector<const sim::Event*>>;
+
+Timeline by_segment(const sim::ProgramResult& r) {
+  Timeline t;
+  for (const auto& e : r.events) t[{e.segment, e.instance}].push_back(&e);
+  return t;
+}
+
+CatVec lerp(const CatVec& c, const CatVec& d, std::int64_t m) { return add(c, scale(sub(d, c), m)); }
+
+// Turns the reduced model's timeline into the full model's (docs/formulas.md#extrapolation).
+// r3 simulates layers {first, middle, last}; r4 {first, middle, middle, last}. Every event of
+// r4 outside the added layer pairs with the same event of r3, and their difference is what one
+// more middle layer keeps alive at that moment (its saved tensors, its gradients, cached casts:
+// whatever it is in that phase); m extra layers add m times that difference. For the middle
+// layers themselves the extremes are taken: the last middle layer in forward; in backward the
+// first processed (most activations below it) and the last processed (most gradients above).
+std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::ProgramResult* r4, std::int64_t m,
+                                   const CatVec& base, const CatVec& opt_extra) {
+  std::vector<Candidate> out;
+  auto push = [&](int seg, const CatVec& cats) {
+    const CatVec v = add(cats, base);
+    out.push_back({seg, total(v), v});
+  };
+  if (r4 == nullptr || m == 0) {
+    for (const auto& e : r3.events) push(e.segment, e.cats);
+    push(kSegOptimizer, add(r3.end_of_step, opt_extra));
+    return out;
+  }
+  const Timeline t3 = by_segment(r3), t4 = by_segment(r4 ? *r4 : r3);
+  auto get = [](const Timeline& t, int seg, int inst) -> const std::vector<const sim::Event*>& {
+    static const std::vector<const sim::Event*> kEmpty;
+    auto it = t.find({seg, inst});
+    return it == t.end() ? kEmpty : it->second;
+  };
+  auto pair_up = [&](const std::vector<const sim::Event*>& c, const std::vector<const sim::Event*>& d, int seg) {
+    if (c.size() != d.size()) throw std::logic_error("reduced-model timelines do not align");
+    for (std::size_t i = 0; i < c.size(); ++i) push(seg, lerp(c[i]->cats, d[i]->cats, m));
+  };
+  for (const auto& [key, events] : t3) {
+    const int seg = key.first;
+    if (seg == sim::kSegFwdMid) {
+      pair_up(events, get(t4, seg, 1), seg);
+    } else if (seg == sim::kSegBwdMid) {
+      pair_up(events, get(t4, seg, 1), seg);
+      pair_up(events, get(t4, seg, 0), seg);
+    } else {
+      pair_up(events, get(t4, seg, key.second), seg);
+    }
+  }
+  push(kSegOptimizer, add(lerp(r3.end_of_step, r4->end_of_step, m), opt_extra));
+  return out;
+}
+
+// Drops candidates another candidate of the same phase dominates coefficient-wise: they can
+// never be a phase's maximum for any (b, s).
+std::vector<Candidate> prune(std::vector<Candidate> in) {
+  std::sort(in.begin(), in.end(), [](const Candidate& a, const Candidate& b) {
+    std::int64_t sa = 0, sb = 0;
+    for (auto v : a.total.c) sa += v;
+    for (auto v : b.total.c) sb += v;
+    return sa > sb;
+  });
+  std::vector<Candidate> kept;
+  for (auto& c : in) {
+    bool dominated = false;
+    for (const auto& k : kept)
+      if (phase_of(k.segment) == phase_of(c.segment) && k.total.dominates(c.total)) {
+        dominated = true;
+        break;
+      }
+    if (!dominated) kept.push_back(std::move(c));
+  }
+  return kept;
+}
+
+}  // namespace
 
 Estimator::Estimator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Estimator::~Estimator() = default;
@@ -137,7 +222,6 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
   try {
     sim::ProgramSpec sp;
     sp.model = model;
-    sp.sim_layers = std::min(model.num_layers, 3);
     sp.weight_dt = to_dt(config.torch_dtype);
     if (config.autocast) sp.autocast = to_dt(*config.autocast);
     sp.full_finetune = !config.lora.enabled;
@@ -151,63 +235,59 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     sp.load_in_4bit = config.quant.load_in_4bit;
     sp.double_quant = config.quant.double_quant;
     sp.compute_dt = to_dt(config.quant.compute_dtype.value_or(config.torch_dtype));
+    // TRL casts trainable parameters of quantized models to bf16 (QLoRA paper); otherwise PEFT's
+    // autocast_adapter_dtype keeps adapters in fp32.
+    sp.adapter_dt = config.quant.load_in_4bit || config.quant.load_in_8bit ? DT::kBF16 : DT::kF32;
     sp.gradient_checkpointing = config.gradient_checkpointing;
+    sp.checkpoint_reentrant = config.reentrant_checkpointing();
+    sp.ops.inplace_accumulation = config.device == Device::kCuda;
     sp.attn = config.attn_impl();
     sp.ops.cuda = config.device == Device::kCuda;
     sp.ops.trivial_slices_are_ops = config.device == Device::kCpu;
     sp.ops.mean_saves_input = config.device == Device::kCpu;
-    const sim::ProgramResult r = sim::run_step(sp);
-
-    // Full-model parameter list for the optimizer: the middle simulated layer repeats.
     const int L = model.num_layers;
     const std::int64_t extra = L > 3 ? L - 3 : 0;
-    std::vector<OptParam> opt_params;
+    std::vector<int> layers3, layers4;
+    if (L <= 3) {
+      for (int l = 0; l < L; ++l) layers3.push_back(l);
+    } else {
+      layers3 = {0, 1, L - 1};
+      layers4 = {0, 1, 2, L - 1};
+    }
     std::int64_t trainable = 0;
-    for (const auto& p : r.params) {
-      if (!p.trainable) continue;
-      const int reps = p.sim_layer == 1 && L >= 3 ? static_cast<int>(extra + 1) : 1;
-      OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
-      if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
-      op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
-      opt_params.push_back(op);
-      trainable += p.numel * reps;
-    }
-    impl->opt = optimizer_footprint(config.optim, config.device, opt_params);
-
-    // Offsets that turn the reduced model's timeline into the full model's.
-    CatVec base{};
-    base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(impl->opt.state_bytes);
-    base = add(base, scale(r.per_layer_params, extra));
-    CatVec delta{}, gamma{};
-    if (r.after_layer.size() >= 3) delta = sub(r.after_layer[2], r.after_layer[1]);
-    gamma[static_cast<int>(Cat::kGradients)] = r.per_layer_grad_bytes;
-    const CatVec with_delta = add(base, scale(delta, extra));
-    const CatVec with_gamma = add(base, scale(gamma, extra));
-    auto push = [&](int seg, const CatVec& cats) {
-      impl->candidates.push_back({seg, total(cats), cats});
-    };
-    for (const auto& e : r.events) {
-      const int s = e.segment;
-      const bool middle_or_later = s == sim::kSegFwdLayer0 + 1 || s == sim::kSegFwdLayer0 + 2 || s == sim::kSegHead ||
-                                   s == sim::kSegHeadBwd || s == sim::kSegBwdLayer0 + 2;
-      if (middle_or_later) {
-        push(s, add(e.cats, with_delta));
-      } else if (s == sim::kSegBwdLayer0 + 1) {
-        push(s, add(e.cats, with_delta));
-        push(s, add(e.cats, with_gamma));
-      } else if (s == sim::kSegBwdLayer0 || s == sim::kSegBwdPre) {
-        push(s, add(e.cats, with_gamma));
-      } else {
-        push(s, add(e.cats, base));
+    for (int cls = 0; cls < 2; ++cls) {
+      sp.batch_one = cls == 0;
+      sp.model_layers = layers3;
+      const sim::ProgramResult r3 = sim::run_step(sp);
+      if (!r3.leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+      std::optional<sim::ProgramResult> r4;
+      if (!layers4.empty()) {
+        sp.model_layers = layers4;
+        r4 = sim::run_step(sp);
       }
+      if (cls == 0) {
+        // Full-model parameter list for the optimizer: the middle simulated layer repeats.
+        for (const auto& p : r3.params) {
+          if (!p.trainable) continue;
+          const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
+          OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
+          if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
+          op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
+          impl->opt_params.push_back(op);
+          trainable += p.numel * reps;
+        }
+        impl->opt = optimizer_footprint(config.optim, config.device, impl->opt_params);
+      }
+      // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
+      CatVec base{}, opt_extra{};
+      base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(impl->opt.state_bytes);
+      Poly grads;
+      for (const auto& p : impl->opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
+      opt_extra[static_cast<int>(Cat::kGradients)] = grads;
+      opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(impl->opt.temp_bytes);
+      impl->candidates[static_cast<std::size_t>(cls)] =
+          prune(extrapolate(r3, r4 ? &*r4 : nullptr, extra, base, opt_extra));
     }
-    // optimizer.step(): persistent state, every gradient, and the step's temporaries.
-    CatVec opt = add(r.end_of_step, base);
-    Poly grads;
-    for (const auto& p : opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
-    opt[static_cast<int>(Cat::kGradients)] += grads;
-    opt[static_cast<int>(Cat::kOptimizerTemps)] += Poly::constant(impl->opt.temp_bytes);
-    push(kSegOptimizer, opt);
 
     impl->params.counts = count_parameters(model);
     impl->params.total = impl->params.counts.total;
@@ -216,6 +296,9 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       impl->assumptions.push_back("cpu: PyTorch 1.13 behaviour (single-tensor optimizers, eager attention)");
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the model or batch is far too large");
+  } catch (const std::logic_error& ex) {
+    return make_error(ErrorCode::kUnsupported, fmt::format("internal: {}", ex.what()),
+                      "please report this configuration");
   }
   return Estimator(std::move(impl));
 }
@@ -224,7 +307,7 @@ Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s) const {
   if (b < 1 || s < 1) return make_error(ErrorCode::kInvalidArgument, "batch and seq-len must be positive");
   try {
     std::int64_t best = 0;
-    for (const auto& c : impl_->candidates) best = std::max(best, c.total.eval(b, s));
+    for (const auto& c : impl_->candidates[b == 1 ? 0 : 1]) best = std::max(best, c.total.eval(b, s));
     return Bytes::of(best);
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the batch or sequence length is far too large");
@@ -241,7 +324,7 @@ Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const {
     const Candidate* arg = nullptr;
     std::int64_t best = -1;
     std::array<std::int64_t, 3> phase_peak{-1, -1, -1};
-    for (const auto& cand : impl_->candidates) {
+    for (const auto& cand : impl_->candidates[b == 1 ? 0 : 1]) {
       const std::int64_t v = cand.total.eval(b, s);
       const int ph = static_cast<int>(phase_of(cand.segment));
       phase_peak[static_cast<std::size_t>(ph)] = std::max(phase_peak[static_cast<std::size_t>(ph)], v);

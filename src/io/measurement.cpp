@@ -44,6 +44,7 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
     for (const auto& [k, v] : t["optim_args"].items())
       cfg.optim.args[k] = v.is_string() ? v.get<std::string>() : v.dump();
   cfg.gradient_checkpointing = t.value("gradient_checkpointing", false);
+  if (t.contains("checkpoint_reentrant")) cfg.checkpoint_reentrant = t["checkpoint_reentrant"].get<bool>();
   MEMPLAN_TRY(cfg.attn, parse_attn_impl(t.value("attn_implementation", std::string("eager"))));
   if (t.contains("lora") && t["lora"].is_object()) {
     const json& l = t["lora"];

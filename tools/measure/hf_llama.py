@@ -152,6 +152,7 @@ class LlamaMLP(nn.Module):
 
 class LlamaDecoderLayer(nn.Module):
     gradient_checkpointing = False
+    use_reentrant = True
 
     def __init__(self, config, layer_idx):
         super().__init__()
@@ -164,7 +165,7 @@ class LlamaDecoderLayer(nn.Module):
         # transformers.modeling_layers.GradientCheckpointingLayer.__call__
         if self.gradient_checkpointing and self.training:
             return torch.utils.checkpoint.checkpoint(functools.partial(super().__call__, **kwargs), *args,
-                                                     use_reentrant=True)
+                                                     use_reentrant=self.use_reentrant)
         return super().__call__(*args, **kwargs)
 
     def forward(self, hidden_states, attention_mask=None, position_embeddings=None):
@@ -237,9 +238,10 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def gradient_checkpointing_enable(self):
+    def gradient_checkpointing_enable(self, use_reentrant=True):
         for layer in self.model.layers:
             layer.gradient_checkpointing = True
+            layer.use_reentrant = use_reentrant
 
     def enable_input_require_grads(self):
         """transformers PreTrainedModel.enable_input_require_grads: a forward hook that makes the

@@ -39,8 +39,10 @@ def build(case):
         peft_lora.apply_lora(model, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
                              lora.get("target_modules"), lora.get("modules_to_save", []))
     if t.get("gradient_checkpointing"):
-        model.gradient_checkpointing_enable()
+        reentrant = t.get("checkpoint_reentrant", True)
+        model.gradient_checkpointing_enable(use_reentrant=reentrant)
         if lora:
+            # TRL's SFTTrainer calls enable_input_require_grads() for PEFT with checkpointing.
             model.enable_input_require_grads()
     model.train()
     opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"), model.parameters(), t.get("optim_args"))

@@ -39,6 +39,24 @@ class LoraLinear(nn.Module):
         return result
 
 
+class ModulesToSaveWrapper(nn.Module):
+    """peft.utils.other.ModulesToSaveWrapper: the original module stays (frozen) and a trainable
+    deep copy is used in forward."""
+
+    def __init__(self, module):
+        super().__init__()
+        import copy
+        self.original_module = module
+        self.modules_to_save = copy.deepcopy(module)
+        for p in self.original_module.parameters():
+            p.requires_grad_(False)
+        for p in self.modules_to_save.parameters():
+            p.requires_grad_(True)
+
+    def forward(self, *args, **kwargs):
+        return self.modules_to_save(*args, **kwargs)
+
+
 def linear_names(model):
     """PEFT 'all-linear': every nn.Linear except the output layer (lm_head)."""
     names = set()
@@ -64,8 +82,8 @@ def apply_lora(model, r, alpha, dropout, target_modules, modules_to_save=()):
                 replaced += 1
     if replaced == 0:
         raise ValueError(f"no module matched target_modules={target_modules}")
-    for name, module in model.named_modules():
-        if name.split(".")[-1] in modules_to_save:
-            for p in module.parameters():
-                p.requires_grad_(True)
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if child_name in modules_to_save:
+                setattr(module, child_name, ModulesToSaveWrapper(child))
     return model

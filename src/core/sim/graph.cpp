@@ -114,87 +114,154 @@ void Graph::retag(int t, Cat cat) {
 }
 
 void Graph::record() {
-  // Consecutive allocations in a segment only ever raise the total, so the previous event of
-  // the same segment is dominated when nothing was freed in between; keep the list short.
-  if (!events_.empty() && events_.back().segment == segment_ && live_total_.dominates(events_.back().total)) {
-    bool only_growth = true;
-    for (int i = 0; i < kNumCats && only_growth; ++i)
-      only_growth = live_[static_cast<std::size_t>(i)].dominates(events_.back().cats[static_cast<std::size_t>(i)]);
-    if (only_growth) {
-      events_.back().total = live_total_;
-      events_.back().cats = live_;
-      return;
-    }
-  }
-  events_.push_back(Event{segment_, live_total_, live_});
+  // Every allocation is recorded: the engine aligns timelines of two reduced models event by
+  // event, and prunes dominated events only after extrapolating.
+  if (recording_) events_.push_back(Event{segment_, instance_, live_total_, live_});
 }
 
 // ---- autograd
 
 bool Graph::node(const std::vector<int>& inputs, const std::vector<int>& outputs, const std::vector<int>& saved,
                  BackwardFn fn) {
+  if (capture_ != nullptr) {
+    // Recomputation under checkpoint's inner pack hook: keep what this op saves, make no node.
+    bool any = false;
+    for (int i : inputs) any = any || (i >= 0 && at(i).requires_grad);
+    if (!any) return false;
+    for (int o : outputs) at(o).requires_grad = true;
+    for (int s : saved) {
+      if (s < 0) continue;
+      hold(s);
+      capture_->push_back(s);
+    }
+    return true;
+  }
   if (!grad_enabled_) return false;
   Node n;
   for (int i : inputs)
     if (i >= 0 && at(i).requires_grad) n.inputs.push_back(i);
   if (n.inputs.empty()) return false;
   for (int o : outputs) at(o).requires_grad = true;
-  for (int s : saved) {
-    if (s < 0) continue;
-    hold(s);
-    n.saved.push_back(s);
+  if (open_region_ >= 0) {
+    // The outer pack hook stores only an index: nothing stays alive.
+    for (int s : saved) n.saved_slots += s >= 0 ? 1 : 0;
+    n.group = open_region_;
+    regions_[static_cast<std::size_t>(open_region_)].nodes.push_back(static_cast<int>(nodes_.size()));
+  } else {
+    for (int s : saved) {
+      if (s < 0) continue;
+      hold(s);
+      n.saved.push_back(s);
+    }
   }
   n.outputs = outputs;
   n.fn = std::move(fn);
   nodes_.push_back(std::move(n));
   node_segment_.push_back(segment_);
+  node_instance_.push_back(instance_);
   return true;
 }
 
 void Graph::deliver(int input, int g) {
-  Tensor& x = at(input);
-  if (!x.requires_grad) {
+  // Indices, not references: make() may reallocate tensors_ and buffer_.
+  if (!at(input).requires_grad) {
     drop(g);
     return;
   }
-  int& buf = buffer_[static_cast<std::size_t>(input)];
+  const std::size_t slot = static_cast<std::size_t>(input);
+  const int buf = buffer_[slot];
   if (buf < 0) {
-    buf = g;
+    buffer_[slot] = g;
+  } else if (inplace_accumulation_ && at(buf).refs == 1 && at(buf).base < 0) {
+    drop(g);  // old.add_(new)
+  } else if (inplace_accumulation_ && at(g).refs == 1 && at(g).base < 0) {
+    drop(buf);  // new.add_(old)
+    buffer_[slot] = g;
   } else {
     // InputBuffer::accumulate in torch 1.13 adds out of place: old + new is a new tensor.
-    const int sum = make(x.numel, x.dt, at(buf).cat == Cat::kGradients ? Cat::kActivationGrads : at(buf).cat);
+    const Poly numel = at(input).numel;
+    const DT dt = at(input).dt;
+    const Cat cat = at(buf).cat == Cat::kGradients ? Cat::kActivationGrads : at(buf).cat;
+    const int sum = make(numel, dt, cat);
     drop(buf);
     drop(g);
-    buf = sum;
+    buffer_[slot] = sum;
   }
-  if (x.is_param) {
-    if (++x.grad_received >= x.grad_uses) accumulate_param(input, buf);
+  if (at(input).is_param) {
+    if (++at(input).grad_received >= at(input).grad_uses) accumulate_param(input, buffer_[slot]);
   }
 }
 
 void Graph::accumulate_param(int p, int g) {
   // AccumulateGrad: the first gradient is stolen into .grad when nothing else references it
   // (otherwise cloned); later ones are added in place.
-  Tensor& x = at(p);
   buffer_[static_cast<std::size_t>(p)] = -1;
-  x.grad_received = 0;
-  if (x.grad >= 0 && at(x.grad).alive) {
+  at(p).grad_received = 0;
+  const int existing = at(p).grad;
+  if (existing >= 0 && at(existing).alive) {
     drop(g);
     return;
   }
   if (at(g).refs > 1) {
-    const int c = make(x.numel, x.dt, Cat::kGradients);
+    const int c = make(at(p).numel, at(p).dt, Cat::kGradients);
     drop(g);
-    x.grad = c;
+    at(p).grad = c;
   } else {
     retag(g, Cat::kGradients);
-    x.grad = g;
+    at(p).grad = g;
   }
+}
+
+int Graph::begin_checkpoint_region(std::function<void()> recompute, std::vector<int> holds) {
+  for (int t : holds) hold(t);
+  regions_.push_back(Region{std::move(recompute), {}, std::move(holds), false, false});
+  open_region_ = static_cast<int>(regions_.size()) - 1;
+  return open_region_;
+}
+
+void Graph::end_checkpoint_region() { open_region_ = -1; }
+
+void Graph::maybe_free_region(int r) {
+  Region& reg = regions_[static_cast<std::size_t>(r)];
+  if (reg.freed) return;
+  for (int ni : reg.nodes)
+    if (!nodes_[static_cast<std::size_t>(ni)].released) return;
+  reg.freed = true;
+  for (int t : reg.holds) drop(t);
+}
+
+void Graph::recompute_region(int r) {
+  Region& reg = regions_[static_cast<std::size_t>(r)];
+  reg.done = true;
+  std::vector<int> captured;
+  capture_ = &captured;
+  const bool prev = grad_enabled_;
+  grad_enabled_ = true;
+  reg.recompute();
+  grad_enabled_ = prev;
+  capture_ = nullptr;
+  // storage[i] goes to the i-th saved slot, in node creation order.
+  std::size_t k = 0;
+  for (int ni : regions_[static_cast<std::size_t>(r)].nodes) {
+    Node& n = nodes_[static_cast<std::size_t>(ni)];
+    for (int s = 0; s < n.saved_slots && k < captured.size(); ++s) n.saved.push_back(captured[k++]);
+  }
+  for (; k < captured.size(); ++k) drop(captured[k]);
 }
 
 void Graph::run_node(int idx) {
   Node& n = nodes_[static_cast<std::size_t>(idx)];
   if (n.released) return;
+  if (n.group >= 0 && n.saved_slots > 0 && !regions_[static_cast<std::size_t>(n.group)].done) {
+    bool has_grad = false;
+    for (int o : n.outputs) has_grad = has_grad || buffer_[static_cast<std::size_t>(o)] >= 0;
+    if (has_grad) {
+      segment_ = backward_segment_ ? backward_segment_(node_segment_[static_cast<std::size_t>(idx)])
+                                   : node_segment_[static_cast<std::size_t>(idx)];
+      instance_ = node_instance_[static_cast<std::size_t>(idx)];
+      recompute_region(n.group);
+    }
+  }
   std::vector<int> grads;
   bool any = false;
   for (int o : n.outputs) {
@@ -206,6 +273,7 @@ void Graph::run_node(int idx) {
   if (!any) return;
   const int seg = node_segment_[static_cast<std::size_t>(idx)];
   segment_ = backward_segment_ ? backward_segment_(seg) : seg;
+  instance_ = node_instance_[static_cast<std::size_t>(idx)];
   {
     BackwardFn fn = n.fn;  // the rule may append nodes (checkpoint recomputation)
     std::vector<int> outs = nodes_[static_cast<std::size_t>(idx)].outputs;
@@ -218,6 +286,7 @@ void Graph::run_node(int idx) {
   for (int s : m.saved) drop(s);
   m.saved.clear();
   m.released = true;
+  if (m.group >= 0) maybe_free_region(m.group);
 }
 
 void Graph::backward(int root, int first_node) {
@@ -251,6 +320,7 @@ void Graph::release_graph(int first_node) {
     for (int s : n.saved) drop(s);
     n.saved.clear();
     n.released = true;
+    if (n.group >= 0) maybe_free_region(n.group);
   }
 }
 
@@ -261,24 +331,6 @@ void Graph::free_param_grads() {
       t.grad = -1;
     }
   }
-}
-
-std::vector<Event> Graph::pruned_events() const {
-  std::vector<Event> out;
-  for (const Event& e : events_) {
-    bool dominated = false;
-    for (const Event& k : out)
-      if (k.segment == e.segment && k.total.dominates(e.total)) {
-        dominated = true;
-        break;
-      }
-    if (dominated) continue;
-    out.erase(std::remove_if(out.begin(), out.end(),
-                             [&](const Event& k) { return k.segment == e.segment && e.total.dominates(k.total); }),
-              out.end());
-    out.push_back(e);
-  }
-  return out;
 }
 
 }  // namespace memplan::sim

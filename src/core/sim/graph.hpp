@@ -97,10 +97,13 @@ struct Node {
   std::vector<int> saved;    // tensors held until the node has run
   BackwardFn fn;
   bool released = false;
+  int group = -1;            // non-reentrant checkpoint region whose saved tensors are recomputed
+  int saved_slots = 0;       // how many tensors it would have saved (filled on recomputation)
 };
 
 struct Event {
   int segment = 0;
+  int instance = 0;  // which middle layer, for segments that repeat
   Poly total;
   CatVec cats;
 };
@@ -117,6 +120,7 @@ class Graph {
   void retag(int t, Cat cat);
   Tensor& at(int t) { return tensors_[static_cast<std::size_t>(t)]; }
   const Tensor& at(int t) const { return tensors_[static_cast<std::size_t>(t)]; }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
   bool rg(int t) const { return grad_enabled_ && at(t).requires_grad; }
 
   // ---- autograd
@@ -137,19 +141,31 @@ class Graph {
   // zero_grad(set_to_none=True): frees every parameter .grad.
   void free_param_grads();
 
+  // ---- non-reentrant checkpointing (saved_tensors_hooks that store nothing and recompute)
+  // Nodes created between begin_/end_checkpoint_region keep no saved tensors; the first time
+  // one of them runs in backward, `recompute` reruns the region in capture mode and the
+  // recaptured tensors are handed back to the region's nodes in order.
+  int begin_checkpoint_region(std::function<void()> recompute, std::vector<int> holds);
+  void end_checkpoint_region();
+  bool capturing() const { return capture_ != nullptr; }
+
+  // torch >= 2.0 accumulates gradients in place when it holds the last reference.
+  void set_inplace_accumulation(bool on) { inplace_accumulation_ = on; }
+
   // Gradient of a non-parameter tensor after backward_from (checkpoint inputs), or -1.
   int take_grad(int t);
 
   // ---- recording
   void set_segment(int s) { segment_ = s; }
   int segment() const { return segment_; }
+  void set_instance(int i) { instance_ = i; }
+  // Set-up allocations (parameters) are not timeline events.
+  void set_recording(bool on) { recording_ = on; }
   // Maps the segment a node was created in to the segment its backward is recorded in.
   void set_backward_segment_map(std::function<int(int)> f) { backward_segment_ = std::move(f); }
   const std::vector<Event>& events() const { return events_; }
   const Poly& live_total() const { return live_total_; }
   const CatVec& live() const { return live_; }
-  // The Event list pruned to the events that can be the maximum of their segment.
-  std::vector<Event> pruned_events() const;
 
  private:
   friend class Bwd;
@@ -161,13 +177,29 @@ class Graph {
   std::vector<Tensor> tensors_;
   std::vector<Node> nodes_;
   std::vector<int> node_segment_;  // segment in which each node was created
+  std::vector<int> node_instance_;
   std::vector<int> buffer_;  // per tensor: pending gradient (-1)
   std::vector<Event> events_;
   CatVec live_{};
   Poly live_total_;
   int segment_ = 0;
+  int instance_ = 0;
+  bool recording_ = true;
   std::function<int(int)> backward_segment_;
   bool grad_enabled_ = true;
+  bool inplace_accumulation_ = false;
+  struct Region {
+    std::function<void()> recompute;
+    std::vector<int> nodes;
+    std::vector<int> holds;  // tensors the hooks' closures keep (inputs, mask, RNG state)
+    bool done = false;
+    bool freed = false;
+  };
+  void maybe_free_region(int r);
+  std::vector<Region> regions_;
+  int open_region_ = -1;
+  std::vector<int>* capture_ = nullptr;
+  void recompute_region(int r);
 };
 
 }  // namespace memplan::sim

@@ -41,7 +41,7 @@ int Ops::to(int x, DT dt) {
 }
 
 int Ops::cast_for_autocast(int x) {
-  const Tensor& t = g_.at(x);
+  const Tensor t = g_.at(x);
   if (!autocast_ || !is_float(t.dt) || t.dt == DT::kF64 || t.dt == *autocast_) {
     g_.hold(x);
     return x;
@@ -99,7 +99,7 @@ int Ops::clone(int x) {
 }
 
 void Ops::give_reduced(Bwd& c, int input, int full, const Poly& out_numel, DT out_dt) {
-  const Tensor& in = c.graph().at(input);
+  const Tensor in = c.graph().at(input);  // a copy: temp() may reallocate the tensor table
   int cur = full;
   if (!(in.numel == out_numel)) {  // sum_to_size for a broadcast input
     const int r = c.temp(in.numel, out_dt, grad_cat(in));
@@ -134,7 +134,7 @@ int Ops::add(int a, int b, Poly out_numel) {
   g_.node({a, b}, {y}, {}, [this, a, b, out_numel, dt](Bwd& c) {
     for (int in : {a, b}) {
       if (!c.needs(in)) continue;
-      const Tensor& t = c.graph().at(in);
+      const Tensor t = c.graph().at(in);
       if (t.numel == out_numel && t.dt == dt) {
         c.pass(in, c.grad());
       } else {
@@ -259,9 +259,19 @@ int Ops::linear(int x, int w, int bias, Poly out_numel) {
   return y;
 }
 
-int Ops::matmul(int a, int b, Poly out_numel) {
-  const int ac = cast_for_autocast(a);
-  const int bc = cast_for_autocast(b);
+int Ops::matmul(int a, int b, Poly out_numel, bool copy_a, bool copy_b) {
+  int ac = cast_for_autocast(a);
+  int bc = cast_for_autocast(b);
+  if (copy_a) {
+    const int c = clone(ac);
+    g_.drop(ac);
+    ac = c;
+  }
+  if (copy_b) {
+    const int c = clone(bc);
+    g_.drop(bc);
+    bc = c;
+  }
   const int y = g_.make(out_numel, promote(ac, bc), cat);
   const int save_b = g_.rg(ac) ? bc : -1;
   const int save_a = g_.rg(bc) ? ac : -1;
@@ -276,7 +286,7 @@ int Ops::matmul(int a, int b, Poly out_numel) {
   return y;
 }
 
-int Ops::repeat_kv(int x, int n_rep) {
+int Ops::repeat_kv(int x, int n_rep, bool single_kv_head) {
   if (n_rep == 1) {
     g_.hold(x);
     return x;
@@ -292,8 +302,9 @@ int Ops::repeat_kv(int x, int n_rep) {
   }
   const int last = slice(cur, n, true);
   g_.drop(cur);
-  // .expand(...).reshape(...): the reshape of an expanded tensor copies; backward sums the copies.
-  const int y = g_.make(n * n_rep, g_.at(x).dt, cat);
+  // .expand(...).reshape(...): the reshape of an expanded tensor copies (with one KV head the
+  // expanded dimension merges as a view); backward sums over the repeats.
+  const int y = single_kv_head ? g_.view(last, n * n_rep) : g_.make(n * n_rep, g_.at(x).dt, cat);
   g_.node({last}, {y}, {}, [last](Bwd& c) { c.give(last, grad_like(c, last)); });
   g_.drop(last);
   return y;

@@ -21,6 +21,8 @@ struct OpsBehaviour {
   bool trivial_slices_are_ops = true;
   // torch 1.13's MeanBackward1 keeps its input (for its size); torch 2.x keeps only sizes.
   bool mean_saves_input = true;
+  // torch >= 2.0's InputBuffer adds a second gradient in place when it holds the last reference.
+  bool inplace_accumulation = false;
 };
 
 class Ops {
@@ -60,8 +62,11 @@ class Ops {
 
   // ---- matrix products (lower-precision ops under autocast)
   int linear(int x, int w, int bias, Poly out_numel);
-  int matmul(int a, int b, Poly out_numel);    // bmm on contiguous operands
-  int repeat_kv(int x, int n_rep);             // expand + reshape: a copy when n_rep > 1
+  // torch.matmul of 4-D tensors: autocast casts first (keeping layouts), then folding the batch
+  // dimensions into bmm copies an operand that cannot be viewed that way (copy_a / copy_b).
+  int matmul(int a, int b, Poly out_numel, bool copy_a = false, bool copy_b = false);
+  // expand + reshape: a copy when n_rep > 1, unless there is one KV head (then a stride-0 view).
+  int repeat_kv(int x, int n_rep, bool single_kv_head);
 
   // ---- reductions, softmax, loss
   int softmax_f32(int x);                      // softmax(x, dtype=float32)

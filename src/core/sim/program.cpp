@@ -40,10 +40,9 @@ class Step {
   Poly per_seq(std::int64_t k) const { return Poly::mono(kB, k * sp_.batch_multiplier); }
   static Poly c(std::int64_t k) { return Poly::constant(k); }
 
-  DT other_dt() const {
-    // prepare_model_for_kbit_training upcasts every non-quantized fp16/bf16 parameter to fp32.
-    return sp_.load_in_4bit ? DT::kF32 : sp_.weight_dt;
-  }
+  // Parameters bitsandbytes does not quantize (embeddings, norms, biases, lm_head) keep the load
+  // dtype: current TRL no longer calls prepare_model_for_kbit_training, which upcast them to fp32.
+  DT other_dt() const { return sp_.weight_dt; }
   // PEFT's modules_to_save keeps the original module frozen and trains a copy (made separately).
   bool trainable(const std::string&) const { return sp_.full_finetune; }
 
@@ -70,6 +69,7 @@ class Step {
   int gelu_new(int x);
   int decoder_layer(int h, int layer);
   int checkpointed_layer(int h, int layer);
+  int checkpointed_layer_nonreentrant(int h, int layer);
   int head_and_loss(int h);
 
   const ProgramSpec& sp_;
@@ -105,10 +105,10 @@ LinearParams Step::make_linear(const LinearModule& mod) {
   if (mod.bias) p.b = make_param(mod.bias_params(), other_dt(), sp_.full_finetune);
   if (sp_.lora.enabled && contains(sp_.lora.targets, mod.name)) {
     const std::int64_t r = sp_.lora.r;
-    p.A = make_param(r * mod.in_features * mod.count, DT::kF32, true, Cat::kAdapterWeights, r, mod.in_features,
+    p.A = make_param(r * mod.in_features * mod.count, sp_.adapter_dt, true, Cat::kAdapterWeights, r, mod.in_features,
                      mod.count);
-    p.B = make_param(r * mod.out_features * mod.count, DT::kF32, true, Cat::kAdapterWeights, mod.out_features, r,
-                     mod.count);
+    p.B = make_param(r * mod.out_features * mod.count, sp_.adapter_dt, true, Cat::kAdapterWeights, mod.out_features,
+                     r, mod.count);
   }
   return p;
 }
@@ -122,10 +122,11 @@ void Step::make_params() {
   if (m_.learned_positions)
     pos_embed_ = make_param(m_.max_position_embeddings * h, other_dt(), trainable("wpe"), Cat::kWeights,
                             m_.max_position_embeddings, h);
-  for (int l = 0; l < sp_.sim_layers; ++l) {
+  const int n = static_cast<int>(sp_.model_layers.size());
+  for (int l = 0; l < n; ++l) {
     cur_layer_ = l;
     LayerParams lp;
-    const int model_layer = l == 0 ? 0 : (l == sp_.sim_layers - 1 ? m_.num_layers - 1 : 1);
+    const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     lp.moe = m_.moe.is_moe_layer(model_layer);
     for (const auto& mod : layer_linears(m_, model_layer)) {
       std::string key = mod.name;
@@ -260,7 +261,7 @@ int Step::lin(int x, LinearParams& p, Poly out_numel) {
   const DT res_dt = g_.at(base).dt;
   const Cat saved_cat = ops_.cat;
   ops_.cat = Cat::kLoraDropout;
-  const int xc = ops_.to(x, DT::kF32);
+  const int xc = ops_.to(x, sp_.adapter_dt);
   const int d = ops_.dropout(xc, sp_.lora.dropout);
   Poly a_numel = out_numel;
   for (auto& v : a_numel.c) v = v / p.mod.out_features * sp_.lora.r;
@@ -325,9 +326,12 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     g_.drop(k);
     k = kn2;
   }
-  const int qt = ops_.transpose_view(q);
-  const int kt = ops_.transpose_view(k);
-  const int vt = ops_.transpose_view(v);
+  // .view(...).transpose(1, 2): the gradient needs a contiguous copy before the projection's
+  // backward, except when the head dimension has size one (a single KV head).
+  const bool one_kv = m_.num_kv_heads == 1;
+  const int qt = m_.num_heads == 1 ? ops_.view(q) : ops_.transpose_view(q);
+  const int kt = one_kv ? ops_.view(k) : ops_.transpose_view(k);
+  const int vt = one_kv ? ops_.view(v) : ops_.transpose_view(v);
   g_.drop(q);
   g_.drop(k);
   g_.drop(v);
@@ -342,13 +346,14 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   int out = -1, probs = -1;
   const AttnImpl impl = sp_.attn;
   if (impl == AttnImpl::kEager) {
-    const int kr = ops_.repeat_kv(ke, n_rep);
-    const int vr = ops_.repeat_kv(vt, n_rep);
-    const int qc = ops_.clone(qe);       // matmul reshapes the permuted query: a copy
-    const int kT = ops_.view(kr);        // key.transpose(2, 3) folds into bmm without a copy
+    const int kr = ops_.repeat_kv(ke, n_rep, one_kv);
+    const int vr = ops_.repeat_kv(vt, n_rep, one_kv);
+    // matmul folds (b, heads) into bmm's batch: the permuted query needs a copy unless b == 1;
+    // a stride-0 (single KV head) key/value needs one unless b == 1.
+    const bool copy_kv = one_kv && n_rep > 1 && !sp_.batch_one;
+    const int kT = ops_.view(kr);        // key.transpose(2, 3)
     ops_.cat = Cat::kAttentionScores;
-    const int sc = ops_.matmul(qc, kT, scores(nh));
-    g_.drop(qc);
+    const int sc = ops_.matmul(qe, kT, scores(nh), !sp_.batch_one, copy_kv);
     g_.drop(kT);
     int cur = ops_.scalar_op(sc);        // * scaling
     g_.drop(sc);
@@ -367,7 +372,7 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     probs = ops_.to(p32, g_.at(qe).dt);  // .to(query.dtype)
     g_.drop(p32);
     ops_.cat = Cat::kActivations;
-    const int o = ops_.matmul(probs, vr, qn);
+    const int o = ops_.matmul(probs, vr, qn, false, copy_kv);
     g_.drop(vr);
     g_.drop(kr);
     const int ot = ops_.transpose_view(o);
@@ -379,8 +384,8 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     // kernel saves q, k, v, the output and a per-row fp32 logsumexp; backward allocates dq, dk,
     // dv plus an fp32 dq accumulator and per-row softmax sums.
     const bool native_gqa = impl == AttnImpl::kFlashAttention2;
-    const int kr = native_gqa ? (g_.hold(ke), ke) : ops_.repeat_kv(ke, n_rep);
-    const int vr = native_gqa ? (g_.hold(vt), vt) : ops_.repeat_kv(vt, n_rep);
+    const int kr = native_gqa ? (g_.hold(ke), ke) : ops_.repeat_kv(ke, n_rep, one_kv);
+    const int vr = native_gqa ? (g_.hold(vt), vt) : ops_.repeat_kv(vt, n_rep, one_kv);
     const DT kdt = g_.at(qe).dt;
     const int o = g_.make(qn, kdt, ops_.cat);
     const Poly rows = Poly::mono(kBS, nh * sp_.batch_multiplier);
@@ -613,6 +618,33 @@ int Step::checkpointed_layer(int h, int layer) {
   return out;
 }
 
+int Step::checkpointed_layer_nonreentrant(int h, int layer) {
+  // torch.utils.checkpoint (use_reentrant=False): the forward builds the graph but its pack hook
+  // stores only an index; the closure keeps the inputs (and through the partial the mask and
+  // rotary tables) and the RNG state. The first unpack in backward reruns the layer with an
+  // inner pack hook that stores every saved tensor; each is released after its node runs.
+  const int rng = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
+  const std::optional<DT> ac = ops_.autocast();
+  if (g_.at(h).cat == Cat::kActivations) g_.retag(h, Cat::kCheckpoints);
+  g_.begin_checkpoint_region(
+      [this, h, layer, ac]() {
+        const int rng2 = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);  // fork_rng
+        const Cat saved_cat = ops_.cat;
+        ops_.cat = Cat::kActivations;
+        if (ac) ops_.enter_autocast(*ac);
+        const int unused = decoder_layer(h, layer);
+        if (ac) ops_.exit_autocast();
+        ops_.cat = saved_cat;
+        g_.drop(unused);
+        g_.drop(rng2);
+      },
+      {h, mask_, cos_, sin_, rng});
+  const int out = decoder_layer(h, layer);
+  g_.end_checkpoint_region();
+  g_.drop(rng);
+  return out;
+}
+
 // ---- head and loss
 
 int Step::head_and_loss(int h) {
@@ -665,44 +697,20 @@ ProgramResult Step::run() {
   ProgramResult res;
   g_.set_backward_segment_map([](int seg) {
     if (seg == kSegFwdPre) return static_cast<int>(kSegBwdPre);
-    if (seg >= kSegFwdLayer0 && seg < kSegHead) return kSegBwdLayer0 + (seg - kSegFwdLayer0);
+    if (seg >= kSegFwdFirst && seg <= kSegFwdLast) return kSegBwdFirst + (seg - kSegFwdFirst);
     if (seg == kSegHead) return static_cast<int>(kSegHeadBwd);
     return seg;
   });
   g_.set_segment(kSegFwdPre);
+  g_.set_inplace_accumulation(sp_.ops.inplace_accumulation);
+  g_.set_recording(false);
   make_params();
+  g_.set_recording(true);
   const std::int64_t h = m_.hidden_size;
   // Trainer inputs: input_ids, attention_mask, labels (int64), alive for the whole step.
   ids_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
   attn_mask2d_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
   labels_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
-  CatVec per_layer{};
-  {
-    // Persistent bytes of the middle simulated layer stand for every extra layer.
-    const int mid = sp_.sim_layers >= 3 ? 1 : -1;
-    if (mid >= 0) {
-      for (auto& [name, p] : layers_[1].lin)
-        for (int t : {p.w, p.b, p.A, p.B})
-          if (t >= 0) per_layer[static_cast<int>(g_.at(t).cat)] += g_.at(t).bytes();
-      for (int t : layers_[1].norms)
-        if (t >= 0) per_layer[static_cast<int>(Cat::kWeights)] += g_.at(t).bytes();
-      for (int t : {layers_[1].q_norm, layers_[1].k_norm})
-        if (t >= 0) per_layer[static_cast<int>(Cat::kWeights)] += g_.at(t).bytes();
-    }
-    res.per_layer_params = per_layer;
-    Poly grads;
-    if (mid >= 0) {
-      for (auto& [name, p] : layers_[1].lin)
-        for (int t : {p.w, p.b, p.A, p.B})
-          if (t >= 0 && g_.at(t).requires_grad) grads += g_.at(t).bytes();
-      for (int t : layers_[1].norms)
-        if (t >= 0 && g_.at(t).requires_grad) grads += g_.at(t).bytes();
-      for (int t : {layers_[1].q_norm, layers_[1].k_norm})
-        if (t >= 0 && g_.at(t).requires_grad) grads += g_.at(t).bytes();
-    }
-    res.per_layer_grad_bytes = grads;
-  }
-
   if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
   ops_.cat = Cat::kActivations;
   const int emb_w = embed_copy_ >= 0 ? embed_copy_ : embed_;
@@ -722,7 +730,8 @@ ProgramResult Step::run() {
     hcur = d;
   }
   if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(hcur).requires_grad) {
-    // enable_input_require_grads(): the embedding output becomes a leaf that requires grad.
+    // TRL's SFTTrainer calls enable_input_require_grads() for PEFT with checkpointing: the
+    // embedding output becomes a leaf that requires grad.
     g_.at(hcur).requires_grad = true;
   }
   const int emb_leaf = hcur;
@@ -768,15 +777,20 @@ ProgramResult Step::run() {
       sin_ = s2;
     }
   }
-  for (int l = 0; l < sp_.sim_layers; ++l) {
-    g_.set_segment(kSegFwdLayer0 + std::min(l, 2));
+  const int n = static_cast<int>(sp_.model_layers.size());
+  for (int l = 0; l < n; ++l) {
+    const bool last = l == n - 1 && n > 1;
+    g_.set_segment(l == 0 ? kSegFwdFirst : (last ? kSegFwdLast : kSegFwdMid));
+    g_.set_instance(l == 0 || last ? 0 : l - 1);
     ops_.cat = Cat::kActivations;
     layer_ = l;
-    const int next = sp_.gradient_checkpointing ? checkpointed_layer(hcur, l) : decoder_layer(hcur, l);
+    const int next = !sp_.gradient_checkpointing ? decoder_layer(hcur, l)
+                     : sp_.checkpoint_reentrant     ? checkpointed_layer(hcur, l)
+                                                    : checkpointed_layer_nonreentrant(hcur, l);
     g_.drop(hcur);
     hcur = next;
-    res.after_layer.push_back(g_.live());
   }
+  g_.set_instance(0);
   g_.set_segment(kSegHead);
   const int loss = head_and_loss(hcur);
   g_.drop(hcur);
@@ -789,11 +803,15 @@ ProgramResult Step::run() {
   g_.release_graph(0);
   if (eg >= 0) g_.drop(eg);
   g_.drop(loss);
-  res.events = g_.pruned_events();
+  res.events = g_.events();
   res.params = params_;
   // zero_grad(set_to_none=True) after the optimizer step.
   g_.free_param_grads();
   res.end_of_step = g_.live();
+  for (std::size_t i = 0; i < g_.tensors().size(); ++i) {
+    const Tensor& t = g_.tensors()[i];
+    if (t.alive && !t.is_param && t.base < 0 && t.cat != Cat::kInputs) res.leaked.push_back(static_cast<int>(i));
+  }
   return res;
 }
 

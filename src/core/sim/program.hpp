@@ -14,14 +14,19 @@
 
 namespace memplan::sim {
 
-// Segments of the recorded timeline. Layers are simulated for a reduced model of at most three
-// decoder layers: the first, one standing for every middle layer, and the last.
+// Segments of the recorded timeline. A reduced model is simulated: the first decoder layer, one
+// or two middle layers (instances 0 and 1 of the middle segments) and the last one; the engine
+// extrapolates to every layer from the difference between the two (docs/formulas.md).
 enum Segment : int {
   kSegFwdPre = 0,
-  kSegFwdLayer0 = 1,  // + layer index (0..2)
+  kSegFwdFirst = 1,
+  kSegFwdMid = 2,
+  kSegFwdLast = 3,
   kSegHead = 4,       // final norm, lm_head and loss forward
   kSegHeadBwd = 5,
-  kSegBwdLayer0 = 6,  // + layer index (0..2)
+  kSegBwdFirst = 6,
+  kSegBwdMid = 7,
+  kSegBwdLast = 8,
   kSegBwdPre = 9,     // embedding backward
   kNumSegments = 10,
 };
@@ -36,7 +41,7 @@ struct LoraPlan {
 
 struct ProgramSpec {
   ModelSpec model;
-  int sim_layers = 3;             // decoder layers simulated (the model's, up to 3)
+  std::vector<int> model_layers;  // the model layer each simulated decoder layer stands for
   DT weight_dt = DT::kF32;        // torch_dtype
   std::optional<DT> autocast;
   bool full_finetune = true;
@@ -44,15 +49,17 @@ struct ProgramSpec {
   bool load_in_4bit = false;
   bool double_quant = false;
   DT compute_dt = DT::kF32;       // bnb_4bit_compute_dtype
+  DT adapter_dt = DT::kF32;       // LoRA weights: fp32 (PEFT autocast_adapter_dtype), bf16 for QLoRA in TRL
   bool gradient_checkpointing = false;
+  bool checkpoint_reentrant = true;  // torch.utils.checkpoint use_reentrant
   AttnImpl attn = AttnImpl::kEager;
   OpsBehaviour ops;
   // DPO/GRPO shape the batch: sequences in the policy forward, and logit tokens per sequence.
   std::int64_t batch_multiplier = 1;
-};
-
-struct LayerSnapshot {
-  CatVec live;  // live bytes per category at the end of each simulated layer's forward
+  // Whether the forward batch is a single sequence. Some reshapes are views only then (the
+  // permuted query folding into bmm), so the engine compiles one program for b == 1 and one
+  // for b >= 2.
+  bool batch_one = false;
 };
 
 // A parameter tensor of the simulated model, for the optimizer model.
@@ -67,11 +74,9 @@ struct ParamRec {
 
 struct ProgramResult {
   std::vector<ParamRec> params;       // every parameter of the reduced model
-  std::vector<Event> events;          // pruned timeline
-  std::vector<CatVec> after_layer;    // live bytes after each simulated layer's forward
-  CatVec per_layer_params;            // persistent bytes of one middle layer (weights, adapters)
-  Poly per_layer_grad_bytes;          // gradient bytes one middle layer produces
+  std::vector<Event> events;          // live bytes after every allocation
   CatVec end_of_step;                 // live after zero_grad (persistent state)
+  std::vector<int> leaked;            // non-persistent tensors alive at the end (must be empty)
 };
 
 // Runs one SFT step of the reduced model. Throws SizeOverflow on absurd sizes.

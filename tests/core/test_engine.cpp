@@ -1,0 +1,209 @@
+#include <catch2/catch.hpp>
+
+#include "memplan/engine.hpp"
+#include "support/invariants.hpp"
+#include "support/models.hpp"
+
+using namespace memplan;
+using memplan::testing::component;
+using memplan::testing::llama31_8b;
+using memplan::testing::require_consistent;
+using memplan::testing::toy_llama;
+
+namespace {
+
+TrainingConfig cfg(std::int64_t b, std::int64_t s, DType dt = DType::kBFloat16, Device dev = Device::kCuda) {
+  TrainingConfig c;
+  c.micro_batch = b;
+  c.seq_len = s;
+  c.torch_dtype = dt;
+  c.device = dev;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("weights are the published parameter count times the dtype size") {
+  // 8,030,261,248 parameters (HF safetensors total) in bf16.
+  auto e = estimate(llama31_8b(), cfg(1, 512));
+  REQUIRE(e.has_value());
+  require_consistent(*e);
+  CHECK(component(*e, "weights") == 8'030'261'248LL * 2);
+  CHECK(e->params.total == 8'030'261'248LL);
+  CHECK(e->params.trainable == 8'030'261'248LL);
+}
+
+TEST_CASE("LoRA on q_proj and v_proj trains PEFT's 6,815,744 parameters of Llama-3.1-8B at r=16") {
+  // PEFT print_trainable_parameters() for Llama-3-8B, r=16, q_proj+v_proj:
+  // 32 layers x 16 x ((4096 + 4096) + (4096 + 1024)) = 6,815,744.
+  TrainingConfig c = cfg(1, 512);
+  c.lora.enabled = true;
+  c.lora.r = 16;
+  auto e = estimate(llama31_8b(), c);
+  REQUIRE(e.has_value());
+  require_consistent(*e);
+  CHECK(e->params.trainable == 6'815'744);
+  CHECK(component(*e, "adapter_weights") == 6'815'744LL * 4);  // PEFT upcasts adapters to fp32
+  CHECK(component(*e, "weights") == 8'030'261'248LL * 2);       // base frozen in bf16
+  CHECK(component(*e, "optimizer_states") == 6'815'744LL * 4 * 2);
+}
+
+TEST_CASE("QLoRA stores 4 bits per layer weight plus an fp32 absmax per 64 values") {
+  // Layer Linear weights of Llama-3.1-8B: 8,030,261,248 - 2 x 525,336,576 (embed, lm_head)
+  // - 266,240 (65 norms x 4096) = 6,979,321,856, all in 64-divisible tensors.
+  const std::int64_t lin = 6'979'321'856LL;
+  TrainingConfig c = cfg(1, 256);
+  c.lora.enabled = true;
+  c.quant.load_in_4bit = true;
+  auto e = estimate(llama31_8b(), c);
+  REQUIRE(e.has_value());
+  require_consistent(*e);
+  const std::int64_t quant = lin / 2 + lin / 64 * 4;
+  const std::int64_t rest = (8'030'261'248LL - lin) * 2;  // embeddings, norms, lm_head in bf16
+  CHECK(component(*e, "weights") == quant + rest);
+  // TRL casts QLoRA adapters to bf16.
+  CHECK(component(*e, "adapter_weights") == 6'815'744LL * 2);
+}
+
+TEST_CASE("double quantization stores absmax as one byte per block plus fp32 per 256 blocks") {
+  TrainingConfig c = cfg(1, 256);
+  c.lora.enabled = true;
+  c.quant.load_in_4bit = true;
+  c.quant.double_quant = true;
+  auto single = estimate(llama31_8b(), cfg(1, 256));
+  auto e = estimate(llama31_8b(), c);
+  REQUIRE(e.has_value());
+  require_consistent(*e);
+  c.quant.double_quant = false;
+  auto plain = estimate(llama31_8b(), c);
+  REQUIRE(plain.has_value());
+  // Per block: 4 bytes -> 1 byte (+4/256, + a 1 KiB code table per tensor): about 3 bytes of
+  // every 64 values saved, i.e. ~0.046 bytes/param.
+  const double saved = static_cast<double>(component(*plain, "weights") - component(*e, "weights"));
+  CHECK(saved / 6'979'321'856.0 == Approx(3.0 / 64 - 4.0 / 64 / 256).epsilon(0.01));
+  (void)single;
+}
+
+TEST_CASE("cross-entropy backward holds log-probs and two vocabulary-sized gradients") {
+  // Tiny layers, huge vocabulary: the peak is log_softmax backward, where the fp32 log-probs
+  // (saved), NLLLoss's gradient and log_softmax's gradient (each b*s*V*4) are live.
+  ModelSpec m = toy_llama(1);
+  m.vocab_size = 128256;
+  const std::int64_t b = 4, s = 256;
+  TrainingConfig c = cfg(b, s, DType::kFloat32, Device::kCpu);
+  c.optim.kind = OptimizerKind::kSgd;  // no state: the loss dominates
+  auto e = estimate(m, c);
+  REQUIRE(e.has_value());
+  require_consistent(*e);
+  CHECK(e->peak_phase == Phase::kBackward);
+  // + the 4-byte loss; NLL's total_weight went when its node released its saved tensors.
+  CHECK(component(*e, "logits_and_loss") == 3 * b * s * 128256 * 4 + 4);
+}
+
+TEST_CASE("peak never decreases as batch or sequence grows") {
+  for (auto dev : {Device::kCpu, Device::kCuda}) {
+    for (bool gc : {false, true}) {
+      TrainingConfig c = cfg(1, 64, DType::kBFloat16, dev);
+      c.gradient_checkpointing = gc;
+      c.attn = AttnImpl::kEager;
+      auto est = Estimator::create(toy_llama(5), c);
+      REQUIRE(est.has_value());
+      std::int64_t prev_b = 0;
+      for (std::int64_t b = 1; b <= 64; b *= 2) {
+        const auto p = est->peak_bytes(b, 128);
+        REQUIRE(p.has_value());
+        CHECK(p->count() >= prev_b);
+        prev_b = p->count();
+      }
+      std::int64_t prev_s = 0;
+      for (std::int64_t s = 1; s <= 4096; s = s * 2 + 1) {
+        const auto p = est->peak_bytes(2, s);
+        REQUIRE(p.has_value());
+        CHECK(p->count() >= prev_s);
+        prev_s = p->count();
+      }
+    }
+  }
+}
+
+TEST_CASE("Estimator::at and estimate agree and satisfy the invariants across a grid") {
+  for (auto dt : {DType::kFloat32, DType::kBFloat16}) {
+    for (bool lora : {false, true}) {
+      TrainingConfig c = cfg(3, 200, dt, Device::kCpu);
+      c.lora.enabled = lora;
+      c.lora.all_linear = true;
+      auto est = Estimator::create(toy_llama(4), c);
+      REQUIRE(est.has_value());
+      for (std::int64_t b : {1, 3, 17}) {
+        for (std::int64_t s : {1, 63, 512}) {
+          auto e = est->at(b, s);
+          REQUIRE(e.has_value());
+          require_consistent(*e);
+          CHECK(e->peak == *est->peak_bytes(b, s));
+        }
+      }
+      auto direct = estimate(toy_llama(4), c);
+      REQUIRE(direct.has_value());
+      CHECK(direct->peak == *est->peak_bytes(3, 200));
+    }
+  }
+}
+
+TEST_CASE("gradient checkpointing and SDPA lower long-sequence peaks") {
+  TrainingConfig c = cfg(1, 8192);
+  c.attn = AttnImpl::kEager;
+  const auto eager = estimate(llama31_8b(), c)->peak;
+  c.attn = AttnImpl::kSdpa;
+  const auto sdpa = estimate(llama31_8b(), c)->peak;
+  c.gradient_checkpointing = true;
+  const auto sdpa_gc = estimate(llama31_8b(), c)->peak;
+  CHECK(sdpa < eager);
+  CHECK(sdpa_gc < sdpa);
+}
+
+TEST_CASE("engine errors name the problem and suggest a fix") {
+  TrainingConfig c = cfg(1, 128);
+  c.lora.enabled = true;
+  c.lora.target_modules = {"q_prj"};
+  auto e = estimate(llama31_8b(), c);
+  REQUIRE_FALSE(e.has_value());
+  CHECK(e.error().to_string() ==
+        "LoRA target module 'q_prj' matches no Linear module of this llama model; did you mean 'q_proj'?");
+
+  c = cfg(1, 128, DType::kBFloat16, Device::kCpu);
+  c.attn = AttnImpl::kFlashAttention2;
+  CHECK(estimate(llama31_8b(), c).error().to_string() ==
+        "flash_attention_2 needs a CUDA device; use --attn-implementation eager or sdpa with --device cpu");
+
+  c = cfg(1, 128, DType::kFloat32);
+  c.attn = AttnImpl::kFlashAttention2;
+  CHECK(estimate(llama31_8b(), c).error().to_string() ==
+        "flash_attention_2 runs in fp16/bf16 only; load the model with --torch-dtype bfloat16 or train with --bf16");
+
+  c = cfg(1, 128);
+  c.quant.load_in_4bit = true;
+  CHECK(estimate(llama31_8b(), c).error().to_string() ==
+        "quantized weights cannot be trained in full; add --use-peft (QLoRA trains LoRA adapters on top of the "
+        "quantized model)");
+
+  c = cfg(1, 128);
+  c.optim.args["momentun"] = "0.9";
+  c.optim.kind = OptimizerKind::kSgd;
+  CHECK(estimate(llama31_8b(), c).error().to_string() ==
+        "--optim-args: 'momentun' is not an argument of sgd; did you mean 'momentum'?");
+
+  c = cfg(0, 128);
+  CHECK(estimate(llama31_8b(), c).error().to_string() == "batch = 0 is out of range (1 to 1048576)");
+  c = cfg(1, 1 << 25);
+  CHECK(estimate(llama31_8b(), c).error().to_string() == "seq-len = 33554432 is out of range (1 to 16777216)");
+}
+
+TEST_CASE("absurd sizes report overflow instead of wrapping") {
+  ModelSpec m = llama31_8b();
+  m.num_layers = 4000;
+  TrainingConfig c = cfg(1 << 20, 1 << 24);
+  c.attn = AttnImpl::kEager;
+  auto e = estimate(m, c);
+  REQUIRE_FALSE(e.has_value());
+  CHECK(e.error().code == ErrorCode::kOverflow);
+}

@@ -1,0 +1,83 @@
+#include <catch2/catch.hpp>
+
+#include "core/optimizer_model.hpp"
+
+using namespace memplan;
+
+namespace {
+// Two matrices and a vector: an embedding 8000x256, a projection 688x256, a norm of 256 (fp32).
+std::vector<OptParam> params(int elem = 4) {
+  return {{8000 * 256, elem, 8000, 256, 1}, {688 * 256, elem, 688, 256, 1}, {256, elem, 0, 0, 1}};
+}
+constexpr std::int64_t kNumel = 8000 * 256 + 688 * 256 + 256;
+OptimizerConfig optim(OptimizerKind k, std::map<std::string, std::string> args = {}) { return {k, std::move(args)}; }
+}  // namespace
+
+TEST_CASE("torch AdamW: two states in the parameter dtype; temporaries by implementation") {
+  // CPU (torch 1.13): single-tensor loop; sqrt() and the division hold two copies of the
+  // largest parameter; one 4-byte step tensor per parameter.
+  auto cpu = optimizer_footprint(optim(OptimizerKind::kAdamWTorch), Device::kCpu, params());
+  CHECK(cpu.state_bytes == kNumel * 4 * 2 + 3 * 4);
+  CHECK(cpu.temp_bytes == 8000 * 256 * 4 * 2);
+  // CUDA (torch 2.x): foreach sqrt() of every exp_avg_sq at once; step tensors stay on the CPU.
+  auto cuda = optimizer_footprint(optim(OptimizerKind::kAdamWTorch), Device::kCuda, params());
+  CHECK(cuda.state_bytes == kNumel * 4 * 2);
+  CHECK(cuda.temp_bytes == kNumel * 4);
+  // fused: no temporaries, step on the device.
+  auto fused = optimizer_footprint(optim(OptimizerKind::kAdamWTorchFused), Device::kCuda, params(2));
+  CHECK(fused.state_bytes == kNumel * 2 * 2 + 3 * 4);
+  CHECK(fused.temp_bytes == 0);
+  // torch 1.13 foreach adds eps out of place: two full copies.
+  auto fe = optimizer_footprint(optim(OptimizerKind::kAdamWTorch, {{"foreach", "true"}}), Device::kCpu, params());
+  CHECK(fe.temp_bytes == kNumel * 4 * 2);
+  auto ams = optimizer_footprint(optim(OptimizerKind::kAdamWTorch, {{"amsgrad", "true"}}), Device::kCuda, params());
+  CHECK(ams.state_bytes == kNumel * 4 * 3);
+}
+
+TEST_CASE("bitsandbytes 8-bit states: a byte per value plus fp32 absmax per 256, fp32 under 4096 values") {
+  auto f = optimizer_footprint(optim(OptimizerKind::kAdamW8bit), Device::kCuda, params(2));
+  // 2,048,000 values = 8000 blocks of 256; 176,128 values = 688 blocks; 4-byte absmax each.
+  const std::int64_t big = (8000 * 256 + 8000 * 4) * 2 + (688 * 256 + 688 * 4) * 2;
+  const std::int64_t small = 256 * 4 * 2;
+  CHECK(f.state_bytes == big + small);
+  CHECK(f.temp_bytes == 0);
+  CHECK_FALSE(f.paged);
+  CHECK(optimizer_footprint(optim(OptimizerKind::kPagedAdamW8bit), Device::kCuda, params(2)).paged);
+  // Lion keeps one state.
+  auto lion = optimizer_footprint(optim(OptimizerKind::kLion8bit), Device::kCuda, params(2));
+  CHECK(lion.state_bytes == big / 2 + small / 2);
+  // 32-bit bitsandbytes states are fp32 even for bf16 parameters.
+  CHECK(optimizer_footprint(optim(OptimizerKind::kLion32bit), Device::kCuda, params(2)).state_bytes == kNumel * 4);
+  CHECK(optimizer_footprint(optim(OptimizerKind::kPagedAdamW32bit), Device::kCuda, params(2)).state_bytes ==
+        kNumel * 4 * 2);
+}
+
+TEST_CASE("SGD, Adagrad, RMSprop states follow their arguments") {
+  CHECK(optimizer_footprint(optim(OptimizerKind::kSgd), Device::kCpu, params()).state_bytes == 0);
+  CHECK(optimizer_footprint(optim(OptimizerKind::kSgd, {{"momentum", "0.9"}}), Device::kCpu, params()).state_bytes ==
+        kNumel * 4);
+  CHECK(optimizer_footprint(optim(OptimizerKind::kSgd, {{"momentum", "0.9"}, {"nesterov", "true"}}), Device::kCpu,
+                            params())
+            .temp_bytes == 8000 * 256 * 4);
+  CHECK(optimizer_footprint(optim(OptimizerKind::kAdagrad), Device::kCpu, params()).state_bytes == kNumel * 4 + 12);
+  auto rms = optimizer_footprint(optim(OptimizerKind::kRmsprop, {{"momentum", "0.9"}, {"centered", "true"}}),
+                                 Device::kCpu, params());
+  CHECK(rms.state_bytes == kNumel * 4 * 3 + 12);
+  CHECK(rms.temp_bytes == 8000 * 256 * 4);
+}
+
+TEST_CASE("Adafactor factors matrices into row and column moments") {
+  auto f = optimizer_footprint(optim(OptimizerKind::kAdafactor), Device::kCpu, params());
+  // rows+cols per matrix, the full vector for the norm, and a 4-byte RMS per parameter.
+  CHECK(f.state_bytes == (8000 + 256) * 4 + (688 + 256) * 4 + 256 * 4 + 3 * 4);
+  CHECK(f.temp_bytes == 8000 * 256 * 4 * 2);
+  // bf16 parameters: gradient and parameter fp32 copies on top.
+  CHECK(optimizer_footprint(optim(OptimizerKind::kAdafactor), Device::kCpu, params(2)).temp_bytes ==
+        8000 * 256 * 4 * 4);
+}
+
+TEST_CASE("unknown optimizer arguments are rejected with a suggestion") {
+  auto s = validate_optim_args(optim(OptimizerKind::kRmsprop, {{"centred", "true"}}));
+  REQUIRE_FALSE(s.has_value());
+  CHECK(s.error().to_string() == "--optim-args: 'centred' is not an argument of rmsprop; did you mean 'centered'?");
+}
