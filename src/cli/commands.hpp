@@ -6,5 +6,7 @@
 namespace memplan::cli {
 
 Command register_estimate(CLI::App& root);
+Command register_plan(CLI::App& root);
+Command register_sweep(CLI::App& root);
 
 }  // namespace memplan::cli

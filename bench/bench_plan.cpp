@@ -1,0 +1,127 @@
+// Speed of planning in process: one engine query, one whole plan (search, tiers, global batch),
+// the nothing-fits path with its suggestions, and a 100,000-point sweep. Every loop inside goes
+// through Estimator::peak_bytes, so these numbers move with the engine.
+//
+//   cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DMEMPLAN_BUILD_BENCH=ON
+//   cmake --build build-bench --target memplan_bench_plan && build-bench/bench/memplan_bench_plan
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <numeric>
+
+#include "memplan/engine.hpp"
+#include "memplan/plan.hpp"
+
+namespace {
+
+using namespace memplan;
+
+ModelSpec llama31_8b() {
+  ModelSpec m;
+  m.name = "llama-3.1-8b";
+  m.model_type = "llama";
+  m.vocab_size = 128256;
+  m.hidden_size = 4096;
+  m.intermediate_size = 14336;
+  m.num_layers = 32;
+  m.num_heads = 32;
+  m.num_kv_heads = 8;
+  m.head_dim = 128;
+  m.max_position_embeddings = 131072;
+  return m;
+}
+
+TrainingConfig bf16_sft() {
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.autocast = DType::kBFloat16;
+  c.seq_len = 2048;
+  c.micro_batch = 4;
+  c.grad_accum = 8;
+  return c;
+}
+
+Budget budget(double gib) { return *make_budget(Bytes::gib(gib), std::nullopt, Bytes::zero()); }
+
+Estimator prepared(const TrainingConfig& c) {
+  auto e = Estimator::create(llama31_8b(), c);
+  if (!e) std::abort();
+  return std::move(e).value();
+}
+
+void BM_PeakBytes(benchmark::State& state) {
+  const Estimator est = prepared(bf16_sft());
+  std::int64_t b = 1;
+  for (auto _ : state) {
+    auto r = est.peak_bytes(b, 2048);
+    benchmark::DoNotOptimize(r);
+    b = b % 64 + 1;
+  }
+}
+BENCHMARK(BM_PeakBytes);
+
+// What `memplan plan` does after parsing: Estimator::create, the micro-batch search, the global
+// batch for a target, and three tiers.
+void BM_Plan(benchmark::State& state) {
+  const ModelSpec m = llama31_8b();
+  const TrainingConfig c = bf16_sft();
+  PlanRequest req;
+  req.budget = budget(80);
+  req.target_global_batch = 256;
+  for (auto _ : state) {
+    auto p = plan(m, c, req);
+    if (!p) std::abort();
+    benchmark::DoNotOptimize(p);
+  }
+}
+BENCHMARK(BM_Plan)->Unit(benchmark::kMicrosecond);
+
+// The nothing-fits path: every suggestion re-runs the engine on a changed config (ZeRO-3 tries
+// GPU counts), then the best micro-batch after each change that fits.
+void BM_PlanNothingFits(benchmark::State& state) {
+  const ModelSpec m = llama31_8b();
+  TrainingConfig c;  // fp32 full fine-tuning of 8B on a 24 GB card
+  c.seq_len = 4096;
+  PlanRequest req;
+  req.budget = budget(22.35);
+  for (auto _ : state) {
+    auto p = plan(m, c, req);
+    if (!p || p->recommendation.fits) std::abort();
+    benchmark::DoNotOptimize(p);
+  }
+}
+BENCHMARK(BM_PlanNothingFits)->Unit(benchmark::kMicrosecond);
+
+void BM_SolveSeqLen(benchmark::State& state) {
+  const ModelSpec m = llama31_8b();
+  const TrainingConfig c = bf16_sft();
+  const SeqLenRequest req{budget(80)};
+  for (auto _ : state) {
+    auto p = solve_seq_len(m, c, req);
+    if (!p) std::abort();
+    benchmark::DoNotOptimize(p);
+  }
+}
+BENCHMARK(BM_SolveSeqLen)->Unit(benchmark::kMicrosecond);
+
+// 1,000 micro-batches x 100 sequence lengths = 100,000 points.
+void BM_Sweep100k(benchmark::State& state) {
+  const Estimator est = prepared(bf16_sft());
+  SweepRequest req;
+  req.budget = budget(80);
+  req.micro_batches.resize(1000);
+  std::iota(req.micro_batches.begin(), req.micro_batches.end(), 1);
+  for (std::int64_t s = 128; s <= 128 * 100; s += 128) req.seq_lens.push_back(s);
+  req.target_global_batch = 1024;
+  for (auto _ : state) {
+    auto s = sweep(est, req);
+    if (!s || s->points.size() != 100'000) std::abort();
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetItemsProcessed(state.iterations() * 100'000);
+}
+BENCHMARK(BM_Sweep100k)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
