@@ -202,6 +202,26 @@ std::vector<Candidate> prune(std::vector<Candidate> in) {
   return kept;
 }
 
+// Memory outside live tensors (docs/formulas.md#runtime-overhead). None on the CPU. On CUDA:
+// the caching allocator's reserve above the allocated peak (block rounding and fragmentation),
+// the CUDA context with loaded kernel images, and cuBLAS/cuBLASLt workspaces of the forward and
+// autograd threads. These are documented estimates, not simulated: the plan's safety margin
+// is sized to cover them.
+void add_runtime_overhead(const TrainingConfig& c, Estimate& e) {
+  e.reserved = e.peak;
+  e.total = e.peak;
+  if (c.device != Device::kCuda) return;
+  constexpr std::int64_t kSegment = 2LL << 20;  // the allocator reserves 2 MiB-multiple segments
+  const std::int64_t slack = std::max<std::int64_t>(e.peak.count() / 20, kSegment);
+  e.reserved = Bytes::of((e.peak.count() + slack + kSegment - 1) / kSegment * kSegment);
+  e.overhead.push_back({"cuda_context", Bytes::mib(512), Placement::kPerDevice,
+                        "CUDA context and kernel images (estimate; varies by driver and GPU)"});
+  e.overhead.push_back({"cublas_workspaces", Bytes::mib(64), Placement::kPerDevice,
+                        "cuBLAS/cuBLASLt workspaces of the forward and autograd threads (estimate)"});
+  e.total = e.reserved;
+  for (const auto& o : e.overhead) e.total += o.bytes;
+}
+
 }  // namespace
 
 Estimator::Estimator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -342,8 +362,7 @@ Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const {
       const std::int64_t v = arg->cats[static_cast<std::size_t>(i)].eval(b, s);
       if (v != 0) e.components.push_back({sim::cat_name(static_cast<Cat>(i)), Bytes::of(v), Placement::kPerDevice, ""});
     }
-    e.reserved = e.peak;
-    e.total = e.reserved;
+    add_runtime_overhead(impl_->config, e);
     e.params = impl_->params;
     e.assumptions = impl_->assumptions;
     e.warnings = impl_->warnings;
