@@ -116,6 +116,11 @@ struct TrainingConfig {
   GrpoConfig grpo;
   ParallelConfig parallel;
 
+  // Tokens per sequence in the trained forward: GRPO's prompt + completion, else seq_len.
+  std::int64_t sequence_length() const {
+    return method == Method::kGrpo ? grpo.max_prompt_length + grpo.max_completion_length : seq_len;
+  }
+
   bool reentrant_checkpointing() const { return checkpoint_reentrant.value_or(device == Device::kCpu); }
 
   AttnImpl attn_impl() const {

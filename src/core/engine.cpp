@@ -25,6 +25,7 @@ using sim::DT;
 using sim::Poly;
 
 constexpr int kSegOptimizer = sim::kNumSegments;
+constexpr int kSegGeneration = sim::kNumSegments + 1;
 
 DT to_dt(DType d) {
   switch (d) {
@@ -37,6 +38,8 @@ DT to_dt(DType d) {
 
 Phase phase_of(int seg) {
   if (seg == kSegOptimizer) return Phase::kOptimizerStep;
+  if (seg == kSegGeneration) return Phase::kGeneration;
+  if (seg >= sim::kSegRefPre && seg <= sim::kSegRefHead) return Phase::kReferenceForward;
   if (seg <= sim::kSegHead) return Phase::kForward;
   return Phase::kBackward;
 }
@@ -93,7 +96,27 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
   return targets;
 }
 
+bool deepspeed(const TrainingConfig& c) {
+  const auto s = c.parallel.sharding;
+  return s == ShardingStrategy::kZero1 || s == ShardingStrategy::kZero2 || s == ShardingStrategy::kZero3;
+}
+
+// Which reference model a step holds (docs/formulas.md#dpo): TRL loads a frozen copy, or under
+// PEFT disables the adapters of the policy; none with precomputed log-probs, reference-free
+// losses, or GRPO with beta = 0 (its default).
+sim::RefKind reference_kind(const TrainingConfig& c) {
+  if (c.method == Method::kSft) return sim::RefKind::kNone;
+  if (c.method == Method::kDpo && (c.dpo.precompute_ref_log_probs || c.dpo.ref_model == RefModel::kNone))
+    return sim::RefKind::kNone;
+  if (c.method == Method::kGrpo && (c.grpo.beta == 0.0 || c.dpo.ref_model == RefModel::kNone))
+    return sim::RefKind::kNone;
+  if (c.dpo.ref_model == RefModel::kCopy || !c.lora.enabled) return sim::RefKind::kCopy;
+  return sim::RefKind::kAdaptersDisabled;
+}
+
 Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
+  if (c.method == Method::kGrpo && c.grpo.max_prompt_length < 1)
+    return make_error(ErrorCode::kInvalidArgument, "GRPO needs --max-prompt-length >= 1");
   if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.device == Device::kCpu)
     return make_error(ErrorCode::kUnsupported, "flash_attention_2 needs a CUDA device",
                       "use --attn-implementation eager or sdpa with --device cpu");
@@ -167,7 +190,7 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   };
   for (const auto& [key, events] : t3) {
     const int seg = key.first;
-    if (seg == sim::kSegFwdMid) {
+    if (seg == sim::kSegFwdMid || seg == sim::kSegRefMid) {
       pair_up(events, get(t4, seg, 1), seg);
     } else if (seg == sim::kSegBwdMid) {
       pair_up(events, get(t4, seg, 1), seg);
@@ -178,6 +201,24 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   }
   push(kSegOptimizer, add(lerp(r3.end_of_step, r4->end_of_step, m), opt_extra));
   return out;
+}
+
+// GRPO generation with model.generate (docs/formulas.md#grpo-generation): no gradients exist
+// (zero_grad ran), the weights and optimizer state are resident, and transformers' DynamicCache
+// holds keys and values of every layer for all B_gen = b x steps_per_generation sequences of
+// P + C tokens, in the activation dtype (bf16 under autocast). Decoding adds one position's
+// logits and their fp32 copy per sequence; growing a layer's cache with torch.cat briefly holds
+// that layer twice.
+Candidate generation_candidate(const ModelSpec& m, const TrainingConfig& c, const CatVec& persistent) {
+  const std::int64_t act = c.autocast ? 2 : dtype_size(c.torch_dtype);
+  const std::int64_t spg = std::max<std::int64_t>(1, c.grad_accum);  // steps_per_generation default
+  const std::int64_t len = c.grpo.max_prompt_length + c.grpo.max_completion_length;
+  const std::int64_t per_seq_layer = checked_mul(checked_mul(2LL * m.num_kv_heads, m.head_dim), checked_mul(len, act));
+  CatVec v = persistent;
+  v[static_cast<int>(Cat::kKvCache)] =
+      Poly::mono(sim::kB, checked_mul(checked_mul(per_seq_layer, m.num_layers + 1), spg));
+  v[static_cast<int>(Cat::kLogits)] += Poly::mono(sim::kB, checked_mul(m.vocab_size * (act + 4), spg));
+  return {kSegGeneration, total(v), v};
 }
 
 // Drops candidates another candidate of the same phase dominates coefficient-wise: they can
@@ -258,6 +299,16 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     // TRL casts trainable parameters of quantized models to bf16 (QLoRA paper); otherwise PEFT's
     // autocast_adapter_dtype keeps adapters in fp32.
     sp.adapter_dt = config.quant.load_in_4bit || config.quant.load_in_8bit ? DT::kBF16 : DT::kF32;
+    switch (config.method) {
+      case Method::kSft: sp.method = sim::StepMethod::kSft; break;
+      case Method::kDpo: sp.method = sim::StepMethod::kDpo; break;
+      case Method::kGrpo: sp.method = sim::StepMethod::kGrpo; break;
+    }
+    // DPO runs chosen and rejected sequences in one batch of 2b.
+    sp.batch_multiplier = config.method == Method::kDpo ? 2 : 1;
+    sp.fp32_outputs = config.autocast.has_value() && !deepspeed(config);
+    sp.ref = reference_kind(config);
+    sp.prompt_len = config.grpo.max_prompt_length;
     sp.gradient_checkpointing = config.gradient_checkpointing;
     sp.checkpoint_reentrant = config.reentrant_checkpointing();
     sp.ops.inplace_accumulation = config.device == Device::kCuda;
@@ -276,7 +327,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     }
     std::int64_t trainable = 0;
     for (int cls = 0; cls < 2; ++cls) {
-      sp.batch_one = cls == 0;
+      sp.batch_one = cls == 0 && sp.batch_multiplier == 1;
       sp.model_layers = layers3;
       const sim::ProgramResult r3 = sim::run_step(sp);
       if (!r3.leaked.empty()) throw std::logic_error("step simulation left tensors alive");
@@ -305,8 +356,12 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       for (const auto& p : impl->opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
       opt_extra[static_cast<int>(Cat::kGradients)] = grads;
       opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(impl->opt.temp_bytes);
-      impl->candidates[static_cast<std::size_t>(cls)] =
-          prune(extrapolate(r3, r4 ? &*r4 : nullptr, extra, base, opt_extra));
+      auto cands = extrapolate(r3, r4 ? &*r4 : nullptr, extra, base, opt_extra);
+      if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
+        const CatVec persistent = add(r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
+        cands.push_back(generation_candidate(model, config, persistent));
+      }
+      impl->candidates[static_cast<std::size_t>(cls)] = prune(std::move(cands));
     }
 
     impl->params.counts = count_parameters(model);
@@ -325,6 +380,10 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
 
 Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s) const {
   if (b < 1 || s < 1) return make_error(ErrorCode::kInvalidArgument, "batch and seq-len must be positive");
+  if (impl_->config.method == Method::kGrpo && s <= impl_->config.grpo.max_prompt_length)
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("GRPO sequence length {} leaves no room for a completion after the {}-token prompt",
+                                  s, impl_->config.grpo.max_prompt_length));
   try {
     std::int64_t best = 0;
     for (const auto& c : impl_->candidates[b == 1 ? 0 : 1]) best = std::max(best, c.total.eval(b, s));
@@ -339,11 +398,12 @@ Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const {
   c.micro_batch = b;
   c.seq_len = s;
   if (auto v = validate(c); !v) return v.error();
+  if (auto p = peak_bytes(b, s); !p) return p.error();
   try {
     Estimate e;
     const Candidate* arg = nullptr;
     std::int64_t best = -1;
-    std::array<std::int64_t, 3> phase_peak{-1, -1, -1};
+    std::array<std::int64_t, 5> phase_peak{-1, -1, -1, -1, -1};
     for (const auto& cand : impl_->candidates[b == 1 ? 0 : 1]) {
       const std::int64_t v = cand.total.eval(b, s);
       const int ph = static_cast<int>(phase_of(cand.segment));
@@ -355,7 +415,7 @@ Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const {
     }
     e.peak = Bytes::of(best);
     e.peak_phase = phase_of(arg->segment);
-    for (int ph = 0; ph < 3; ++ph)
+    for (int ph = 0; ph < 5; ++ph)
       if (phase_peak[static_cast<std::size_t>(ph)] >= 0)
         e.phases.push_back({static_cast<Phase>(ph), Bytes::of(phase_peak[static_cast<std::size_t>(ph)])});
     for (int i = 0; i < sim::kNumCats; ++i) {
@@ -375,7 +435,7 @@ Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const {
 Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& config) {
   auto est = Estimator::create(model, config);
   if (!est) return est.error();
-  return est->at(config.micro_batch, config.seq_len);
+  return est->at(config.micro_batch, config.sequence_length());
 }
 
 }  // namespace memplan

@@ -43,6 +43,13 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   if (t.contains("optim_args") && t["optim_args"].is_object())
     for (const auto& [k, v] : t["optim_args"].items())
       cfg.optim.args[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  MEMPLAN_TRY(cfg.method, parse_method(t.value("method", std::string("sft"))));
+  cfg.dpo.precompute_ref_log_probs = t.value("precompute_ref_log_probs", false);
+  if (t.value("ref_model", std::string("auto")) == "none") cfg.dpo.ref_model = RefModel::kNone;
+  cfg.grpo.beta = t.value("beta", 0.0);
+  cfg.grpo.temperature = t.value("temperature", 1.0);
+  cfg.grpo.max_prompt_length = t.value("max_prompt_length", std::int64_t{512});
+  cfg.grpo.max_completion_length = t.value("max_completion_length", std::int64_t{256});
   cfg.gradient_checkpointing = t.value("gradient_checkpointing", false);
   if (t.contains("checkpoint_reentrant")) cfg.checkpoint_reentrant = t["checkpoint_reentrant"].get<bool>();
   MEMPLAN_TRY(cfg.attn, parse_attn_impl(t.value("attn_implementation", std::string("eager"))));

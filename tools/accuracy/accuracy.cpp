@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     for (const auto& c : *cases) {
-      auto est = memplan::estimate(c.model, c.config);
+      auto est = memplan::estimate(c.model, c.config);  // GRPO: prompt + completion tokens
       if (!est) {
         std::cerr << fmt::format("{}: engine error: {}\n", c.id, est.error().to_string());
         ++failures;
@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
                                c.id, meas / 1048576.0, pred / 1048576.0, err, est->peak.count() - c.peak_bytes,
                                c.peak_phase, memplan::to_string(est->peak_phase));
       if (verbose) {
+        for (const auto& comp : est->components)
+          std::cout << fmt::format("    {:<24} {:>10.2f} MiB\n", comp.name, comp.bytes.as_mib());
         for (const auto& [phase, bytes] : c.phase_peaks) {
           for (const auto& p : est->phases) {
             if (memplan::to_string(p.phase) != phase) continue;

@@ -117,5 +117,34 @@ def all_cases():
     return c
 
 
+def rl_cases():
+    """DPO and GRPO policy-update steps (trl_steps.py)."""
+    c = []
+    dpo = dict(method="dpo")
+    c.append(case("dpo-gqa-fp32-copy-b2s128", "gqa", 2, 128, **dpo))
+    c.append(case("dpo-gqa-bf16-copy-b2s128", "gqa", 2, 128, "bfloat16", **dpo))
+    c.append(case("dpo-gqa-fp32-ac-copy-b2s96", "gqa", 2, 96, autocast="bfloat16", **dpo))
+    c.append(case("dpo-gqa-bf16-precompute-b3s64", "gqa", 3, 64, "bfloat16", precompute_ref_log_probs=True, **dpo))
+    c.append(case("dpo-gqa-fp32-gc-copy-b2s128", "gqa", 2, 128, gradient_checkpointing=True, **dpo))
+    c.append(case("dpo-gqa-bf16-lora-b2s128", "gqa", 2, 128, "bfloat16", lora=lora(16, 32, 0.05, "all-linear"), **dpo))
+    c.append(case("dpo-gqa-fp32-ac-lora-gc-b2s128", "gqa", 2, 128, autocast="bfloat16", gradient_checkpointing=True,
+                  lora=lora(8, 16, 0.05, "all-linear"), **dpo))
+    c.append(case("dpo-mha32k-bf16-lora-b1s128", "mha32k", 1, 128, "bfloat16", lora=lora(), **dpo))
+    c.append(case("dpo-tied6-fp32-sgd-copy-b1s96", "tied6", 1, 96, optim="sgd", **dpo))
+    grpo = lambda beta, P, C, **kw: dict(method="grpo", beta=beta, max_prompt_length=P, max_completion_length=C, **kw)
+    c.append(case("grpo-gqa-fp32-nobeta-b4", "gqa", 4, 192, **grpo(0.0, 64, 128)))
+    c.append(case("grpo-gqa-fp32-beta-b4", "gqa", 4, 192, **grpo(0.04, 64, 128)))
+    c.append(case("grpo-gqa-bf16-beta-b2", "gqa", 2, 160, "bfloat16", **grpo(0.04, 32, 128)))
+    c.append(case("grpo-gqa-fp32-ac-nobeta-b3", "gqa", 3, 128, autocast="bfloat16", **grpo(0.0, 64, 64)))
+    c.append(case("grpo-gqa-fp32-beta-b1", "gqa", 1, 192, **grpo(0.04, 64, 128)))
+    c.append(case("grpo-gqa-bf16-lora-beta-gc-b4", "gqa", 4, 160, "bfloat16", gradient_checkpointing=True,
+                  lora=lora(16, 32, 0.05, "all-linear"), **grpo(0.04, 32, 128)))
+    c.append(case("grpo-mha32k-fp32-ac-lora-b2", "mha32k", 2, 192, autocast="bfloat16", lora=lora(),
+                  **grpo(0.0, 64, 128, temperature=0.7)))
+    c.append(case("grpo-tied6-fp32-sgd-beta-b2", "tied6", 2, 96, optim="sgd", **grpo(0.1, 32, 64)))
+    return c
+
+
 if __name__ == "__main__":
-    print(json.dumps(all_cases(), indent=1))
+    import sys
+    print(json.dumps(rl_cases() if "--rl" in sys.argv else all_cases(), indent=1))

@@ -250,9 +250,10 @@ class LlamaForCausalLM(nn.Module):
             output.requires_grad_(True)
         self._require_grads_hook = self.model.embed_tokens.register_forward_hook(make_inputs_require_grads)
 
-    def forward(self, input_ids, attention_mask, labels=None):
+    def forward(self, input_ids, attention_mask, labels=None, logits_to_keep=0):
         hidden_states = self.model(input_ids, attention_mask)
-        logits = self.lm_head(hidden_states[:, slice(0, None), :])
+        slice_indices = slice(-logits_to_keep, None)
+        logits = self.lm_head(hidden_states[:, slice_indices, :])
         loss = None
         if labels is not None:
             loss = for_causal_lm_loss(logits, labels, self.config.vocab_size)

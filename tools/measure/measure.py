@@ -25,6 +25,7 @@ import hf_llama
 import memtrace
 import optimizers
 import peft_lora
+import trl_steps
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -46,25 +47,74 @@ def build(case):
             model.enable_input_require_grads()
     model.train()
     opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"), model.parameters(), t.get("optim_args"))
+    method = t.get("method", "sft")
+    ref = None
+    if method in ("dpo", "grpo") and t.get("ref_model", "auto") != "none" and not lora:
+        needs_ref = method == "dpo" and not t.get("precompute_ref_log_probs") or \
+            method == "grpo" and t.get("beta", 0.0) != 0.0
+        if needs_ref:  # TRL loads a separate frozen copy of the model
+            torch.manual_seed(0)
+            ref = hf_llama.LlamaForCausalLM(cfg).to(DTYPES[t.get("torch_dtype", "float32")])
+            for p in ref.parameters():
+                p.requires_grad_(False)
+            ref.eval()
     b, s = t["batch"], t["seq_len"]
     gen = torch.Generator().manual_seed(1)
-    inputs = {
-        "input_ids": torch.randint(0, cfg.vocab_size, (b, s), generator=gen),
-        "attention_mask": torch.ones(b, s, dtype=torch.long),
-    }
-    inputs["labels"] = inputs["input_ids"].clone()
-    return model, opt, inputs
+    if method == "dpo":
+        # b pairs -> 2b sequences (chosen, then rejected); the first half of each is the prompt.
+        ids = torch.randint(0, cfg.vocab_size, (2 * b, s), generator=gen)
+        completion_mask = torch.zeros(2 * b, s, dtype=torch.long)
+        completion_mask[:, s // 2:] = 1
+        inputs = {"input_ids": ids, "attention_mask": torch.ones(2 * b, s, dtype=torch.long),
+                  "completion_mask": completion_mask}
+        if t.get("precompute_ref_log_probs"):
+            inputs["ref_chosen_logps"] = torch.zeros(b)
+            inputs["ref_rejected_logps"] = torch.zeros(b)
+    elif method == "grpo":
+        P, C = t["max_prompt_length"], t["max_completion_length"]
+        inputs = {"prompt_ids": torch.randint(0, cfg.vocab_size, (b, P), generator=gen),
+                  "prompt_mask": torch.ones(b, P, dtype=torch.long),
+                  "completion_ids": torch.randint(0, cfg.vocab_size, (b, C), generator=gen),
+                  "completion_mask": torch.ones(b, C, dtype=torch.long),
+                  "advantages": torch.randn(b, generator=gen)}
+    else:
+        inputs = {
+            "input_ids": torch.randint(0, cfg.vocab_size, (b, s), generator=gen),
+            "attention_mask": torch.ones(b, s, dtype=torch.long),
+        }
+        inputs["labels"] = inputs["input_ids"].clone()
+    return model, opt, inputs, ref
 
 
-def train_step(model, opt, inputs, autocast):
+def forward_loss(model, inputs, autocast, t=None, ref=None):
+    """The forward half of a step (with the loss), as the trainer for `method` runs it."""
+    method = (t or {}).get("method", "sft")
+    ac = DTYPES[autocast] if autocast else None
+    if method == "dpo":
+        with memtrace.phase("forward"):
+            return trl_steps.dpo_compute_loss(model, ref, inputs, ac, t.get("precompute_ref_log_probs", False))
+    if method == "grpo":
+        temperature, beta = t.get("temperature", 1.0), t.get("beta", 0.0)
+        with memtrace.phase("reference_forward"):
+            ref_logps = trl_steps.grpo_score(model, ref, inputs, ac, temperature, beta)
+        with memtrace.phase("forward"):
+            step_inputs = dict(inputs)
+            if ref_logps is not None:
+                step_inputs["ref_per_token_logps"] = ref_logps
+            del ref_logps
+            return trl_steps.grpo_compute_loss(model, step_inputs, ac, temperature, beta)
     with memtrace.phase("forward"):
         if autocast:
             with torch.autocast("cpu", dtype=DTYPES[autocast]):
                 outputs = model(**inputs)
         else:
             outputs = model(**inputs)
-        loss = outputs["loss"]
-        del outputs
+        # Trainer.compute_loss returns the loss alone: the outputs (logits) go before backward.
+        return outputs["loss"]
+
+
+def train_step(model, opt, inputs, autocast, t=None, ref=None):
+    loss = forward_loss(model, inputs, autocast, t, ref)
     with memtrace.phase("backward"):
         loss.backward()
     del loss
@@ -75,12 +125,13 @@ def train_step(model, opt, inputs, autocast):
 
 
 def run_case(case):
-    model, opt, inputs = build(case)
-    autocast = case["training"].get("autocast")
+    model, opt, inputs, ref = build(case)
+    t = case["training"]
+    autocast = t.get("autocast")
     for _ in range(2):
-        train_step(model, opt, inputs, autocast)
+        train_step(model, opt, inputs, autocast, t, ref)
     t0 = time.time()
-    tr = memtrace.trace(lambda: train_step(model, opt, inputs, autocast))
+    tr = memtrace.trace(lambda: train_step(model, opt, inputs, autocast, t, ref))
     phases = tr.phase_peaks()
     return {
         "peak_bytes": tr.peak,

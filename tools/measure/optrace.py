@@ -39,26 +39,22 @@ def main():
     ap.add_argument("--phase", default="forward")
     args = ap.parse_args()
     case = [c for c in json.load(open(args.cases)) if c["id"] == args.only][0]
-    model, opt, inputs = measure.build(case)
+    model, opt, inputs, ref = measure.build(case)
     autocast = case["training"].get("autocast")
     for _ in range(2):
-        measure.train_step(model, opt, inputs, autocast)
+        measure.train_step(model, opt, inputs, autocast, case['training'], ref)
     log = []
 
     def pack(t):
         log.append(("save", "", f"{tuple(t.shape)}:{str(t.dtype)[6:]}:{nbytes(t)} ptr={t.storage().data_ptr() % 100000}"))
         return t
 
-    import contextlib
-    ctx = torch.autocast("cpu", dtype=measure.DTYPES[autocast]) if autocast else contextlib.nullcontext()
+    t = case["training"]
     if args.phase == "forward":
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), OpLog(log), ctx:
-            out = model(**inputs)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), OpLog(log):
+            loss = measure.forward_loss(model, inputs, autocast, t, ref)
     else:
-        with ctx:
-            out = model(**inputs)
-        loss = out["loss"]
-        del out
+        loss = measure.forward_loss(model, inputs, autocast, t, ref)
         with OpLog(log):
             if args.phase == "backward":
                 loss.backward()

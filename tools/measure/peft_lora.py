@@ -28,8 +28,11 @@ class LoraLinear(nn.Module):
         nn.init.zeros_(self.lora_B.weight)
         self.lora_dropout = nn.Dropout(p=dropout) if dropout > 0.0 else nn.Identity()
         self.scaling = alpha / r
+        self.disable_adapters = False
 
     def forward(self, x):
+        if self.disable_adapters:  # PeftModel.disable_adapter(): the base layer alone
+            return self.base_layer(x)
         result = self.base_layer(x)
         torch_result_dtype = result.dtype
         if x.dtype != self.lora_A.weight.dtype:
@@ -87,3 +90,18 @@ def apply_lora(model, r, alpha, dropout, target_modules, modules_to_save=()):
             if child_name in modules_to_save:
                 setattr(module, child_name, ModulesToSaveWrapper(child))
     return model
+
+
+class disable_adapter:
+    """PeftModel.disable_adapter(): run the base model (the DPO/GRPO reference under PEFT)."""
+
+    def __init__(self, model):
+        self.layers = [m for m in model.modules() if isinstance(m, LoraLinear)]
+
+    def __enter__(self):
+        for m in self.layers:
+            m.disable_adapters = True
+
+    def __exit__(self, *exc):
+        for m in self.layers:
+            m.disable_adapters = False

@@ -19,6 +19,8 @@ const char* cat_name(Cat c) {
     case Cat::kActivationGrads: return "activation_gradients";
     case Cat::kCheckpoints: return "checkpointed_inputs";
     case Cat::kInputs: return "inputs_and_masks";
+    case Cat::kReference: return "reference_model";
+    case Cat::kKvCache: return "kv_cache";
     case Cat::kCount: break;
   }
   return "?";
@@ -41,10 +43,10 @@ std::int64_t esize(DT d) {
 
 int Bwd::temp(Poly numel, DT dt, Cat cat) { return g_.make(numel, dt, cat); }
 int Bwd::like(int t, Cat cat) { return g_.make(g_.at(t).numel, g_.at(t).dt, cat); }
-void Bwd::give(int input, int g) { g_.deliver(input, g); }
+void Bwd::give(int input, int g) { pending.emplace_back(input, g); }
 void Bwd::pass(int input, int g) {
   g_.hold(g);
-  g_.deliver(input, g);
+  pending.emplace_back(input, g);
 }
 void Bwd::drop(int t) { g_.drop(t); }
 bool Bwd::needs(int input) const { return g_.at(input).requires_grad; }
@@ -274,12 +276,16 @@ void Graph::run_node(int idx) {
   const int seg = node_segment_[static_cast<std::size_t>(idx)];
   segment_ = backward_segment_ ? backward_segment_(seg) : seg;
   instance_ = node_instance_[static_cast<std::size_t>(idx)];
+  std::vector<std::pair<int, int>> pending;
   {
     BackwardFn fn = n.fn;  // the rule may append nodes (checkpoint recomputation)
     std::vector<int> outs = nodes_[static_cast<std::size_t>(idx)].outputs;
     Bwd ctx(*this, outs, grads);
     fn(ctx);
+    pending = std::move(ctx.pending);
   }
+  // evaluate_function: the incoming gradients die with the call, saved tensors are released,
+  // then the outputs are added to the next nodes' input buffers.
   for (int gr : grads)
     if (gr >= 0) drop(gr);
   Node& m = nodes_[static_cast<std::size_t>(idx)];
@@ -287,6 +293,7 @@ void Graph::run_node(int idx) {
   m.saved.clear();
   m.released = true;
   if (m.group >= 0) maybe_free_region(m.group);
+  for (const auto& [input, g] : pending) deliver(input, g);
 }
 
 void Graph::backward(int root, int first_node) {

@@ -38,6 +38,8 @@ enum class Cat : std::uint8_t {
   kActivationGrads,    // gradients flowing backward and backward temporaries
   kCheckpoints,        // layer inputs kept by gradient checkpointing
   kInputs,             // token ids, labels, masks, rotary tables
+  kReference,          // DPO/GRPO frozen reference model weights
+  kKvCache,            // GRPO generation: the KV cache of every sequence being generated
   kCount
 };
 inline constexpr int kNumCats = static_cast<int>(Cat::kCount);
@@ -69,6 +71,9 @@ class Graph;
 class Bwd {
  public:
   Bwd(Graph& g, const std::vector<int>& outs, const std::vector<int>& grads) : g_(g), outs_(outs), grads_(grads) {}
+  // Gradients given by the rule, delivered by the engine once the node has released its saved
+  // tensors and incoming gradients (as PyTorch's evaluate_function does).
+  std::vector<std::pair<int, int>> pending;
   // Gradient arriving for output k (-1 if none arrived).
   int grad(int k = 0) const { return grads_[static_cast<std::size_t>(k)]; }
   // Allocates a temporary (refcount 1; drop it or give() it).

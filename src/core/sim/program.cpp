@@ -49,6 +49,7 @@ class Step {
   // ---- parameters
   int make_param(std::int64_t numel, DT dt, bool train, Cat cat = Cat::kWeights, std::int64_t rows = 0,
                  std::int64_t cols = 0, int count = 1) {
+    if (making_ref_) return g_.param(c(numel), dt, Cat::kReference, false);  // frozen copy
     params_.push_back({numel, dt, train, cur_layer_, rows, cols, count});
     return g_.param(c(numel), dt, cat, train);
   }
@@ -70,16 +71,34 @@ class Step {
   int decoder_layer(int h, int layer);
   int checkpointed_layer(int h, int layer);
   int checkpointed_layer_nonreentrant(int h, int layer);
-  int head_and_loss(int h);
+  int embed_and_layers(bool policy);
+  void drop_forward_locals();
+  int head_logits(int h, const Poly& rows);
+  int to_output_dtype(int logits);
+  int sft_loss(int logits);
+  int selective_log_softmax(int logits, const Poly& rows, std::int64_t rows_per_seq_offset);
+  int entropy_no_grad(int logits, const Poly& rows);
+  int reference_logps(const Poly& rows, std::int64_t per_seq_offset, std::int64_t keep_offset);
+  int dpo_loss();
+  int grpo_loss(int ref_logps);
+  int emb_leaf_ = -1;
+  int ref_logits_ = -1;
 
   const ProgramSpec& sp_;
   const ModelSpec& m_;
   Graph g_;
   Ops ops_;
   int ids_ = -1, attn_mask2d_ = -1, labels_ = -1;
-  int embed_ = -1, pos_embed_ = -1, final_norm_ = -1, final_norm_b_ = -1, lm_head_ = -1;
-  int embed_copy_ = -1, lm_head_copy_ = -1;  // PEFT modules_to_save trainable copies
-  std::vector<LayerParams> layers_;
+  // One model's parameters; the DPO/GRPO reference copy is a second set.
+  struct Weights {
+    int embed = -1, pos_embed = -1, final_norm = -1, final_norm_b = -1, lm_head = -1;
+    int embed_copy = -1, lm_head_copy = -1;  // PEFT modules_to_save trainable copies
+    std::vector<LayerParams> layers;
+  };
+  Weights policy_, ref_;
+  Weights* w_ = &policy_;
+  bool adapters_off_ = false;  // PeftModel.disable_adapter(): the reference under PEFT
+  bool making_ref_ = false;
   int mask_ = -1, cos_ = -1, sin_ = -1;
   int layer_ = 0;
   int cur_layer_ = -1;
@@ -103,7 +122,7 @@ LinearParams Step::make_linear(const LinearModule& mod) {
     p.w = make_param(n, sp_.weight_dt, sp_.full_finetune, Cat::kWeights, mod.out_features, mod.in_features, mod.count);
   }
   if (mod.bias) p.b = make_param(mod.bias_params(), other_dt(), sp_.full_finetune);
-  if (sp_.lora.enabled && contains(sp_.lora.targets, mod.name)) {
+  if (sp_.lora.enabled && !making_ref_ && contains(sp_.lora.targets, mod.name)) {
     const std::int64_t r = sp_.lora.r;
     p.A = make_param(r * mod.in_features * mod.count, sp_.adapter_dt, true, Cat::kAdapterWeights, r, mod.in_features,
                      mod.count);
@@ -116,11 +135,11 @@ LinearParams Step::make_linear(const LinearModule& mod) {
 void Step::make_params() {
   const std::int64_t h = m_.hidden_size;
   const std::int64_t V = m_.vocab_size;
-  embed_ = make_param(V * h, other_dt(), trainable("embed_tokens"), Cat::kWeights, V, h);
-  if (contains(sp_.lora.modules_to_save, "embed_tokens") && sp_.lora.enabled)
-    embed_copy_ = make_param(V * h, other_dt(), true, Cat::kWeights, V, h);
+  w_->embed = make_param(V * h, other_dt(), trainable("embed_tokens"), Cat::kWeights, V, h);
+  if (contains(sp_.lora.modules_to_save, "embed_tokens") && sp_.lora.enabled && !making_ref_)
+    w_->embed_copy = make_param(V * h, other_dt(), true, Cat::kWeights, V, h);
   if (m_.learned_positions)
-    pos_embed_ = make_param(m_.max_position_embeddings * h, other_dt(), trainable("wpe"), Cat::kWeights,
+    w_->pos_embed = make_param(m_.max_position_embeddings * h, other_dt(), trainable("wpe"), Cat::kWeights,
                             m_.max_position_embeddings, h);
   const int n = static_cast<int>(sp_.model_layers.size());
   for (int l = 0; l < n; ++l) {
@@ -143,15 +162,15 @@ void Step::make_params() {
       lp.q_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
       lp.k_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
     }
-    layers_.push_back(std::move(lp));
+    w_->layers.push_back(std::move(lp));
   }
   cur_layer_ = -1;
-  final_norm_ = make_param(h, other_dt(), sp_.full_finetune);
-  if (m_.norm == NormKind::kLayerNorm && m_.norm_bias) final_norm_b_ = make_param(h, other_dt(), sp_.full_finetune);
+  w_->final_norm = make_param(h, other_dt(), sp_.full_finetune);
+  if (m_.norm == NormKind::kLayerNorm && m_.norm_bias) w_->final_norm_b = make_param(h, other_dt(), sp_.full_finetune);
   if (!m_.tie_word_embeddings) {
-    lm_head_ = make_param(V * h, other_dt(), trainable("lm_head"), Cat::kWeights, V, h);
-    if (contains(sp_.lora.modules_to_save, "lm_head") && sp_.lora.enabled)
-      lm_head_copy_ = make_param(V * h, other_dt(), true, Cat::kWeights, V, h);
+    w_->lm_head = make_param(V * h, other_dt(), trainable("lm_head"), Cat::kWeights, V, h);
+    if (contains(sp_.lora.modules_to_save, "lm_head") && sp_.lora.enabled && !making_ref_)
+      w_->lm_head_copy = make_param(V * h, other_dt(), true, Cat::kWeights, V, h);
   }
 }
 
@@ -256,7 +275,7 @@ int Step::linear4bit(int x, LinearParams& p, Poly out_numel) {
 
 int Step::lin(int x, LinearParams& p, Poly out_numel) {
   const int base = p.quant4 ? linear4bit(x, p, out_numel) : ops_.linear(x, p.w, p.b, out_numel);
-  if (p.A < 0) return base;
+  if (p.A < 0 || adapters_off_) return base;
   // peft lora.Linear.forward: x = x.to(lora_A dtype) lives until the method returns.
   const DT res_dt = g_.at(base).dt;
   const Cat saved_cat = ops_.cat;
@@ -534,7 +553,7 @@ int Step::moe(int x, LayerParams& lp) {
 // ---- layers
 
 int Step::decoder_layer(int h, int layer) {
-  LayerParams& lp = layers_[static_cast<std::size_t>(layer)];
+  LayerParams& lp = w_->layers[static_cast<std::size_t>(layer)];
   const std::int64_t hs = m_.hidden_size;
   const bool gpt2 = m_.model_type == "gpt2";
   const bool post_norms = m_.norms_per_layer == 4;
@@ -645,75 +664,15 @@ int Step::checkpointed_layer_nonreentrant(int h, int layer) {
   return out;
 }
 
-// ---- head and loss
+// ---- model forward
 
-int Step::head_and_loss(int h) {
-  const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
-  ops_.cat = Cat::kActivations;
-  const int hn = norm(h, final_norm_, final_norm_b_, hs, tok(hs));
-  // LlamaModel.forward returns here: its locals (mask, rotary tables) go.
-  g_.drop(mask_);
-  g_.drop(cos_);
-  g_.drop(sin_);
-  // hidden_states[:, slice_indices, :]
-  const int s1 = ops_.slice(hn, tok(hs), true);
-  const int s2 = ops_.slice(s1, tok(hs), true);
-  const int s3 = ops_.slice(s2, tok(hs), true);
-  g_.drop(hn);
-  g_.drop(s1);
-  g_.drop(s2);
-  ops_.cat = Cat::kLogits;
-  const int head = lm_head_copy_ >= 0 ? lm_head_copy_ : (lm_head_ >= 0 ? lm_head_ : (embed_copy_ >= 0 ? embed_copy_ : embed_));
-  int logits = ops_.linear(s3, head, -1, tok(V));
-  g_.drop(s3);
-  if (m_.final_logit_softcap > 0) {  // Gemma 2: logits / cap, tanh, * cap
-    const int a = ops_.scalar_op(logits);
-    g_.drop(logits);
-    const int t = ops_.tanh(a);
-    g_.drop(a);
-    logits = ops_.scalar_op(t);
-    g_.drop(t);
-  }
-  // ForCausalLMLoss: logits.float(); labels padded by one and shifted (a contiguous copy);
-  // cross_entropy = log_softmax + nll_loss.
-  const int l32 = ops_.to(logits, DT::kF32);
-  ops_.cat = Cat::kInputs;
-  const int padded = g_.make(per_seq(1) + tok(1), DT::kI64, Cat::kInputs);
-  const int shift = g_.make(tok(1), DT::kI64, Cat::kInputs);
-  g_.drop(padded);
-  ops_.cat = Cat::kLogits;
-  const int lv = ops_.view(l32);
-  const int logp = ops_.log_softmax(lv);
-  const int loss = ops_.nll_loss(logp, shift);
-  g_.drop(logp);
-  g_.drop(lv);
-  g_.drop(l32);
-  g_.drop(shift);
-  g_.drop(logits);  // CausalLMOutputWithPast is dropped by compute_loss before backward
-  return loss;
-}
-
-ProgramResult Step::run() {
-  ProgramResult res;
-  g_.set_backward_segment_map([](int seg) {
-    if (seg == kSegFwdPre) return static_cast<int>(kSegBwdPre);
-    if (seg >= kSegFwdFirst && seg <= kSegFwdLast) return kSegBwdFirst + (seg - kSegFwdFirst);
-    if (seg == kSegHead) return static_cast<int>(kSegHeadBwd);
-    return seg;
-  });
-  g_.set_segment(kSegFwdPre);
-  g_.set_inplace_accumulation(sp_.ops.inplace_accumulation);
-  g_.set_recording(false);
-  make_params();
-  g_.set_recording(true);
+// Embedding, mask, rotary tables and every decoder layer; returns the last layer's output.
+// policy: the trained model with grad (and checkpointing); otherwise the reference forward, under
+// no_grad, in the reference segments.
+int Step::embed_and_layers(bool policy) {
   const std::int64_t h = m_.hidden_size;
-  // Trainer inputs: input_ids, attention_mask, labels (int64), alive for the whole step.
-  ids_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
-  attn_mask2d_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
-  labels_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
-  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
   ops_.cat = Cat::kActivations;
-  const int emb_w = embed_copy_ >= 0 ? embed_copy_ : embed_;
+  const int emb_w = w_->embed_copy >= 0 ? w_->embed_copy : w_->embed;
   int hcur = ops_.embedding(ids_, emb_w, tok(h));
   if (m_.scale_embeddings) {  // Gemma: inputs_embeds * sqrt(hidden)
     const int s = ops_.scalar_op(hcur);
@@ -721,26 +680,27 @@ ProgramResult Step::run() {
     hcur = s;
   }
   if (m_.learned_positions) {  // GPT-2: wte + wpe, then embd dropout
-    const int pe = ops_.embedding(ids_, pos_embed_, Poly::mono(kS, h));
+    const int pe = ops_.embedding(ids_, w_->pos_embed, Poly::mono(kS, h));
     const int sum = ops_.add(hcur, pe, tok(h));
     g_.drop(pe);
     g_.drop(hcur);
-    const int d = ops_.dropout(sum, 0.1);
+    const int d = ops_.dropout(sum, policy ? 0.1 : 0.0);
     g_.drop(sum);
     hcur = d;
   }
-  if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(hcur).requires_grad) {
-    // TRL's SFTTrainer calls enable_input_require_grads() for PEFT with checkpointing: the
-    // embedding output becomes a leaf that requires grad.
+  if (policy && sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(hcur).requires_grad) {
+    // TRL calls enable_input_require_grads() for PEFT with checkpointing: the embedding output
+    // becomes a leaf that requires grad.
     g_.at(hcur).requires_grad = true;
   }
-  const int emb_leaf = hcur;
-  g_.hold(emb_leaf);
+  if (policy) {
+    emb_leaf_ = hcur;
+    g_.hold(emb_leaf_);
+  }
   // The 4D additive causal mask for the eager path (b, 1, s, s) in the activation dtype:
   // full(s, s) -> triu -> expand(b) -> clone -> + padding -> == 0 -> masked_fill -> copy_.
   const DT mdt = g_.at(hcur).dt;
   if (sp_.attn == AttnImpl::kEager) {
-    ops_.cat = Cat::kInputs;
     const int full = g_.make(Poly::mono(kSS, 1), mdt, Cat::kInputs);
     const int tri = g_.make(Poly::mono(kSS, 1), mdt, Cat::kInputs);
     g_.drop(full);
@@ -778,28 +738,379 @@ ProgramResult Step::run() {
     }
   }
   const int n = static_cast<int>(sp_.model_layers.size());
+  const int first = policy ? kSegFwdFirst : kSegRefFirst;
   for (int l = 0; l < n; ++l) {
     const bool last = l == n - 1 && n > 1;
-    g_.set_segment(l == 0 ? kSegFwdFirst : (last ? kSegFwdLast : kSegFwdMid));
+    g_.set_segment(first + (l == 0 ? 0 : (last ? 2 : 1)));
     g_.set_instance(l == 0 || last ? 0 : l - 1);
     ops_.cat = Cat::kActivations;
     layer_ = l;
-    const int next = !sp_.gradient_checkpointing ? decoder_layer(hcur, l)
-                     : sp_.checkpoint_reentrant     ? checkpointed_layer(hcur, l)
-                                                    : checkpointed_layer_nonreentrant(hcur, l);
+    const int next = !policy || !sp_.gradient_checkpointing ? decoder_layer(hcur, l)
+                     : sp_.checkpoint_reentrant            ? checkpointed_layer(hcur, l)
+                                                           : checkpointed_layer_nonreentrant(hcur, l);
     g_.drop(hcur);
     hcur = next;
   }
   g_.set_instance(0);
-  g_.set_segment(kSegHead);
-  const int loss = head_and_loss(hcur);
-  g_.drop(hcur);
+  return hcur;
+}
+
+void Step::drop_forward_locals() {
+  g_.drop(mask_);
+  g_.drop(cos_);
+  g_.drop(sin_);
+}
+
+// Final norm, hidden_states[:, slice_indices, :] (logits_to_keep) and lm_head. `rows` is the
+// number of positions kept (tokens); fewer than all makes the middle slice a real one.
+int Step::head_logits(int h, const Poly& rows) {
+  const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
+  ops_.cat = Cat::kActivations;
+  const int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, tok(hs));
+  drop_forward_locals();  // LlamaModel.forward returns: its locals (mask, rotary tables) go
+  const bool all = rows == tok(1);
+  const int s1 = ops_.slice(hn, tok(hs), true);
+  const int s2 = ops_.slice(s1, rows * hs, all);
+  const int s3 = ops_.slice(s2, rows * hs, true);
+  g_.drop(hn);
+  g_.drop(s1);
+  g_.drop(s2);
+  ops_.cat = Cat::kLogits;
+  const int head = w_->lm_head_copy >= 0 ? w_->lm_head_copy
+                   : w_->lm_head >= 0    ? w_->lm_head
+                   : w_->embed_copy >= 0 ? w_->embed_copy
+                                         : w_->embed;
+  int logits = ops_.linear(s3, head, -1, rows * V);
+  g_.drop(s3);
+  if (m_.final_logit_softcap > 0) {  // Gemma 2: logits / cap, tanh, * cap
+    const int a = ops_.scalar_op(logits);
+    g_.drop(logits);
+    const int t = ops_.tanh(a);
+    g_.drop(a);
+    logits = ops_.scalar_op(t);
+    g_.drop(t);
+  }
+  return logits;
+}
+
+// accelerate's convert_outputs_to_fp32 (autocast on, not DeepSpeed): the 16-bit logits are
+// replaced by an fp32 copy when the wrapped forward returns.
+int Step::to_output_dtype(int logits) {
+  if (!sp_.fp32_outputs) return logits;
+  const int l32 = ops_.to(logits, DT::kF32);
+  g_.drop(logits);
+  return l32;
+}
+
+// ---- SFT loss
+
+int Step::sft_loss(int logits) {
+  // ForCausalLMLoss: logits.float(); labels padded by one and shifted (a contiguous copy);
+  // cross_entropy = log_softmax + nll_loss.
+  const int l32 = ops_.to(logits, DT::kF32);
+  const int padded = g_.make(per_seq(1) + tok(1), DT::kI64, Cat::kInputs);
+  const int shift = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  g_.drop(padded);
+  ops_.cat = Cat::kLogits;
+  const int lv = ops_.view(l32);
+  const int logp = ops_.log_softmax(lv);
+  const int loss = ops_.nll_loss(logp, shift);
+  g_.drop(logp);
+  g_.drop(lv);
+  g_.drop(l32);
+  g_.drop(shift);
+  g_.drop(logits);  // CausalLMOutputWithPast is dropped by compute_loss before backward
+  return loss;
+}
+
+// ---- TRL log-probs (trl/trainer/utils.py)
+
+// selective_log_softmax on `logits` (a view of `rows` positions x vocab). fp32: gather plus a
+// per-sequence logsumexp, both saving views of the logits (the logits storage stays alive until
+// backward); the backward stacks per-sequence gradients (UnbindBackward) and scatters the
+// gathered one (new_zeros + scatter_add), then adds the two. bf16/fp16: a log_softmax per
+// sequence, each output saved. Returns the [rows] per-token log-probs.
+int Step::selective_log_softmax(int logits, const Poly& rows, std::int64_t) {
+  const std::int64_t V = m_.vocab_size;
+  Graph& g = g_;
+  const Tensor lt = g.at(logits);
+  const Poly full = rows * V;
+  Poly row = full;  // one sequence's rows x vocab
+  for (auto& v : row.c) v /= sp_.batch_multiplier;
+  // per sequence: divide out b (the Poly's b-terms become constants per sequence)
+  Poly seq;
+  seq.c[kOne] = row.c[kB];
+  seq.c[kS] = row.c[kBS];
+  seq.c[kSS] = row.c[kBSS];
+  ops_.cat = Cat::kLogits;
+  const bool grad = g.rg(logits);
+  int result;
+  if (lt.dt == DT::kF32 || lt.dt == DT::kF64) {
+    const int gathered = g.make(rows, lt.dt, Cat::kLogits);
+    // gather_backward: one zero-filled tensor the gradient is scattered into.
+    g.node({logits}, {gathered}, {logits}, [logits](Bwd& c) { c.give(logits, c.like(logits, Cat::kLogits)); });
+    // torch.stack([logsumexp(lg) for lg in logits]): one node per sequence, modelled as one node
+    // whose backward allocates each sequence's (x - lse).exp() * grad and stacks them.
+    const int t = g.make(seq, lt.dt, Cat::kLogits);  // the kernel's (x - max) row temporary
+    g.drop(t);
+    const int lse = g.make(rows, lt.dt, Cat::kLogits);
+    const std::int64_t nseq_mult = sp_.batch_multiplier;
+    g.node({logits}, {lse}, {logits}, [logits, seq, full, nseq_mult](Bwd& c) {
+      Graph& gg = c.graph();
+      // rows of every sequence are buffered until UnbindBackward stacks them
+      const int rows_all = gg.make(full, DT::kF32, Cat::kLogits);
+      const int a = gg.make(seq, DT::kF32, Cat::kLogits);
+      const int e = gg.make(seq, DT::kF32, Cat::kLogits);
+      gg.drop(a);
+      gg.drop(e);
+      const int stacked = c.like(logits, Cat::kLogits);
+      gg.drop(rows_all);
+      c.give(logits, stacked);
+      (void)nseq_mult;
+    });
+    result = ops_.add(gathered, lse, rows);  // selected - logsumexp
+    g.drop(gathered);
+    g.drop(lse);
+  } else {
+    // per sequence F.log_softmax(row) (saved) and a gather: a full 16-bit copy kept for backward
+    const int logp = g.make(full, lt.dt, Cat::kLogits);
+    g.node({logits}, {logp}, {logp}, [logits](Bwd& c) { c.give(logits, c.like(logits, Cat::kLogits)); });
+    const int gathered = g.make(rows, lt.dt, Cat::kLogits);
+    g.node({logp}, {gathered}, {}, [logp](Bwd& c) { c.give(logp, c.like(logp, Cat::kLogits)); });
+    g.drop(logp);
+    result = gathered;
+  }
+  (void)grad;
+  return result;
+}
+
+// entropy_from_logits under no_grad: reshape(-1, V) of the non-contiguous logits view copies it
+// when there is more than one sequence; then 128-row chunks (log_softmax, exp, product).
+int Step::entropy_no_grad(int logits, const Poly& rows) {
+  const std::int64_t V = m_.vocab_size;
+  const bool prev = g_.grad_enabled();
+  g_.set_grad_enabled(false);
+  const DT dt = g_.at(logits).dt;
+  const bool copy = !sp_.batch_one;
+  const int flat = copy ? g_.make(rows * V, dt, Cat::kLogits) : -1;
+  const Poly chunk = Poly::constant(128 * V);
+  const int a = g_.make(chunk, dt, Cat::kLogits);
+  const int b = g_.make(chunk, dt, Cat::kLogits);
+  const int c2 = g_.make(chunk, dt, Cat::kLogits);
+  g_.drop(a);
+  g_.drop(b);
+  g_.drop(c2);
+  const int ent = g_.make(rows, dt, Cat::kLogits);
+  if (flat >= 0) g_.drop(flat);
+  g_.set_grad_enabled(prev);
+  return ent;
+}
+
+// The reference model's per-token log-probs: a no-grad forward of the frozen copy, or of the
+// policy with its adapters disabled; TRL keeps the returned outputs until the loss returns.
+int Step::reference_logps(const Poly& rows, std::int64_t, std::int64_t) {
+  const bool prev = g_.grad_enabled();
+  g_.set_grad_enabled(false);
+  Weights* saved_w = w_;
+  if (sp_.ref == RefKind::kCopy) w_ = &ref_;
+  adapters_off_ = sp_.ref == RefKind::kAdaptersDisabled;
+  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+  g_.set_segment(kSegRefPre);
+  const int h = embed_and_layers(false);
+  g_.set_segment(kSegRefHead);
+  int logits = head_logits(h, tok(1));
+  g_.drop(h);
   if (sp_.autocast) ops_.exit_autocast();
-  g_.drop(emb_leaf);
+  logits = to_output_dtype(logits);
+  adapters_off_ = false;
+  w_ = saved_w;
+  ref_logits_ = logits;  // ref_outputs: alive until _compute_loss returns
+  const int v = g_.view(logits, rows * m_.vocab_size);  // ref_shift_logits
+  const int lp = selective_log_softmax(v, rows, 0);
+  g_.drop(v);
+  g_.set_grad_enabled(prev);
+  return lp;
+}
+
+// A small differentiable result (a loss or a [rows] reduction) of `x`.
+int small_from(Graph& g, int x, const Poly& numel) {
+  const int y = g.make(numel, DT::kF32, Cat::kLogits);
+  g.node({x}, {y}, {}, [x](Bwd& c) { c.give(x, c.like(x, Cat::kLogits)); });
+  return y;
+}
+
+int Step::dpo_loss() {
+  // DPOTrainer._compute_loss: one policy forward on [2b, s] (chosen, then rejected).
+  const std::int64_t V = m_.vocab_size;
+  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+  const int h = embed_and_layers(true);
+  g_.set_segment(kSegHead);
+  int logits = head_logits(h, tok(1));
+  g_.drop(h);
+  if (sp_.autocast) ops_.exit_autocast();
+  logits = to_output_dtype(logits);  // outputs.logits: held by `outputs` until the loss returns
+  const Poly rows = tok(1) - per_seq(1);  // shift_logits = logits[..., :-1, :]
+  ops_.cat = Cat::kLogits;
+  const int sl1 = ops_.slice(logits, rows * V, false);
+  const int sl2 = ops_.slice(sl1, rows * V, true);
+  g_.drop(sl1);
+  const int lp = selective_log_softmax(sl2, rows, 0);
+  // per_token_logps[shift_completion_mask == 0] = 0.0: index_put_ keeps the boolean mask.
+  const int mask = g_.make(rows, DT::kBool, Cat::kInputs);
+  const int masked = g_.view(lp, rows);
+  g_.node({lp}, {masked}, {mask}, [lp](Bwd& c) { c.give(lp, c.like(lp, Cat::kLogits)); });
+  g_.drop(mask);
+  g_.drop(lp);
+  const int logps = small_from(g_, masked, per_seq(1));  // .sum(dim=1)
+  g_.drop(masked);
+  if (sp_.ref != RefKind::kNone) {
+    const int ref_lp = reference_logps(rows, 0, 0);
+    g_.drop(ref_lp);
+  }
+  g_.set_segment(kSegHead);
+  const int loss = small_from(g_, logps, Poly::constant(1));
+  g_.drop(logps);
+  // Logged metrics, before backward: entropy (a full copy of the shifted logits), the masked mean
+  // logits of chosen and of rejected completions, the argmax accuracy.
+  const int ent = entropy_no_grad(sl2, rows);
+  g_.drop(ent);
+  Poly half = rows;
+  for (auto& v : half.c) v /= 2;
+  for (int i = 0; i < 2; ++i) {
+    const int sel = g_.make(half * V, g_.at(sl2).dt, Cat::kLogits);
+    g_.drop(sel);
+  }
+  const int argmax = g_.make(half, DT::kI64, Cat::kLogits);
+  g_.drop(argmax);
+  // _compute_loss returns: reference outputs and the policy outputs go (the graph keeps what
+  // backward needs).
+  if (ref_logits_ >= 0) g_.drop(ref_logits_);
+  ref_logits_ = -1;
+  g_.drop(sl2);
+  g_.drop(logits);
+  return loss;
+}
+
+int Step::grpo_loss(int ref_logps) {
+  // GRPOTrainer._compute_loss on b completions of P + C tokens: logits_to_keep = C + 1.
+  const std::int64_t V = m_.vocab_size;
+  const Poly keep = tok(1) - per_seq(sp_.prompt_len - 1);  // b * (C + 1)
+  const Poly rows = tok(1) - per_seq(sp_.prompt_len);      // b * C
+  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+  const int h = embed_and_layers(true);
+  g_.set_segment(kSegHead);
+  int logits = head_logits(h, keep);
+  g_.drop(h);
+  if (sp_.autocast) ops_.exit_autocast();
+  logits = to_output_dtype(logits);
+  ops_.cat = Cat::kLogits;
+  // logits[:, :-1, :] then logits[:, -C:, :], then logits.div_(temperature) in place: autograd
+  // rebases the view on the base through CopySlices.
+  const int view = g_.view(logits, rows * V);
+  const int base_after = g_.view(logits, keep * V);
+  g_.node({logits}, {base_after}, {}, [logits, rows, V](Bwd& c) {
+    // CopySlices: a base-shaped gradient, a clone of the view's part and DivBackward's result.
+    const int r = c.like(logits, Cat::kLogits);
+    const int cl = c.temp(rows * V, DT::kF32, Cat::kLogits);
+    const int dv = c.temp(rows * V, DT::kF32, Cat::kLogits);
+    c.drop(cl);
+    c.drop(dv);
+    c.give(logits, r);
+  });
+  g_.node({base_after}, {view}, {}, [base_after](Bwd& c) {
+    c.give(base_after, c.like(base_after, Cat::kLogits));  // AsStridedBackward: zeros + copy
+  });
+  const int lp = selective_log_softmax(view, rows, 0);
+  const int ent = entropy_no_grad(view, rows);
+  // The clipped-ratio loss and the KL term are [b, C]-sized.
+  const int loss = small_from(g_, lp, Poly::constant(1));
+  g_.drop(lp);
+  g_.drop(ent);
+  g_.drop(view);
+  g_.drop(base_after);
+  g_.drop(logits);
+  if (ref_logps >= 0) g_.drop(ref_logps);
+  return loss;
+}
+
+ProgramResult Step::run() {
+  ProgramResult res;
+  g_.set_backward_segment_map([](int seg) {
+    if (seg == kSegFwdPre) return static_cast<int>(kSegBwdPre);
+    if (seg >= kSegFwdFirst && seg <= kSegFwdLast) return kSegBwdFirst + (seg - kSegFwdFirst);
+    if (seg == kSegHead) return static_cast<int>(kSegHeadBwd);
+    return seg;
+  });
+  g_.set_segment(kSegFwdPre);
+  g_.set_inplace_accumulation(sp_.ops.inplace_accumulation);
+  g_.set_recording(false);
+  make_params();
+  if (sp_.ref == RefKind::kCopy) {
+    making_ref_ = true;
+    w_ = &ref_;
+    make_params();
+    w_ = &policy_;
+    making_ref_ = false;
+  }
+  g_.set_recording(true);
+  // Trainer inputs (int64), alive for the whole step: SFT input_ids, attention_mask, labels;
+  // DPO input_ids, attention_mask, completion_mask; GRPO prompt/completion ids and masks.
+  ids_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  attn_mask2d_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  labels_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
+
+  int loss = -1;
+  switch (sp_.method) {
+    case StepMethod::kSft: {
+      if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+      const int h = embed_and_layers(true);
+      g_.set_segment(kSegHead);
+      const int logits = head_logits(h, tok(1));
+      g_.drop(h);
+      loss = sft_loss(logits);
+      if (sp_.autocast) ops_.exit_autocast();
+      break;
+    }
+    case StepMethod::kDpo:
+      loss = dpo_loss();
+      break;
+    case StepMethod::kGrpo: {
+      // The scoring pass (no grad) computes reference log-probs before the update.
+      int ref_lp = -1;
+      if (sp_.ref != RefKind::kNone) {
+        const Poly keep = tok(1) - per_seq(sp_.prompt_len - 1);
+        const Poly rows = tok(1) - per_seq(sp_.prompt_len);
+        const bool prev = g_.grad_enabled();
+        g_.set_grad_enabled(false);
+        Weights* saved_w = w_;
+        if (sp_.ref == RefKind::kCopy) w_ = &ref_;
+        adapters_off_ = sp_.ref == RefKind::kAdaptersDisabled;
+        if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+        g_.set_segment(kSegRefPre);
+        const int h = embed_and_layers(false);
+        g_.set_segment(kSegRefHead);
+        int logits = head_logits(h, keep);
+        g_.drop(h);
+        if (sp_.autocast) ops_.exit_autocast();
+        logits = to_output_dtype(logits);
+        const int v = g_.view(logits, rows * m_.vocab_size);  // slices and in-place div_: views
+        ref_lp = selective_log_softmax(v, rows, 0);
+        g_.drop(v);
+        g_.drop(logits);
+        adapters_off_ = false;
+        w_ = saved_w;
+        g_.set_grad_enabled(prev);
+      }
+      g_.set_segment(kSegFwdPre);
+      loss = grpo_loss(ref_lp);
+      break;
+    }
+  }
+  g_.drop(emb_leaf_);
 
   g_.backward(loss, 0);
   g_.set_segment(kSegBwdPre);
-  const int eg = g_.take_grad(emb_leaf);  // the embedding leaf's .grad dies with the graph
+  const int eg = g_.take_grad(emb_leaf_);  // the embedding leaf's .grad dies with the graph
   g_.release_graph(0);
   if (eg >= 0) g_.drop(eg);
   g_.drop(loss);

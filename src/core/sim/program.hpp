@@ -28,8 +28,16 @@ enum Segment : int {
   kSegBwdMid = 7,
   kSegBwdLast = 8,
   kSegBwdPre = 9,     // embedding backward
-  kNumSegments = 10,
+  kSegRefPre = 10,    // DPO/GRPO reference forward (no grad), by layer role like the policy's
+  kSegRefFirst = 11,
+  kSegRefMid = 12,
+  kSegRefLast = 13,
+  kSegRefHead = 14,
+  kNumSegments = 15,
 };
+
+enum class StepMethod { kSft, kDpo, kGrpo };
+enum class RefKind { kNone, kCopy, kAdaptersDisabled };
 
 struct LoraPlan {
   bool enabled = false;
@@ -56,6 +64,12 @@ struct ProgramSpec {
   OpsBehaviour ops;
   // DPO/GRPO shape the batch: sequences in the policy forward, and logit tokens per sequence.
   std::int64_t batch_multiplier = 1;
+  StepMethod method = StepMethod::kSft;
+  RefKind ref = RefKind::kNone;
+  // accelerate's convert_outputs_to_fp32: under autocast (not DeepSpeed), 16-bit model outputs
+  // are converted with .float() before TRL sees them.
+  bool fp32_outputs = false;
+  std::int64_t prompt_len = 0;  // GRPO: P; the sequence is P + C and logits_to_keep = C + 1
   // Whether the forward batch is a single sequence. Some reshapes are views only then (the
   // permuted query folding into bmm), so the engine compiles one program for b == 1 and one
   // for b >= 2.
