@@ -6,5 +6,6 @@
 namespace memplan::cli {
 
 Command register_estimate(CLI::App& root);
+Command register_check(CLI::App& root);
 
 }  // namespace memplan::cli

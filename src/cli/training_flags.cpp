@@ -106,7 +106,9 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_flag("--offload-params", f.offload_params, "Offload parameters to CPU (ZeRO-3/FSDP)")->group("Multi-GPU");
   app.add_option("--tensor-parallel", f.tensor_parallel, "Tensor-parallel degree (default 1)")->group("Multi-GPU");
   // Config files
+  // One file per --config, so that `check --config main.yaml stage.yaml` leaves stage.yaml positional.
   app.add_option("--config", f.configs, "Training config (YAML/JSON); repeat for stage files that override it")
+      ->allow_extra_args(false)
       ->group("Config files");
   app.add_option("--dialect", f.dialect, "hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, keys "
                                          "(default: detected)")
@@ -376,8 +378,11 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
 }
 
 
-Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string>& more_files, io::FileSystem& fs) {
-  Inputs out;
+namespace {
+
+// The config request the flags describe, with `more_files` layered after --config.
+Result<io::ConfigRequest> config_request(const TrainingFlags& f, const std::vector<std::string>& more_files,
+                                         io::FileSystem& fs) {
   io::ConfigRequest req;
   req.files = f.configs;
   req.files.insert(req.files.end(), more_files.begin(), more_files.end());
@@ -385,10 +390,17 @@ Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string
   if (!f.keys.empty()) {
     MEMPLAN_TRY(req.key_map, io::parse_key_map(f.keys, fs));
   }
+  if (req.files.empty() && (!f.dialect.empty() || !f.keys.empty()))
+    return make_error(ErrorCode::kInvalidArgument, "--dialect and --keys describe config files", "add --config FILE");
+  return req;
+}
+
+}  // namespace
+
+Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string>& more_files, io::FileSystem& fs) {
+  Inputs out;
+  MEMPLAN_TRY(io::ConfigRequest req, config_request(f, more_files, fs));
   if (req.files.empty()) {
-    if (!f.dialect.empty() || !f.keys.empty())
-      return make_error(ErrorCode::kInvalidArgument, "--dialect and --keys describe config files",
-                        "add --config FILE");
     MEMPLAN_TRY(out.resolved, apply_training_flags(f, io::ResolvedInputs{}));
     return out;
   }
@@ -398,16 +410,12 @@ Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string
   return out;
 }
 
-Result<int> show_config(std::ostream& out, const TrainingFlags& f, report::Format format) {
+Result<int> show_config(std::ostream& out, const TrainingFlags& f, report::Format format,
+                        const std::vector<std::string>& more_files) {
   std::optional<io::LoadedConfig> loaded;
   io::ResolvedInputs base;
-  if (!f.configs.empty()) {
-    io::ConfigRequest req;
-    req.files = f.configs;
-    req.dialect = f.dialect;
-    if (!f.keys.empty()) {
-      MEMPLAN_TRY(req.key_map, io::parse_key_map(f.keys, io::real_file_system()));
-    }
+  MEMPLAN_TRY(io::ConfigRequest req, config_request(f, more_files, io::real_file_system()));
+  if (!req.files.empty()) {
     MEMPLAN_TRY(loaded, io::load_config(req, io::real_file_system()));
     base = loaded->inputs;
   }

@@ -97,6 +97,7 @@ Result<Inputs> load_inputs(const TrainingFlags& flags, const std::vector<std::st
 
 // --show-config: prints every input with its value and source. When the flags cannot be applied
 // (no model yet), prints what the files say and returns the error.
-Result<int> show_config(std::ostream& out, const TrainingFlags& flags, report::Format format);
+Result<int> show_config(std::ostream& out, const TrainingFlags& flags, report::Format format,
+                        const std::vector<std::string>& more_files = {});
 
 }  // namespace memplan::cli
