@@ -364,8 +364,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
       auto d = parse_dtype(in.model.torch_dtype.empty() ? "float32" : in.model.torch_dtype);
       if (d) {
         c.torch_dtype = *d;
-        in.set_origin("torch_dtype", io::Origin{io::OriginKind::kDerived, {},
-                                                fmt::format("auto: the checkpoint's {}", to_string(*d))});
+        io::Origin o;
+        o.kind = io::OriginKind::kDerived;
+        o.note = fmt::format("auto: the checkpoint's {}", to_string(*d));
+        in.set_origin("torch_dtype", std::move(o));
       }
     }
   }

@@ -1,6 +1,8 @@
 // Dialects and config loading: detection, every dialect's mapping with file:line origins,
 // unknown and contradictory keys, stage overrides, DeepSpeed alongside, key maps, directives;
 // and every shipped example gives the same estimate as the equivalent flags.
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -532,6 +534,30 @@ TEST_CASE("--config on the command line: dialect flag, flags override files, cus
   // A flag beats the file.
   auto from_file = estimate_json({"--config", kExamples + "hf-trl-sft-lora.yaml", "--batch", "1"});
   CHECK(from_file["training"]["micro_batch"] == 1);
+}
+
+TEST_CASE("torch_dtype: auto takes the checkpoint's dtype once the model is known") {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string path = dir + "/memplan-auto-dtype.yaml";
+  std::ofstream(path) << "model_name_or_path: meta-llama/Llama-3.1-8B\ntorch_dtype: auto\nbf16: true\n"
+                         "gradient_checkpointing: true\n";
+  Run r = run_cli({"estimate", "--config", path, "--show-config", "--format", "json"});
+  std::filesystem::remove(path);
+  REQUIRE(r.rc == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["inputs"][5]["input"] == "torch_dtype");
+  CHECK(j["inputs"][5]["value"] == "bfloat16");  // configs/models/llama-3.1-8b.json: "torch_dtype": "bfloat16"
+  CHECK(j["inputs"][5]["source"] == "derived (auto: the checkpoint's bfloat16)");
+}
+
+TEST_CASE("--show-config with a custom model prints what the files say, then the error") {
+  Run r = run_cli({"estimate", "--config", kExamples + "flat-pretrain.yaml", "--show-config"});
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("\nmodel                   (none)  ") != std::string::npos);
+  // The value column is as wide as the longest value, adamw_torch (11), plus 2.
+  CHECK(r.out.find("\nbatch" + std::string(19, ' ') + "2" + std::string(12, ' ') + kExamples +
+                   "flat-pretrain.yaml:12 (micro_batch_size)\n") != std::string::npos);
+  CHECK(r.err.rfind("memplan: error: no model given; ", 0) == 0);
 }
 
 TEST_CASE("--show-config says where every value came from") {
