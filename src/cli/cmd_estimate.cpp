@@ -26,9 +26,10 @@ Command register_estimate(CLI::App& root) {
   sub->add_option("--format", opts->format, "text (default), json, markdown");
   return {sub, [opts](Context& ctx) -> Result<int> {
             MEMPLAN_TRY(auto format, report::parse_format(opts->format));
-            MEMPLAN_TRY(auto inputs, apply_training_flags(opts->flags, io::ResolvedInputs{}));
-            MEMPLAN_TRY(auto est, estimate(inputs.model, inputs.config));
-            ctx.out << report::render_estimate(inputs, est, format);
+            if (opts->flags.show_config) return show_config(ctx.out, opts->flags, format);
+            MEMPLAN_TRY(auto inputs, load_inputs(opts->flags));
+            MEMPLAN_TRY(auto est, estimate(inputs.resolved.model, inputs.resolved.config));
+            ctx.out << report::render_estimate(inputs.resolved, est, format);
             return kExitOk;
           }};
 }

@@ -8,5 +8,6 @@ namespace memplan::cli {
 Command register_estimate(CLI::App& root);
 Command register_plan(CLI::App& root);
 Command register_sweep(CLI::App& root);
+Command register_check(CLI::App& root);
 
 }  // namespace memplan::cli

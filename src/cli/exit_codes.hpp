@@ -12,6 +12,7 @@ enum ExitCode : int {
   kExitInvalidInput = 2,  // a bad value, unknown name, or invalid config file
   kExitIoError = 3,       // a file could not be read or written
   kExitNoGpu = 4,         // --auto / detection found no GPU
+  kExitUsage = 64,        // a usage error found after parsing: check with no GPU memory to compare with (EX_USAGE)
   kExitInternal = 70,     // a bug in memplan (EX_SOFTWARE)
 };
 

@@ -3,8 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/exit_codes.hpp"
 #include "io/model_source.hpp"
 #include "memplan/text.hpp"
+#include "report/estimate_render.hpp"
 
 namespace memplan::cli {
 
@@ -103,6 +105,18 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_flag("--offload-optimizer", f.offload_optimizer, "Offload optimizer states to CPU")->group("Multi-GPU");
   app.add_flag("--offload-params", f.offload_params, "Offload parameters to CPU (ZeRO-3/FSDP)")->group("Multi-GPU");
   app.add_option("--tensor-parallel", f.tensor_parallel, "Tensor-parallel degree (default 1)")->group("Multi-GPU");
+  // Config files
+  // One file per --config, so that `check --config main.yaml stage.yaml` leaves stage.yaml positional.
+  app.add_option("--config", f.configs, "Training config (YAML/JSON); repeat for stage files that override it")
+      ->allow_extra_args(false)
+      ->group("Config files");
+  app.add_option("--dialect", f.dialect, "hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, keys "
+                                         "(default: detected)")
+      ->group("Config files");
+  app.add_option("--keys", f.keys, "Where values live: batch=KEY.PATH,grad_accum=KEY.PATH,... or a mapping file")
+      ->group("Config files");
+  app.add_flag("--show-config", f.show_config, "Print every input, its value and where it came from")
+      ->group("Config files");
 }
 
 Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::ResolvedInputs in) {
@@ -334,7 +348,8 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     }
     if (in.model_name.empty())
       return make_error(ErrorCode::kInvalidArgument, "no model given",
-                        "use --model ID|PATH (see 'memplan models') or --model-params N");
+                        in.model_hint.empty() ? "use --model ID|PATH (see 'memplan models') or --model-params N"
+                                              : in.model_hint);
     auto m = io::resolve_model(in.model_name, io::ModelSearchEnv::from_process());
     if (!m) {
       Error e = m.error();
@@ -344,6 +359,17 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     }
     in.model = *m;
     if (in.model.name.empty()) in.model.name = in.model_name;
+    // `torch_dtype: auto` in a config: the dtype the checkpoint is stored in.
+    if (in.torch_dtype_from_model && !given("--torch-dtype")) {
+      auto d = parse_dtype(in.model.torch_dtype.empty() ? "float32" : in.model.torch_dtype);
+      if (d) {
+        c.torch_dtype = *d;
+        io::Origin o;
+        o.kind = io::OriginKind::kDerived;
+        o.note = fmt::format("auto: the checkpoint's {}", to_string(*d));
+        in.set_origin("torch_dtype", std::move(o));
+      }
+    }
   }
   static const char* kKeys[] = {"method", "batch", "seq_len", "grad_accum", "torch_dtype", "autocast", "optim",
                                 "gradient_checkpointing", "attn_implementation", "use_peft", "device"};
@@ -351,6 +377,54 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     if (!in.origins.count(k)) in.set_origin(k, io::Origin{});
   if (auto s = validate(c); !s) return s.error();
   return in;
+}
+
+
+namespace {
+
+// The config request the flags describe, with `more_files` layered after --config.
+Result<io::ConfigRequest> config_request(const TrainingFlags& f, const std::vector<std::string>& more_files,
+                                         io::FileSystem& fs) {
+  io::ConfigRequest req;
+  req.files = f.configs;
+  req.files.insert(req.files.end(), more_files.begin(), more_files.end());
+  req.dialect = f.dialect;
+  if (!f.keys.empty()) {
+    MEMPLAN_TRY(req.key_map, io::parse_key_map(f.keys, fs));
+  }
+  if (req.files.empty() && (!f.dialect.empty() || !f.keys.empty()))
+    return make_error(ErrorCode::kInvalidArgument, "--dialect and --keys describe config files", "add --config FILE");
+  return req;
+}
+
+}  // namespace
+
+Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string>& more_files, io::FileSystem& fs) {
+  Inputs out;
+  MEMPLAN_TRY(io::ConfigRequest req, config_request(f, more_files, fs));
+  if (req.files.empty()) {
+    MEMPLAN_TRY(out.resolved, apply_training_flags(f, io::ResolvedInputs{}));
+    return out;
+  }
+  MEMPLAN_TRY(io::LoadedConfig loaded, io::load_config(req, fs));
+  MEMPLAN_TRY(out.resolved, apply_training_flags(f, loaded.inputs));
+  out.loaded = std::move(loaded);
+  return out;
+}
+
+Result<int> show_config(std::ostream& out, const TrainingFlags& f, report::Format format,
+                        const std::vector<std::string>& more_files) {
+  std::optional<io::LoadedConfig> loaded;
+  io::ResolvedInputs base;
+  MEMPLAN_TRY(io::ConfigRequest req, config_request(f, more_files, io::real_file_system()));
+  if (!req.files.empty()) {
+    MEMPLAN_TRY(loaded, io::load_config(req, io::real_file_system()));
+    base = loaded->inputs;
+  }
+  auto resolved = apply_training_flags(f, base);
+  out << report::render_sources(resolved ? *resolved : base, loaded ? &*loaded : nullptr, format);
+  if (!resolved) return resolved.error();
+  return kExitOk;
 }
 
 }  // namespace memplan::cli

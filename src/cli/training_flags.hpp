@@ -4,12 +4,16 @@
 // parsers so errors quote them and suggest near matches.
 #pragma once
 
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "io/config_loader.hpp"
+#include "io/fs.hpp"
 #include "io/inputs.hpp"
 #include "memplan/result.hpp"
+#include "report/format.hpp"
 
 namespace CLI {
 class App;
@@ -63,6 +67,11 @@ struct TrainingFlags {
   bool offload_optimizer = false;
   bool offload_params = false;
   int tensor_parallel = 0;
+  // Config files (docs/configs.md)
+  std::vector<std::string> configs;  // --config FILE, repeatable: later files override earlier ones
+  std::string dialect;               // --dialect NAME; empty: detected from the keys
+  std::string keys;                  // --keys INPUT=KEY.PATH,... or a mapping file
+  bool show_config = false;          // --show-config: print every input and its source, then stop
 
   CLI::App* app = nullptr;  // the subcommand the flags were added to
 };
@@ -76,5 +85,19 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& flags, io::
 
 // Whether a named flag ("--batch") was given on the command line.
 bool flag_given(const TrainingFlags& flags, const std::string& name);
+
+// What a command evaluates: the --config files (then `more_files`, layered on top) read with
+// --dialect and --keys, and the flags applied over them.
+struct Inputs {
+  std::optional<io::LoadedConfig> loaded;  // absent without config files
+  io::ResolvedInputs resolved;
+};
+Result<Inputs> load_inputs(const TrainingFlags& flags, const std::vector<std::string>& more_files = {},
+                           io::FileSystem& fs = io::real_file_system());
+
+// --show-config: prints every input with its value and source. When the flags cannot be applied
+// (no model yet), prints what the files say and returns the error.
+Result<int> show_config(std::ostream& out, const TrainingFlags& flags, report::Format format,
+                        const std::vector<std::string>& more_files = {});
 
 }  // namespace memplan::cli

@@ -28,6 +28,13 @@ struct ResolvedInputs {
   TrainingConfig config;
   std::map<std::string, Origin> origins;  // keyed by the canonical input name: "batch", "seq_len", ...
   std::vector<std::string> warnings;      // "train.yaml:7: unknown key 'lora_rank'; did you mean 'lora_r'?"
+  // A config said `torch_dtype: auto`: load in the dtype the checkpoint is stored in (once the
+  // model is resolved).
+  bool torch_dtype_from_model = false;
+  // Why no model name was found, when a config describes a model memplan cannot look up
+  // (e.g. a custom architecture given as `model: {n_layers: ...}`): shown instead of the
+  // generic "no model given" advice.
+  std::string model_hint;
 
   void set_origin(const std::string& key, Origin o) { origins[key] = std::move(o); }
 };

@@ -80,7 +80,113 @@ std::string render_markdown(const io::ResolvedInputs& in, const Estimate& e) {
   return out;
 }
 
+// (input, value) for every input --show-config lists, in a stable order.
+std::vector<std::pair<std::string, std::string>> input_values(const io::ResolvedInputs& in) {
+  const TrainingConfig& c = in.config;
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  std::vector<std::pair<std::string, std::string>> v = {
+      {"model", in.model_name.empty() ? std::string("(none)") : in.model_name},
+      {"method", to_string(c.method)},
+      {"batch", std::to_string(c.micro_batch)},
+      {"grad_accum", std::to_string(c.grad_accum)},
+      {"seq_len", std::to_string(c.seq_len)},
+      {"torch_dtype", to_string(c.torch_dtype)},
+      {"autocast", c.autocast ? to_string(*c.autocast) : "none"},
+      {"optim", to_string(c.optim.kind)},
+      {"gradient_checkpointing", b(c.gradient_checkpointing)},
+      {"attn_implementation", to_string(c.attn_impl())},
+      {"device", to_string(c.device)},
+      {"use_peft", b(c.lora.enabled)},
+  };
+  if (!c.optim.args.empty()) {
+    std::string args;
+    for (const auto& [k, val] : c.optim.args) args += (args.empty() ? "" : ",") + k + "=" + val;
+    v.insert(v.begin() + 8, {"optim_args", args});
+  }
+  if (c.lora.enabled) {
+    v.push_back({"lora_r", std::to_string(c.lora.r)});
+    v.push_back({"lora_alpha", fmt::format("{:g}", c.lora.alpha)});
+    v.push_back({"lora_dropout", fmt::format("{:g}", c.lora.dropout)});
+    v.push_back({"lora_target_modules", c.lora.all_linear              ? std::string("all-linear")
+                                        : c.lora.target_modules.empty() ? std::string("(PEFT default)")
+                                                                        : fmt::format("{}", fmt::join(c.lora.target_modules, ","))});
+    if (!c.lora.modules_to_save.empty())
+      v.push_back({"modules_to_save", fmt::format("{}", fmt::join(c.lora.modules_to_save, ","))});
+  }
+  if (c.quant.load_in_4bit || c.quant.load_in_8bit) {
+    v.push_back({"load_in_4bit", b(c.quant.load_in_4bit)});
+    v.push_back({"load_in_8bit", b(c.quant.load_in_8bit)});
+    if (c.quant.load_in_4bit) {
+      v.push_back({"bnb_4bit_quant_type", c.quant.quant_type});
+      v.push_back({"bnb_4bit_use_double_quant", b(c.quant.double_quant)});
+    }
+  }
+  if (c.method == Method::kDpo) {
+    const char* ref = c.dpo.ref_model == RefModel::kCopy ? "copy" : c.dpo.ref_model == RefModel::kNone ? "none" : "auto";
+    v.push_back({"ref_model", ref});
+    v.push_back({"precompute_ref_log_probs", b(c.dpo.precompute_ref_log_probs)});
+  }
+  if (c.method == Method::kGrpo) {
+    const auto& g = c.grpo;
+    v.push_back({"num_generations", std::to_string(g.num_generations)});
+    v.push_back({"max_prompt_length", std::to_string(g.max_prompt_length)});
+    v.push_back({"max_completion_length", std::to_string(g.max_completion_length)});
+    v.push_back({"beta", fmt::format("{:g}", g.beta)});
+    v.push_back({"use_vllm", b(g.vllm != VllmMode::kNone)});
+    if (g.vllm != VllmMode::kNone) {
+      v.push_back({"vllm_mode", g.vllm == VllmMode::kServer ? "server" : "colocate"});
+      v.push_back({"vllm_gpu_memory_utilization", fmt::format("{:g}", g.vllm_gpu_memory_utilization)});
+    }
+  }
+  const auto& p = c.parallel;
+  v.push_back({"num_gpus", std::to_string(p.num_gpus)});
+  v.push_back({"nodes", std::to_string(p.nodes)});
+  v.push_back({"sharding", to_string(p.sharding)});
+  v.push_back({"offload_optimizer", b(p.offload_optimizer)});
+  v.push_back({"offload_params", b(p.offload_params)});
+  if (p.tensor_parallel != 1) v.push_back({"tensor_parallel", std::to_string(p.tensor_parallel)});
+  return v;
+}
+
+std::string source_of(const io::ResolvedInputs& in, const std::string& key) {
+  auto it = in.origins.find(key);
+  if (it == in.origins.end()) return "default";
+  const io::Origin& o = it->second;
+  if (o.kind == io::OriginKind::kFile && !o.note.empty()) return fmt::format("{} ({})", o.to_string(), o.note);
+  return o.to_string();
+}
+
 }  // namespace
+
+std::string render_sources(const io::ResolvedInputs& in, const io::LoadedConfig* loaded, Format f) {
+  const auto values = input_values(in);
+  if (f == Format::kJson) {
+    nlohmann::ordered_json inputs = nlohmann::ordered_json::array();
+    for (const auto& [k, v] : values) inputs.push_back({{"input", k}, {"value", v}, {"source", source_of(in, k)}});
+    nlohmann::ordered_json j = {{"schema", kSchema}, {"command", "show-config"}};
+    if (loaded != nullptr) {
+      nlohmann::ordered_json files = nlohmann::ordered_json::array();
+      for (const auto& file : loaded->files) files.push_back(file.path);
+      j["dialect"] = io::to_string(loaded->dialect);
+      j["evidence"] = loaded->evidence;
+      j["files"] = files;
+    }
+    j["inputs"] = inputs;
+    j["warnings"] = in.warnings;
+    return j.dump(2) + "\n";
+  }
+  std::string out;
+  if (loaded != nullptr) {
+    out += fmt::format("dialect: {} ({})\n", io::to_string(loaded->dialect), fmt::join(loaded->evidence, ", "));
+    for (const auto& file : loaded->files) out += fmt::format("file:    {}\n", file.path);
+    out += "\n";
+  }
+  TextTable t({"input", "value", "source"}, {Align::kLeft, Align::kLeft, Align::kLeft});
+  for (const auto& [k, v] : values) t.add_row({k, v, source_of(in, k)});
+  out += t.render();
+  for (const auto& w : in.warnings) out += "warning: " + w + "\n";
+  return out;
+}
 
 std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, Format f) {
   switch (f) {

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "io/config_loader.hpp"
 #include "io/inputs.hpp"
 #include "memplan/estimate.hpp"
 #include "report/format.hpp"
@@ -13,6 +14,10 @@ std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, For
 
 // The one-line summary of inputs: "llama-3.1-8b · sft · batch 4 × 2048 · bf16 autocast · adamw_torch".
 std::string describe_inputs(const io::ResolvedInputs& in);
+
+// `--show-config`: every input with its value and where it came from (file:line and key, flag,
+// default, derived), after the dialect and files a config was read from (`loaded` may be null).
+std::string render_sources(const io::ResolvedInputs& in, const io::LoadedConfig* loaded, Format f);
 
 // Component names as people read them ("optimizer_states" -> "optimizer states").
 std::string component_label(const std::string& name);

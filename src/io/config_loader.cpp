@@ -1,0 +1,418 @@
+#include "io/config_loader.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "io/dialects_map.hpp"
+#include "memplan/text.hpp"
+
+namespace memplan::io {
+
+namespace {
+
+void set_source(YamlNode& n, int source) {
+  n.source = source;
+  for (auto& e : n.entries) {
+    set_source(e.key, source);
+    set_source(e.value, source);
+  }
+  for (auto& i : n.items) set_source(i, source);
+}
+
+// Hydra/OmegaConf-style override: mappings merge key by key, anything else is replaced.
+void merge_into(YamlNode& base, const YamlNode& over) {
+  if (!base.is_map() || !over.is_map()) {
+    base = over;
+    return;
+  }
+  for (const auto& e : over.entries) {
+    YamlEntry* target = nullptr;
+    for (auto& b : base.entries)
+      if (b.key.is_scalar() && e.key.is_scalar() && b.key.value == e.key.value) target = &b;
+    if (target == nullptr) {
+      base.entries.push_back(e);
+    } else if (target->value.is_map() && e.value.is_map()) {
+      merge_into(target->value, e.value);
+    } else {
+      *target = e;
+    }
+  }
+}
+
+const char* kind_name(const YamlNode& n) {
+  switch (n.kind) {
+    case YamlKind::kSeq: return "a list";
+    case YamlKind::kScalar: return "a single value";
+    case YamlKind::kNull: return "nothing";
+    case YamlKind::kMap: return "a mapping";
+  }
+  return "?";
+}
+
+// `# memplan: gpu=A100-80GB gpu-memory=80GiB`: comments no trainer reads, for `memplan check`.
+void read_directives(const ConfigFile& f, LoadedConfig& out) {
+  std::size_t pos = 0;
+  int line = 0;
+  const std::string& t = f.text;
+  while (pos < t.size()) {
+    ++line;
+    std::size_t nl = t.find('\n', pos);
+    if (nl == std::string::npos) nl = t.size();
+    const std::string l = trim(std::string_view(t).substr(pos, nl - pos));
+    pos = nl + 1;
+    if (l.empty() || l[0] != '#') continue;
+    const std::string body = trim(std::string_view(l).substr(1));
+    if (body.rfind("memplan:", 0) != 0) continue;
+    std::string rest = body.substr(8);
+    std::replace(rest.begin(), rest.end(), ',', ' ');
+    std::size_t p = 0;
+    while (p < rest.size()) {
+      while (p < rest.size() && rest[p] == ' ') ++p;
+      std::size_t e = rest.find(' ', p);
+      if (e == std::string::npos) e = rest.size();
+      const std::string item = rest.substr(p, e - p);
+      p = e;
+      if (item.empty()) continue;
+      const auto eq = item.find('=');
+      const std::string key = to_lower(item.substr(0, eq));
+      const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+      const SourceLocation where{f.path, line, 0};
+      auto warn = [&](std::string msg, std::string suggestion = {}) {
+        Error w = make_error(ErrorCode::kInvalidConfig, std::move(msg), std::move(suggestion));
+        w.where = where;
+        out.inputs.warnings.push_back(w.to_string());
+        out.diagnostics.push_back(std::move(w));
+      };
+      if (key == "gpu" && !value.empty()) {
+        out.gpu = value;
+        out.gpu_where = where;
+      } else if ((key == "gpu-memory" || key == "gpu_memory") && !value.empty()) {
+        auto size = parse_size(value);
+        if (!size) {
+          warn("memplan directive gpu-memory: " + size.error().message, size.error().suggestion);
+          continue;
+        }
+        out.gpu_memory = *size;
+        out.gpu_where = where;
+      } else {
+        warn(fmt::format("unknown memplan directive '{}'", item), did_you_mean(key, {"gpu", "gpu-memory"}));
+      }
+    }
+  }
+}
+
+// A `deepspeed:` path, relative to the YAML that names it, to the working directory (how the
+// trainers resolve it), or to a parent of the YAML's directory (repository-relative paths in
+// examples/ configs).
+Result<std::string> find_deepspeed_file(const std::string& yaml_path, const std::string& ref, FileSystem& fs,
+                                        std::vector<std::string>& tried) {
+  namespace stdfs = std::filesystem;
+  const stdfs::path r(ref);
+  std::vector<stdfs::path> candidates;
+  if (r.is_absolute()) {
+    candidates.push_back(r);
+  } else {
+    stdfs::path dir = stdfs::path(yaml_path).parent_path();
+    candidates.push_back(dir / r);
+    candidates.push_back(r);
+    for (int up = 0; up < 6 && dir.has_relative_path() && dir != dir.parent_path(); ++up) {
+      dir = dir.parent_path();
+      candidates.push_back(dir / r);
+    }
+  }
+  for (const auto& c : candidates) {
+    const std::string s = c.lexically_normal().string();
+    if (std::find(tried.begin(), tried.end(), s) != tried.end()) continue;
+    tried.push_back(s);
+    MEMPLAN_TRY(auto info, fs.stat(s));
+    if (info.exists) return s;
+  }
+  return std::string();
+}
+
+Status map_primary(Dialect d, Mapper& m) {
+  switch (d) {
+    case Dialect::kHfTrl: return map_hf_trl(m);
+    case Dialect::kAxolotl: return map_axolotl(m);
+    case Dialect::kLlamaFactory: return map_llamafactory(m);
+    case Dialect::kTorchtune: return map_torchtune(m);
+    case Dialect::kLightning: return map_lightning(m);
+    case Dialect::kFlat: return map_flat(m);
+    case Dialect::kDeepSpeed: return map_deepspeed(m, /*primary=*/true);
+    case Dialect::kKeyMap: return Ok{};
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+std::string to_string(Knob k) {
+  switch (k) {
+    case Knob::kBatch: return "batch";
+    case Knob::kGradAccum: return "grad_accum";
+    case Knob::kSeqLen: return "seq_len";
+    case Knob::kGlobalBatch: return "global_batch";
+  }
+  return "?";
+}
+
+std::string ValueSite::key() const { return join_key_path(path); }
+
+SourceLocation LoadedConfig::batch_location() const {
+  if (const ValueSite* s = primary_site(Knob::kBatch); s != nullptr && s->present && s->file < files.size())
+    return SourceLocation{files[s->file].path, s->line, 0};
+  return SourceLocation{files.empty() ? std::string() : files.front().path, 0, 0};
+}
+
+const ValueSite* LoadedConfig::primary_site(Knob k) const {
+  for (const auto& s : sites)
+    if (s.knob == k && !s.mirror) return &s;
+  return nullptr;
+}
+
+const std::vector<std::string>& key_map_inputs() {
+  static const std::vector<std::string> inputs = {
+      "batch",     "grad_accum", "seq_len", "model", "method",    "num_gpus", "nodes", "gradient_checkpointing",
+      "precision", "bf16",       "fp16",    "torch_dtype", "optim", "use_peft", "lora_r", "load_in_4bit"};
+  return inputs;
+}
+
+Result<std::vector<KeyMapEntry>> parse_key_map(const std::string& spec, FileSystem& fs) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::vector<int> lines;
+  std::string file;
+  if (spec.find('=') != std::string::npos) {
+    std::size_t start = 0;
+    while (start <= spec.size()) {
+      const std::size_t comma = spec.find(',', start);
+      const std::string item = trim(spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (!item.empty()) {
+        const auto eq = item.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+          return make_error(ErrorCode::kInvalidArgument, fmt::format("--keys: expected INPUT=KEY.PATH, got \"{}\"", item),
+                            "e.g. --keys batch=data_loader.batch_size,grad_accum=trainer.accumulate_grad_batches");
+        pairs.emplace_back(trim(item.substr(0, eq)), trim(item.substr(eq + 1)));
+        lines.push_back(0);
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  } else {
+    file = spec;
+    MEMPLAN_TRY(FileInfo info, fs.stat(spec));
+    if (!info.exists)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("--keys: expected INPUT=KEY.PATH,... or a mapping file, got \"{}\"", spec),
+                        "e.g. --keys batch=data_loader.batch_size,grad_accum=trainer.accumulate_grad_batches");
+    MEMPLAN_TRY(auto text, fs.read_file(spec));
+    MEMPLAN_TRY(auto doc, parse_yaml(std::move(text), spec));
+    if (!doc.root.is_map()) {
+      Error e = make_error(ErrorCode::kInvalidConfig,
+                           "a key map file maps inputs to key paths (batch: data_loader.batch_size)");
+      e.where = SourceLocation{spec, doc.root.line, 0};
+      return e;
+    }
+    for (const auto& e : doc.root.entries) {
+      if (!e.value.is_scalar()) {
+        Error err = make_error(ErrorCode::kInvalidConfig, fmt::format("{}: expected a key path", e.key.value));
+        err.where = SourceLocation{spec, e.key.line, 0};
+        return err;
+      }
+      pairs.emplace_back(e.key.value, e.value.value);
+      lines.push_back(e.key.line);
+    }
+  }
+  std::vector<KeyMapEntry> out;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto& [input, path] = pairs[i];
+    if (std::find(key_map_inputs().begin(), key_map_inputs().end(), input) == key_map_inputs().end()) {
+      Error e = make_error(ErrorCode::kUnknownName, fmt::format("--keys: unknown input '{}'", input),
+                           did_you_mean(input, key_map_inputs()));
+      if (!file.empty()) e.where = SourceLocation{file, lines[i], 0};
+      return e;
+    }
+    out.push_back(KeyMapEntry{input, split_key_path(path)});
+  }
+  if (out.empty()) return make_error(ErrorCode::kInvalidArgument, "--keys: nothing to map");
+  return out;
+}
+
+Status map_key_map(Mapper& m, const std::vector<KeyMapEntry>& entries) {
+  TrainingConfig& c = m.config();
+  auto replace_site = [&](Knob k, const std::string& path) {
+    auto& sites = m.out().sites;
+    sites.erase(std::remove_if(sites.begin(), sites.end(), [&](const ValueSite& s) { return s.knob == k && !s.mirror; }),
+                sites.end());
+    m.site(k, path);
+  };
+  for (const auto& e : entries) {
+    const std::string path = join_key_path(e.path);
+    if (m.node(path) == nullptr) m.warn_file(0, fmt::format("--keys {}={}: no such key", e.input, path));
+    const std::string& in = e.input;
+    if (in == "batch") {
+      MEMPLAN_IO_CHECK(m.read(path, "batch", c.micro_batch));
+      replace_site(Knob::kBatch, path);
+    } else if (in == "grad_accum") {
+      MEMPLAN_IO_CHECK(m.read(path, "grad_accum", c.grad_accum));
+      replace_site(Knob::kGradAccum, path);
+    } else if (in == "seq_len") {
+      MEMPLAN_IO_CHECK(m.read(path, "seq_len", c.seq_len));
+      replace_site(Knob::kSeqLen, path);
+    } else if (in == "model") {
+      MEMPLAN_IO_CHECK(m.read_model(path));
+    } else if (in == "method") {
+      MEMPLAN_TRY(auto v, m.text(path));
+      if (v) {
+        auto meth = parse_method(*v);
+        if (!meth) return m.error_at(*m.node(path), meth.error().code, meth.error().message, meth.error().suggestion);
+        c.method = *meth;
+        m.from_file("method", *m.node(path), path);
+      }
+    } else if (in == "num_gpus") {
+      MEMPLAN_IO_CHECK(m.read(path, "num_gpus", c.parallel.num_gpus));
+    } else if (in == "nodes") {
+      MEMPLAN_IO_CHECK(m.read(path, "nodes", c.parallel.nodes));
+    } else if (in == "gradient_checkpointing") {
+      MEMPLAN_IO_CHECK(m.read(path, "gradient_checkpointing", c.gradient_checkpointing));
+    } else if (in == "precision") {
+      MEMPLAN_IO_CHECK(apply_lightning_precision(m, path));
+    } else if (in == "bf16" || in == "fp16") {
+      MEMPLAN_TRY(auto on, m.boolean(path));
+      if (on) {
+        if (*on) c.autocast = in == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+        else c.autocast.reset();
+        m.from_file("autocast", *m.node(path), path);
+      }
+    } else if (in == "torch_dtype") {
+      MEMPLAN_IO_CHECK(m.read_dtype(path, "torch_dtype", c.torch_dtype));
+    } else if (in == "optim") {
+      MEMPLAN_IO_CHECK(m.read_optimizer(path, "optim", c.optim.kind));
+    } else if (in == "use_peft") {
+      MEMPLAN_IO_CHECK(m.read(path, "use_peft", c.lora.enabled));
+    } else if (in == "lora_r") {
+      MEMPLAN_IO_CHECK(m.read(path, "lora_r", c.lora.r));
+    } else if (in == "load_in_4bit") {
+      MEMPLAN_IO_CHECK(m.read(path, "load_in_4bit", c.quant.load_in_4bit));
+    }
+  }
+  return Ok{};
+}
+
+Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
+  if (req.files.empty()) return make_error(ErrorCode::kInvalidArgument, "no config file given");
+  LoadedConfig out;
+
+  // Read and parse everything first: DeepSpeed JSON files go after the layered YAML files.
+  std::vector<YamlDoc> layers, deepspeed;
+  std::vector<ConfigFile> layer_files, ds_files;
+  for (const auto& path : req.files) {
+    MEMPLAN_TRY(std::string text, fs.read_file(path));
+    MEMPLAN_TRY(FileInfo info, fs.stat(path));
+    MEMPLAN_TRY(YamlDoc doc, parse_yaml(text, path));
+    if (!doc.root.is_map()) {
+      Error e = make_error(ErrorCode::kInvalidConfig,
+                           fmt::format("expected a mapping of keys at the top level, got {}", kind_name(doc.root)));
+      e.where = SourceLocation{path, doc.root.line, 0};
+      return e;
+    }
+    const bool ds = looks_like_deepspeed(doc.root);
+    (ds ? ds_files : layer_files).push_back(ConfigFile{path, std::move(text), info, ds});
+    (ds ? deepspeed : layers).push_back(std::move(doc));
+  }
+  const bool deepspeed_only = layers.empty();
+  if (deepspeed_only) {
+    std::swap(layers, deepspeed);
+    std::swap(layer_files, ds_files);
+  }
+  for (auto& f : layer_files) out.files.push_back(std::move(f));
+  for (auto& f : ds_files) out.files.push_back(std::move(f));
+  int source = 0;
+  for (auto& d : layers) set_source(d.root, source++);
+  for (auto& d : deepspeed) set_source(d.root, source++);
+  for (const auto* docs : {&layers, &deepspeed})
+    for (const auto& d : *docs)
+      for (const auto& w : d.warnings) {
+        out.inputs.warnings.push_back(w.to_string());
+        out.diagnostics.push_back(w);
+      }
+
+  YamlNode merged = layers.front().root;
+  for (std::size_t i = 1; i < layers.size(); ++i) merge_into(merged, layers[i].root);
+
+  if (!req.dialect.empty()) {
+    MEMPLAN_TRY(out.dialect, parse_dialect(req.dialect));
+    out.evidence = {"named with --dialect"};
+  } else if (deepspeed_only) {
+    out.dialect = Dialect::kDeepSpeed;
+    out.evidence = {"a DeepSpeed config on its own"};
+  } else {
+    auto detected = detect_dialect(merged, out.files.front().path);
+    if (detected) {
+      out.dialect = detected->dialect;
+      out.evidence = detected->evidence;
+    } else if (!req.key_map.empty()) {
+      out.dialect = Dialect::kKeyMap;
+      out.evidence = {"--keys"};
+    } else {
+      return detected.error();
+    }
+  }
+
+  Mapper m(merged, out);
+  MEMPLAN_IO_CHECK(map_primary(out.dialect, m));
+  if (!req.key_map.empty()) MEMPLAN_IO_CHECK(map_key_map(m, req.key_map));
+
+  // DeepSpeed next to the trainer config: given with --config, or named by a `deepspeed:` key.
+  if (!deepspeed_only && !deepspeed.empty()) {
+    YamlNode ds = deepspeed.front().root;
+    for (std::size_t i = 1; i < deepspeed.size(); ++i) merge_into(ds, deepspeed[i].root);
+    Mapper dm(ds, out);
+    MEMPLAN_IO_CHECK(map_deepspeed(dm, /*primary=*/false));
+  }
+  if (const YamlNode* ref = m.deepspeed_ref(); ref != nullptr && !ref->is_null()) {
+    if (ref->is_map()) {
+      Mapper dm(*ref, out);
+      MEMPLAN_IO_CHECK(map_deepspeed(dm, /*primary=*/false));
+    } else if (ref->is_scalar() && deepspeed.empty()) {
+      const std::string& yaml = out.files[static_cast<std::size_t>(ref->source)].path;
+      std::vector<std::string> tried;
+      MEMPLAN_TRY(std::string path, find_deepspeed_file(yaml, ref->value, fs, tried));
+      if (path.empty()) {
+        Error e = make_error(ErrorCode::kIoError,
+                             fmt::format("DeepSpeed config '{}' not found (looked for {})", ref->value,
+                                         fmt::join(tried, ", ")),
+                             "fix the path, or pass the JSON with another --config");
+        e.where = m.where(*ref);
+        return e;
+      }
+      MEMPLAN_TRY(std::string text, fs.read_file(path));
+      MEMPLAN_TRY(FileInfo info, fs.stat(path));
+      MEMPLAN_TRY(YamlDoc doc, parse_yaml(text, path));
+      if (!doc.root.is_map()) {
+        Error e = make_error(ErrorCode::kInvalidConfig, "a DeepSpeed config must be a JSON object");
+        e.where = SourceLocation{path, doc.root.line, 0};
+        return e;
+      }
+      set_source(doc.root, static_cast<int>(out.files.size()));
+      out.files.push_back(ConfigFile{path, std::move(text), info, true});
+      for (const auto& w : doc.warnings) {
+        out.inputs.warnings.push_back(w.to_string());
+        out.diagnostics.push_back(w);
+      }
+      Mapper dm(doc.root, out);
+      MEMPLAN_IO_CHECK(map_deepspeed(dm, /*primary=*/false));
+    }
+  }
+
+  if (out.inputs.config.parallel.sharding != ShardingStrategy::kNone && out.inputs.config.parallel.world_size() == 1)
+    m.warn_file(0, fmt::format("{} shards across GPUs, but the config does not say how many; memplan assumes 1 "
+                               "unless --num-gpus says otherwise",
+                               to_string(out.inputs.config.parallel.sharding)));
+  for (const auto& f : out.files)
+    if (!f.deepspeed) read_directives(f, out);
+  return out;
+}
+
+}  // namespace memplan::io

@@ -1,0 +1,512 @@
+#include "io/dialects.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "io/dialects_map.hpp"
+#include "memplan/text.hpp"
+
+namespace memplan::io {
+
+namespace {
+
+struct DialectName {
+  Dialect dialect;
+  const char* name;
+};
+
+// The first spelling of each dialect is canonical.
+constexpr DialectName kNames[] = {
+    {Dialect::kHfTrl, "hf"},
+    {Dialect::kAxolotl, "axolotl"},
+    {Dialect::kLlamaFactory, "llama-factory"},
+    {Dialect::kTorchtune, "torchtune"},
+    {Dialect::kLightning, "lightning"},
+    {Dialect::kFlat, "flat"},
+    {Dialect::kDeepSpeed, "deepspeed"},
+    {Dialect::kKeyMap, "keys"},
+    {Dialect::kHfTrl, "trl"},
+    {Dialect::kHfTrl, "transformers"},
+    {Dialect::kHfTrl, "huggingface"},
+    {Dialect::kLlamaFactory, "llamafactory"},
+    {Dialect::kLlamaFactory, "llama_factory"},
+    {Dialect::kLightning, "hydra"},
+    {Dialect::kLightning, "pytorch-lightning"},
+    {Dialect::kDeepSpeed, "ds"},
+    {Dialect::kKeyMap, "keymap"},
+};
+
+struct Signal {
+  Dialect dialect;
+  const char* path;
+  int weight;
+};
+
+// Keys that point at a dialect, weighted by how specific they are to it.
+constexpr Signal kSignals[] = {
+    {Dialect::kTorchtune, "model._component_", 6},
+    {Dialect::kTorchtune, "tokenizer._component_", 4},
+    {Dialect::kTorchtune, "checkpointer._component_", 3},
+    {Dialect::kTorchtune, "enable_activation_checkpointing", 3},
+    {Dialect::kTorchtune, "optimizer._component_", 2},
+    {Dialect::kAxolotl, "base_model", 6},
+    {Dialect::kAxolotl, "sequence_len", 4},
+    {Dialect::kAxolotl, "lora_target_linear", 3},
+    {Dialect::kAxolotl, "adapter", 2},
+    {Dialect::kAxolotl, "num_epochs", 1},
+    {Dialect::kAxolotl, "micro_batch_size", 1},
+    {Dialect::kLlamaFactory, "finetuning_type", 6},
+    {Dialect::kLlamaFactory, "cutoff_len", 4},
+    {Dialect::kLlamaFactory, "lora_target", 3},
+    {Dialect::kLlamaFactory, "quantization_bit", 3},
+    {Dialect::kLlamaFactory, "stage", 2},
+    {Dialect::kLlamaFactory, "lora_rank", 2},
+    {Dialect::kLlamaFactory, "template", 2},
+    {Dialect::kHfTrl, "per_device_train_batch_size", 3},
+    {Dialect::kHfTrl, "use_peft", 3},
+    {Dialect::kHfTrl, "model_name_or_path", 2},
+    {Dialect::kHfTrl, "num_generations", 2},
+    {Dialect::kHfTrl, "use_vllm", 2},
+    {Dialect::kHfTrl, "lora_r", 1},
+    {Dialect::kHfTrl, "max_length", 1},
+    {Dialect::kHfTrl, "max_seq_length", 1},
+    {Dialect::kHfTrl, "optim", 1},
+    {Dialect::kHfTrl, "torch_dtype", 1},
+    {Dialect::kHfTrl, "dataset_name", 1},
+    {Dialect::kLightning, "trainer.accumulate_grad_batches", 6},
+    {Dialect::kLightning, "training.trainer", 5},
+    {Dialect::kLightning, "data_loader.batch_size", 4},
+    {Dialect::kLightning, "data.init_args.batch_size", 4},
+    {Dialect::kLightning, "trainer", 3},
+    {Dialect::kLightning, "data.batch_size", 2},
+    {Dialect::kFlat, "max_seq_len", 3},
+    {Dialect::kFlat, "micro_batch_size", 2},
+    {Dialect::kFlat, "gradient_accumulation_steps", 1},
+    {Dialect::kFlat, "precision", 1},
+    {Dialect::kFlat, "batch_size", 1},
+    {Dialect::kDeepSpeed, "train_micro_batch_size_per_gpu", 6},
+    {Dialect::kDeepSpeed, "zero_optimization", 6},
+    {Dialect::kDeepSpeed, "train_batch_size", 2},
+};
+
+// The minimum score that names a dialect: one weak key (`batch_size`) is not enough.
+constexpr int kMinScore = 2;
+
+}  // namespace
+
+std::string to_string(Dialect d) {
+  for (const auto& n : kNames)
+    if (n.dialect == d) return n.name;
+  return "?";
+}
+
+std::vector<std::string> dialect_names() {
+  std::vector<std::string> out;
+  for (const auto& n : kNames)
+    if (std::find(out.begin(), out.end(), to_string(n.dialect)) == out.end()) out.push_back(to_string(n.dialect));
+  return out;
+}
+
+Result<Dialect> parse_dialect(const std::string& name) {
+  const std::string s = to_lower(trim(name));
+  for (const auto& n : kNames)
+    if (s == n.name) return n.dialect;
+  std::vector<std::string> all;
+  for (const auto& n : kNames) all.emplace_back(n.name);
+  std::string suggestion = did_you_mean(s, all);
+  if (suggestion.empty()) suggestion = "known dialects: " + fmt::format("{}", fmt::join(dialect_names(), ", "));
+  return make_error(ErrorCode::kUnknownName, fmt::format("unknown dialect '{}'", name), suggestion);
+}
+
+bool looks_like_deepspeed(const YamlNode& root) {
+  return root.is_map() && (root.get("train_micro_batch_size_per_gpu") != nullptr ||
+                           root.get("zero_optimization") != nullptr ||
+                           (root.get("train_batch_size") != nullptr && root.get("gradient_accumulation_steps") != nullptr));
+}
+
+Result<Detection> detect_dialect(const YamlNode& root, const std::string& label) {
+  struct Score {
+    Dialect dialect;
+    int score = 0;
+    std::vector<std::string> evidence;
+  };
+  std::vector<Score> scores;
+  for (const auto& s : kSignals) {
+    if (root.at(split_key_path(s.path)) == nullptr) continue;
+    auto it = std::find_if(scores.begin(), scores.end(), [&](const Score& x) { return x.dialect == s.dialect; });
+    if (it == scores.end()) it = scores.insert(scores.end(), Score{s.dialect, 0, {}});
+    it->score += s.weight;
+    it->evidence.emplace_back(s.path);
+  }
+  std::stable_sort(scores.begin(), scores.end(), [](const Score& a, const Score& b) { return a.score > b.score; });
+  if (scores.empty() || scores[0].score < kMinScore) {
+    Error e = make_error(ErrorCode::kInvalidConfig,
+                         "cannot tell which training framework this config is for: no key memplan recognizes",
+                         fmt::format("name it with --dialect ({}) or say where the values are with "
+                                     "--keys batch=KEY,grad_accum=KEY,seq_len=KEY",
+                                     fmt::join(dialect_names(), ", ")));
+    e.where = SourceLocation{label, 0, 0};
+    return e;
+  }
+  if (scores.size() > 1 && scores[1].score == scores[0].score) {
+    Error e = make_error(ErrorCode::kInvalidConfig,
+                         fmt::format("the keys fit both {} ({}) and {} ({})", to_string(scores[0].dialect),
+                                     fmt::join(scores[0].evidence, ", "), to_string(scores[1].dialect),
+                                     fmt::join(scores[1].evidence, ", ")),
+                         "name the dialect with --dialect");
+    e.where = SourceLocation{label, 0, 0};
+    return e;
+  }
+  return Detection{scores[0].dialect, scores[0].evidence};
+}
+
+// ---- Mapper ----
+
+std::string Mapper::file_of(const YamlNode& n) const {
+  const std::size_t i = static_cast<std::size_t>(n.source);
+  return i < out_.files.size() ? out_.files[i].path : std::string();
+}
+
+SourceLocation Mapper::where(const YamlNode& n) const { return SourceLocation{file_of(n), n.line, n.column}; }
+
+std::string Mapper::where_text(const YamlNode& n) const { return where(n).to_string(); }
+
+Error Mapper::error_at(const YamlNode& n, ErrorCode code, std::string message, std::string suggestion) const {
+  Error e = make_error(code, std::move(message), std::move(suggestion));
+  e.where = where(n);
+  return e;
+}
+
+void Mapper::warn_at(const YamlNode& n, std::string message, std::string suggestion) {
+  Error w = make_error(ErrorCode::kInvalidConfig, std::move(message), std::move(suggestion));
+  w.where = where(n);
+  out_.inputs.warnings.push_back(w.to_string());
+  out_.diagnostics.push_back(std::move(w));
+}
+
+void Mapper::warn_file(std::size_t file, std::string message) {
+  Error w = make_error(ErrorCode::kInvalidConfig, std::move(message));
+  if (file < out_.files.size()) w.where = SourceLocation{out_.files[file].path, 0, 0};
+  out_.inputs.warnings.push_back(w.to_string());
+  out_.diagnostics.push_back(std::move(w));
+}
+
+void Mapper::contradiction(const YamlNode& used, std::string_view used_key, const YamlNode& ignored,
+                           std::string_view ignored_key) {
+  warn_at(ignored,
+          fmt::format("{} = {} contradicts {} = {} ({}); memplan uses {}", ignored_key,
+                      ignored.is_scalar() ? ignored.value : "...", used_key, used.is_scalar() ? used.value : "...",
+                      where_text(used), used_key));
+}
+
+const YamlNode* Mapper::node(std::string_view path) {
+  asked_.insert(std::string(path));
+  return root_.at(split_key_path(path));
+}
+
+const YamlNode* Mapper::first_of(std::initializer_list<std::string_view> paths, std::string* which) {
+  const YamlNode* found = nullptr;
+  for (auto p : paths) {
+    const YamlNode* n = node(p);
+    if (n != nullptr && found == nullptr) {
+      found = n;
+      if (which != nullptr) *which = std::string(p);
+    }
+  }
+  return found;
+}
+
+Error Mapper::bad_value(const YamlNode& n, std::string_view path, std::string_view expected) const {
+  const std::string key(split_key_path(path).back());
+  if (n.is_scalar())
+    return error_at(n, ErrorCode::kInvalidConfig, fmt::format("{} must be {}, got \"{}\"", key, expected, n.value));
+  return error_at(n, ErrorCode::kInvalidConfig,
+                  fmt::format("{} must be {}, got a {}", key, expected, n.is_map() ? "mapping" : "list"));
+}
+
+Result<std::optional<std::int64_t>> Mapper::integer(std::string_view path, std::int64_t min) {
+  const YamlNode* n = node(path);
+  if (n == nullptr || n->is_null()) return std::optional<std::int64_t>{};
+  if (!n->is_scalar()) return bad_value(*n, path, "an integer");
+  auto v = parse_int(n->value, "");
+  if (!v) return bad_value(*n, path, "an integer");
+  if (*v < min)
+    return error_at(*n, ErrorCode::kInvalidConfig,
+                    fmt::format("{} = {} is out of range (>= {})", split_key_path(path).back(), *v, min));
+  return std::optional<std::int64_t>(*v);
+}
+
+Result<std::optional<bool>> Mapper::boolean(std::string_view path) {
+  const YamlNode* n = node(path);
+  if (n == nullptr || n->is_null()) return std::optional<bool>{};
+  if (!n->is_scalar()) return bad_value(*n, path, "true or false");
+  auto v = parse_bool(n->value, "");
+  if (!v) return bad_value(*n, path, "true or false");
+  return std::optional<bool>(*v);
+}
+
+Result<std::optional<double>> Mapper::number(std::string_view path) {
+  const YamlNode* n = node(path);
+  if (n == nullptr || n->is_null()) return std::optional<double>{};
+  if (!n->is_scalar()) return bad_value(*n, path, "a number");
+  auto v = parse_double(n->value, "");
+  if (!v) return bad_value(*n, path, "a number");
+  return std::optional<double>(*v);
+}
+
+Result<std::optional<std::string>> Mapper::text(std::string_view path) {
+  const YamlNode* n = node(path);
+  if (n == nullptr || n->is_null()) return std::optional<std::string>{};
+  if (!n->is_scalar()) return bad_value(*n, path, "a single value");
+  return std::optional<std::string>(n->value);
+}
+
+Result<std::optional<std::vector<std::string>>> Mapper::list(std::string_view path) {
+  const YamlNode* n = node(path);
+  if (n == nullptr || n->is_null()) return std::optional<std::vector<std::string>>{};
+  std::vector<std::string> out;
+  if (n->is_scalar()) {
+    std::size_t start = 0;
+    const std::string& v = n->value;
+    while (start <= v.size()) {
+      const std::size_t comma = v.find(',', start);
+      const std::string item = trim(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (!item.empty()) out.push_back(item);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return std::optional<std::vector<std::string>>(out);
+  }
+  if (n->kind != YamlKind::kSeq) return bad_value(*n, path, "a list");
+  for (const auto& i : n->items) {
+    if (!i.is_scalar()) return bad_value(i, path, "a list of names");
+    out.push_back(i.value);
+  }
+  return std::optional<std::vector<std::string>>(out);
+}
+
+Result<bool> Mapper::read(std::string_view path, const std::string& input, std::int64_t& field, std::int64_t min) {
+  MEMPLAN_TRY(auto v, integer(path, min));
+  if (!v) return false;
+  field = *v;
+  from_file(input, *root_.at(split_key_path(path)), path);
+  return true;
+}
+
+Result<bool> Mapper::read(std::string_view path, const std::string& input, int& field, int min) {
+  MEMPLAN_TRY(auto v, integer(path, min));
+  if (!v) return false;
+  if (*v > 1'000'000) return error_at(*root_.at(split_key_path(path)), ErrorCode::kInvalidConfig,
+                                      fmt::format("{} = {} is out of range", split_key_path(path).back(), *v));
+  field = static_cast<int>(*v);
+  from_file(input, *root_.at(split_key_path(path)), path);
+  return true;
+}
+
+Result<bool> Mapper::read(std::string_view path, const std::string& input, bool& field) {
+  MEMPLAN_TRY(auto v, boolean(path));
+  if (!v) return false;
+  field = *v;
+  from_file(input, *root_.at(split_key_path(path)), path);
+  return true;
+}
+
+Result<bool> Mapper::read(std::string_view path, const std::string& input, double& field) {
+  MEMPLAN_TRY(auto v, number(path));
+  if (!v) return false;
+  field = *v;
+  from_file(input, *root_.at(split_key_path(path)), path);
+  return true;
+}
+
+Result<bool> Mapper::read_dtype(std::string_view path, const std::string& input, DType& field) {
+  MEMPLAN_TRY(auto v, text(path));
+  if (!v) return false;
+  const YamlNode& n = *root_.at(split_key_path(path));
+  if (to_lower(*v) == "auto") {
+    out_.inputs.torch_dtype_from_model = true;
+    from_file(input, n, path);
+    return true;
+  }
+  auto d = parse_dtype(*v);
+  if (!d) return error_at(n, d.error().code, d.error().message, d.error().suggestion);
+  field = *d;
+  from_file(input, n, path);
+  return true;
+}
+
+Result<bool> Mapper::read_optimizer(std::string_view path, const std::string& input, OptimizerKind& field) {
+  MEMPLAN_TRY(auto v, text(path));
+  if (!v) return false;
+  const YamlNode& n = *root_.at(split_key_path(path));
+  auto o = parse_optimizer(*v);
+  if (!o) return error_at(n, o.error().code, o.error().message, o.error().suggestion);
+  field = *o;
+  from_file(input, n, path);
+  return true;
+}
+
+Result<bool> Mapper::read_model(std::string_view path) {
+  MEMPLAN_TRY(auto v, text(path));
+  if (!v || trim(*v).empty()) return false;
+  out_.inputs.model_name = trim(*v);
+  from_file("model", *root_.at(split_key_path(path)), path);
+  return true;
+}
+
+void Mapper::from_file(const std::string& input, const YamlNode& n, std::string_view key) {
+  out_.inputs.set_origin(input, Origin{OriginKind::kFile, where(n), std::string(key)});
+}
+
+void Mapper::from_default(const std::string& input, std::string note) {
+  out_.inputs.set_origin(input, Origin{OriginKind::kDefault, {}, std::move(note)});
+}
+
+void Mapper::derived(const std::string& input, std::string note) {
+  out_.inputs.set_origin(input, Origin{OriginKind::kDerived, {}, std::move(note)});
+}
+
+namespace {
+
+// The entry (key and value) at a path of a merged tree, or nullptr.
+const YamlEntry* entry_at(const YamlNode& root, const std::vector<std::string>& path) {
+  const YamlNode* n = &root;
+  const YamlEntry* found = nullptr;
+  for (const auto& k : path) {
+    if (!n->is_map()) return nullptr;
+    found = nullptr;
+    for (const auto& e : n->entries)
+      if (e.key.is_scalar() && e.key.value == k) found = &e;
+    if (found == nullptr) return nullptr;
+    n = &found->value;
+  }
+  return found;
+}
+
+}  // namespace
+
+void Mapper::site(Knob knob, std::string_view path, std::string insert_after, std::string no_insert_reason) {
+  asked_.insert(std::string(path));
+  ValueSite s;
+  s.knob = knob;
+  s.path = split_key_path(path);
+  if (const YamlEntry* e = entry_at(root_, s.path)) {
+    s.present = true;
+    s.file = static_cast<std::size_t>(e->value.source);
+    s.line = e->key.line;
+    if (e->value.is_scalar()) {
+      auto v = parse_int(e->value.value, "");
+      if (v) s.value = *v;
+    }
+  } else {
+    std::vector<std::string> parent(s.path.begin(), s.path.end() - 1);
+    const YamlNode* p = root_.at(parent);
+    s.insert_after = std::move(insert_after);
+    s.no_insert_reason = std::move(no_insert_reason);
+    if (p == nullptr || !p->is_map()) {
+      if (s.no_insert_reason.empty())
+        s.no_insert_reason = fmt::format("there is no mapping '{}' to add it to", join_key_path(parent));
+    } else {
+      s.file = static_cast<std::size_t>(p->source);
+    }
+  }
+  out_.sites.push_back(std::move(s));
+}
+
+void Mapper::mirror_site(Knob knob, std::string_view path, std::int64_t world_size) {
+  ValueSite s;
+  s.knob = knob;
+  s.path = split_key_path(path);
+  s.mirror = true;
+  s.world_size = world_size;
+  const YamlEntry* e = entry_at(root_, s.path);
+  if (e == nullptr || !e->value.is_scalar()) return;
+  auto v = parse_int(e->value.value, "");
+  if (!v) return;  // "auto": follows the other config, nothing to keep in step
+  s.present = true;
+  s.value = *v;
+  s.file = static_cast<std::size_t>(e->value.source);
+  s.line = e->key.line;
+  out_.sites.push_back(std::move(s));
+}
+
+void Mapper::check_unknown(std::string_view ns, const std::vector<std::string>& known, bool strict) {
+  const YamlNode* map = ns.empty() ? &root_ : root_.at(split_key_path(ns));
+  if (map == nullptr || !map->is_map()) return;
+  const std::string prefix = ns.empty() ? "" : std::string(ns) + ".";
+  std::vector<std::string> candidates;
+  for (const auto& a : asked_) {
+    if (a.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = a.substr(prefix.size());
+    candidates.push_back(rest.substr(0, rest.find('.')));
+  }
+  const std::vector<std::string> read_here = candidates;
+  if (strict) candidates.insert(candidates.end(), known.begin(), known.end());
+  for (const auto& e : map->entries) {
+    if (!e.key.is_scalar() || e.key.alias_line > 0) continue;
+    const std::string& k = e.key.value;
+    if (std::find(read_here.begin(), read_here.end(), k) != read_here.end()) continue;
+    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
+    const std::string shown = prefix + k;
+    // A near-miss of a key memplan reads is the typo that would silently leave a default.
+    std::optional<std::string> best;
+    if (strict) {
+      best = closest_match(k, candidates);
+    } else {
+      const std::size_t limit = std::max<std::size_t>(2, k.size() / 3);
+      std::size_t best_d = limit + 1;
+      for (const auto& c : read_here) {
+        const std::size_t d = edit_distance(k, c);
+        if (d < best_d) best_d = d, best = c;
+      }
+    }
+    if (best) {
+      warn_at(e.key, fmt::format("unknown key '{}'", shown), fmt::format("did you mean '{}{}'?", prefix, *best));
+    } else if (strict) {
+      warn_at(e.key, fmt::format("unknown key '{}' (ignored)", shown));
+    }
+  }
+}
+
+// ---- shared helpers ----
+
+void set_lora_targets(TrainingConfig& c, const std::vector<std::string>& targets) {
+  const bool all = targets.size() == 1 && (to_lower(targets[0]) == "all-linear" || to_lower(targets[0]) == "all");
+  c.lora.all_linear = all;
+  c.lora.target_modules = all ? std::vector<std::string>{} : targets;
+}
+
+Status apply_lightning_precision(Mapper& m, std::string_view path) {
+  MEMPLAN_TRY(auto p, m.text(path));
+  if (!p) return Ok{};
+  const YamlNode& n = *m.node(path);
+  const std::string v = to_lower(trim(*p));
+  TrainingConfig& c = m.config();
+  const std::string key(path);
+  if (v == "32" || v == "32-true" || v == "fp32" || v == "float32") {
+    c.torch_dtype = DType::kFloat32;
+    c.autocast.reset();
+  } else if (v == "16" || v == "16-mixed" || v == "fp16" || v == "16-mixed-precision") {
+    c.torch_dtype = DType::kFloat32;
+    c.autocast = DType::kFloat16;
+  } else if (v == "bf16" || v == "bf16-mixed") {
+    c.torch_dtype = DType::kFloat32;
+    c.autocast = DType::kBFloat16;
+  } else if (v == "bf16-true") {
+    c.torch_dtype = DType::kBFloat16;
+    c.autocast.reset();
+  } else if (v == "16-true") {
+    c.torch_dtype = DType::kFloat16;
+    c.autocast.reset();
+  } else {
+    return m.error_at(n, ErrorCode::kUnknownName, fmt::format("unknown precision '{}'", *p),
+                      did_you_mean(v, {"32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true"}));
+  }
+  m.from_file("torch_dtype", n, key);
+  m.from_file("autocast", n, key);
+  return Ok{};
+}
+
+}  // namespace memplan::io

@@ -1,0 +1,43 @@
+// Training-config dialects: the YAML/JSON layouts of the frameworks people train with. Each one
+// maps its keys to the engine's TrainingConfig (docs/configs.md has every table) and says where
+// the micro-batch, gradient accumulation and sequence length live, for --apply.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/yaml_edit.hpp"
+#include "memplan/result.hpp"
+
+namespace memplan::io {
+
+enum class Dialect {
+  kHfTrl,         // transformers TrainingArguments / TRL SFTConfig, DPOConfig, GRPOConfig + ModelConfig
+  kAxolotl,       // axolotl YAML
+  kLlamaFactory,  // LLaMA-Factory YAML
+  kTorchtune,     // torchtune recipe configs (_component_ builders)
+  kLightning,     // PyTorch Lightning / Hydra nested configs (trainer.accumulate_grad_batches, data_loader.batch_size)
+  kFlat,          // flat in-house configs (micro_batch_size, gradient_accumulation_steps, max_seq_len)
+  kDeepSpeed,     // a DeepSpeed JSON config on its own
+  kKeyMap,        // only what --keys maps
+};
+
+// "hf", "axolotl", "llama-factory", "torchtune", "lightning", "flat", "deepspeed", "keys".
+std::string to_string(Dialect d);
+// Canonical names and aliases (trl, transformers, llamafactory, hydra, ds...), case-insensitive.
+Result<Dialect> parse_dialect(const std::string& name);
+std::vector<std::string> dialect_names();
+
+struct Detection {
+  Dialect dialect = Dialect::kFlat;
+  std::vector<std::string> evidence;  // the keys that decided: "base_model", "micro_batch_size"
+};
+
+// Which dialect a merged config is written in, from its keys. Ambiguous or unrecognizable
+// configs are errors that name the candidates and --dialect / --keys.
+Result<Detection> detect_dialect(const YamlNode& root, const std::string& label);
+
+// Whether a parsed file is a DeepSpeed config (train_micro_batch_size_per_gpu, zero_optimization...).
+bool looks_like_deepspeed(const YamlNode& root);
+
+}  // namespace memplan::io

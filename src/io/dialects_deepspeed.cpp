@@ -1,0 +1,155 @@
+// DeepSpeed JSON, on its own or next to a trainer config that points at it (`deepspeed:` in
+// HF/TRL, axolotl and LLaMA-Factory YAML). Values may be "auto" (filled in from the trainer's
+// arguments); numbers must agree with the trainer's, which refuses mismatches at start-up.
+#include <fmt/format.h>
+
+#include "io/dialects_map.hpp"
+#include "memplan/text.hpp"
+
+namespace memplan::io {
+
+namespace {
+
+bool is_auto(const YamlNode* n) { return n != nullptr && n->is_scalar() && to_lower(n->value) == "auto"; }
+
+// A DeepSpeed integer that must match the trainer's value of `input` (or, primary, sets it).
+Result<std::optional<std::int64_t>> read_matching(Mapper& m, bool primary, std::string_view key,
+                                                  const std::string& input, std::int64_t& field) {
+  const YamlNode* n = m.node(key);
+  if (n == nullptr || n->is_null() || is_auto(n)) return std::optional<std::int64_t>{};
+  MEMPLAN_TRY(auto v, m.integer(key));
+  if (!v) return v;
+  if (primary) {
+    field = *v;
+    m.from_file(input, *n, key);
+  } else if (*v != field) {
+    const auto& o = m.out().inputs.origins;
+    auto it = o.find(input);
+    const std::string from = it != o.end() ? it->second.to_string() : "default";
+    m.warn_at(*n, fmt::format("{} = {} contradicts the trainer's {} = {} ({}); the trainer refuses to start with "
+                              "both; memplan uses {}",
+                              key, *v, input, field, from, field));
+  }
+  return v;
+}
+
+}  // namespace
+
+Status map_deepspeed(Mapper& m, bool primary) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_TRY(auto micro, read_matching(m, primary, "train_micro_batch_size_per_gpu", "batch", c.micro_batch));
+  MEMPLAN_TRY(auto accum, read_matching(m, primary, "gradient_accumulation_steps", "grad_accum", c.grad_accum));
+  if (primary) {
+    if (!micro) {
+      c.micro_batch = 1;
+      m.from_default("batch", "no train_micro_batch_size_per_gpu: 1");
+    }
+    if (!accum) {
+      c.grad_accum = 1;
+      m.from_default("grad_accum", "no gradient_accumulation_steps: 1");
+    }
+    m.site(Knob::kBatch, "train_micro_batch_size_per_gpu");
+    m.site(Knob::kGradAccum, "gradient_accumulation_steps", "train_micro_batch_size_per_gpu");
+    m.site(Knob::kSeqLen, "seq_len", {}, "a DeepSpeed config has no sequence length");
+  } else {
+    m.mirror_site(Knob::kBatch, "train_micro_batch_size_per_gpu");
+    m.mirror_site(Knob::kGradAccum, "gradient_accumulation_steps");
+  }
+
+  // train_batch_size = micro-batch x accumulation x GPUs: it tells how many GPUs the run uses.
+  const YamlNode* gnode = m.node("train_batch_size");
+  std::optional<std::int64_t> global;
+  if (!is_auto(gnode)) {
+    MEMPLAN_TRY(global, m.integer("train_batch_size"));
+  }
+  if (global) {
+    const std::int64_t per_gpu = c.micro_batch * c.grad_accum;
+    if (*global % per_gpu != 0) {
+      m.warn_at(*gnode, fmt::format("train_batch_size = {} is not a multiple of micro-batch x accumulation = {} x {}; "
+                                    "DeepSpeed refuses this",
+                                    *global, c.micro_batch, c.grad_accum));
+    } else {
+      const std::int64_t world = *global / per_gpu;
+      if (!m.has_origin("num_gpus") || m.out().inputs.origins["num_gpus"].kind == OriginKind::kDefault) {
+        c.parallel.num_gpus = static_cast<int>(std::min<std::int64_t>(world, 1024));
+        m.derived("num_gpus", fmt::format("train_batch_size {} / ({} x {}) at {}", *global, c.micro_batch,
+                                          c.grad_accum, m.where_text(*gnode)));
+      }
+      m.mirror_site(Knob::kGlobalBatch, "train_batch_size", world);
+    }
+  }
+
+  MEMPLAN_TRY(auto stage, m.integer("zero_optimization.stage", 0));
+  if (stage) {
+    const YamlNode& n = *m.node("zero_optimization.stage");
+    if (c.parallel.sharding == ShardingStrategy::kFsdpFullShard ||
+        c.parallel.sharding == ShardingStrategy::kFsdpShardGradOp ||
+        c.parallel.sharding == ShardingStrategy::kFsdpHybridShard) {
+      m.warn_at(n, "a DeepSpeed ZeRO config next to FSDP settings: the two are alternatives; memplan uses ZeRO");
+    }
+    switch (*stage) {
+      case 0: c.parallel.sharding = ShardingStrategy::kNone; break;
+      case 1: c.parallel.sharding = ShardingStrategy::kZero1; break;
+      case 2: c.parallel.sharding = ShardingStrategy::kZero2; break;
+      case 3: c.parallel.sharding = ShardingStrategy::kZero3; break;
+      default:
+        return m.error_at(n, ErrorCode::kInvalidConfig,
+                          fmt::format("zero_optimization.stage = {} must be 0, 1, 2 or 3", *stage));
+    }
+    m.from_file("sharding", n, "zero_optimization.stage");
+  }
+  for (const auto& [key, input] : {std::pair<const char*, const char*>{"zero_optimization.offload_optimizer.device",
+                                                                        "offload_optimizer"},
+                                   {"zero_optimization.offload_param.device", "offload_params"}}) {
+    MEMPLAN_TRY(auto device, m.text(key));
+    if (!device) continue;
+    const std::string d = to_lower(*device);
+    const bool on = d == "cpu" || d == "nvme";
+    if (!on && d != "none")
+      return m.error_at(*m.node(key), ErrorCode::kUnknownName, fmt::format("unknown offload device '{}'", *device),
+                        did_you_mean(d, {"cpu", "nvme", "none"}));
+    (std::string_view(input) == "offload_optimizer" ? c.parallel.offload_optimizer : c.parallel.offload_params) = on;
+    m.from_file(input, *m.node(key), key);
+  }
+  // Legacy spelling of optimizer offload.
+  MEMPLAN_TRY(auto legacy, m.boolean("zero_optimization.cpu_offload"));
+  if (legacy.value_or(false)) {
+    c.parallel.offload_optimizer = true;
+    m.from_file("offload_optimizer", *m.node("zero_optimization.cpu_offload"), "zero_optimization.cpu_offload");
+  }
+
+  // Precision: "auto" follows the trainer; true must agree with it.
+  for (const char* key : {"bf16.enabled", "bfloat16.enabled", "fp16.enabled"}) {
+    const YamlNode* n = m.node(key);
+    if (n == nullptr || n->is_null() || is_auto(n)) continue;
+    MEMPLAN_TRY(auto on, m.boolean(key));
+    if (!on.value_or(false)) continue;
+    const DType want = std::string_view(key) == "fp16.enabled" ? DType::kFloat16 : DType::kBFloat16;
+    if (primary) {
+      c.autocast = want;
+      m.from_file("autocast", *n, key);
+    } else if (c.autocast != want) {
+      m.warn_at(*n, fmt::format("{}: true contradicts the trainer's precision ({}); memplan uses the trainer's", key,
+                                c.autocast ? (*c.autocast == DType::kBFloat16 ? "bf16" : "fp16") : "fp32"));
+    }
+  }
+  if (primary) {
+    MEMPLAN_TRY(auto type, m.text("optimizer.type"));
+    if (type) {
+      const std::string t = to_lower(*type);
+      if (t == "adam" || t == "adamw") {
+        c.optim.kind = OptimizerKind::kAdamWTorch;
+        m.from_file("optim", *m.node("optimizer.type"), "optimizer.type");
+      } else {
+        m.warn_at(*m.node("optimizer.type"),
+                  fmt::format("DeepSpeed optimizer '{}' is modelled as AdamW (two fp32 states)", *type));
+      }
+    }
+  }
+
+  m.check_unknown("", deepspeed_known_keys(), /*strict=*/true);
+  m.check_unknown("zero_optimization", deepspeed_zero_keys(), /*strict=*/true);
+  return Ok{};
+}
+
+}  // namespace memplan::io

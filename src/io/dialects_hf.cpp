@@ -1,0 +1,258 @@
+// Hugging Face TrainingArguments / TRL configs as YAML (`trl sft --config train.yaml`): one flat
+// mapping holding TrainingArguments, the trainer's config (SFTConfig, DPOConfig, GRPOConfig) and
+// TRL's ModelConfig. Defaults are TRL >= 0.22's where they differ from transformers'.
+#include <fmt/format.h>
+
+#include "io/dialects_map.hpp"
+#include "memplan/text.hpp"
+
+namespace memplan::io {
+
+namespace {
+
+constexpr const char* kTrlDefaultNote = "TRL >= 0.22 default; transformers' Trainer alone defaults to false";
+
+// Keys only the GRPO trainer has, then keys only the DPO trainer has.
+constexpr std::string_view kGrpoKeys[] = {"num_generations", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
+                                          "max_completion_length", "reward_weights", "steps_per_generation",
+                                          "generation_batch_size", "num_iterations", "epsilon", "scale_rewards"};
+constexpr std::string_view kDpoKeys[] = {"precompute_ref_log_probs", "reference_free", "rpo_alpha", "ref_adapter_name",
+                                         "force_use_ref_model", "f_divergence_type", "use_weighting", "ld_alpha",
+                                         "label_smoothing", "beta", "max_prompt_length"};
+
+Status read_method(Mapper& m) {
+  TrainingConfig& c = m.config();
+  for (auto k : kGrpoKeys) {
+    if (const YamlNode* n = m.node(k)) {
+      c.method = Method::kGrpo;
+      m.derived("method", fmt::format("GRPOConfig key {} at {}", k, m.where_text(*n)));
+      return Ok{};
+    }
+  }
+  for (auto k : kDpoKeys) {
+    if (const YamlNode* n = m.node(k)) {
+      c.method = Method::kDpo;
+      m.derived("method", fmt::format("DPOConfig key {} at {}", k, m.where_text(*n)));
+      return Ok{};
+    }
+  }
+  c.method = Method::kSft;
+  m.from_default("method", "no DPO or GRPO keys: SFT");
+  return Ok{};
+}
+
+Status read_precision(Mapper& m, bool& defaulted) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_TRY(auto bf, m.boolean("bf16"));
+  MEMPLAN_TRY(auto fp, m.boolean("fp16"));
+  if (bf.value_or(false) && fp.value_or(false))
+    return m.error_at(*m.node("fp16"), ErrorCode::kConflict, "bf16 and fp16 are both true", "set only one of them");
+  if (fp.value_or(false)) {
+    c.autocast = DType::kFloat16;
+    m.from_file("autocast", *m.node("fp16"), "fp16");
+  } else if (bf) {
+    if (*bf) c.autocast = DType::kBFloat16;
+    else c.autocast.reset();
+    m.from_file("autocast", *m.node("bf16"), "bf16");
+  } else {
+    c.autocast = DType::kBFloat16;
+    m.from_default("autocast", fmt::format("bf16 = true: {}", kTrlDefaultNote));
+    defaulted = true;
+  }
+  const YamlNode* dtype = m.node("dtype");
+  const YamlNode* torch_dtype = m.node("torch_dtype");
+  if (dtype != nullptr && torch_dtype != nullptr && dtype->is_scalar() && torch_dtype->is_scalar() &&
+      dtype->value != torch_dtype->value)
+    m.contradiction(*dtype, "dtype", *torch_dtype, "torch_dtype");
+  MEMPLAN_TRY(bool got, m.read_dtype("dtype", "torch_dtype", c.torch_dtype));
+  if (!got) MEMPLAN_IO_CHECK(m.read_dtype("torch_dtype", "torch_dtype", c.torch_dtype));
+  return Ok{};
+}
+
+Status read_peft(Mapper& m) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_IO_CHECK(m.read("use_peft", "use_peft", c.lora.enabled));
+  const YamlNode* first_lora = m.first_of({"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"});
+  if (first_lora != nullptr && !c.lora.enabled)
+    m.warn_at(*first_lora, "LoRA settings have no effect without use_peft: true (all weights are trained)");
+  MEMPLAN_IO_CHECK(m.read("lora_r", "lora_r", c.lora.r));
+  MEMPLAN_IO_CHECK(m.read("lora_alpha", "lora_alpha", c.lora.alpha));
+  MEMPLAN_IO_CHECK(m.read("lora_dropout", "lora_dropout", c.lora.dropout));
+  MEMPLAN_TRY(auto targets, m.list("lora_target_modules"));
+  if (targets) {
+    set_lora_targets(c, *targets);
+    m.from_file("lora_target_modules", *m.node("lora_target_modules"), "lora_target_modules");
+  }
+  MEMPLAN_TRY(auto save, m.list("lora_modules_to_save"));
+  if (save) {
+    c.lora.modules_to_save = *save;
+    m.from_file("modules_to_save", *m.node("lora_modules_to_save"), "lora_modules_to_save");
+  }
+  MEMPLAN_IO_CHECK(m.read("load_in_4bit", "load_in_4bit", c.quant.load_in_4bit));
+  MEMPLAN_IO_CHECK(m.read("load_in_8bit", "load_in_8bit", c.quant.load_in_8bit));
+  MEMPLAN_TRY(auto qt, m.text("bnb_4bit_quant_type"));
+  if (qt) {
+    const std::string q = to_lower(*qt);
+    if (q != "nf4" && q != "fp4")
+      return m.error_at(*m.node("bnb_4bit_quant_type"), ErrorCode::kUnknownName,
+                        fmt::format("unknown bnb_4bit_quant_type '{}'", *qt), did_you_mean(q, {"nf4", "fp4"}));
+    c.quant.quant_type = q;
+    m.from_file("bnb_4bit_quant_type", *m.node("bnb_4bit_quant_type"), "bnb_4bit_quant_type");
+  }
+  MEMPLAN_IO_CHECK(m.read("use_bnb_nested_quant", "bnb_4bit_use_double_quant", c.quant.double_quant));
+  return Ok{};
+}
+
+// `fsdp: "full_shard auto_wrap"` or a list of the same options.
+Status read_fsdp(Mapper& m) {
+  MEMPLAN_TRY(auto opts, m.list("fsdp"));
+  if (!opts) return Ok{};
+  const YamlNode& n = *m.node("fsdp");
+  std::vector<std::string> words;
+  for (const auto& o : *opts) {
+    std::size_t start = 0;
+    while (start < o.size()) {
+      const std::size_t sp = o.find(' ', start);
+      const std::string w = trim(o.substr(start, sp == std::string::npos ? std::string::npos : sp - start));
+      if (!w.empty()) words.push_back(to_lower(w));
+      if (sp == std::string::npos) break;
+      start = sp + 1;
+    }
+  }
+  TrainingConfig& c = m.config();
+  for (const auto& w : words) {
+    if (w == "offload") {
+      c.parallel.offload_optimizer = c.parallel.offload_params = true;
+      m.from_file("offload_optimizer", n, "fsdp");
+      m.from_file("offload_params", n, "fsdp");
+    } else if (w == "auto_wrap") {
+      continue;
+    } else {
+      auto s = parse_fsdp(w);
+      if (!s) return m.error_at(n, s.error().code, s.error().message, s.error().suggestion);
+      c.parallel.sharding = *s;
+      m.from_file("sharding", n, "fsdp");
+    }
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+Status map_hf_trl(Mapper& m) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_IO_CHECK(m.read_model("model_name_or_path"));
+  MEMPLAN_IO_CHECK(read_method(m));
+
+  MEMPLAN_TRY(bool batch, m.read("per_device_train_batch_size", "batch", c.micro_batch));
+  if (!batch) {
+    c.micro_batch = 8;
+    m.from_default("batch", "TrainingArguments per_device_train_batch_size = 8");
+  }
+  m.site(Knob::kBatch, "per_device_train_batch_size");
+  MEMPLAN_TRY(bool accum, m.read("gradient_accumulation_steps", "grad_accum", c.grad_accum));
+  if (!accum) {
+    c.grad_accum = 1;
+    m.from_default("grad_accum", "TrainingArguments gradient_accumulation_steps = 1");
+  }
+  m.site(Knob::kGradAccum, "gradient_accumulation_steps", "per_device_train_batch_size");
+
+  if (c.method == Method::kGrpo) {
+    MEMPLAN_IO_CHECK(m.read("num_generations", "num_generations", c.grpo.num_generations));
+    MEMPLAN_IO_CHECK(m.read("max_prompt_length", "max_prompt_length", c.grpo.max_prompt_length));
+    MEMPLAN_IO_CHECK(m.read("max_completion_length", "max_completion_length", c.grpo.max_completion_length));
+    MEMPLAN_IO_CHECK(m.read("beta", "beta", c.grpo.beta));
+    MEMPLAN_IO_CHECK(m.read("temperature", "temperature", c.grpo.temperature));
+    MEMPLAN_TRY(auto vllm, m.boolean("use_vllm"));
+    if (vllm) {
+      c.grpo.vllm = *vllm ? VllmMode::kColocate : VllmMode::kNone;
+      m.from_file("use_vllm", *m.node("use_vllm"), "use_vllm");
+    }
+    MEMPLAN_TRY(auto mode, m.text("vllm_mode"));
+    if (mode && c.grpo.vllm != VllmMode::kNone) {
+      const std::string v = to_lower(*mode);
+      if (v == "colocate") c.grpo.vllm = VllmMode::kColocate;
+      else if (v == "server") c.grpo.vllm = VllmMode::kServer;
+      else
+        return m.error_at(*m.node("vllm_mode"), ErrorCode::kUnknownName, fmt::format("unknown vllm_mode '{}'", *mode),
+                          did_you_mean(v, {"colocate", "server"}));
+      m.from_file("vllm_mode", *m.node("vllm_mode"), "vllm_mode");
+    }
+    MEMPLAN_IO_CHECK(m.read("vllm_gpu_memory_utilization", "vllm_gpu_memory_utilization",
+                               c.grpo.vllm_gpu_memory_utilization));
+    m.site(Knob::kSeqLen, "max_length", {},
+           "a GRPO run's sequences are max_prompt_length + max_completion_length; memplan does not split a new "
+           "length between them");
+  } else {
+    const YamlNode* ml = m.node("max_length");
+    const YamlNode* msl = m.node("max_seq_length");
+    if (ml != nullptr && msl != nullptr && !ml->is_null() && !msl->is_null() && ml->value != msl->value)
+      m.contradiction(*ml, "max_length", *msl, "max_seq_length");
+    const char* seq_key = (ml == nullptr || ml->is_null()) && msl != nullptr ? "max_seq_length" : "max_length";
+    MEMPLAN_TRY(bool seq, m.read(seq_key, "seq_len", c.seq_len));
+    if (!seq) {
+      c.seq_len = 1024;
+      m.from_default("seq_len", "TRL SFTConfig/DPOConfig max_length = 1024");
+    }
+    m.site(Knob::kSeqLen, seq_key, "per_device_train_batch_size");
+    if (c.method == Method::kDpo) {
+      MEMPLAN_IO_CHECK(m.read("max_prompt_length", "max_prompt_length", c.dpo.max_prompt_length));
+      MEMPLAN_IO_CHECK(m.read("precompute_ref_log_probs", "precompute_ref_log_probs",
+                                   c.dpo.precompute_ref_log_probs));
+      MEMPLAN_TRY(auto free, m.boolean("reference_free"));
+      if (free.value_or(false)) {
+        c.dpo.ref_model = RefModel::kNone;
+        m.from_file("ref_model", *m.node("reference_free"), "reference_free");
+      }
+    }
+  }
+
+  bool defaulted = false;
+  MEMPLAN_IO_CHECK(read_precision(m, defaulted));
+  MEMPLAN_TRY(bool gc, m.read("gradient_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
+  if (!gc) {
+    c.gradient_checkpointing = true;
+    m.from_default("gradient_checkpointing", fmt::format("true: {}", kTrlDefaultNote));
+    defaulted = true;
+  }
+  if (defaulted)
+    m.warn_file(0, "bf16 or gradient_checkpointing is not set: memplan assumes TRL >= 0.22's defaults (both true; "
+                   "transformers' Trainer alone leaves them off); set them to be sure");
+
+  MEMPLAN_IO_CHECK(m.read_optimizer("optim", "optim", c.optim.kind));
+  MEMPLAN_TRY(auto optim_args, m.list("optim_args"));
+  if (optim_args) {
+    const YamlNode& n = *m.node("optim_args");
+    for (const auto& kv : *optim_args) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0)
+        return m.error_at(n, ErrorCode::kInvalidConfig, fmt::format("optim_args: expected K=V, got \"{}\"", kv));
+      c.optim.args[trim(kv.substr(0, eq))] = trim(kv.substr(eq + 1));
+    }
+    m.from_file("optim_args", n, "optim_args");
+  }
+  MEMPLAN_TRY(auto attn, m.text("attn_implementation"));
+  if (attn) {
+    const YamlNode& n = *m.node("attn_implementation");
+    auto a = parse_attn_impl(*attn);
+    if (!a) return m.error_at(n, a.error().code, a.error().message, a.error().suggestion);
+    c.attn = *a;
+    m.from_file("attn_implementation", n, "attn_implementation");
+  }
+  MEMPLAN_IO_CHECK(read_peft(m));
+  MEMPLAN_TRY(auto cpu, m.boolean("use_cpu"));
+  if (!cpu) {
+    MEMPLAN_TRY(cpu, m.boolean("no_cuda"));
+  }
+  if (cpu.value_or(false)) {
+    c.device = Device::kCpu;
+    m.from_file("device", *m.first_of({"use_cpu", "no_cuda"}), "use_cpu");
+  }
+  MEMPLAN_IO_CHECK(read_fsdp(m));
+  m.set_deepspeed_ref(m.node("deepspeed"));
+
+  m.check_unknown("", hf_known_keys(), /*strict=*/true);
+  return Ok{};
+}
+
+}  // namespace memplan::io

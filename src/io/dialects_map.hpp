@@ -1,0 +1,127 @@
+// Internal to memplan_io: the reading helpers every dialect mapping uses, and one mapping
+// function per dialect (src/io/dialects_<name>.cpp). docs/configs.md documents each mapping.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/config_loader.hpp"
+#include "io/yaml_edit.hpp"
+#include "memplan/training.hpp"
+
+// Returns the Error of a failed Result (a Status or a read whose value is not needed).
+#define MEMPLAN_IO_CHECK(expr)                     \
+  do {                                             \
+    auto memplan_io_check_ = (expr);               \
+    if (!memplan_io_check_) return memplan_io_check_.error(); \
+  } while (0)
+
+namespace memplan::io {
+
+// Reads a merged config tree into a LoadedConfig: typed, located values, origins, warnings,
+// value sites, and the bookkeeping for unknown-key warnings.
+class Mapper {
+ public:
+  Mapper(const YamlNode& root, LoadedConfig& out) : root_(root), out_(out) {}
+
+  TrainingConfig& config() { return out_.inputs.config; }
+  LoadedConfig& out() { return out_; }
+  const YamlNode& root() const { return root_; }
+
+  // The node at a dotted path ("training.trainer.devices"), or nullptr. Records that the dialect
+  // reads this key, so it is never reported as unknown and is offered as a near match.
+  const YamlNode* node(std::string_view path);
+  // The first of several spellings that is present (and which one), or nullptr.
+  const YamlNode* first_of(std::initializer_list<std::string_view> paths, std::string* which = nullptr);
+
+  // Typed reads: nullopt when the key is absent or null; a malformed value is an error at its line.
+  Result<std::optional<std::int64_t>> integer(std::string_view path, std::int64_t min = 1);
+  Result<std::optional<bool>> boolean(std::string_view path);
+  Result<std::optional<double>> number(std::string_view path);
+  Result<std::optional<std::string>> text(std::string_view path);
+  // A list of scalars, or one comma-separated string.
+  Result<std::optional<std::vector<std::string>>> list(std::string_view path);
+
+  // Read-and-record: when `path` is present, stores it in `field`, records `input`'s origin and
+  // returns true.
+  Result<bool> read(std::string_view path, const std::string& input, std::int64_t& field, std::int64_t min = 1);
+  Result<bool> read(std::string_view path, const std::string& input, int& field, int min = 1);
+  Result<bool> read(std::string_view path, const std::string& input, bool& field);
+  Result<bool> read(std::string_view path, const std::string& input, double& field);
+  Result<bool> read_dtype(std::string_view path, const std::string& input, DType& field);
+  Result<bool> read_optimizer(std::string_view path, const std::string& input, OptimizerKind& field);
+  Result<bool> read_model(std::string_view path);
+
+  // Origins of engine inputs.
+  void from_file(const std::string& input, const YamlNode& n, std::string_view key);
+  void from_default(const std::string& input, std::string note);
+  void derived(const std::string& input, std::string note);
+  bool has_origin(const std::string& input) const { return out_.inputs.origins.count(input) > 0; }
+
+  SourceLocation where(const YamlNode& n) const;
+  std::string where_text(const YamlNode& n) const;  // "train.yaml:12"
+  Error error_at(const YamlNode& n, ErrorCode code, std::string message, std::string suggestion = {}) const;
+  void warn_at(const YamlNode& n, std::string message, std::string suggestion = {});
+  void warn_file(std::size_t file, std::string message);
+  // Two keys that say different things; the first one wins.
+  void contradiction(const YamlNode& used, std::string_view used_key, const YamlNode& ignored,
+                     std::string_view ignored_key);
+
+  // Records where `knob` lives: at `path` when present; otherwise it would be added to the
+  // mapping that holds `path`, after `insert_after` (empty: after its last key), unless
+  // `no_insert_reason` says the dialect has no obvious place for it.
+  void site(Knob knob, std::string_view path, std::string insert_after = {}, std::string no_insert_reason = {});
+  void mirror_site(Knob knob, std::string_view path, std::int64_t world_size = 0);
+
+  // The `deepspeed:` key of a dialect that can point at a DeepSpeed JSON.
+  void set_deepspeed_ref(const YamlNode* n) { deepspeed_ref_ = n; }
+  const YamlNode* deepspeed_ref() const { return deepspeed_ref_; }
+
+  // Unknown keys in the mapping at `ns` ("" is the top level). Strict: every key outside
+  // `known` and the keys read is reported; otherwise only near-misses of keys read.
+  void check_unknown(std::string_view ns, const std::vector<std::string>& known, bool strict);
+
+ private:
+  std::string file_of(const YamlNode& n) const;
+  Error bad_value(const YamlNode& n, std::string_view path, std::string_view expected) const;
+
+  const YamlNode& root_;
+  LoadedConfig& out_;
+  std::set<std::string> asked_;
+  const YamlNode* deepspeed_ref_ = nullptr;
+};
+
+// One mapping per dialect. Each reads what it knows, records defaults it applies, value sites
+// and unknown keys.
+Status map_hf_trl(Mapper& m);
+Status map_axolotl(Mapper& m);
+Status map_llamafactory(Mapper& m);
+Status map_torchtune(Mapper& m);
+Status map_lightning(Mapper& m);
+Status map_flat(Mapper& m);
+// `primary`: the DeepSpeed JSON is the whole config; otherwise it sits next to another dialect
+// whose values it must agree with.
+Status map_deepspeed(Mapper& m, bool primary);
+Status map_key_map(Mapper& m, const std::vector<KeyMapEntry>& entries);
+
+// Known keys per dialect (dialects_keys.cpp).
+const std::vector<std::string>& hf_known_keys();
+const std::vector<std::string>& axolotl_known_keys();
+const std::vector<std::string>& llamafactory_known_keys();
+const std::vector<std::string>& torchtune_known_keys();
+const std::vector<std::string>& lightning_trainer_keys();
+const std::vector<std::string>& deepspeed_known_keys();
+const std::vector<std::string>& deepspeed_zero_keys();
+
+// Shared precision helpers.
+// Lightning-style precision values: 32, 16, "16-mixed", "bf16-mixed", "bf16-true", "bf16", ...
+Status apply_lightning_precision(Mapper& m, std::string_view path);
+// Sets LoRA targets from a list that may say "all-linear" / "all".
+void set_lora_targets(TrainingConfig& c, const std::vector<std::string>& targets);
+
+}  // namespace memplan::io

@@ -1,0 +1,241 @@
+// memplan check on a mix of fitting, non-fitting and malformed configs: one line per file, the
+// summary, exit codes, JSON and GitHub annotations. Budgets are chosen far from any plausible
+// prediction (1 GiB and 1000 TB for an 8B model), and predicted figures come from the engine.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/app.hpp"
+#include "cli/training_flags.hpp"
+#include "io/config_loader.hpp"
+#include "memplan/engine.hpp"
+
+using namespace memplan;
+namespace stdfs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int rc = 0;
+  std::string out, err;
+};
+
+Run run_cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  Run r;
+  r.rc = cli::run(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+struct Dir {
+  std::string path;
+  Dir() {
+    std::string tmpl = (stdfs::temp_directory_path() / "memplan-check-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~Dir() { stdfs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path + "/" + name, std::ios::binary) << text;
+    return path + "/" + name;
+  }
+};
+
+const char* kFits =
+    "# memplan: gpu-memory=1000TB\n"
+    "model_name_or_path: meta-llama/Llama-3.1-8B\n"
+    "per_device_train_batch_size: 2\n"
+    "bf16: true\n"
+    "gradient_checkpointing: true\n";
+const char* kTooBig =
+    "model_name_or_path: meta-llama/Llama-3.1-8B\n"
+    "per_device_train_batch_size: 8  # line 2: annotations point here\n"
+    "bf16: true\n"
+    "gradient_checkpointing: true\n"
+    "lora_rnak: 8\n"
+    "# memplan: gpu-memory=1GiB\n";
+const char* kBroken = "model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: [1, 2\n";
+const char* kBadValue = "model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: four\n";
+const char* kNoBudget = "model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: 1\nbf16: true\n"
+                        "gradient_checkpointing: true\n";
+
+// The figure check compares: the engine's total for the config, through the same loader.
+Bytes predicted(const std::string& file) {
+  io::ConfigRequest req;
+  req.files = {file};
+  auto loaded = io::load_config(req, io::real_file_system());
+  REQUIRE(loaded.has_value());
+  auto in = cli::apply_training_flags(cli::TrainingFlags{}, loaded->inputs);
+  REQUIRE(in.has_value());
+  auto e = estimate(in->model, in->config);
+  REQUIRE(e.has_value());
+  return e->total;
+}
+
+Bytes budget_of(Bytes capacity) {
+  return capacity - Bytes::of(static_cast<std::int64_t>(std::llround(static_cast<double>(capacity.count()) * 0.05)));
+}
+
+std::string pct(Bytes figure, Bytes capacity) {
+  return fmt::format("{:.1f}%", 100.0 * static_cast<double>(figure.count()) / static_cast<double>(capacity.count()));
+}
+
+}  // namespace
+
+TEST_CASE("check: one line per file, warnings under it, a summary; invalid files do not stop the others") {
+  Dir d;
+  const std::string fits = d.write("fits.yaml", kFits);
+  const std::string big = d.write("big.yaml", kTooBig);
+  const std::string broken = d.write("broken.yaml", kBroken);
+  const std::string bad = d.write("bad.yaml", kBadValue);
+  const Bytes tb = Bytes::of(1'000'000'000'000'000), gib1 = Bytes::gib(1);
+  const Bytes pf = predicted(fits), pb = predicted(big);
+
+  Run r = run_cli({"check", fits, big, broken, bad});
+  CHECK(r.err.empty());
+  CHECK(r.rc == 2);  // an invalid config outranks one that does not fit
+  const std::string expected =
+      fmt::format("{}:3: fits: predicted {:.2f} GiB <= budget {:.2f} GiB ({} of {:.2f} GiB)\n", fits, pf.as_gib(),
+                  budget_of(tb).as_gib(), pct(pf, tb), tb.as_gib()) +
+      fmt::format("{}:2: does not fit: predicted {:.2f} GiB > budget {:.2f} GiB ({} of 1.00 GiB)\n", big, pb.as_gib(),
+                  budget_of(gib1).as_gib(), pct(pb, gib1)) +
+      fmt::format("  warning: {}:5: unknown key 'lora_rnak'; did you mean 'lora_r'?\n", big) +
+      fmt::format("{}:3: invalid: invalid YAML: end of sequence flow not found\n", broken) +
+      fmt::format("{}:2: invalid: per_device_train_batch_size must be an integer, got \"four\"\n", bad) +
+      "checked 4 configs: 1 fits, 1 does not fit, 2 invalid (budget: GPU memory minus a 5% safety margin)\n";
+  CHECK(r.out == expected);
+
+  CHECK(run_cli({"check", fits, big}).rc == 1);
+  CHECK(run_cli({"check", fits}).rc == 0);
+  CHECK(run_cli({"check", fits, fits}).out.find("checked 2 configs: 2 fit, 0 do not fit, 0 invalid") !=
+        std::string::npos);
+}
+
+TEST_CASE("check: --gpu-memory overrides the config's, an unknown model is invalid at its line") {
+  Dir d;
+  const std::string fits = d.write("fits.yaml", kFits);
+  Run r = run_cli({"check", fits, "--gpu-memory", "1GiB"});
+  CHECK(r.rc == 1);
+  CHECK(r.out.find(fits + ":3: does not fit: ") == 0);
+  const std::string unknown =
+      d.write("unknown.yaml", "model_name_or_path: meta-llama/Llama-3.1-9B\nper_device_train_batch_size: 1\n");
+  Run u = run_cli({"check", unknown, "--gpu-memory", "80GiB"});
+  CHECK(u.rc == 2);
+  CHECK(u.out.rfind(unknown + ":1: invalid: unknown model 'meta-llama/Llama-3.1-9B'", 0) == 0);
+}
+
+TEST_CASE("check: --max-utilization turns a config that fits but is too full into a failure") {
+  Dir d;
+  const std::string fits = d.write("fits.yaml", kFits);
+  const Bytes tb = Bytes::of(1'000'000'000'000'000);
+  const Bytes pf = predicted(fits);
+  // Any prediction above 10 MB is above 0.000001% of 1000 TB.
+  Run r = run_cli({"check", fits, "--max-utilization", "0.000001"});
+  CHECK(r.rc == 1);
+  CHECK(r.out == fmt::format("{}:3: fits, but above --max-utilization 1e-06%: predicted {:.2f} GiB <= budget {:.2f} "
+                             "GiB ({} of {:.2f} GiB)\n"
+                             "checked 1 config: 0 fit, 0 do not fit, 1 above 1e-06%, 0 invalid (budget: GPU memory "
+                             "minus a 5% safety margin)\n",
+                             fits, pf.as_gib(), budget_of(tb).as_gib(), pct(pf, tb), tb.as_gib()));
+  CHECK(run_cli({"check", fits, "--max-utilization", "95"}).rc == 0);
+}
+
+TEST_CASE("check: usage errors have their own exit codes") {
+  Dir d;
+  const std::string nobudget = d.write("n.yaml", kNoBudget);
+  Run r = run_cli({"check", nobudget});
+  CHECK(r.rc == 64);
+  CHECK(r.out == nobudget + ":2: error: no GPU memory to check against; give --gpu-memory SIZE, or name it in the "
+                            "config with # memplan: gpu-memory=SIZE\n"
+                            "checked 1 config: 0 fit, 0 do not fit, 0 invalid, 1 without a GPU to check against "
+                            "(budget: GPU memory minus a 5% safety margin)\n");
+  Run pct = run_cli({"check", nobudget, "--max-utilization", "150"});
+  CHECK(pct.rc == 64);
+  CHECK(pct.err == "memplan: error: --max-utilization = 150 must be a percentage between 0 and 100\n");
+  Run size = run_cli({"check", nobudget, "--gpu-memory", "10x"});
+  CHECK(size.rc == 64);
+  CHECK(size.err == "memplan: error: --gpu-memory: invalid size unit in \"10x\"; use B, KB, MB, GB, TB (decimal) or "
+                    "KiB, MiB, GiB, TiB (binary)\n");
+  Run fmt_ = run_cli({"check", nobudget, "--format", "xml"});
+  CHECK(fmt_.rc == 64);
+  Run none = run_cli({"check"});
+  CHECK(none.rc >= 100);  // CLI11: a required argument is missing
+}
+
+TEST_CASE("check --format json") {
+  Dir d;
+  const std::string fits = d.write("fits.yaml", kFits);
+  const std::string big = d.write("big.yaml", kTooBig);
+  const std::string broken = d.write("broken.yaml", kBroken);
+  Run r = run_cli({"check", fits, big, broken, "--format", "json"});
+  CHECK(r.rc == 2);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["command"] == "check");
+  CHECK(j["exit_code"] == 2);
+  CHECK(j["max_utilization"].is_null());
+  REQUIRE(j["results"].size() == 3);
+  CHECK(j["results"][0]["status"] == "fits");
+  CHECK(j["results"][0]["line"] == 3);
+  CHECK(j["results"][0]["peak_bytes"] == predicted(fits).count());
+  CHECK(j["results"][0]["capacity_bytes"] == 1'000'000'000'000'000);
+  CHECK(j["results"][0]["budget_source"] == fits + ":1");
+  CHECK(j["results"][1]["status"] == "does_not_fit");
+  CHECK(j["results"][1]["budget_bytes"] == budget_of(Bytes::gib(1)).count());
+  CHECK(j["results"][1]["warnings"][0]["line"] == 5);
+  CHECK(j["results"][1]["warnings"][0]["message"] == "unknown key 'lora_rnak'");
+  CHECK(j["results"][1]["warnings"][0]["suggestion"] == "did you mean 'lora_r'?");
+  CHECK(j["results"][2]["status"] == "invalid");
+  CHECK(j["results"][2]["line"] == 3);
+  CHECK(j["results"][2]["message"] == "invalid YAML: end of sequence flow not found");
+  CHECK(j["summary"]["fits"] == 1);
+  CHECK(j["summary"]["does_not_fit"] == 1);
+  CHECK(j["summary"]["invalid"] == 1);
+}
+
+TEST_CASE("check --format github: annotations at the batch-size line, escaped") {
+  Dir d;
+  const std::string fits = d.write("fits.yaml", kFits);
+  const std::string big = d.write("big.yaml", kTooBig);
+  const std::string broken = d.write("broken.yaml", kBroken);
+  const Bytes tb = Bytes::of(1'000'000'000'000'000), gib1 = Bytes::gib(1);
+  const Bytes pf = predicted(fits), pb = predicted(big);
+  Run r = run_cli({"check", fits, big, broken, "--format", "github"});
+  CHECK(r.rc == 2);
+  CHECK(r.out ==
+        fmt::format("{}:3: fits: predicted {:.2f} GiB <= budget {:.2f} GiB ({} of {:.2f} GiB)\n", fits, pf.as_gib(),
+                    budget_of(tb).as_gib(), pct(pf, tb), tb.as_gib()) +
+            fmt::format("::warning file={},line=5,title=memplan::unknown key 'lora_rnak'; did you mean 'lora_r'?\n",
+                        big) +
+            fmt::format("::error file={},line=2,title=memplan%3A does not fit::does not fit: predicted {:.2f} GiB > "
+                        "budget {:.2f} GiB ({}%25 of 1.00 GiB)\n",
+                        big, pb.as_gib(), budget_of(gib1).as_gib(), pct(pb, gib1).substr(0, pct(pb, gib1).size() - 1)) +
+            fmt::format("::error file={},line=3,title=memplan%3A invalid config::invalid YAML: end of sequence flow "
+                        "not found\n",
+                        broken) +
+            "checked 3 configs: 1 fits, 1 does not fit, 1 invalid (budget: GPU memory minus a 5% safety margin)\n");
+}
+
+TEST_CASE("check: --config files are layered under each FILE (a main config and its stages)") {
+  Dir d;
+  const std::string main = d.write("config.yaml",
+                                   "# memplan: gpu-memory=1000TB\n"
+                                   "model:\n  model_name_or_path: meta-llama/Llama-3.1-8B\n"
+                                   "data_loader:\n  batch_size: 4\n"
+                                   "training:\n  trainer:\n    accumulate_grad_batches: 2\n    precision: bf16-mixed\n");
+  const std::string s1 = d.write("01.yaml", "data_loader:\n  batch_size: 2\n");
+  const std::string s2 = d.write("02.yaml", "data_loader:\n  batch_sise: 2\n");
+  Run r = run_cli({"check", "--config", main, s1, s2});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find(s1 + ":2: fits: ") == 0);  // the batch of stage 01 is its own
+  CHECK(r.out.find("\n" + main + ":5: fits: ") != std::string::npos);  // stage 02 keeps the main file's
+  CHECK(r.out.find("  warning: " + s2 + ":2: unknown key 'data_loader.batch_sise'; did you mean "
+                   "'data_loader.batch_size'?\n") != std::string::npos);
+}

@@ -1,0 +1,483 @@
+// --apply: golden files compared byte for byte (written by hand in tests/data/configs/apply/),
+// refusals, the backup rule, "nothing to change", and failures and crashes in the middle of a
+// write (injected errors at every step, a child process killed mid-write and at random moments).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "io/apply.hpp"
+#include "io/config_loader.hpp"
+
+using namespace memplan;
+using namespace memplan::io;
+namespace stdfs = std::filesystem;
+
+namespace {
+
+const std::string kData = std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/configs/apply/";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string data(const std::string& name) { return read_file(kData + name); }
+
+std::string crlf(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') out += '\r';
+    out += c;
+  }
+  return out;
+}
+
+LoadedConfig load(FileSystem& fs, std::vector<std::string> files) {
+  ConfigRequest req;
+  req.files = std::move(files);
+  auto c = load_config(req, fs);
+  if (!c) FAIL(c.error().to_string());
+  return *c;
+}
+
+ApplyPlan plan(const LoadedConfig& c, Edits e) {
+  auto p = plan_apply(c, e);
+  if (!p) FAIL(p.error().to_string());
+  return *p;
+}
+
+Edits edits(std::optional<std::int64_t> batch, std::optional<std::int64_t> accum, std::optional<std::int64_t> seq) {
+  Edits e;
+  e.micro_batch = batch;
+  e.grad_accum = accum;
+  e.seq_len = seq;
+  return e;
+}
+
+// A scratch directory on the real disk, removed at the end.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string tmpl = (stdfs::temp_directory_path() / "memplan-apply-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { stdfs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream out(path + "/" + name, std::ios::binary);
+    out << text;
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& e : stdfs::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+// Fails the n-th file-system operation that changes something (counting from 0).
+class FailingFileSystem : public MemoryFileSystem {
+ public:
+  int fail_at = -1;
+  int ops = 0;
+
+  Result<std::string> write_temp(const std::string& dir, const std::string& base, std::string_view content,
+                                 const FileInfo& like) override {
+    if (ops++ == fail_at) return make_error(ErrorCode::kIoError, "injected write failure");
+    return MemoryFileSystem::write_temp(dir, base, content, like);
+  }
+  Status rename(const std::string& from, const std::string& to) override {
+    if (ops++ == fail_at) return make_error(ErrorCode::kIoError, "injected rename failure");
+    return MemoryFileSystem::rename(from, to);
+  }
+  Status sync_dir(const std::string& dir) override {
+    if (ops++ == fail_at) return make_error(ErrorCode::kIoError, "injected sync failure");
+    return MemoryFileSystem::sync_dir(dir);
+  }
+};
+
+// The real disk, killed (SIGKILL) at a chosen point: after `kill_after_bytes` of a temporary
+// file are written, or just before the n-th changing operation.
+class CrashingFileSystem : public RealFileSystem {
+ public:
+  std::size_t kill_after_bytes = static_cast<std::size_t>(-1);
+  int kill_at_op = -1;
+  int ops = 0;
+
+  explicit CrashingFileSystem(std::size_t chunk) { chunk_size_ = chunk; }
+
+  Result<std::string> write_temp(const std::string& dir, const std::string& base, std::string_view content,
+                                 const FileInfo& like) override {
+    step();
+    return RealFileSystem::write_temp(dir, base, content, like);
+  }
+  Status rename(const std::string& from, const std::string& to) override {
+    step();
+    return RealFileSystem::rename(from, to);
+  }
+  Status sync_dir(const std::string& dir) override {
+    step();
+    return RealFileSystem::sync_dir(dir);
+  }
+
+ protected:
+  void after_chunk(std::size_t written, std::size_t) override {
+    if (written >= kill_after_bytes) ::raise(SIGKILL);
+  }
+
+ private:
+  void step() {
+    if (ops++ == kill_at_op) ::raise(SIGKILL);
+  }
+};
+
+// Runs `body` in a child process and returns how it ended: the signal, or 1000 + exit status.
+template <class F>
+int in_child(F body) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    body();
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return WIFSIGNALED(status) ? WTERMSIG(status) : 1000 + WEXITSTATUS(status);
+}
+
+}  // namespace
+
+TEST_CASE("apply: a heavily commented file changes exactly the three values") {
+  MemoryFileSystem fs;
+  fs.files["hf_commented.yaml"] = data("hf_commented.yaml");
+  LoadedConfig c = load(fs, {"hf_commented.yaml"});
+  CHECK(c.diagnostics.empty());
+  ApplyPlan p = plan(c, edits(8, 8, 4096));
+  CHECK(render_dry_run(p) == data("hf_commented.diff"));
+  auto r = commit_apply(p, fs);
+  REQUIRE(r.has_value());
+  CHECK(fs.files["hf_commented.yaml"] == data("hf_commented.expected.yaml"));
+  CHECK(fs.files["hf_commented.yaml.backup"] == data("hf_commented.yaml"));
+  CHECK(fs.files.size() == 2);  // no temporary file left behind
+  CHECK(render_apply_result(p, *r) == "wrote hf_commented.yaml (backup: hf_commented.yaml.backup)\n"
+                                      "  hf_commented.yaml:9: per_device_train_batch_size: 4 -> 8\n"
+                                      "  hf_commented.yaml:10: gradient_accumulation_steps: 16 -> 8\n"
+                                      "  hf_commented.yaml:13: max_length: 2048 -> 4096\n");
+
+  // A second apply with the same values: nothing to change, nothing written, no new backup.
+  LoadedConfig again = load(fs, {"hf_commented.yaml"});
+  ApplyPlan p2 = plan(again, edits(8, 8, 4096));
+  CHECK(p2.empty());
+  CHECK(p2.unchanged == std::vector<std::string>{"hf_commented.yaml:9: per_device_train_batch_size is already 8",
+                                                 "hf_commented.yaml:10: gradient_accumulation_steps is already 8",
+                                                 "hf_commented.yaml:13: max_length is already 4096"});
+  CHECK(render_dry_run(p2) == "nothing to change\n");
+  auto r2 = commit_apply(p2, fs);
+  REQUIRE(r2.has_value());
+  CHECK(r2->written.empty());
+  CHECK(fs.files.size() == 2);
+  CHECK(fs.files["hf_commented.yaml.backup"] == data("hf_commented.yaml"));
+}
+
+TEST_CASE("apply: CRLF line endings are kept") {
+  MemoryFileSystem fs;
+  fs.files["w.yaml"] = crlf(data("hf_commented.yaml"));
+  LoadedConfig c = load(fs, {"w.yaml"});
+  ApplyPlan p = plan(c, edits(8, 8, 4096));
+  REQUIRE(commit_apply(p, fs).has_value());
+  CHECK(fs.files["w.yaml"] == crlf(data("hf_commented.expected.yaml")));
+}
+
+TEST_CASE("apply: keys absent from the file are added where the dialect has an obvious place") {
+  MemoryFileSystem fs;
+  fs.files["hf_insert.yaml"] = data("hf_insert.yaml");
+  LoadedConfig c = load(fs, {"hf_insert.yaml"});
+  ApplyPlan p = plan(c, edits(2, 4, 2048));
+  REQUIRE(p.files.size() == 1);
+  CHECK(p.files[0].changes == std::vector<std::string>{
+                                  "hf_insert.yaml:3: added gradient_accumulation_steps: 4 (was not set: 1)",
+                                  "hf_insert.yaml:4: added max_length: 2048 (was not set: 1024)"});
+  CHECK(p.unchanged == std::vector<std::string>{"hf_insert.yaml:2: per_device_train_batch_size is already 2"});
+  REQUIRE(commit_apply(p, fs).has_value());
+  CHECK(fs.files["hf_insert.yaml"] == data("hf_insert.expected.yaml"));
+  // The default already in effect needs no line.
+  ApplyPlan none = plan(load(fs, {"hf_insert.yaml"}), edits(std::nullopt, std::nullopt, std::nullopt));
+  CHECK(none.empty());
+}
+
+TEST_CASE("apply: a main file and a stage file, each value written where it came from") {
+  MemoryFileSystem fs;
+  fs.files["lightning/config.yaml"] = data("lightning/config.yaml");
+  fs.files["lightning/stages/01_stage.yaml"] = data("lightning/stages/01_stage.yaml");
+  LoadedConfig c = load(fs, {"lightning/config.yaml", "lightning/stages/01_stage.yaml"});
+  ApplyPlan p = plan(c, edits(40, 6, std::nullopt));
+  REQUIRE(p.files.size() == 2);
+  CHECK(p.files[0].changes ==
+        std::vector<std::string>{"lightning/config.yaml:10: training.trainer.accumulate_grad_batches: 5 -> 6"});
+  CHECK(p.files[1].changes ==
+        std::vector<std::string>{"lightning/stages/01_stage.yaml:3: data_loader.batch_size: 32 -> 40"});
+  auto r = commit_apply(p, fs);
+  REQUIRE(r.has_value());
+  CHECK(fs.files["lightning/config.yaml"] == data("lightning/config.expected.yaml"));
+  CHECK(fs.files["lightning/stages/01_stage.yaml"] == data("lightning/stages/01_stage.expected.yaml"));
+  CHECK(r->backups == std::vector<std::string>{"lightning/config.yaml.backup", "lightning/stages/01_stage.yaml.backup"});
+  CHECK(fs.files["lightning/stages/01_stage.yaml.backup"] == data("lightning/stages/01_stage.yaml"));
+}
+
+TEST_CASE("apply: torchtune null sequence length, a key added after batch_size, a multi-line flow list") {
+  MemoryFileSystem fs;
+  fs.files["torchtune_null.yaml"] = data("torchtune_null.yaml");
+  LoadedConfig c = load(fs, {"torchtune_null.yaml"});
+  ApplyPlan p = plan(c, edits(4, 2, 2048));
+  REQUIRE(p.files.size() == 1);
+  CHECK(p.files[0].changes == std::vector<std::string>{
+                                  "torchtune_null.yaml:14: batch_size: 2 -> 4",
+                                  "torchtune_null.yaml:15: added gradient_accumulation_steps: 2 (was not set: 1)",
+                                  "torchtune_null.yaml:8: tokenizer.max_seq_len: null -> 2048"});
+  REQUIRE(commit_apply(p, fs).has_value());
+  CHECK(fs.files["torchtune_null.yaml"] == data("torchtune_null.expected.yaml"));
+}
+
+TEST_CASE("apply: a DeepSpeed JSON next to the YAML is kept in step") {
+  MemoryFileSystem fs;
+  fs.files["ds_mirror/train.yaml"] = data("ds_mirror/train.yaml");
+  fs.files["ds_mirror/ds.json"] = data("ds_mirror/ds.json");
+  LoadedConfig c = load(fs, {"ds_mirror/train.yaml"});
+  ApplyPlan p = plan(c, edits(8, 4, std::nullopt));
+  REQUIRE(p.files.size() == 2);
+  CHECK(p.files[1].changes == std::vector<std::string>{"ds_mirror/ds.json:3: train_micro_batch_size_per_gpu: 4 -> 8",
+                                                       "ds_mirror/ds.json:2: train_batch_size: 64 -> 256"});
+  REQUIRE(commit_apply(p, fs).has_value());
+  CHECK(fs.files["ds_mirror/train.yaml"] == data("ds_mirror/train.expected.yaml"));
+  CHECK(fs.files["ds_mirror/ds.json"] == data("ds_mirror/ds.expected.json"));
+}
+
+TEST_CASE("apply refuses what it cannot write in place, and writes nothing") {
+  MemoryFileSystem fs;
+  fs.files["anchored.yaml"] = data("anchored.yaml");
+  CHECK(plan_apply(load(fs, {"anchored.yaml"}), edits(4, std::nullopt, std::nullopt)).error().to_string() ==
+        "anchored.yaml:3: cannot set micro_batch_size: the value is anchored as &mbs and reused at line 4; changing it "
+        "would change those too; edit that line yourself");
+
+  fs.files["lightning/config.yaml"] = data("lightning/config.yaml");
+  CHECK(plan_apply(load(fs, {"lightning/config.yaml"}), edits(std::nullopt, std::nullopt, 2048)).error().to_string() ==
+        "lightning/config.yaml: cannot write sequence length = 2048: this layout has no standard sequence-length key; "
+        "name yours with --keys seq_len=KEY");
+
+  fs.files["flow.yaml"] = "data_loader:\n  batch_size: 8\ntraining:\n  trainer: {devices: 1}\n";
+  CHECK(plan_apply(load(fs, {"flow.yaml"}), edits(std::nullopt, 4, std::nullopt)).error().to_string() ==
+        "flow.yaml:4: cannot add training.trainer.accumulate_grad_batches: the parent is a flow mapping ({...}); "
+        "memplan only adds lines to block mappings; add `accumulate_grad_batches: 4` under training.trainer yourself");
+
+  fs.files["hf.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 2\n";
+  CHECK(plan_apply(load(fs, {"hf.yaml"}), edits(0, std::nullopt, std::nullopt)).error().to_string() ==
+        "--apply: micro-batch = 0 is out of range");
+  CHECK(fs.files.size() == 4);  // nothing written, no backup
+}
+
+TEST_CASE("apply refuses a file that changed since it was read") {
+  MemoryFileSystem fs;
+  fs.files["hf.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 2\n";
+  ApplyPlan p = plan(load(fs, {"hf.yaml"}), edits(4, std::nullopt, std::nullopt));
+  fs.files["hf.yaml"] += "# edited meanwhile\n";
+  CHECK(commit_apply(p, fs).error().to_string() ==
+        "hf.yaml: the file changed since memplan read it; nothing was written; run memplan again");
+  CHECK(fs.files.size() == 1);
+  CHECK(fs.files["hf.yaml"] == "model_name_or_path: m\nper_device_train_batch_size: 2\n# edited meanwhile\n");
+}
+
+TEST_CASE("apply never overwrites a backup that differs; it takes the next free name") {
+  const std::string before = "model_name_or_path: m\nper_device_train_batch_size: 2\n";
+  MemoryFileSystem fs;
+  fs.files["hf.yaml"] = before;
+  fs.files["hf.yaml.backup"] = "an older backup\n";
+  ApplyPlan p = plan(load(fs, {"hf.yaml"}), edits(4, std::nullopt, std::nullopt));
+  auto r = commit_apply(p, fs);
+  REQUIRE(r.has_value());
+  CHECK(r->backups == std::vector<std::string>{"hf.yaml.backup.1"});
+  CHECK(fs.files["hf.yaml.backup"] == "an older backup\n");
+  CHECK(fs.files["hf.yaml.backup.1"] == before);
+
+  // A backup that already holds the current content is reused, not duplicated.
+  MemoryFileSystem same;
+  same.files["hf.yaml"] = before;
+  same.files["hf.yaml.backup"] = before;
+  auto r2 = commit_apply(plan(load(same, {"hf.yaml"}), edits(4, std::nullopt, std::nullopt)), same);
+  REQUIRE(r2.has_value());
+  CHECK(r2->backups == std::vector<std::string>{"hf.yaml.backup"});
+  CHECK(same.files.size() == 2);
+
+  MemoryFileSystem none;
+  none.files["hf.yaml"] = before;
+  auto r3 = commit_apply(plan(load(none, {"hf.yaml"}), edits(4, std::nullopt, std::nullopt)), none,
+                         ApplyOptions{/*backup=*/false});
+  REQUIRE(r3.has_value());
+  CHECK(none.files.size() == 1);
+}
+
+TEST_CASE("apply: a failure at any step leaves every file as it was") {
+  const std::string main_before = data("lightning/config.yaml");
+  const std::string stage_before = data("lightning/stages/01_stage.yaml");
+  auto fresh = [&](FailingFileSystem& fs) {
+    fs.files["lightning/config.yaml"] = main_before;
+    fs.files["lightning/stages/01_stage.yaml"] = stage_before;
+  };
+  // How many changing operations a successful apply takes.
+  FailingFileSystem ok;
+  fresh(ok);
+  ApplyPlan p = plan(load(ok, {"lightning/config.yaml", "lightning/stages/01_stage.yaml"}), edits(40, 6, std::nullopt));
+  REQUIRE(commit_apply(p, ok).has_value());
+  const int total = ok.ops;
+  CHECK(total == 12);  // per file: backup (write, rename, sync) and the file itself (write, rename, sync)
+
+  for (int k = 0; k < total; ++k) {
+    INFO("failing operation " << k);
+    FailingFileSystem fs;
+    fresh(fs);
+    fs.fail_at = k;
+    auto r = commit_apply(p, fs);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(fs.files["lightning/config.yaml"] == main_before);
+    CHECK(fs.files["lightning/stages/01_stage.yaml"] == stage_before);
+    for (const auto& [name, text] : fs.files) {
+      CHECK(name.find(".memplan-") == std::string::npos);  // no temporary file left
+      if (name.size() > 7 && name.compare(name.size() - 7, 7, ".backup") == 0)
+        CHECK((text == main_before || text == stage_before));
+    }
+  }
+  // A failure writing the second file restores the first and says so.
+  FailingFileSystem second;
+  fresh(second);
+  second.fail_at = 10;  // the rename of the stage file
+  CHECK(commit_apply(p, second).error().to_string() ==
+        "lightning/stages/01_stage.yaml: injected rename failure; restored lightning/config.yaml");
+}
+
+TEST_CASE("apply on disk: symlinks are followed, permissions kept, the backup sits next to the name given") {
+  TempDir dir;
+  stdfs::create_directory(dir / "real");
+  const std::string before = "model_name_or_path: m\nper_device_train_batch_size: 2  # keep\n";
+  dir.write("real/train.yaml", before);
+  REQUIRE(::chmod((dir / "real/train.yaml").c_str(), 0640) == 0);
+  stdfs::create_symlink("real/train.yaml", dir / "link.yaml");
+
+  RealFileSystem fs;
+  ApplyPlan p = plan(load(fs, {dir / "link.yaml"}), edits(4, std::nullopt, std::nullopt));
+  REQUIRE(commit_apply(p, fs).has_value());
+  CHECK(stdfs::is_symlink(dir / "link.yaml"));
+  CHECK(read_file(dir / "real/train.yaml") == "model_name_or_path: m\nper_device_train_batch_size: 4  # keep\n");
+  struct stat st {};
+  REQUIRE(::stat((dir / "real/train.yaml").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  CHECK_FALSE(stdfs::is_symlink(dir / "link.yaml.backup"));
+  CHECK(read_file(dir / "link.yaml.backup") == before);
+  CHECK(dir.names() == std::vector<std::string>{"link.yaml", "link.yaml.backup", "real"});
+}
+
+TEST_CASE("apply on disk: a process killed in the middle of writing leaves the original intact") {
+  TempDir dir;
+  // Big enough that the temporary file is written in many chunks.
+  std::string before = "# a long header\n";
+  for (int i = 0; i < 2000; ++i) before += "# comment line " + std::to_string(i) + " that the edit must keep\n";
+  before += "model_name_or_path: m\nper_device_train_batch_size: 2\n";
+  dir.write("train.yaml", before);
+  RealFileSystem real;
+  ApplyPlan p = plan(load(real, {dir / "train.yaml"}), edits(16, std::nullopt, std::nullopt));
+  const std::string after = p.files[0].after;
+
+  const int sig = in_child([&] {
+    CrashingFileSystem fs(/*chunk=*/4096);
+    fs.kill_after_bytes = after.size() / 2;
+    (void)commit_apply(p, fs, ApplyOptions{/*backup=*/false});
+  });
+  CHECK(sig == SIGKILL);
+  CHECK(read_file(dir / "train.yaml") == before);
+  // The half-written temporary file is all that is left; it never replaced the config.
+  const auto names = dir.names();
+  REQUIRE(names.size() == 2);
+  CHECK(names[0].rfind(".train.yaml.memplan-", 0) == 0);
+
+  // Killed just before each step in turn: the file is always the old or the new one, whole.
+  for (int k = 0; k < 6; ++k) {
+    INFO("killed before operation " << k);
+    dir.write("train.yaml", before);
+    for (const auto& n : dir.names())
+      if (n != "train.yaml") stdfs::remove(dir / n);
+    const int s = in_child([&] {
+      CrashingFileSystem fs(/*chunk=*/1 << 16);
+      fs.kill_at_op = k;
+      (void)commit_apply(p, fs);
+    });
+    const std::string now = read_file(dir / "train.yaml");
+    CHECK((now == before || now == after));
+    CHECK((s == SIGKILL || (s == 1000 && now == after)));
+    if (stdfs::exists(dir / "train.yaml.backup")) CHECK(read_file(dir / "train.yaml.backup") == before);
+  }
+}
+
+TEST_CASE("apply on disk: killed at random moments by another process, the file is never a mix") {
+  TempDir dir;
+  std::string a = "per_device_train_batch_size: 2\nmodel_name_or_path: m\n";
+  for (int i = 0; i < 40000; ++i) a += "# padding so that a write takes a while " + std::to_string(i) + "\n";
+  dir.write("train.yaml", a);
+  RealFileSystem real;
+  const ApplyPlan to_b = plan(load(real, {dir / "train.yaml"}), edits(3, std::nullopt, std::nullopt));
+  const std::string b = to_b.files[0].after;
+  MemoryFileSystem mem;
+  mem.files[dir / "train.yaml"] = b;
+  const ApplyPlan to_a = plan(load(mem, {dir / "train.yaml"}), edits(2, std::nullopt, std::nullopt));
+  REQUIRE(to_a.files[0].after == a);
+
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 8; ++round) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      RealFileSystem fs;
+      for (int i = 0; i < 1000; ++i) {
+        (void)commit_apply(to_b, fs, ApplyOptions{false});
+        (void)commit_apply(to_a, fs, ApplyOptions{false});
+      }
+      ::_exit(0);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500 + rng() % 20000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    const std::string now = read_file(dir / "train.yaml");
+    CHECK((now == a || now == b));
+    for (const auto& n : dir.names())
+      if (n != "train.yaml") stdfs::remove(dir / n);
+    dir.write("train.yaml", a);
+  }
+}
+
+TEST_CASE("unified_diff: hunks, context, a missing final newline") {
+  CHECK(unified_diff("a\nb\n", "a\nb\n", "x", "x").empty());
+  CHECK(unified_diff("a\nb\nc\n", "a\nB\nc\n", "x", "y") == "--- x\n+++ y\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n");
+  CHECK(unified_diff("a", "b", "x", "x") ==
+        "--- x\n+++ x\n@@ -1,1 +1,1 @@\n-a\n\\ No newline at end of file\n+b\n\\ No newline at end of file\n");
+  std::string before, after;
+  for (int i = 1; i <= 20; ++i) {
+    before += std::to_string(i) + "\n";
+    after += (i == 2 || i == 18 ? "x" : std::to_string(i)) + "\n";
+  }
+  CHECK(unified_diff(before, after, "f", "f") ==
+        "--- f\n+++ f\n@@ -1,5 +1,5 @@\n 1\n-2\n+x\n 3\n 4\n 5\n@@ -15,6 +15,6 @@\n 15\n 16\n 17\n-18\n+x\n 19\n 20\n");
+  CHECK(unified_diff("a\n", "a\nb\n", "f", "f") == "--- f\n+++ f\n@@ -1,1 +1,2 @@\n a\n+b\n");
+  CHECK(unified_diff("", "a\n", "f", "f") == "--- f\n+++ f\n@@ -0,0 +1,1 @@\n+a\n");
+}

@@ -1,0 +1,641 @@
+// Dialects and config loading: detection, every dialect's mapping with file:line origins,
+// unknown and contradictory keys, stage overrides, DeepSpeed alongside, key maps, directives;
+// and every shipped example gives the same estimate as the equivalent flags.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/app.hpp"
+#include "io/config_loader.hpp"
+#include "io/dialects.hpp"
+
+using namespace memplan;
+using namespace memplan::io;
+
+namespace {
+
+struct Run {
+  int rc = 0;
+  std::string out, err;
+};
+
+Run run_cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  Run r;
+  r.rc = cli::run(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+const std::string kExamples = std::string(MEMPLAN_SOURCE_DIR) + "/configs/examples/";
+
+Result<LoadedConfig> load(MemoryFileSystem& fs, std::vector<std::string> files, std::string dialect = {},
+                          std::vector<KeyMapEntry> keys = {}) {
+  ConfigRequest req;
+  req.files = std::move(files);
+  req.dialect = std::move(dialect);
+  req.key_map = std::move(keys);
+  return load_config(req, fs);
+}
+
+LoadedConfig load_ok(MemoryFileSystem& fs, std::vector<std::string> files, std::string dialect = {}) {
+  auto r = load(fs, std::move(files), std::move(dialect));
+  if (!r) FAIL(r.error().to_string());
+  return *r;
+}
+
+std::string origin(const LoadedConfig& c, const std::string& key) {
+  auto it = c.inputs.origins.find(key);
+  if (it == c.inputs.origins.end()) return "(none)";
+  return it->second.to_string();
+}
+
+std::vector<std::string> warnings(const LoadedConfig& c) {
+  std::vector<std::string> w;
+  for (const auto& d : c.diagnostics) w.push_back(d.to_string());
+  return w;
+}
+
+Dialect detect(const std::string& yaml) {
+  auto doc = parse_yaml(yaml, "x.yaml");
+  REQUIRE(doc.has_value());
+  auto d = detect_dialect(doc->root, "x.yaml");
+  if (!d) FAIL(d.error().to_string());
+  return d->dialect;
+}
+
+// The estimate and the engine inputs of `estimate --format json`.
+nlohmann::json estimate_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "estimate");
+  args.push_back("--format");
+  args.push_back("json");
+  Run r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  auto j = nlohmann::json::parse(r.out);
+  return {{"estimate", j["estimate"]}, {"training", j["inputs"]["training"]}, {"model", j["inputs"]["model"]}};
+}
+
+}  // namespace
+
+TEST_CASE("dialect names and aliases") {
+  CHECK(*parse_dialect("hf") == Dialect::kHfTrl);
+  CHECK(*parse_dialect("TRL") == Dialect::kHfTrl);
+  CHECK(*parse_dialect("llamafactory") == Dialect::kLlamaFactory);
+  CHECK(*parse_dialect("hydra") == Dialect::kLightning);
+  CHECK(*parse_dialect("ds") == Dialect::kDeepSpeed);
+  CHECK(parse_dialect("axolotol").error().to_string() == "unknown dialect 'axolotol'; did you mean 'axolotl'?");
+  CHECK(parse_dialect("zzz").error().to_string() ==
+        "unknown dialect 'zzz'; known dialects: hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, keys");
+  CHECK(to_string(Dialect::kLlamaFactory) == "llama-factory");
+}
+
+TEST_CASE("detection from keys") {
+  CHECK(detect("model_name_or_path: x\nper_device_train_batch_size: 2\nuse_peft: true\n") == Dialect::kHfTrl);
+  CHECK(detect("base_model: x\nmicro_batch_size: 2\nsequence_len: 2048\n") == Dialect::kAxolotl);
+  CHECK(detect("model_name_or_path: x\nstage: sft\nfinetuning_type: lora\nper_device_train_batch_size: 2\n") ==
+        Dialect::kLlamaFactory);
+  CHECK(detect("model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\nbatch_size: 2\n") ==
+        Dialect::kTorchtune);
+  CHECK(detect("data_loader:\n  batch_size: 45\ntraining:\n  trainer:\n    accumulate_grad_batches: 5\n") ==
+        Dialect::kLightning);
+  CHECK(detect("trainer:\n  accumulate_grad_batches: 2\ndata:\n  init_args:\n    batch_size: 8\n") ==
+        Dialect::kLightning);
+  CHECK(detect("micro_batch_size: 2\ngradient_accumulation_steps: 32\nmax_seq_len: 1024\n") == Dialect::kFlat);
+  CHECK(detect("train_micro_batch_size_per_gpu: 4\nzero_optimization:\n  stage: 2\n") == Dialect::kDeepSpeed);
+}
+
+TEST_CASE("detection failures name the way out") {
+  auto doc = parse_yaml("foo: 1\nbar: 2\n", "x.yaml");
+  CHECK(detect_dialect(doc->root, "x.yaml").error().to_string() ==
+        "x.yaml: cannot tell which training framework this config is for: no key memplan recognizes; name it with "
+        "--dialect (hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, keys) or say where the values "
+        "are with --keys batch=KEY,grad_accum=KEY,seq_len=KEY");
+  auto tie = parse_yaml("sequence_len: 1\ncutoff_len: 1\n", "x.yaml");
+  CHECK(detect_dialect(tie->root, "x.yaml").error().to_string() ==
+        "x.yaml: the keys fit both axolotl (sequence_len) and llama-factory (cutoff_len); name the dialect with "
+        "--dialect");
+  MemoryFileSystem fs;
+  fs.files["x.yaml"] = "- a\n- b\n";
+  CHECK(load(fs, {"x.yaml"}).error().to_string() == "x.yaml:1: expected a mapping of keys at the top level, got a list");
+  CHECK(load(fs, {"missing.yaml"}).error().to_string() == "missing.yaml: cannot read: No such file or directory");
+}
+
+TEST_CASE("hf/trl: values, origins, TRL defaults and value sites") {
+  MemoryFileSystem fs;
+  fs.files["train.yaml"] =
+      "model_name_or_path: meta-llama/Llama-3.1-8B\n"  // 1
+      "per_device_train_batch_size: 2\n"              // 2
+      "max_length: 4096\n"                            // 3
+      "use_peft: true\n"                              // 4
+      "lora_r: 64\n"                                  // 5
+      "lora_target_modules: [q_proj, v_proj]\n"       // 6
+      "load_in_4bit: true\n"                          // 7
+      "use_bnb_nested_quant: true\n"                  // 8
+      "optim: paged_adamw_8bit\n"                     // 9
+      "torch_dtype: auto\n";                          // 10
+  LoadedConfig c = load_ok(fs, {"train.yaml"});
+  const TrainingConfig& t = c.inputs.config;
+  CHECK(c.dialect == Dialect::kHfTrl);
+  CHECK(c.inputs.model_name == "meta-llama/Llama-3.1-8B");
+  CHECK(t.micro_batch == 2);
+  CHECK(t.grad_accum == 1);
+  CHECK(t.seq_len == 4096);
+  CHECK(t.lora.enabled);
+  CHECK(t.lora.r == 64);
+  CHECK(t.lora.target_modules == std::vector<std::string>{"q_proj", "v_proj"});
+  CHECK(t.quant.load_in_4bit);
+  CHECK(t.quant.double_quant);
+  CHECK(t.optim.kind == OptimizerKind::kPagedAdamW8bit);
+  CHECK(t.autocast == DType::kBFloat16);  // TRL >= 0.22: bf16 unless fp16
+  CHECK(t.gradient_checkpointing);        // TRL >= 0.22 default
+  CHECK(c.inputs.torch_dtype_from_model);
+  CHECK(origin(c, "batch") == "train.yaml:2");
+  CHECK(origin(c, "grad_accum") == "default (TrainingArguments gradient_accumulation_steps = 1)");
+  CHECK(origin(c, "seq_len") == "train.yaml:3");
+  CHECK(origin(c, "lora_target_modules") == "train.yaml:6");
+  CHECK(origin(c, "method") == "default (no DPO or GRPO keys: SFT)");
+  CHECK(warnings(c) == std::vector<std::string>{
+                           "train.yaml: bf16 or gradient_checkpointing is not set: memplan assumes TRL >= 0.22's "
+                           "defaults (both true; transformers' Trainer alone leaves them off); set them to be sure"});
+  const ValueSite* b = c.primary_site(Knob::kBatch);
+  REQUIRE(b != nullptr);
+  CHECK(b->present);
+  CHECK(b->line == 2);
+  CHECK(b->value == 2);
+  const ValueSite* g = c.primary_site(Knob::kGradAccum);
+  REQUIRE(g != nullptr);
+  CHECK_FALSE(g->present);
+  CHECK(g->key() == "gradient_accumulation_steps");
+  CHECK(g->insert_after == "per_device_train_batch_size");
+  CHECK(g->no_insert_reason.empty());
+  CHECK(c.batch_location().to_string() == "train.yaml:2");
+}
+
+TEST_CASE("hf/trl: the method comes from trainer-specific keys") {
+  MemoryFileSystem fs;
+  fs.files["dpo.yaml"] = "model_name_or_path: m\nbeta: 0.1\nmax_prompt_length: 256\nbf16: true\n"
+                         "gradient_checkpointing: false\nprecompute_ref_log_probs: true\n";
+  LoadedConfig d = load_ok(fs, {"dpo.yaml"});
+  CHECK(d.inputs.config.method == Method::kDpo);
+  CHECK(origin(d, "method") == "derived (DPOConfig key precompute_ref_log_probs at dpo.yaml:6)");
+  CHECK(d.inputs.config.dpo.max_prompt_length == 256);
+  CHECK(d.inputs.config.dpo.precompute_ref_log_probs);
+  CHECK_FALSE(d.inputs.config.gradient_checkpointing);
+  CHECK(d.diagnostics.empty());
+
+  fs.files["grpo.yaml"] = "model_name_or_path: m\nbeta: 0.0\nnum_generations: 4\nuse_vllm: true\nvllm_mode: server\n"
+                          "bf16: true\ngradient_checkpointing: true\n";
+  LoadedConfig g = load_ok(fs, {"grpo.yaml"});
+  CHECK(g.inputs.config.method == Method::kGrpo);
+  CHECK(g.inputs.config.grpo.num_generations == 4);
+  CHECK(g.inputs.config.grpo.vllm == VllmMode::kServer);
+  CHECK(g.primary_site(Knob::kSeqLen)->no_insert_reason ==
+        "a GRPO run's sequences are max_prompt_length + max_completion_length; memplan does not split a new length "
+        "between them");
+}
+
+TEST_CASE("unknown keys: near-misses suggest the key, others are reported as ignored") {
+  MemoryFileSystem fs;
+  fs.files["train.yaml"] =
+      "model_name_or_path: meta-llama/Llama-3.1-8B\n"
+      "per_device_train_batch_size: 2\n"
+      "use_peft: true\n"
+      "lora_rnak: 8\n"
+      "learning_rat: 1e-4\n"
+      "my_custom_flag: 1\n"
+      "bf16: true\n"
+      "gradient_checkpointing: true\n";
+  LoadedConfig c = load_ok(fs, {"train.yaml"});
+  CHECK(warnings(c) == std::vector<std::string>{
+                           "train.yaml:4: unknown key 'lora_rnak'; did you mean 'lora_r'?",
+                           "train.yaml:5: unknown key 'learning_rat'; did you mean 'learning_rate'?",
+                           "train.yaml:6: unknown key 'my_custom_flag' (ignored)",
+                       });
+  // The same strings reach the estimate output.
+  CHECK(c.inputs.warnings.size() == 3);
+}
+
+TEST_CASE("contradictory and malformed values are located") {
+  MemoryFileSystem fs;
+  fs.files["c.yaml"] = "model_name_or_path: m\nmax_length: 1024\nmax_seq_length: 2048\nbf16: true\n"
+                       "gradient_checkpointing: false\n";
+  LoadedConfig c = load_ok(fs, {"c.yaml"});
+  CHECK(c.inputs.config.seq_len == 1024);
+  CHECK(warnings(c) == std::vector<std::string>{"c.yaml:3: max_seq_length = 2048 contradicts max_length = 1024 "
+                                                "(c.yaml:2); memplan uses max_length"});
+
+  fs.files["bad.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: four\n";
+  CHECK(load(fs, {"bad.yaml"}).error().to_string() ==
+        "bad.yaml:2: per_device_train_batch_size must be an integer, got \"four\"");
+  fs.files["zero.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 0\n";
+  CHECK(load(fs, {"zero.yaml"}).error().to_string() ==
+        "zero.yaml:2: per_device_train_batch_size = 0 is out of range (>= 1)");
+  fs.files["opt.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 1\noptim: adamw_torh\n";
+  CHECK(load(fs, {"opt.yaml"}).error().to_string() ==
+        "opt.yaml:3: unknown optimizer 'adamw_torh'; did you mean 'adamw_torch'?");
+  fs.files["both.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 1\nbf16: true\nfp16: true\n";
+  CHECK(load(fs, {"both.yaml"}).error().to_string() == "both.yaml:4: bf16 and fp16 are both true; set only one of them");
+  fs.files["list.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: [1, 2]\n";
+  CHECK(load(fs, {"list.yaml"}).error().to_string() ==
+        "list.yaml:2: per_device_train_batch_size must be an integer, got a list");
+  fs.files["syntax.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: [1, 2\n";
+  CHECK(load(fs, {"syntax.yaml"}).error().to_string() == "syntax.yaml:3: invalid YAML: end of sequence flow not found");
+}
+
+TEST_CASE("axolotl: adapter, dtype resolution, defaults") {
+  MemoryFileSystem fs;
+  fs.files["a.yaml"] = "base_model: meta-llama/Llama-3.1-8B\nadapter: qlora\nload_in_4bit: true\nlora_r: 16\n"
+                       "lora_target_modules:\n  - q_proj\n  - v_proj\nmicro_batch_size: 4\nfp16: true\n";
+  LoadedConfig c = load_ok(fs, {"a.yaml"});
+  const TrainingConfig& t = c.inputs.config;
+  CHECK(t.lora.enabled);
+  CHECK(t.quant.load_in_4bit);
+  CHECK(t.quant.double_quant);
+  CHECK(t.torch_dtype == DType::kFloat16);
+  CHECK(t.autocast == DType::kFloat16);  // fp16 turns bf16: auto off
+  CHECK(t.seq_len == 512);
+  CHECK(origin(c, "seq_len") == "default (axolotl sequence_len = 512)");
+  CHECK(t.optim.kind == OptimizerKind::kAdamWTorchFused);
+  CHECK(t.lora.target_modules == std::vector<std::string>{"q_proj", "v_proj"});
+
+  fs.files["q.yaml"] = "base_model: m\nadapter: qlora\nmicro_batch_size: 1\nsequence_len: 512\n";
+  CHECK(load(fs, {"q.yaml"}).error().to_string() ==
+        "q.yaml:2: adapter: qlora needs load_in_4bit: true; add load_in_4bit: true (axolotl refuses qlora without it)");
+  fs.files["rl.yaml"] = "base_model: m\nrl: kto\nsequence_len: 512\n";
+  CHECK(load(fs, {"rl.yaml"}).error().to_string() ==
+        "rl.yaml:2: rl: kto is not modelled; memplan models SFT, DPO (dpo, ipo, orpo, simpo) and GRPO");
+  fs.files["auto.yaml"] = "base_model: m\nsequence_len: 512\nbatch_size: 32\nmicro_batch_size: 4\n";
+  LoadedConfig a = load_ok(fs, {"auto.yaml"});
+  CHECK(a.inputs.config.grad_accum == 8);
+  CHECK(origin(a, "grad_accum") == "derived (batch_size 32 / micro_batch_size 4 (auto.yaml:3))");
+  CHECK(a.inputs.config.torch_dtype == DType::kBFloat16);
+  CHECK(origin(a, "torch_dtype") == "default (axolotl bf16: auto, assuming a GPU with bf16 (Ampere or newer))");
+}
+
+TEST_CASE("llama-factory: LoRA by default, checkpointing by default, full fine-tuning upcasts") {
+  MemoryFileSystem fs;
+  fs.files["lf.yaml"] = "model_name_or_path: m\nstage: sft\nfinetuning_type: full\ncutoff_len: 1024\nbf16: true\n";
+  LoadedConfig c = load_ok(fs, {"lf.yaml"});
+  const TrainingConfig& t = c.inputs.config;
+  CHECK_FALSE(t.lora.enabled);
+  CHECK(t.gradient_checkpointing);
+  CHECK(t.torch_dtype == DType::kFloat32);
+  CHECK(t.autocast == DType::kBFloat16);
+  CHECK(t.micro_batch == 8);
+  CHECK(origin(c, "torch_dtype") == "derived (float32: full fine-tuning upcasts trainable weights (bf16 at lf.yaml:5))");
+
+  fs.files["q.yaml"] = "model_name_or_path: m\nstage: dpo\nquantization_bit: 4\ncutoff_len: 1024\n"
+                       "pref_loss: simpo\ndisable_gradient_checkpointing: true\n";
+  LoadedConfig q = load_ok(fs, {"q.yaml"});
+  CHECK(q.inputs.config.method == Method::kDpo);
+  CHECK(q.inputs.config.lora.enabled);
+  CHECK(q.inputs.config.lora.r == 8);
+  CHECK(q.inputs.config.lora.alpha == 16.0);
+  CHECK(q.inputs.config.lora.all_linear);
+  CHECK(q.inputs.config.quant.load_in_4bit);
+  CHECK(q.inputs.config.quant.double_quant);
+  CHECK(q.inputs.config.dpo.ref_model == RefModel::kNone);
+  CHECK_FALSE(q.inputs.config.gradient_checkpointing);
+  fs.files["kto.yaml"] = "model_name_or_path: m\nstage: kto\nfinetuning_type: lora\n";
+  CHECK(load(fs, {"kto.yaml"}).error().to_string() ==
+        "kto.yaml:2: stage: kto is not modelled; memplan models stage: pt, sft and dpo");
+}
+
+TEST_CASE("torchtune: builders, LoRA modules, null max_seq_len") {
+  MemoryFileSystem fs;
+  fs.files["tt.yaml"] =
+      "model:\n"                                                    // 1
+      "  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n" // 2
+      "  lora_attn_modules: ['q_proj', 'output_proj']\n"            // 3
+      "  lora_rank: 8\n"                                            // 4
+      "tokenizer:\n"                                                // 5
+      "  _component_: torchtune.models.llama3.llama3_tokenizer\n"   // 6
+      "  max_seq_len: null\n"                                       // 7
+      "batch_size: 2\n"                                             // 8
+      "optimizer:\n"                                                // 9
+      "  _component_: bitsandbytes.optim.PagedAdamW8bit\n"          // 10
+      "loss:\n"                                                     // 11
+      "  _component_: torchtune.rlhf.loss.DPOLoss\n"                // 12
+      "dtype: bf16\n";                                              // 13
+  LoadedConfig c = load_ok(fs, {"tt.yaml"});
+  const TrainingConfig& t = c.inputs.config;
+  CHECK(c.inputs.model_name == "meta-llama/Llama-3.1-8B");
+  CHECK(t.method == Method::kDpo);
+  CHECK(t.lora.enabled);
+  CHECK_FALSE(t.quant.load_in_4bit);
+  CHECK(t.lora.target_modules == std::vector<std::string>{"q_proj", "o_proj"});
+  CHECK(t.optim.kind == OptimizerKind::kPagedAdamW8bit);
+  CHECK(t.torch_dtype == DType::kBFloat16);
+  CHECK_FALSE(t.autocast.has_value());
+  CHECK(warnings(c) == std::vector<std::string>{
+                           "tt.yaml:7: tokenizer.max_seq_len is null: sequences are not truncated, so their length "
+                           "depends on the data; memplan assumes 1024 tokens (pass --seq-len)"});
+  const ValueSite* s = c.primary_site(Knob::kSeqLen);
+  CHECK(s->present);  // an explicit null can be replaced
+  CHECK(s->line == 7);
+
+  fs.files["unknown.yaml"] = "model:\n  _component_: torchtune.models.llama3_1.llama3_1_9b\nbatch_size: 2\n";
+  LoadedConfig u = load_ok(fs, {"unknown.yaml"});
+  CHECK(warnings(u) == std::vector<std::string>{
+                           "unknown.yaml:2: memplan does not know the torchtune builder 'llama3_1_9b'; did you mean "
+                           "'llama3_1_8b'?"});
+  CHECK(u.inputs.model_hint == "unknown.yaml:2: torchtune builder 'torchtune.models.llama3_1.llama3_1_9b' has no known "
+                               "Hugging Face checkpoint; give --model ID|PATH");
+}
+
+TEST_CASE("lightning/hydra: a main file plus a stage file that overrides it") {
+  MemoryFileSystem fs;
+  fs.files["conf/config.yaml"] =
+      "data_loader:\n"                                    // 1
+      "  batch_size: 45\n"                                // 2
+      "training:\n"                                       // 3
+      "  trainer:\n"                                      // 4
+      "    accumulate_grad_batches: 5  # effective 225\n" // 5
+      "    devices: 2\n"                                  // 6
+      "    precision: 16-mixed\n"                         // 7
+      "    acumulate_grad_batches: 3\n"                   // 8
+      "model:\n"                                          // 9
+      "  n_layers: 4\n";                                  // 10
+  fs.files["conf/stage/01.yaml"] = "# stage 01\ndata_loader:\n  batch_size: 32\nn_positives: 32\n";
+  LoadedConfig c = load_ok(fs, {"conf/config.yaml", "conf/stage/01.yaml"});
+  const TrainingConfig& t = c.inputs.config;
+  CHECK(c.dialect == Dialect::kLightning);
+  CHECK(t.micro_batch == 32);
+  CHECK(t.grad_accum == 5);
+  CHECK(t.parallel.num_gpus == 2);
+  CHECK(t.torch_dtype == DType::kFloat32);
+  CHECK(t.autocast == DType::kFloat16);
+  CHECK(origin(c, "batch") == "conf/stage/01.yaml:3");
+  CHECK(origin(c, "grad_accum") == "conf/config.yaml:5");
+  CHECK(warnings(c) == std::vector<std::string>{"conf/config.yaml:8: unknown key 'training.trainer."
+                                                "acumulate_grad_batches'; did you mean "
+                                                "'training.trainer.accumulate_grad_batches'?"});
+  CHECK(c.inputs.model_hint ==
+        "conf/config.yaml:10: the model is the project's own (model: ...), not a Hugging Face id; give --model "
+        "ID|PATH for an equivalent architecture or --model-params N");
+  const ValueSite* b = c.primary_site(Knob::kBatch);
+  CHECK(b->file == 1);
+  CHECK(b->line == 3);
+  const ValueSite* g = c.primary_site(Knob::kGradAccum);
+  CHECK(g->file == 0);
+  CHECK(g->line == 5);
+  CHECK(c.primary_site(Knob::kSeqLen)->no_insert_reason ==
+        "this layout has no standard sequence-length key; name yours with --keys seq_len=KEY");
+}
+
+TEST_CASE("flat in-house configs: spellings, precision, custom models") {
+  MemoryFileSystem fs;
+  fs.files["pre.yaml"] = "micro_batch_size: 2\ngradient_accumulation_steps: 32\nmax_seq_len: 1024\n"
+                         "gradient_checkpointing: true\nprecision: bf16\nbatch_size: 4\nmax_seq_lne: 2048\n"
+                         "model:\n  n_layers: 8\n";
+  LoadedConfig c = load_ok(fs, {"pre.yaml"});
+  const TrainingConfig& t = c.inputs.config;
+  CHECK(c.dialect == Dialect::kFlat);
+  CHECK(t.micro_batch == 2);
+  CHECK(t.autocast == DType::kBFloat16);
+  CHECK(t.torch_dtype == DType::kFloat32);
+  CHECK(warnings(c) == std::vector<std::string>{
+                           "pre.yaml:6: batch_size = 4 contradicts micro_batch_size = 2 (pre.yaml:1); memplan uses "
+                           "micro_batch_size",
+                           "pre.yaml:7: unknown key 'max_seq_lne'; did you mean 'max_seq_len'?"});
+  CHECK(c.inputs.model_hint ==
+        "pre.yaml:9: the model is described by the project's own keys (model: {...}), not a Hugging Face id; give "
+        "--model ID|PATH for an equivalent architecture or --model-params N");
+}
+
+TEST_CASE("deepspeed next to a trainer config: paths, agreement, GPU count") {
+  MemoryFileSystem fs;
+  fs.files["conf/train.yaml"] =
+      "model_name_or_path: meta-llama/Llama-3.1-8B\n"  // 1
+      "per_device_train_batch_size: 4\n"              // 2
+      "gradient_accumulation_steps: 2\n"              // 3
+      "bf16: true\n"                                  // 4
+      "gradient_checkpointing: true\n"                // 5
+      "deepspeed: ds/z3.json\n";                      // 6
+  fs.files["conf/ds/z3.json"] =
+      "{\n"
+      "  \"train_micro_batch_size_per_gpu\": 8,\n"
+      "  \"gradient_accumulation_steps\": \"auto\",\n"
+      "  \"train_batch_size\": 64,\n"
+      "  \"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}},\n"
+      "  \"fp16\": {\"enabled\": true}\n"
+      "}\n";
+  LoadedConfig c = load_ok(fs, {"conf/train.yaml"});
+  const TrainingConfig& t = c.inputs.config;
+  REQUIRE(c.files.size() == 2);
+  CHECK(c.files[1].path == "conf/ds/z3.json");
+  CHECK(c.files[1].deepspeed);
+  CHECK(t.micro_batch == 4);
+  CHECK(t.parallel.sharding == ShardingStrategy::kZero3);
+  CHECK(t.parallel.offload_params);
+  CHECK(t.parallel.num_gpus == 8);
+  CHECK(origin(c, "num_gpus") == "derived (train_batch_size 64 / (4 x 2) at conf/ds/z3.json:4)");
+  CHECK(origin(c, "sharding") == "conf/ds/z3.json:5");
+  CHECK(warnings(c) == std::vector<std::string>{
+                           "conf/ds/z3.json:2: train_micro_batch_size_per_gpu = 8 contradicts the trainer's batch = 4 "
+                           "(conf/train.yaml:2); the trainer refuses to start with both; memplan uses 4",
+                           "conf/ds/z3.json:6: fp16.enabled: true contradicts the trainer's precision (bf16); memplan "
+                           "uses the trainer's"});
+  int mirrors = 0;
+  for (const auto& s : c.sites)
+    if (s.mirror) {
+      ++mirrors;
+      CHECK(s.file == 1);
+      if (s.knob == Knob::kGlobalBatch) CHECK(s.world_size == 8);
+    }
+  CHECK(mirrors == 2);  // the micro-batch and train_batch_size; "auto" follows the YAML
+
+  fs.files["conf/missing.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 4\ndeepspeed: none.json\n";
+  CHECK(load(fs, {"conf/missing.yaml"}).error().to_string() ==
+        "conf/missing.yaml:3: DeepSpeed config 'none.json' not found (looked for conf/none.json, none.json); fix the "
+        "path, or pass the JSON with another --config");
+}
+
+TEST_CASE("deepspeed on its own, and given with --config next to YAML") {
+  MemoryFileSystem fs;
+  fs.files["ds.json"] = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 4,\n"
+                        " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"},"
+                        " \"stgae\": 1}}\n";
+  LoadedConfig c = load_ok(fs, {"ds.json"});
+  CHECK(c.dialect == Dialect::kDeepSpeed);
+  CHECK(c.inputs.config.micro_batch == 2);
+  CHECK(c.inputs.config.grad_accum == 4);
+  CHECK(c.inputs.config.parallel.offload_optimizer);
+  CHECK(warnings(c) == std::vector<std::string>{
+                           "ds.json:2: unknown key 'zero_optimization.stgae'; did you mean 'zero_optimization.stage'?",
+                           "ds.json: zero2 shards across GPUs, but the config does not say how many; memplan assumes "
+                           "1 unless --num-gpus says otherwise"});
+  fs.files["t.yaml"] = "base_model: m\nmicro_batch_size: 2\ngradient_accumulation_steps: 4\nsequence_len: 512\n";
+  LoadedConfig both = load_ok(fs, {"t.yaml", "ds.json"});
+  CHECK(both.dialect == Dialect::kAxolotl);
+  CHECK(both.files[1].path == "ds.json");
+  CHECK(both.inputs.config.parallel.sharding == ShardingStrategy::kZero2);
+}
+
+TEST_CASE("key maps: inline, from a file, and their errors") {
+  MemoryFileSystem fs;
+  auto km = parse_key_map("batch=opt.bs, grad_accum=opt.accum", fs);
+  REQUIRE(km.has_value());
+  REQUIRE(km->size() == 2);
+  CHECK((*km)[1].path == std::vector<std::string>{"opt", "accum"});
+  CHECK(parse_key_map("bacth=a.b", fs).error().to_string() == "--keys: unknown input 'bacth'; did you mean 'batch'?");
+  CHECK(parse_key_map("batch=", fs).error().to_string() ==
+        "--keys: expected INPUT=KEY.PATH, got \"batch=\"; e.g. --keys "
+        "batch=data_loader.batch_size,grad_accum=trainer.accumulate_grad_batches");
+  CHECK(parse_key_map("batch", fs).error().to_string() ==
+        "--keys: expected INPUT=KEY.PATH,... or a mapping file, got \"batch\"; e.g. --keys "
+        "batch=data_loader.batch_size,grad_accum=trainer.accumulate_grad_batches");
+  fs.files["k.yaml"] = "batch: opt.bs\nseqlen: data.len\n";
+  CHECK(parse_key_map("k.yaml", fs).error().to_string() == "k.yaml:2: --keys: unknown input 'seqlen'; did you mean 'seq_len'?");
+
+  fs.files["c.yaml"] = "opt:\n  bs: 6\n  accum: 3\nexp:\n  model: meta-llama/Llama-3.1-8B\n";
+  LoadedConfig c = *load(fs, {"c.yaml"}, {}, *parse_key_map("batch=opt.bs,grad_accum=opt.accum,model=exp.model", fs));
+  CHECK(c.dialect == Dialect::kKeyMap);
+  CHECK(c.inputs.config.micro_batch == 6);
+  CHECK(c.inputs.config.grad_accum == 3);
+  CHECK(c.inputs.model_name == "meta-llama/Llama-3.1-8B");
+  CHECK(origin(c, "batch") == "c.yaml:2");
+  CHECK(c.primary_site(Knob::kBatch)->key() == "opt.bs");
+
+  // A key map on top of a detected dialect moves that value's site.
+  fs.files["l.yaml"] = "data_loader:\n  batch_size: 4\n  seq: 2048\ntrainer:\n  accumulate_grad_batches: 2\n";
+  LoadedConfig l = *load(fs, {"l.yaml"}, {}, *parse_key_map("seq_len=data_loader.seq", fs));
+  CHECK(l.dialect == Dialect::kLightning);
+  CHECK(l.inputs.config.seq_len == 2048);
+  CHECK(l.primary_site(Knob::kSeqLen)->key() == "data_loader.seq");
+  CHECK(l.primary_site(Knob::kSeqLen)->present);
+}
+
+TEST_CASE("memplan comment directives name the GPU for check") {
+  MemoryFileSystem fs;
+  fs.files["g.yaml"] = "# memplan: gpu=H100-80GB\nbase_model: m\n# memplan: gpu-memory=80GiB gpuu=x\nsequence_len: 512\n";
+  LoadedConfig c = load_ok(fs, {"g.yaml"});
+  CHECK(c.gpu == std::optional<std::string>("H100-80GB"));
+  CHECK(c.gpu_memory == Bytes::gib(80));
+  CHECK(c.gpu_where.to_string() == "g.yaml:3");
+  CHECK(warnings(c) == std::vector<std::string>{"g.yaml:3: unknown memplan directive 'gpuu=x'; did you mean 'gpu'?"});
+}
+
+TEST_CASE("--config on the command line: dialect flag, flags override files, custom-model advice") {
+  const std::string flat = kExamples + "flat-pretrain.yaml";
+  Run r = run_cli({"estimate", "--config", flat});
+  CHECK(r.rc == 2);
+  CHECK(r.err == "memplan: error: no model given; " + flat +
+                     ":6: the model is described by the project's own keys (model: {...}), not a Hugging Face id; "
+                     "give --model ID|PATH for an equivalent architecture or --model-params N\n");
+  Run d = run_cli({"estimate", "--dialect", "hf", "--model", "llama-3.1-8b"});
+  CHECK(d.rc == 2);
+  CHECK(d.err == "memplan: error: --dialect and --keys describe config files; add --config FILE\n");
+  // A flag beats the file.
+  auto from_file = estimate_json({"--config", kExamples + "hf-trl-sft-lora.yaml", "--batch", "1"});
+  CHECK(from_file["training"]["micro_batch"] == 1);
+}
+
+TEST_CASE("torch_dtype: auto takes the checkpoint's dtype once the model is known") {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string path = dir + "/memplan-auto-dtype.yaml";
+  std::ofstream(path) << "model_name_or_path: meta-llama/Llama-3.1-8B\ntorch_dtype: auto\nbf16: true\n"
+                         "gradient_checkpointing: true\n";
+  Run r = run_cli({"estimate", "--config", path, "--show-config", "--format", "json"});
+  std::filesystem::remove(path);
+  REQUIRE(r.rc == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["inputs"][5]["input"] == "torch_dtype");
+  CHECK(j["inputs"][5]["value"] == "bfloat16");  // configs/models/llama-3.1-8b.json: "torch_dtype": "bfloat16"
+  CHECK(j["inputs"][5]["source"] == "derived (auto: the checkpoint's bfloat16)");
+}
+
+TEST_CASE("--show-config with a custom model prints what the files say, then the error") {
+  Run r = run_cli({"estimate", "--config", kExamples + "flat-pretrain.yaml", "--show-config"});
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("\nmodel                   (none)  ") != std::string::npos);
+  // The value column is as wide as the longest value, adamw_torch (11), plus 2.
+  CHECK(r.out.find("\nbatch" + std::string(19, ' ') + "2" + std::string(12, ' ') + kExamples +
+                   "flat-pretrain.yaml:12 (micro_batch_size)\n") != std::string::npos);
+  CHECK(r.err.rfind("memplan: error: no model given; ", 0) == 0);
+}
+
+TEST_CASE("--show-config says where every value came from") {
+  Run r = run_cli({"estimate", "--config", kExamples + "axolotl-qlora.yaml", "--batch", "3", "--show-config"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("dialect: axolotl (base_model, sequence_len, lora_target_linear, adapter, num_epochs, "
+                   "micro_batch_size)\n") == 0);
+  // Columns: the longest input name (bnb_4bit_use_double_quant, 25) and value (the model id, 23), plus 2.
+  CHECK(r.out.find("\nbatch" + std::string(22, ' ') + "3" + std::string(24, ' ') + "flag --batch\n") !=
+        std::string::npos);
+  CHECK(r.out.find("\nseq_len" + std::string(20, ' ') + "4096" + std::string(21, ' ') + kExamples +
+                   "axolotl-qlora.yaml:20 (sequence_len)\n") != std::string::npos);
+  Run j = run_cli({"estimate", "--config", kExamples + "axolotl-qlora.yaml", "--show-config", "--format", "json"});
+  auto js = nlohmann::json::parse(j.out);
+  CHECK(js["dialect"] == "axolotl");
+  CHECK(js["inputs"][2]["input"] == "batch");
+  CHECK(js["inputs"][2]["value"] == "2");
+  CHECK(js["inputs"][2]["source"] == kExamples + "axolotl-qlora.yaml:25 (micro_batch_size)");
+}
+
+// Every shipped example against the same configuration written as flags, both through the
+// engine: the estimate and the engine inputs must be identical.
+TEST_CASE("every shipped example gives the same estimate as the equivalent flags") {
+  struct Case {
+    std::vector<std::string> config;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Case> cases = {
+      {{"--config", kExamples + "hf-trl-sft-lora.yaml"},
+       {"--model", "meta-llama/Llama-3.1-8B-Instruct", "--torch-dtype", "bfloat16", "--attn-implementation", "sdpa",
+        "--use-peft", "--lora-r", "16", "--lora-alpha", "32", "--lora-dropout", "0.05", "--lora-target-modules",
+        "all-linear", "--seq-len", "2048", "--batch", "4", "--grad-accum", "8", "--bf16", "--gradient-checkpointing",
+        "--optim", "adamw_torch_fused"}},
+      {{"--config", kExamples + "hf-trl-grpo.yaml"},
+       {"--model", "meta-llama/Llama-3.1-8B-Instruct", "--method", "grpo", "--torch-dtype", "bfloat16", "--use-peft",
+        "--lora-r", "32", "--lora-alpha", "64", "--lora-target-modules", "q_proj,k_proj,v_proj,o_proj", "--batch", "8",
+        "--grad-accum", "4", "--num-generations", "8", "--max-prompt-length", "512", "--max-completion-length", "1024",
+        "--beta", "0.04", "--temperature", "0.9", "--use-vllm", "--vllm-mode", "colocate",
+        "--vllm-gpu-memory-utilization", "0.35", "--bf16", "--gradient-checkpointing"}},
+      {{"--config", kExamples + "axolotl-qlora.yaml"},
+       {"--model", "meta-llama/Llama-3.1-8B", "--use-peft", "--load-in-4bit", "--use-bnb-nested-quant", "--lora-r",
+        "32", "--lora-alpha", "16", "--lora-dropout", "0.05", "--lora-target-modules", "all-linear", "--seq-len", "4096",
+        "--batch", "2", "--grad-accum", "4", "--optim", "paged_adamw_8bit", "--torch-dtype", "bfloat16", "--bf16",
+        "--gradient-checkpointing", "--attn-implementation", "flash_attention_2"}},
+      {{"--config", kExamples + "llama-factory-lora-sft.yaml"},
+       {"--model", "meta-llama/Llama-3.1-8B-Instruct", "--use-peft", "--lora-r", "16", "--lora-alpha", "32",
+        "--lora-dropout", "0", "--lora-target-modules", "all-linear", "--seq-len", "2048", "--batch", "2",
+        "--grad-accum", "8", "--torch-dtype", "bfloat16", "--bf16", "--gradient-checkpointing", "--zero-stage", "2",
+        "--offload-optimizer"}},
+      {{"--config", kExamples + "torchtune-llama3_1-8b-qlora.yaml"},
+       {"--model", "meta-llama/Llama-3.1-8B", "--use-peft", "--load-in-4bit", "--bnb-4bit-quant-type", "nf4",
+        "--use-bnb-nested-quant", "--lora-r", "16", "--lora-alpha", "32", "--lora-dropout", "0",
+        "--lora-target-modules", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--seq-len", "4096", "--batch",
+        "4", "--grad-accum", "4", "--torch-dtype", "bf16", "--optim", "adamw_torch_fused", "--gradient-checkpointing",
+        "--device", "cuda"}},
+      {{"--config", kExamples + "lightning/config.yaml", "--config", kExamples + "lightning/stages/01_long_context.yaml"},
+       {"--model", "meta-llama/Llama-3.1-8B", "--batch", "2", "--grad-accum", "16", "--seq-len", "4096", "--bf16",
+        "--gradient-checkpointing", "--num-gpus", "8", "--nodes", "1", "--zero-stage", "3"}},
+      {{"--config", kExamples + "lightning/config.yaml", "--config",
+        kExamples + "lightning/stages/02_short_context.yaml"},
+       {"--model", "meta-llama/Llama-3.1-8B", "--batch", "8", "--grad-accum", "4", "--seq-len", "512", "--bf16",
+        "--gradient-checkpointing", "--num-gpus", "8", "--zero-stage", "3"}},
+      {{"--config", kExamples + "flat-pretrain.yaml", "--model-params", "512M"},
+       {"--model-params", "512M", "--batch", "2", "--grad-accum", "32", "--seq-len", "1024", "--num-gpus", "4",
+        "--gradient-checkpointing", "--bf16", "--optim", "adamw"}},
+      {{"--config", kExamples + "deepspeed-zero3.json", "--model", "llama-3.1-8b"},
+       {"--model", "llama-3.1-8b", "--batch", "4", "--grad-accum", "8", "--bf16", "--num-gpus", "8", "--zero-stage",
+        "3", "--optim", "adamw_torch"}},
+      {{"--config", kExamples + "custom-keys.yaml", "--keys", kExamples + "custom-keys.map.yaml"},
+       {"--model", "meta-llama/Llama-3.1-8B", "--batch", "4", "--grad-accum", "16", "--gradient-checkpointing",
+        "--seq-len", "2048"}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.config[1]);
+    const nlohmann::json from_config = estimate_json(c.config);
+    const nlohmann::json from_flags = estimate_json(c.flags);
+    CHECK(from_config["training"] == from_flags["training"]);
+    CHECK(from_config["model"] == from_flags["model"]);
+    CHECK(from_config["estimate"] == from_flags["estimate"]);
+  }
+}
