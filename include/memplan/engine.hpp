@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "memplan/estimate.hpp"
 #include "memplan/model.hpp"
@@ -29,6 +30,9 @@ class Estimator {
   Result<Bytes> peak_bytes(std::int64_t micro_batch, std::int64_t seq_len) const;
   // The full Estimate at that point (same numbers as estimate()).
   Result<Estimate> at(std::int64_t micro_batch, std::int64_t seq_len) const;
+  // The breakdown at the peak of one phase (peak = that phase's peak); an error if the phase
+  // does not run for this configuration.
+  Result<Estimate> at_phase(std::int64_t micro_batch, std::int64_t seq_len, Phase phase) const;
 
   const ModelSpec& model() const;
   const TrainingConfig& config() const;
@@ -36,6 +40,7 @@ class Estimator {
  private:
   struct Impl;
   explicit Estimator(std::unique_ptr<Impl> impl);
+  Result<Estimate> at_impl(std::int64_t micro_batch, std::int64_t seq_len, std::optional<Phase> only) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/optimizer_model.hpp"
+#include "core/sharding.hpp"
 #include "core/sim/program.hpp"
 #include "memplan/text.hpp"
 
@@ -142,6 +143,7 @@ struct Estimator::Impl {
   ParamSummary params;
   OptimizerFootprint opt;
   std::vector<OptParam> opt_params;
+  ShardPlan shard;
   std::vector<std::string> assumptions;
   std::vector<std::string> warnings;
   std::int64_t bytes_per_weight_elem = 4;
@@ -282,7 +284,8 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
   impl->config = config;
   try {
     sim::ProgramSpec sp;
-    sp.model = model;
+    // Each tensor-parallel rank computes a slice of every layer.
+    sp.model = tensor_parallel_rank(model, config.parallel.tensor_parallel);
     sp.weight_dt = to_dt(config.torch_dtype);
     if (config.autocast) sp.autocast = to_dt(*config.autocast);
     sp.full_finetune = !config.lora.enabled;
@@ -307,6 +310,11 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     // DPO runs chosen and rejected sequences in one batch of 2b.
     sp.batch_multiplier = config.method == Method::kDpo ? 2 : 1;
     sp.fp32_outputs = config.autocast.has_value() && !deepspeed(config);
+    if (deepspeed(config) && config.autocast) {
+      // The DeepSpeed engine casts the model to bf16/fp16 and runs without torch autocast.
+      sp.weight_dt = to_dt(*config.autocast);
+      sp.autocast.reset();
+    }
     sp.ref = reference_kind(config);
     sp.prompt_len = config.grpo.max_prompt_length;
     sp.gradient_checkpointing = config.gradient_checkpointing;
@@ -347,7 +355,19 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
           impl->opt_params.push_back(op);
           trainable += p.numel * reps;
         }
-        impl->opt = optimizer_footprint(config.optim, config.device, impl->opt_params);
+        if (deepspeed(config)) {
+          // DeepSpeed steps the client optimizer on its fp32 master partition.
+          std::vector<OptParam> master = impl->opt_params;
+          for (auto& p : master) p.elem_bytes = 4;
+          impl->opt = optimizer_footprint(config.optim, config.device, master);
+        } else {
+          impl->opt = optimizer_footprint(config.optim, config.device, impl->opt_params);
+        }
+        std::int64_t tbytes = 0, layer_bytes = 0;
+        for (const auto& p : impl->opt_params) tbytes += p.numel * p.elem_bytes * p.count;
+        for (const auto& p : r3.params)
+          if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
+        impl->shard = make_shard_plan(model, config, trainable, tbytes, layer_bytes);
       }
       // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
       CatVec base{}, opt_extra{};
@@ -361,6 +381,11 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         const CatVec persistent = add(r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
         cands.push_back(generation_candidate(model, config, persistent));
       }
+      if (config.parallel.world_size() > 1 || config.parallel.offload_optimizer || config.parallel.offload_params)
+        for (auto& cand : cands) {
+          cand.cats = apply_sharding(impl->shard, cand.cats, cand.segment == kSegOptimizer);
+          cand.total = total(cand.cats);
+        }
       impl->candidates[static_cast<std::size_t>(cls)] = prune(std::move(cands));
     }
 
@@ -393,7 +418,13 @@ Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s) const {
   }
 }
 
-Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const {
+Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const { return at_impl(b, s, std::nullopt); }
+
+Result<Estimate> Estimator::at_phase(std::int64_t b, std::int64_t s, Phase phase) const {
+  return at_impl(b, s, phase);
+}
+
+Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optional<Phase> only) const {
   TrainingConfig c = impl_->config;
   c.micro_batch = b;
   c.seq_len = s;
@@ -408,19 +439,24 @@ Result<Estimate> Estimator::at(std::int64_t b, std::int64_t s) const {
       const std::int64_t v = cand.total.eval(b, s);
       const int ph = static_cast<int>(phase_of(cand.segment));
       phase_peak[static_cast<std::size_t>(ph)] = std::max(phase_peak[static_cast<std::size_t>(ph)], v);
+      if (only && phase_of(cand.segment) != *only) continue;
       if (v > best) {
         best = v;
         arg = &cand;
       }
     }
+    if (arg == nullptr)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("phase '{}' does not run in this configuration", to_string(*only)));
     e.peak = Bytes::of(best);
     e.peak_phase = phase_of(arg->segment);
     for (int ph = 0; ph < 5; ++ph)
-      if (phase_peak[static_cast<std::size_t>(ph)] >= 0)
+      if (phase_peak[static_cast<std::size_t>(ph)] >= 0 && (!only || phase_peak[static_cast<std::size_t>(ph)] <= best))
         e.phases.push_back({static_cast<Phase>(ph), Bytes::of(phase_peak[static_cast<std::size_t>(ph)])});
     for (int i = 0; i < sim::kNumCats; ++i) {
       const std::int64_t v = arg->cats[static_cast<std::size_t>(i)].eval(b, s);
-      if (v != 0) e.components.push_back({sim::cat_name(static_cast<Cat>(i)), Bytes::of(v), Placement::kPerDevice, ""});
+      const std::string name = sim::cat_name(static_cast<Cat>(i));
+      if (v != 0) e.components.push_back({name, Bytes::of(v), placement_of(impl_->shard, name), ""});
     }
     add_runtime_overhead(impl_->config, e);
     e.params = impl_->params;

@@ -21,6 +21,9 @@ const char* cat_name(Cat c) {
     case Cat::kInputs: return "inputs_and_masks";
     case Cat::kReference: return "reference_model";
     case Cat::kKvCache: return "kv_cache";
+    case Cat::kMasterWeights: return "master_weights";
+    case Cat::kBuckets: return "communication_buckets";
+    case Cat::kGathered: return "gathered_parameters";
     case Cat::kCount: break;
   }
   return "?";

@@ -40,6 +40,9 @@ enum class Cat : std::uint8_t {
   kInputs,             // token ids, labels, masks, rotary tables
   kReference,          // DPO/GRPO frozen reference model weights
   kKvCache,            // GRPO generation: the KV cache of every sequence being generated
+  kMasterWeights,      // DeepSpeed's fp32 master copy of the trainable parameters
+  kBuckets,            // DDP gradient buckets, DeepSpeed reduce buckets
+  kGathered,           // ZeRO-3 / FSDP unsharded parameters of the layers being computed
   kCount
 };
 inline constexpr int kNumCats = static_cast<int>(Cat::kCount);

@@ -872,11 +872,25 @@ int Step::selective_log_softmax(int logits, const Poly& rows, std::int64_t) {
     g.drop(gathered);
     g.drop(lse);
   } else {
-    // per sequence F.log_softmax(row) (saved) and a gather: a full 16-bit copy kept for backward
-    const int logp = g.make(full, lt.dt, Cat::kLogits);
-    g.node({logits}, {logp}, {logp}, [logits](Bwd& c) { c.give(logits, c.like(logits, Cat::kLogits)); });
+    // per sequence F.log_softmax(row) (saved) and a gather: a full 16-bit copy kept for backward.
+    // Backward runs row by row: gather's row gradient, log_softmax's row gradient (buffered until
+    // UnbindBackward stacks them), each row's saved output released as it goes.
+    // Without grad nothing is saved: a sequence's log_softmax is computed while the previous
+    // one is still bound to `row_logps`, so two exist at once.
+    const int logp = g.make(g.rg(logits) ? full : seq * 2, lt.dt, Cat::kLogits);
+    g.hold(logp);  // released by the backward rule, row by row
     const int gathered = g.make(rows, lt.dt, Cat::kLogits);
-    g.node({logp}, {gathered}, {}, [logp](Bwd& c) { c.give(logp, c.like(logp, Cat::kLogits)); });
+    const bool made = g.node({logits}, {gathered}, {}, [logits, logp, full, seq, dt = lt.dt](Bwd& c) {
+      Graph& gg = c.graph();
+      const int rows_all = gg.make(full, dt, Cat::kLogits);  // the buffered row gradients
+      gg.drop(logp);
+      const int grow = gg.make(seq, dt, Cat::kLogits);  // one row's gather gradient
+      gg.drop(grow);
+      const int stacked = c.like(logits, Cat::kLogits);
+      gg.drop(rows_all);
+      c.give(logits, stacked);
+    });
+    if (!made) g.drop(logp);  // no grad: nothing is kept
     g.drop(logp);
     result = gathered;
   }
@@ -1008,11 +1022,12 @@ int Step::grpo_loss(int ref_logps) {
   // rebases the view on the base through CopySlices.
   const int view = g_.view(logits, rows * V);
   const int base_after = g_.view(logits, keep * V);
-  g_.node({logits}, {base_after}, {}, [logits, rows, V](Bwd& c) {
+  const DT ldt = g_.at(logits).dt;
+  g_.node({logits}, {base_after}, {}, [logits, rows, V, ldt](Bwd& c) {
     // CopySlices: a base-shaped gradient, a clone of the view's part and DivBackward's result.
     const int r = c.like(logits, Cat::kLogits);
-    const int cl = c.temp(rows * V, DT::kF32, Cat::kLogits);
-    const int dv = c.temp(rows * V, DT::kF32, Cat::kLogits);
+    const int cl = c.temp(rows * V, ldt, Cat::kLogits);
+    const int dv = c.temp(rows * V, ldt, Cat::kLogits);
     c.drop(cl);
     c.drop(dv);
     c.give(logits, r);

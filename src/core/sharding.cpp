@@ -1,0 +1,122 @@
+#include "core/sharding.hpp"
+
+#include <algorithm>
+
+namespace memplan {
+
+using sim::Cat;
+using sim::CatVec;
+using sim::Poly;
+
+namespace {
+
+Poly& at(CatVec& v, Cat c) { return v[static_cast<std::size_t>(c)]; }
+
+// Ceil-divides every coefficient: a shard is rounded up, never down.
+Poly shard(const Poly& p, int n) {
+  Poly r;
+  for (int i = 0; i < sim::kNumMono; ++i) {
+    const std::int64_t v = p.c[static_cast<std::size_t>(i)];
+    r.c[static_cast<std::size_t>(i)] = v >= 0 ? (v + n - 1) / n : v / n;
+  }
+  return r;
+}
+
+}  // namespace
+
+ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int64_t trainable_params,
+                          std::int64_t trainable_bytes, std::int64_t layer_param_bytes) {
+  ShardPlan p;
+  const auto& par = c.parallel;
+  p.dp = std::max(1, par.data_parallel_size());
+  p.shard_over = p.dp;
+  p.trainable_params = trainable_params;
+  p.trainable_bytes = trainable_bytes;
+  p.layer_param_bytes = layer_param_bytes;
+  p.offload_optimizer = par.offload_optimizer;
+  p.offload_params = par.offload_params;
+  switch (par.sharding) {
+    case ShardingStrategy::kNone: p.ddp = p.dp > 1; break;
+    case ShardingStrategy::kZero1:
+    case ShardingStrategy::kZero2:
+    case ShardingStrategy::kZero3:
+      p.deepspeed = true;
+      p.zero_stage = par.sharding == ShardingStrategy::kZero1 ? 1 : par.sharding == ShardingStrategy::kZero2 ? 2 : 3;
+      p.shard_optim = true;
+      p.shard_grads = p.zero_stage >= 2;
+      p.shard_params = p.zero_stage == 3;
+      // accelerate/HF "auto" sets reduce_bucket_size = hidden^2 elements (16-bit); ZeRO-3
+      // overlaps communication by default, which doubles the buffers.
+      p.bucket_bytes = m.hidden_size * m.hidden_size * 2 * (p.zero_stage == 3 ? 2 : 1);
+      break;
+    case ShardingStrategy::kFsdpFullShard:
+    case ShardingStrategy::kFsdpHybridShard:
+      p.fsdp = p.shard_params = p.shard_grads = p.shard_optim = true;
+      if (par.sharding == ShardingStrategy::kFsdpHybridShard) p.shard_over = std::max(1, par.num_gpus);
+      break;
+    case ShardingStrategy::kFsdpShardGradOp:
+      p.fsdp = p.shard_grads = p.shard_optim = true;
+      break;
+  }
+  return p;
+}
+
+ModelSpec tensor_parallel_rank(const ModelSpec& m, int t) {
+  if (t <= 1) return m;
+  ModelSpec r = m;
+  // Megatron / HF tp_plan: q/k/v and gate/up column-parallel, o/down row-parallel: each rank
+  // holds heads/t and intermediate/t; norms, embeddings and the gathered logits stay whole.
+  r.num_heads = std::max(1, m.num_heads / t);
+  r.num_kv_heads = std::max(1, m.num_kv_heads / t);
+  r.intermediate_size = std::max<std::int64_t>(1, m.intermediate_size / t);
+  if (m.moe.enabled()) r.moe.expert_intermediate_size = std::max<std::int64_t>(1, m.moe.expert_intermediate_size / t);
+  return r;
+}
+
+CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step) {
+  const int n = p.shard_over;
+  if (p.shard_params) {
+    // Parameters live as 1/n shards; the layers being computed are gathered whole (the current
+    // one and one prefetched: FSDP's backward prefetch, ZeRO-3's prefetch bucket).
+    for (Cat c : {Cat::kWeights, Cat::kAdapterWeights, Cat::kReference}) {
+      Poly& x = at(v, c);
+      x = p.offload_params ? Poly{} : shard(x, n);
+    }
+    at(v, Cat::kGathered) += Poly::constant(2 * p.layer_param_bytes);
+  } else if (p.deepspeed) {
+    // ZeRO-0/1/2 keep a full 16-bit replica of the model (and of a DPO/GRPO reference).
+  }
+  if (p.shard_grads) at(v, Cat::kGradients) = shard(at(v, Cat::kGradients), n);
+  if (p.ddp) {
+    // DistributedDataParallel's gradient buckets (gradient_as_bucket_view=False): a second copy
+    // of every trainable gradient, allocated when DDP wraps the model.
+    at(v, Cat::kBuckets) += Poly::constant(p.trainable_bytes);
+  }
+  if (p.deepspeed) {
+    at(v, Cat::kBuckets) += Poly::constant(p.bucket_bytes);
+    // The fp32 master copy of the trainable parameters, sharded (on the CPU with offload).
+    if (!p.offload_optimizer) at(v, Cat::kMasterWeights) += Poly::constant((p.trainable_params * 4 + n - 1) / n);
+    // ZeRO-1/2 upcast the gradient partition to fp32 for the step.
+    if (optimizer_step && !p.offload_optimizer && p.zero_stage <= 2)
+      at(v, Cat::kOptimizerTemps) += Poly::constant((p.trainable_params * 4 + n - 1) / n);
+  }
+  if (p.shard_optim) {
+    at(v, Cat::kOptimizerStates) = p.offload_optimizer ? Poly{} : shard(at(v, Cat::kOptimizerStates), n);
+    at(v, Cat::kOptimizerTemps) = p.offload_optimizer ? Poly{} : shard(at(v, Cat::kOptimizerTemps), n);
+  }
+  return v;
+}
+
+Placement placement_of(const ShardPlan& p, const std::string& c) {
+  const bool multi = p.dp > 1;
+  if (!multi) return Placement::kPerDevice;
+  if (c == "weights" || c == "adapter_weights" || c == "reference_model")
+    return p.shard_params ? (p.offload_params ? Placement::kOffloaded : Placement::kSharded) : Placement::kReplicated;
+  if (c == "gradients") return p.shard_grads ? Placement::kSharded : Placement::kReplicated;
+  if (c == "optimizer_states" || c == "optimizer_temporaries" || c == "master_weights")
+    return p.offload_optimizer ? Placement::kOffloaded : (p.shard_optim ? Placement::kSharded : Placement::kReplicated);
+  if (c == "communication_buckets" || c == "gathered_parameters") return Placement::kReplicated;
+  return Placement::kPerDevice;
+}
+
+}  // namespace memplan

@@ -1,0 +1,46 @@
+// Multi-GPU memory per GPU (docs/formulas.md#multi-gpu): what DDP, DeepSpeed ZeRO-1/2/3, FSDP,
+// CPU offload and tensor parallelism change in each category of a single-GPU timeline.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/sim/graph.hpp"
+#include "memplan/estimate.hpp"
+#include "memplan/model.hpp"
+#include "memplan/training.hpp"
+
+namespace memplan {
+
+struct ShardPlan {
+  int dp = 1;                  // data-parallel degree (world / tensor-parallel)
+  int shard_over = 1;          // GPUs a sharded state is split over (hybrid_shard: one node)
+  bool deepspeed = false;
+  int zero_stage = 0;          // 0 when not DeepSpeed
+  bool fsdp = false;
+  bool shard_params = false;   // ZeRO-3, FSDP full/hybrid shard
+  bool shard_grads = false;    // ZeRO-2/3, FSDP
+  bool shard_optim = false;    // ZeRO-1/2/3, FSDP
+  bool ddp = false;            // plain data parallel with a full replica
+  bool offload_optimizer = false;
+  bool offload_params = false;
+  std::int64_t trainable_bytes = 0;  // bytes of trainable parameters in their dtype (full model)
+  std::int64_t trainable_params = 0;
+  std::int64_t layer_param_bytes = 0;  // one decoder layer's parameters, for the gathered working set
+  std::int64_t bucket_bytes = 0;       // DeepSpeed reduce bucket bytes (x2 with overlap_comm)
+};
+
+ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int64_t trainable_params,
+                          std::int64_t trainable_bytes, std::int64_t layer_param_bytes);
+
+// The model as one tensor-parallel rank sees it (heads and MLP width divided by t).
+ModelSpec tensor_parallel_rank(const ModelSpec& m, int t);
+
+// Applies the plan to one timeline event (categories in, categories out). `optimizer_step`
+// marks the optimizer-step event, which holds DeepSpeed's fp32 gradient partition.
+sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step);
+
+// Whether a component is replicated on every GPU, sharded, or offloaded.
+Placement placement_of(const ShardPlan& p, const std::string& component);
+
+}  // namespace memplan

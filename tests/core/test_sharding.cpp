@@ -1,0 +1,117 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/sharding.hpp"
+#include "memplan/engine.hpp"
+#include "support/invariants.hpp"
+#include "support/models.hpp"
+
+using namespace memplan;
+using memplan::testing::component;
+using memplan::testing::require_consistent;
+
+namespace {
+
+// A Llama-shaped model of about `params` parameters (hidden 4096): per layer 202,383,360.
+ModelSpec model_of(double params) {
+  ModelSpec m = memplan::testing::llama31_8b();
+  m.vocab_size = 32000;
+  m.num_kv_heads = 32;
+  m.intermediate_size = 11008;
+  m.num_layers = static_cast<int>((params - 2.0 * 32000 * 4096) / 202'383'360.0 + 0.5);
+  return m;
+}
+
+// Model states per parameter at the optimizer step: what the ZeRO paper's Table I counts.
+double model_state_bytes_per_param(const ModelSpec& m, ShardingStrategy s, int gpus) {
+  TrainingConfig c;
+  c.torch_dtype = DType::kFloat32;
+  c.autocast = DType::kFloat16;
+  c.micro_batch = 1;
+  c.seq_len = 16;
+  c.parallel.num_gpus = gpus;
+  c.parallel.sharding = s;
+  c.optim.kind = OptimizerKind::kAdamWTorchFused;  // DeepSpeed's fused Adam: no step temporaries
+  auto est = Estimator::create(m, c);
+  REQUIRE(est.has_value());
+  auto e = est->at_phase(1, 16, Phase::kOptimizerStep);
+  REQUIRE(e.has_value());
+  require_consistent(*e);
+  const std::int64_t states = component(*e, "weights") + component(*e, "gradients") +
+                              component(*e, "master_weights") + component(*e, "optimizer_states");
+  return static_cast<double>(states) / static_cast<double>(e->params.total);
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO paper per-GPU model states, read from tests/data/published") {
+  // The paper's mixed-precision Adam (K = 12): 16 B/param replicated; 4 + 12/N, 2 + 14/N, 16/N.
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(MEMPLAN_SOURCE_DIR "/tests/data/published")) {
+    if (entry.path().filename().string().rfind("zero-paper-", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    const auto j = nlohmann::json::parse(in);
+    const std::string sh = j["sharding"];
+    if (sh != "zero1" && sh != "zero2" && sh != "zero3" && sh != "none" && sh != "ddp") continue;
+    const int gpus = j["num_gpus"];
+    if (gpus > 1024 || j["params"].get<double>() > 1e11) continue;  // a hidden-4096 stand-in cannot reach 1T
+    const double published = j["per_gpu_gb"].get<double>() * 1e9 / j["params"].get<double>();
+    // "none": the paper's data-parallel baseline (here fp32 weights under autocast: 4 + 4 + 8).
+    const ShardingStrategy s = sh == "zero1"   ? ShardingStrategy::kZero1
+                               : sh == "zero2" ? ShardingStrategy::kZero2
+                               : sh == "zero3" ? ShardingStrategy::kZero3
+                                               : ShardingStrategy::kNone;
+    INFO(entry.path().filename().string());
+    // The paper rounds to three digits; the model's 2-layer gathered working set is not a
+    // model state and is excluded above.
+    CHECK(model_state_bytes_per_param(model_of(j["params"].get<double>()), s, gpus) == Approx(published).epsilon(0.02));
+    ++checked;
+  }
+  CHECK(checked >= 5);
+}
+
+TEST_CASE("shard plan placements and offload") {
+  TrainingConfig c;
+  c.parallel.num_gpus = 8;
+  c.parallel.sharding = ShardingStrategy::kZero3;
+  c.parallel.offload_optimizer = true;
+  const ShardPlan p = make_shard_plan(memplan::testing::llama31_8b(), c, 100, 200, 10);
+  CHECK(placement_of(p, "weights") == Placement::kSharded);
+  CHECK(placement_of(p, "optimizer_states") == Placement::kOffloaded);
+  CHECK(placement_of(p, "activations") == Placement::kPerDevice);
+  c.parallel.sharding = ShardingStrategy::kNone;
+  const ShardPlan ddp = make_shard_plan(memplan::testing::llama31_8b(), c, 100, 200, 10);
+  CHECK(ddp.ddp);
+  CHECK(placement_of(ddp, "weights") == Placement::kReplicated);
+}
+
+TEST_CASE("DDP adds a gradient bucket copy; ZeRO-3 shards the weights over the GPUs") {
+  const ModelSpec m = memplan::testing::llama31_8b();
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.micro_batch = 1;
+  c.seq_len = 256;
+  c.parallel.num_gpus = 4;
+  auto ddp = Estimator::create(m, c)->at_phase(1, 256, Phase::kOptimizerStep);
+  REQUIRE(ddp.has_value());
+  require_consistent(*ddp);
+  CHECK(component(*ddp, "communication_buckets") == 8'030'261'248LL * 2);
+  c.parallel.sharding = ShardingStrategy::kZero3;
+  c.autocast = DType::kBFloat16;
+  auto z3 = Estimator::create(m, c)->at_phase(1, 256, Phase::kOptimizerStep);
+  REQUIRE(z3.has_value());
+  CHECK(component(*z3, "weights") == (8'030'261'248LL * 2 + 3) / 4);
+  CHECK(component(*z3, "master_weights") == 8'030'261'248LL);  // 4 bytes / 4 GPUs
+}
+
+TEST_CASE("tensor parallelism divides heads and MLP width per rank") {
+  const ModelSpec r = tensor_parallel_rank(memplan::testing::llama31_8b(), 4);
+  CHECK(r.num_heads == 8);
+  CHECK(r.num_kv_heads == 2);
+  CHECK(r.intermediate_size == 3584);
+  CHECK(r.hidden_size == 4096);
+}
