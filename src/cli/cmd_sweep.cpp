@@ -41,7 +41,8 @@ Command register_sweep(CLI::App& root) {
   sub->add_option("--format", opts->format, "text (default), json, markdown");
   return {sub, [opts, seq_lens](Context& ctx) -> Result<int> {
             MEMPLAN_TRY(auto format, report::parse_format(opts->format));
-            MEMPLAN_TRY(auto inputs, apply_training_flags(opts->flags, io::ResolvedInputs{}));
+            MEMPLAN_TRY(auto loaded, load_inputs(opts->flags));
+            const io::ResolvedInputs& inputs = loaded.resolved;
             MEMPLAN_TRY(auto budget, resolve_budget(opts->budget));
             SweepRequest req;
             req.budget = budget;
