@@ -65,6 +65,18 @@ json to_json(const TrainingConfig& c) {
                          {"load_in_8bit", c.quant.load_in_8bit},
                          {"bnb_4bit_quant_type", c.quant.quant_type},
                          {"bnb_4bit_use_double_quant", c.quant.double_quant}};
+  if (c.method == Method::kDpo)
+    j["dpo"] = {{"sequences_per_forward", 2 * c.micro_batch},
+                {"ref_model", c.dpo.ref_model == RefModel::kNone ? "none" : c.dpo.ref_model == RefModel::kCopy ? "copy" : "auto"},
+                {"precompute_ref_log_probs", c.dpo.precompute_ref_log_probs}};
+  if (c.method == Method::kGrpo)
+    j["grpo"] = {{"num_generations", c.grpo.num_generations},
+                 {"max_prompt_length", c.grpo.max_prompt_length},
+                 {"max_completion_length", c.grpo.max_completion_length},
+                 {"beta", c.grpo.beta},
+                 {"temperature", c.grpo.temperature},
+                 {"vllm_mode", c.grpo.vllm == VllmMode::kNone ? "none" : c.grpo.vllm == VllmMode::kColocate ? "colocate" : "server"},
+                 {"vllm_gpu_memory_utilization", c.grpo.vllm_gpu_memory_utilization}};
   const auto& p = c.parallel;
   j["parallel"] = {{"num_gpus", p.num_gpus},
                    {"nodes", p.nodes},
