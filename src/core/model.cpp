@@ -50,21 +50,23 @@ std::int64_t qk_norm_params(const ModelSpec& m) {
   return (static_cast<std::int64_t>(m.num_heads) + m.num_kv_heads) * m.head_dim;
 }
 
-// An upper estimate of the parameter count in floating point, so validate() can refuse shapes whose
-// exact int64 count could overflow before count_parameters() ever runs.
-double rough_total(const ModelSpec& m) {
+// count_parameters() in floating point (biases and norms left out), so validate() can refuse a
+// shape whose exact int64 count could overflow before anything counts it exactly.
+double approximate_total(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden_size);
   const double q = static_cast<double>(m.num_heads) * static_cast<double>(m.head_dim);
   const double kv = static_cast<double>(m.num_kv_heads) * static_cast<double>(m.head_dim);
-  double layer = 2 * h * q + 2 * h * kv + 4 * (q + kv) + 4 * h;
-  layer += 4 * h * static_cast<double>(std::max<std::int64_t>(m.intermediate_size, 0));
+  const double dense = 3 * h * static_cast<double>(std::max<std::int64_t>(m.intermediate_size, 0));
+  double moe = dense;
   if (m.moe.enabled()) {
     const double e = m.moe.num_experts;
-    layer += e * 4 * h * static_cast<double>(m.moe.expert_intermediate_size) + e * (h + 1);
-    layer += 4 * h * static_cast<double>(m.moe.shared_intermediate_size) * std::max(m.moe.num_shared_experts, 0);
+    moe = e * (3 * h * static_cast<double>(m.moe.expert_intermediate_size) + h) +
+          3 * h * static_cast<double>(m.moe.shared_intermediate_size) * std::max(m.moe.num_shared_experts, 0);
   }
-  return static_cast<double>(m.num_layers) * layer + 2 * static_cast<double>(m.vocab_size) * (h + 1) +
-         static_cast<double>(m.max_position_embeddings) * h;
+  double layers = 0;
+  for (int l = 0; l < m.num_layers; ++l) layers += 2 * h * q + 2 * h * kv + (m.moe.is_moe_layer(l) ? moe : dense);
+  return layers + static_cast<double>(m.vocab_size) * h * (m.tie_word_embeddings ? 1 : 2) +
+         (m.learned_positions ? static_cast<double>(m.max_position_embeddings) * h : 0);
 }
 
 }  // namespace
@@ -103,9 +105,9 @@ Status validate(const ModelSpec& m) {
     return make_error(ErrorCode::kInvalidConfig, "model dimensions are implausibly large",
                       "check hidden_size, vocab_size, num_hidden_layers and intermediate_size");
   // 1e15 parameters is a thousand times the largest published model; past it a count is a typo.
-  if (rough_total(m) > 1e15)
+  if (const double total = approximate_total(m); total > 1e15)
     return make_error(ErrorCode::kOverflow,
-                      fmt::format("model has about {:.3g} parameters, more than memplan models", rough_total(m)),
+                      fmt::format("model has about {:.3g} parameters, more than memplan models", total),
                       "check the sizes in the config");
   return Ok{};
 }

@@ -560,7 +560,13 @@ Result<ModelSpec> resolve_model(const std::string& name, const ModelSearchEnv& e
     names.push_back(c.id);
     names.insert(names.end(), c.aliases.begin(), c.aliases.end());
   }
-  std::string hint = did_you_mean(name, names);
+  // A name that starts a catalog name ("mistral-7b" of "mistral-7b-v0.1") is a truncation, not a
+  // typo; edit distance alone would prefer "mixtral-8x7b".
+  std::string hint;
+  const std::string lname = to_lower(name);
+  for (const auto& n : names)
+    if (to_lower(n).rfind(lname, 0) == 0 && (hint.empty() || n.size() < hint.size())) hint = n;
+  hint = hint.empty() ? did_you_mean(name, names) : fmt::format("did you mean '{}'?", hint);
   if (hint.empty() && looks_like_hub_id(name)) {
     std::string dirs;
     for (const auto& d : env.hub_dirs()) dirs += (dirs.empty() ? "" : ", ") + d;
@@ -578,10 +584,13 @@ Result<ModelSpec> resolve_model(const std::string& name, const ModelSearchEnv& e
 // --model-params: docs/models.md#model-params
 
 const std::vector<ShapeRow>& param_count_shapes() {
-  // Real Llama-family shapes, smallest first. The first row is test-sized: nothing smaller
-  // than about a million parameters is a language model worth planning for.
+  // Real Llama-family shapes, smallest first: llama2.c's TinyStories models (tied embeddings,
+  // MLP width by its multiple_of rule), SmolLM2, then Meta's Llama releases.
   static const std::vector<ShapeRow> rows = {
-      {"test-sized Llama", 16, 2, 4, 4, 4, 64, 32000, false},
+      {"stories260K", 64, 5, 8, 4, 8, 172, 512, true},
+      {"stories15M", 288, 6, 6, 6, 48, 768, 32000, true},
+      {"stories42M", 512, 8, 8, 8, 64, 1376, 32000, true},
+      {"stories110M", 768, 12, 12, 12, 64, 2048, 32000, true},
       {"SmolLM2-135M", 576, 30, 9, 3, 64, 1536, 49152, true},
       {"SmolLM2-360M", 960, 32, 15, 5, 64, 2560, 49152, true},
       {"Llama-3.2-1B", 2048, 16, 32, 8, 64, 8192, 128256, true},
@@ -622,6 +631,45 @@ ModelSpec shape_spec(const ShapeRow& r, int layers, std::int64_t intermediate) {
   return m;
 }
 
+struct Fit {
+  ModelSpec spec;
+  std::int64_t error = -1;
+};
+
+// The row resized toward `params`: the layer count that fits at the row's own MLP width (within
+// [min_layers, max_layers]), two either side of it, each with the MLP width that comes closest,
+// in steps that keep matrix shapes tensor-core friendly and within half to twice the row's width.
+// The count is linear in both, so one closed form per layer count replaces a search.
+Fit fit_row(const ShapeRow& row, std::int64_t params, std::int64_t min_layers, std::int64_t max_layers) {
+  const std::int64_t h = row.hidden_size;
+  const std::int64_t step = row.intermediate_size >= 1024 ? 256 : 4;
+  const std::int64_t lo = std::max(step, row.intermediate_size / 2 / step * step);
+  const std::int64_t hi = row.intermediate_size * 2;
+  // With one layer, the total minus that layer is what does not scale: embeddings and final norm.
+  const ParameterCounts one = count_parameters(shape_spec(row, 1, row.intermediate_size));
+  const std::int64_t attn = one.attention;
+  const std::int64_t fixed = one.total - one.attention - one.mlp - 2 * h;
+  const std::int64_t per_layer = attn + 3 * h * row.intermediate_size + 2 * h;
+  const std::int64_t guess = std::clamp<std::int64_t>((params - fixed + per_layer / 2) / per_layer, min_layers, max_layers);
+  Fit best;
+  for (std::int64_t layers = std::max(min_layers, guess - 2); layers <= std::min(max_layers, guess + 2); ++layers) {
+    const double mlp = static_cast<double>(params - fixed) / static_cast<double>(layers) - static_cast<double>(attn + 2 * h);
+    const double ideal = mlp / static_cast<double>(3 * h);
+    const std::int64_t below =
+        std::clamp<std::int64_t>(static_cast<std::int64_t>(std::floor(ideal / static_cast<double>(step))) * step, lo, hi);
+    for (std::int64_t inter : {below, std::min(below + step, hi), row.intermediate_size}) {
+      ModelSpec m = shape_spec(row, static_cast<int>(layers), inter);
+      const std::int64_t err = std::llabs(count_parameters(m).total - params);
+      // Ties keep the row's own width: a real shape beats an invented one.
+      if (best.error < 0 || err < best.error || (err == best.error && inter == row.intermediate_size)) {
+        best.spec = std::move(m);
+        best.error = err;
+      }
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 Result<ModelSpec> model_from_param_count(std::int64_t params) {
@@ -634,47 +682,38 @@ Result<ModelSpec> model_from_param_count(std::int64_t params) {
                       fmt::format("--model-params {} is beyond the largest shape memplan assumes (10T)", params),
                       "give a count up to 10T, or a config.json with --model");
   const auto& rows = param_count_shapes();
-  const double target = static_cast<double>(params);
-  const ShapeRow* row = &rows.front();
-  double best_distance = 0;
-  for (const auto& r : rows) {
-    const double total = static_cast<double>(count_parameters(shape_spec(r, r.num_layers, r.intermediate_size)).total);
-    const double d = std::fabs(std::log(target / total));
-    if (&r == &rows.front() || d < best_distance) {
-      best_distance = d;
-      row = &r;
+  std::vector<const ShapeRow*> by_distance;
+  for (const auto& r : rows) by_distance.push_back(&r);
+  auto distance = [&](const ShapeRow* r) {
+    const double total = static_cast<double>(count_parameters(shape_spec(*r, r->num_layers, r->intermediate_size)).total);
+    return std::fabs(std::log(static_cast<double>(params) / total));
+  };
+  std::stable_sort(by_distance.begin(), by_distance.end(),
+                   [&](const ShapeRow* a, const ShapeRow* b) { return distance(a) < distance(b); });
+  // The nearest row that gets within 1% at half to twice its own depth; the smallest and largest
+  // rows may shrink or grow without bound. Between rows no real shape reaches, the least error wins.
+  const ShapeRow* row = nullptr;
+  Fit fit;
+  for (const ShapeRow* r : by_distance) {
+    const std::int64_t min_layers = r == &rows.front() ? 1 : std::max(1, r->num_layers / 2);
+    const std::int64_t max_layers = r == &rows.back() ? 4096 : 2 * r->num_layers;
+    Fit f = fit_row(*r, params, min_layers, max_layers);
+    if (f.error <= params / 100) {
+      row = r;
+      fit = std::move(f);
+      break;
     }
   }
-  // Layers first, then the MLP width in steps that keep matrix shapes tensor-core friendly, within
-  // half to twice the row's own width. Parameter count is linear in both, so a closed form per
-  // candidate layer count suffices.
-  const std::int64_t step = row->intermediate_size >= 1024 ? 256 : 16;
-  const std::int64_t lo = std::max(step, row->intermediate_size / 2 / step * step);
-  const std::int64_t hi = row->intermediate_size * 2;
-  // With one layer, the total minus that layer is what does not scale: embeddings and final norm.
-  const ParameterCounts one = count_parameters(shape_spec(*row, 1, row->intermediate_size));
-  const std::int64_t attn = one.attention;
-  const std::int64_t fixed = one.total - one.attention - one.mlp - 2 * row->hidden_size;
-  const std::int64_t per_layer = attn + 3 * row->hidden_size * row->intermediate_size + 2 * row->hidden_size;
-  const std::int64_t guess = std::clamp<std::int64_t>((params - fixed + per_layer / 2) / per_layer, 1, 4096);
-  ModelSpec best;
-  std::int64_t best_err = -1;
-  for (std::int64_t layers = std::max<std::int64_t>(1, guess - 2); layers <= std::min<std::int64_t>(4096, guess + 2);
-       ++layers) {
-    const double per_mlp = static_cast<double>(params - fixed) / static_cast<double>(layers) -
-                           static_cast<double>(attn + 2 * row->hidden_size);
-    const double ideal = per_mlp / static_cast<double>(3 * row->hidden_size);
-    const std::int64_t below = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::floor(ideal / static_cast<double>(step))) * step, lo, hi);
-    for (std::int64_t inter : {below, std::min(below + step, hi), row->intermediate_size}) {
-      ModelSpec m = shape_spec(*row, static_cast<int>(layers), inter);
-      const std::int64_t err = std::llabs(count_parameters(m).total - params);
-      // Ties keep the row's own width: a real shape beats an invented one.
-      if (best_err < 0 || err < best_err || (err == best_err && inter == row->intermediate_size)) {
-        best = m;
-        best_err = err;
+  if (!row) {
+    for (const ShapeRow* r : by_distance) {
+      Fit f = fit_row(*r, params, 1, 4096);
+      if (!row || f.error < fit.error) {
+        row = r;
+        fit = std::move(f);
       }
     }
   }
+  ModelSpec best = std::move(fit.spec);
   const bool exact_row = best.num_layers == row->num_layers && best.intermediate_size == row->intermediate_size;
   best.name = exact_row ? fmt::format("{}-shaped model", row->source)
                         : fmt::format("{}-parameter Llama-style model ({} shape, resized)", short_count(params),
@@ -684,7 +723,9 @@ Result<ModelSpec> model_from_param_count(std::int64_t params) {
 }
 
 std::string group_digits(std::int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n);
+  // Through unsigned so that INT64_MIN has a magnitude.
+  const std::uint64_t magnitude = n < 0 ? 0 - static_cast<std::uint64_t>(n) : static_cast<std::uint64_t>(n);
+  const std::string digits = std::to_string(magnitude);
   std::string out;
   for (std::size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
