@@ -6,5 +6,6 @@
 namespace memplan::cli {
 
 Command register_estimate(CLI::App& root);
+Command register_models(CLI::App& root);
 
 }  // namespace memplan::cli

@@ -400,6 +400,36 @@ Result<CatalogEntry> parse_catalog_entry(std::string_view text, const std::strin
   return c;
 }
 
+namespace {
+
+// Digit runs compare as numbers, so sizes list as people read them: 8b, 70b, 405b; gpt2 before gpt2-xl.
+bool natural_less(const std::string& a, const std::string& b) {
+  std::size_t i = 0, j = 0;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      const std::string_view na = std::string_view(a).substr(i, ie - i), nb = std::string_view(b).substr(j, je - j);
+      // Equal-length digit strings compare as text; otherwise the shorter (leading zeros aside) is smaller.
+      const std::string_view ta = na.substr(std::min(na.find_first_not_of('0'), na.size()));
+      const std::string_view tb = nb.substr(std::min(nb.find_first_not_of('0'), nb.size()));
+      if (ta.size() != tb.size()) return ta.size() < tb.size();
+      if (ta != tb) return ta < tb;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+}  // namespace
+
 Result<std::vector<CatalogEntry>> load_catalog() {
   static const Result<std::vector<CatalogEntry>> catalog = []() -> Result<std::vector<CatalogEntry>> {
     std::vector<CatalogEntry> out;
@@ -408,7 +438,8 @@ Result<std::vector<CatalogEntry>> load_catalog() {
       MEMPLAN_TRY(CatalogEntry c, parse_catalog_entry(file.content, "configs/" + std::string(file.path)));
       out.push_back(std::move(c));
     }
-    std::sort(out.begin(), out.end(), [](const CatalogEntry& a, const CatalogEntry& b) { return a.file < b.file; });
+    std::sort(out.begin(), out.end(),
+              [](const CatalogEntry& a, const CatalogEntry& b) { return natural_less(a.short_name, b.short_name); });
     return out;
   }();
   return catalog;

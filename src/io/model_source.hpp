@@ -32,7 +32,8 @@ struct CatalogEntry {
   bool matches(std::string_view name) const;
 };
 
-// The built-in catalog (embedded configs/models/*.json), parsed once, sorted by file name.
+// The built-in catalog (embedded configs/models/*.json), parsed once, in natural order of short
+// name (llama-3.1-8b, llama-3.1-70b, llama-3.1-405b).
 Result<std::vector<CatalogEntry>> load_catalog();
 
 // Parses one catalog file's text; load_catalog() applies it to every embedded file.

@@ -104,6 +104,18 @@ TEST_CASE("catalog names are unique, lower-case short names, one file per short 
   }
 }
 
+TEST_CASE("the catalog lists in natural order: sizes as people read them") {
+  auto catalog = io::load_catalog();
+  REQUIRE(catalog.has_value());
+  std::vector<std::string> llama31, gpt2;
+  for (const auto& c : *catalog) {
+    if (c.short_name.rfind("llama-3.1-", 0) == 0) llama31.push_back(c.short_name);
+    if (c.short_name.rfind("gpt2", 0) == 0) gpt2.push_back(c.short_name);
+  }
+  CHECK(llama31 == std::vector<std::string>{"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b"});
+  CHECK(gpt2 == std::vector<std::string>{"gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl"});
+}
+
 TEST_CASE("catalog entries are found by id, short name and alias in any case") {
   auto catalog = io::load_catalog();
   REQUIRE(catalog.has_value());
@@ -528,13 +540,13 @@ TEST_CASE("resolve_model: the local Hugging Face cache, never the network") {
 
 TEST_CASE("resolve_model: unknown names suggest the nearest catalog entry") {
   CHECK(error_text(io::resolve_model("llama-3.1-7b", empty_env())) ==
-        "unknown model 'llama-3.1-7b'; did you mean 'llama-3.1-70b'?");
+        "unknown model 'llama-3.1-7b'; did you mean 'llama-3.1-8b'?");
   CHECK(error_text(io::resolve_model("mistral-7b", empty_env())) ==
         "unknown model 'mistral-7b'; did you mean 'mistral-7b-v0.1'?");
   CHECK(error_text(io::resolve_model("qwen2.5-7", empty_env())) ==
         "unknown model 'qwen2.5-7'; did you mean 'qwen2.5-7b'?");
   CHECK(error_text(io::resolve_model("gemma-2-7b", empty_env())) ==
-        "unknown model 'gemma-2-7b'; did you mean 'gemma-2-27b'?");  // one edit from both; file order decides
+        "unknown model 'gemma-2-7b'; did you mean 'gemma-2-2b'?");  // one edit from 27b too; catalog order decides
   CHECK(io::resolve_model("gemma-2-7b", empty_env()).error().code == ErrorCode::kUnknownName);
   CHECK(error_text(io::resolve_model("zzzzzzzz", empty_env())) ==
         "unknown model 'zzzzzzzz'; give a catalog name (memplan models), a Hugging Face id in the local cache, a "
