@@ -163,8 +163,9 @@ int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1
 
 Result<Activation> parse_activation(const std::string& s, const std::string& origin) {
   if (s.empty() || s == "silu" || s == "swish") return Activation::kSilu;
-  if (s == "gelu") return Activation::kGelu;
-  if (s == "gelu_new" || s == "gelu_fast" || s == "gelu_pytorch_tanh" || s == "gelu_python_tanh")
+  // Names as transformers' ACT2FN spells them: exact GELU, or one of its tanh approximations.
+  if (s == "gelu" || s == "gelu_python") return Activation::kGelu;
+  if (s == "gelu_new" || s == "gelu_fast" || s == "gelu_pytorch_tanh" || s == "gelu_accurate")
     return Activation::kGeluTanh;
   if (s == "relu") return Activation::kRelu;
   static const std::vector<std::string> known = {"silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu"};
