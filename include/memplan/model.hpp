@@ -23,8 +23,12 @@ struct MoeSpec {
   std::int64_t shared_intermediate_size = 0;    // width of ONE shared expert
   bool shared_expert_gate = false;              // Qwen2-MoE: Linear(hidden, 1) gating the shared expert
   int first_dense_layers = 0;                   // DeepSeek first_k_dense_replace: leading dense layers
-  int layer_freq = 1;                           // every layer_freq-th layer after those is MoE
+  int layer_freq = 1;                           // DeepSeek moe_layer_freq / Qwen decoder_sparse_step
   bool router_bias = false;
+  // A layer at or past first_dense_layers is MoE when (layer + layer_freq_offset) % layer_freq == 0:
+  // DeepSeek counts from 0 (offset 0), Qwen2/3-MoE from 1 (offset 1), as their modeling code does.
+  int layer_freq_offset = 0;
+  std::vector<int> dense_layers;                // Qwen mlp_only_layers: always dense
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int layer) const;
@@ -46,6 +50,7 @@ struct ModelSpec {
   bool norm_bias = false;              // LayerNorm with a bias (GPT-2)
   int norms_per_layer = 2;             // Gemma 2/3 add post-attention and post-MLP norms: 4
   bool qk_norm = false;                // Qwen3, Gemma 3: RMSNorm(head_dim) on q and k
+  bool qk_norm_per_head = true;        // false: OLMo 2 normalizes all of q (heads x head_dim) and k
   bool qkv_bias = false;               // Qwen2: bias on q, k, v projections
   bool o_bias = false;
   bool mlp_bias = false;
@@ -74,6 +79,9 @@ struct LinearModule {
   bool bias = false;
   int count = 1;     // instances in the layer (routed experts)
   LinearRole role = LinearRole::kAttention;
+  // false for a bare weight Parameter (DeepSeek's MoEGate): PEFT cannot wrap it and
+  // bitsandbytes does not quantize it, though it counts like a Linear.
+  bool nn_linear = true;
 
   std::int64_t weight_params() const { return in_features * out_features * count; }
   std::int64_t bias_params() const { return bias ? out_features * count : 0; }
@@ -91,7 +99,8 @@ struct ParameterCounts {
   std::int64_t active_per_token = 0;      // MoE: parameters one token actually uses
 };
 
-// Structural checks (positive sizes, heads dividing, top-k <= experts...). Errors name the field.
+// Structural checks (positive sizes, heads dividing, top-k <= experts, a total that fits in
+// int64 with room to spare...). Errors name the field and quote its value.
 Status validate(const ModelSpec& m);
 
 // The Linear modules of decoder layer `layer` (0-based), in forward order.

@@ -9,5 +9,6 @@ Command register_estimate(CLI::App& root);
 Command register_plan(CLI::App& root);
 Command register_sweep(CLI::App& root);
 Command register_check(CLI::App& root);
+Command register_models(CLI::App& root);
 
 }  // namespace memplan::cli

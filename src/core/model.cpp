@@ -1,13 +1,16 @@
 #include "memplan/model.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace memplan {
 
 bool MoeSpec::is_moe_layer(int layer) const {
   if (!enabled() || layer < first_dense_layers) return false;
+  if (std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end()) return false;
   const int step = layer_freq > 0 ? layer_freq : 1;
-  return (layer - first_dense_layers) % step == 0;
+  return (layer + layer_freq_offset) % step == 0;
 }
 
 namespace {
@@ -16,6 +19,7 @@ Error field_error(const std::string& field, std::int64_t value, const std::strin
   return make_error(ErrorCode::kInvalidConfig, fmt::format("model {} = {} {}", field, value, why));
 }
 
+// Mixtral names its expert projections w1 (gate), w3 (up), w2 (down); PEFT targets them by these names.
 bool is_mixtral_naming(const ModelSpec& m) { return m.model_type == "mixtral"; }
 
 void add_gated_mlp(std::vector<LinearModule>& out, const ModelSpec& m, std::int64_t width, int count,
@@ -40,6 +44,31 @@ std::int64_t norm_params(const ModelSpec& m, std::int64_t width) {
   return m.norm == NormKind::kLayerNorm && m.norm_bias ? 2 * width : width;
 }
 
+std::int64_t qk_norm_params(const ModelSpec& m) {
+  if (!m.qk_norm) return 0;
+  if (m.qk_norm_per_head) return 2 * m.head_dim;
+  return (static_cast<std::int64_t>(m.num_heads) + m.num_kv_heads) * m.head_dim;
+}
+
+// count_parameters() in floating point (biases and norms left out), so validate() can refuse a
+// shape whose exact int64 count could overflow before anything counts it exactly.
+double approximate_total(const ModelSpec& m) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double q = static_cast<double>(m.num_heads) * static_cast<double>(m.head_dim);
+  const double kv = static_cast<double>(m.num_kv_heads) * static_cast<double>(m.head_dim);
+  const double dense = 3 * h * static_cast<double>(std::max<std::int64_t>(m.intermediate_size, 0));
+  double moe = dense;
+  if (m.moe.enabled()) {
+    const double e = m.moe.num_experts;
+    moe = e * (3 * h * static_cast<double>(m.moe.expert_intermediate_size) + h) +
+          3 * h * static_cast<double>(m.moe.shared_intermediate_size) * std::max(m.moe.num_shared_experts, 0);
+  }
+  double layers = 0;
+  for (int l = 0; l < m.num_layers; ++l) layers += 2 * h * q + 2 * h * kv + (m.moe.is_moe_layer(l) ? moe : dense);
+  return layers + static_cast<double>(m.vocab_size) * h * (m.tie_word_embeddings ? 1 : 2) +
+         (m.learned_positions ? static_cast<double>(m.max_position_embeddings) * h : 0);
+}
+
 }  // namespace
 
 Status validate(const ModelSpec& m) {
@@ -52,20 +81,34 @@ Status validate(const ModelSpec& m) {
     return field_error("num_key_value_heads", m.num_kv_heads,
                        fmt::format("must divide num_attention_heads ({})", m.num_heads));
   if (m.head_dim <= 0) return field_error("head_dim", m.head_dim, "must be positive");
-  if (!m.moe.enabled() || m.moe.first_dense_layers > 0 || m.moe.layer_freq > 1) {
-    if (m.intermediate_size <= 0) return field_error("intermediate_size", m.intermediate_size, "must be positive");
-  }
+  bool any_dense = !m.moe.enabled() || m.moe.first_dense_layers > 0 || !m.moe.dense_layers.empty();
+  for (int l = 0; l < m.num_layers && !any_dense; ++l) any_dense = !m.moe.is_moe_layer(l);
+  if (any_dense && m.intermediate_size <= 0)
+    return field_error("intermediate_size", m.intermediate_size, "must be positive");
   if (m.moe.enabled()) {
     if (m.moe.experts_per_token <= 0 || m.moe.experts_per_token > m.moe.num_experts)
       return field_error("num_experts_per_tok", m.moe.experts_per_token,
                          fmt::format("must be between 1 and the number of experts ({})", m.moe.num_experts));
     if (m.moe.expert_intermediate_size <= 0)
       return field_error("moe_intermediate_size", m.moe.expert_intermediate_size, "must be positive");
+    if (m.moe.layer_freq <= 0) return field_error("moe_layer_freq", m.moe.layer_freq, "must be positive");
+    if (m.moe.num_shared_experts < 0)
+      return field_error("n_shared_experts", m.moe.num_shared_experts, "must not be negative");
+    if (m.moe.num_shared_experts > 0 && m.moe.shared_intermediate_size <= 0)
+      return field_error("shared_expert_intermediate_size", m.moe.shared_intermediate_size, "must be positive");
   }
   // Guard the arithmetic: sizes beyond these are not models, they are typos.
-  if (m.hidden_size > (1 << 20) || m.vocab_size > (1 << 24) || m.num_layers > 4096 || m.intermediate_size > (1 << 22))
+  if (m.hidden_size > (1 << 20) || m.vocab_size > (1 << 24) || m.num_layers > 4096 || m.intermediate_size > (1 << 22) ||
+      m.head_dim > (1 << 16) || m.num_heads > (1 << 16) || m.max_position_embeddings > (1LL << 32) ||
+      m.moe.num_experts > (1 << 16) || m.moe.expert_intermediate_size > (1 << 22) ||
+      m.moe.shared_intermediate_size > (1 << 22) || m.moe.num_shared_experts > (1 << 10))
     return make_error(ErrorCode::kInvalidConfig, "model dimensions are implausibly large",
                       "check hidden_size, vocab_size, num_hidden_layers and intermediate_size");
+  // 1e15 parameters is a thousand times the largest published model; past it a count is a typo.
+  if (const double total = approximate_total(m); total > 1e15)
+    return make_error(ErrorCode::kOverflow,
+                      fmt::format("model has about {:.3g} parameters, more than memplan models", total),
+                      "check the sizes in the config");
   return Ok{};
 }
 
@@ -75,6 +118,7 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   const std::int64_t q = static_cast<std::int64_t>(m.num_heads) * m.head_dim;
   const std::int64_t kv = static_cast<std::int64_t>(m.num_kv_heads) * m.head_dim;
   if (m.model_type == "gpt2") {
+    // Conv1D modules with biases; attention and MLP output projections are both named c_proj.
     out.push_back({"c_attn", h, 3 * h, true, 1, LinearRole::kAttention});
     out.push_back({"c_proj", h, h, true, 1, LinearRole::kAttention});
     out.push_back({"c_fc", h, m.intermediate_size, true, 1, LinearRole::kMlp});
@@ -100,7 +144,9 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     return out;
   }
   const bool mixtral = is_mixtral_naming(m);
-  out.push_back({"gate", h, m.moe.num_experts, m.moe.router_bias, 1, LinearRole::kRouter});
+  LinearModule router{"gate", h, m.moe.num_experts, m.moe.router_bias, 1, LinearRole::kRouter};
+  router.nn_linear = m.model_type != "deepseek";
+  out.push_back(router);
   add_gated_mlp(out, m, m.moe.expert_intermediate_size, m.moe.num_experts, LinearRole::kRoutedExpert, mixtral);
   if (m.moe.num_shared_experts > 0) {
     // DeepSeek fuses n shared experts into one MLP of n x width; Qwen2-MoE has one.
@@ -128,10 +174,8 @@ ParameterCounts count_parameters(const ModelSpec& m) {
       else
         active += p;
     }
-    if (m.qk_norm) {
-      c.attention += 2 * m.head_dim;
-      active += 2 * m.head_dim;
-    }
+    c.attention += qk_norm_params(m);
+    active += qk_norm_params(m);
     c.norms += m.norms_per_layer * norm_params(m, h);
     active += m.norms_per_layer * norm_params(m, h);
   }

@@ -1,9 +1,12 @@
 #include "io/model_source.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -19,118 +22,285 @@ using nlohmann::json;
 
 namespace {
 
-Error config_error(const std::string& origin, const std::string& msg, std::string suggestion = {}) {
-  Error e = make_error(ErrorCode::kInvalidConfig, msg, std::move(suggestion));
+constexpr const char* kWrongFileHint =
+    "is this the model's config.json? generation_config.json and tokenizer_config.json do not describe the "
+    "architecture";
+
+Error config_error(const std::string& origin, std::string msg, std::string suggestion = {}) {
+  Error e = make_error(ErrorCode::kInvalidConfig, std::move(msg), std::move(suggestion));
   e.where = SourceLocation{origin, 0, 0};
   return e;
 }
 
-// Reads an integer field, trying each name in turn (configs name the same thing differently).
-Result<std::int64_t> get_int(const json& j, std::initializer_list<const char*> names, const std::string& origin,
-                             std::optional<std::int64_t> fallback = std::nullopt) {
-  for (const char* n : names) {
-    auto it = j.find(n);
-    if (it == j.end() || it->is_null()) continue;
-    if (it->is_number_integer() || it->is_number_unsigned()) return it->get<std::int64_t>();
-    if (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>())
-      return static_cast<std::int64_t>(it->get<double>());
-    return config_error(origin, fmt::format("\"{}\" must be an integer, got {}", n, it->dump()));
+// A JSON value as an error message quotes it. Containers are named, not dumped: dumping recurses
+// and a hostile file could nest deeply enough to exhaust the stack.
+std::string describe(const json& v) {
+  switch (v.type()) {
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: {
+      std::string s = v.get_ref<const std::string&>();
+      if (s.size() > 40) s = s.substr(0, 37) + "...";
+      return "\"" + s + "\"";
+    }
+    case json::value_t::null: return "null";
+    default: return v.dump();
   }
-  if (fallback) return *fallback;
-  return config_error(origin, fmt::format("missing \"{}\"", *names.begin()));
 }
 
-bool get_bool(const json& j, const char* name, bool fallback) {
-  auto it = j.find(name);
-  if (it == j.end() || !it->is_boolean()) return fallback;
-  return it->get<bool>();
+// JSON parse errors carry a byte offset; turn it into a line and keep nlohmann's own description
+// ("syntax error while parsing object - unexpected '}'; expected string literal").
+Error json_parse_error(std::string_view text, const std::string& origin, const json::parse_error& e) {
+  const std::size_t end = std::min<std::size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
+  const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(end), '\n'));
+  std::string what = e.what();
+  const std::size_t col = what.find("column ");
+  const std::size_t colon = col == std::string::npos ? std::string::npos : what.find(": ", col);
+  if (colon != std::string::npos) what = what.substr(colon + 2);
+  Error err = make_error(ErrorCode::kParseError, "invalid JSON: " + what, "fix the syntax at that line");
+  err.where = SourceLocation{origin, line, 0};
+  return err;
 }
 
-std::string get_string(const json& j, const char* name) {
-  auto it = j.find(name);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-double get_double(const json& j, const char* name) {
-  auto it = j.find(name);
-  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
-}
-
-Activation parse_activation(const std::string& s) {
-  if (s == "gelu" || s == "gelu_new" || s == "gelu_fast") return s == "gelu" ? Activation::kGelu : Activation::kGeluTanh;
-  if (s == "gelu_pytorch_tanh") return Activation::kGeluTanh;
-  if (s == "relu") return Activation::kRelu;
-  return Activation::kSilu;
-}
-
-const std::vector<std::string>& known_model_types() {
-  static const std::vector<std::string> t = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-                                             "phi3", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek",
-                                             "olmo2", "granite", "smollm3"};
-  return t;
-}
-
-}  // namespace
-
-Result<ModelSpec> parse_hf_config(std::string_view text, const std::string& origin) {
-  json j;
+Result<json> parse_json(std::string_view text, const std::string& origin) {
   try {
-    j = json::parse(text);
+    return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    Error err = make_error(ErrorCode::kParseError, fmt::format("invalid JSON: {}", e.what()));
-    err.where = SourceLocation{origin, 0, 0};
-    return err;
+    return json_parse_error(text, origin, e);
   }
-  if (!j.is_object()) return config_error(origin, "config.json must be a JSON object");
-  // Multimodal configs (Gemma 3) keep the language model under text_config.
-  if (j.contains("text_config") && j["text_config"].is_object()) {
-    json t = j["text_config"];
-    if (!t.contains("model_type") && j.contains("model_type")) t["model_type"] = j["model_type"];
-    j = t;
+}
+
+// Reads config.json fields. Every accessor checks the type first: nlohmann's get<>() throws on a
+// mismatch, and no input may crash memplan.
+class Fields {
+ public:
+  Fields(const json& j, const std::string& origin) : j_(j), origin_(origin) {}
+
+  const json* find(const char* name) const {
+    auto it = j_.find(name);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
   }
+  bool has(const char* name) const { return find(name) != nullptr; }
+
+  // The first of `names` present. Config classes name the same thing differently (GPT-2's n_embd).
+  Result<std::int64_t> integer(std::initializer_list<const char*> names,
+                               std::optional<std::int64_t> fallback = std::nullopt) const {
+    for (const char* n : names) {
+      const json* v = find(n);
+      if (!v) continue;
+      return to_integer(*v, n);
+    }
+    if (fallback) return *fallback;
+    return config_error(origin_, fmt::format("missing \"{}\"", *names.begin()), kWrongFileHint);
+  }
+
+  Result<std::optional<bool>> boolean(const char* name) const {
+    const json* v = find(name);
+    if (!v) return std::optional<bool>();
+    if (!v->is_boolean())
+      return config_error(origin_, fmt::format("\"{}\" must be true or false, got {}", name, describe(*v)));
+    return std::optional<bool>(v->get<bool>());
+  }
+
+  Result<std::string> string(const char* name) const {
+    const json* v = find(name);
+    if (!v) return std::string();
+    if (!v->is_string())
+      return config_error(origin_, fmt::format("\"{}\" must be a string, got {}", name, describe(*v)));
+    return v->get<std::string>();
+  }
+
+  Result<double> number(const char* name) const {
+    const json* v = find(name);
+    if (!v) return 0.0;
+    if (!v->is_number()) return config_error(origin_, fmt::format("\"{}\" must be a number, got {}", name, describe(*v)));
+    return v->get<double>();
+  }
+
+  Result<std::vector<int>> int_list(const char* name) const {
+    std::vector<int> out;
+    const json* v = find(name);
+    if (!v) return out;
+    if (!v->is_array())
+      return config_error(origin_, fmt::format("\"{}\" must be a list of layer numbers, got {}", name, describe(*v)));
+    for (const auto& item : *v) {
+      MEMPLAN_TRY(std::int64_t n, to_integer(item, name));
+      out.push_back(static_cast<int>(std::min<std::int64_t>(n, std::numeric_limits<int>::max())));
+    }
+    return out;
+  }
+
+ private:
+  // Integers up to 2^40: no real dimension comes close, and the bound keeps every later product
+  // of two dimensions inside int64.
+  Result<std::int64_t> to_integer(const json& v, const char* name) const {
+    constexpr std::int64_t kMax = std::int64_t{1} << 40;
+    std::optional<std::int64_t> n;
+    if (v.is_number_unsigned()) {
+      if (v.get<std::uint64_t>() <= static_cast<std::uint64_t>(kMax)) n = static_cast<std::int64_t>(v.get<std::uint64_t>());
+    } else if (v.is_number_integer()) {
+      n = v.get<std::int64_t>();
+    } else if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!(std::floor(d) == d))
+        return config_error(origin_, fmt::format("\"{}\" must be an integer, got {}", name, describe(v)));
+      if (std::fabs(d) <= static_cast<double>(kMax)) n = static_cast<std::int64_t>(d);
+    } else {
+      return config_error(origin_, fmt::format("\"{}\" must be an integer, got {}", name, describe(v)));
+    }
+    if (!n || *n > kMax) return config_error(origin_, fmt::format("\"{}\" is out of range: {}", name, describe(v)));
+    if (*n < 0) return config_error(origin_, fmt::format("\"{}\" must not be negative, got {}", name, *n));
+    return *n;
+  }
+
+  const json& j_;
+  const std::string& origin_;
+};
+
+// Narrows a count already bounded by Fields (<= 2^40) to int, clamping: validate() rejects the
+// clamped value by name.
+int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); }
+
+Result<Activation> parse_activation(const std::string& s, const std::string& origin) {
+  if (s.empty() || s == "silu" || s == "swish") return Activation::kSilu;
+  // Names as transformers' ACT2FN spells them: exact GELU, or one of its tanh approximations.
+  if (s == "gelu" || s == "gelu_python") return Activation::kGelu;
+  if (s == "gelu_new" || s == "gelu_fast" || s == "gelu_pytorch_tanh" || s == "gelu_accurate")
+    return Activation::kGeluTanh;
+  if (s == "relu") return Activation::kRelu;
+  static const std::vector<std::string> known = {"silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu"};
+  std::string hint = did_you_mean(s, known);
+  return config_error(origin, fmt::format("activation '{}' is not supported", s),
+                      hint.empty() ? "supported: silu, gelu, gelu_new, gelu_pytorch_tanh, relu" : hint);
+}
+
+// Architectures people ask about that memplan does not count, with the reason.
+std::optional<std::string> unsupported_reason(const std::string& type) {
+  if (type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2")
+    return "its multi-head latent attention (MLA) is not modelled";
+  if (type == "phi" || type == "phimoe" || type == "falcon" || type == "gpt_neox" || type == "opt" ||
+      type == "bloom" || type == "gptj" || type == "mpt")
+    return std::string("its module layout is not modelled");
+  return std::nullopt;
+}
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& t : supported_model_types()) s += (s.empty() ? "" : ", ") + t;
+  return "supported model types: " + s;
+}
+
+// transformers' Gemma3TextConfig defaults: multimodal Gemma 3 config.json files spell out only
+// the text_config keys that differ from them.
+void apply_gemma3_text_defaults(json& t) {
+  static const std::pair<const char*, json> kDefaults[] = {
+      {"vocab_size", 262208},          {"hidden_size", 2304},       {"intermediate_size", 9216},
+      {"num_hidden_layers", 26},       {"num_attention_heads", 8},  {"num_key_value_heads", 4},
+      {"head_dim", 256},               {"max_position_embeddings", 131072},
+      {"sliding_window", 4096},        {"hidden_activation", "gelu_pytorch_tanh"}};
+  for (const auto& [k, v] : kDefaults)
+    if (!t.contains(k)) t[k] = v;
+}
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
+
+Result<ModelSpec> parse_config(json j, const std::string& origin) {
+  if (!j.is_object())
+    return config_error(origin, fmt::format("config.json must be a JSON object, got {}", describe(j)), kWrongFileHint);
   ModelSpec m;
-  m.model_type = get_string(j, "model_type");
-  if (m.model_type.empty()) return config_error(origin, "missing \"model_type\"");
-  const auto& types = known_model_types();
-  if (std::find(types.begin(), types.end(), m.model_type) == types.end())
-    return make_error(ErrorCode::kUnsupported,
-                      fmt::format("{}: model_type '{}' is not supported", origin, m.model_type),
-                      did_you_mean(m.model_type, types));
-  const bool gpt2 = m.model_type == "gpt2";
-  MEMPLAN_TRY(m.vocab_size, get_int(j, {"vocab_size"}, origin));
-  MEMPLAN_TRY(m.hidden_size, get_int(j, {"hidden_size", "n_embd"}, origin));
-  MEMPLAN_TRY(std::int64_t layers, get_int(j, {"num_hidden_layers", "n_layer"}, origin));
-  MEMPLAN_TRY(std::int64_t heads, get_int(j, {"num_attention_heads", "n_head"}, origin));
-  MEMPLAN_TRY(std::int64_t kv, get_int(j, {"num_key_value_heads"}, origin, heads));
-  if (layers <= 0 || layers > 4096 || heads <= 0 || heads > 65536 || kv <= 0 || kv > 65536)
-    return config_error(origin, "num_hidden_layers, num_attention_heads or num_key_value_heads out of range");
-  m.num_layers = static_cast<int>(layers);
-  m.num_heads = static_cast<int>(heads);
-  m.num_kv_heads = static_cast<int>(kv);
-  if (heads <= 0) return config_error(origin, "num_attention_heads must be positive");
-  MEMPLAN_TRY(m.head_dim, get_int(j, {"head_dim"}, origin, m.hidden_size / heads));
-  MEMPLAN_TRY(m.intermediate_size, get_int(j, {"intermediate_size", "n_inner"}, origin, gpt2 ? 4 * m.hidden_size : 0));
-  MEMPLAN_TRY(m.max_position_embeddings, get_int(j, {"max_position_embeddings", "n_positions"}, origin, 0));
-  m.tie_word_embeddings = get_bool(j, "tie_word_embeddings", gpt2 || m.model_type.rfind("gemma", 0) == 0);
-  m.activation = parse_activation(get_string(j, gpt2 ? "activation_function" : "hidden_act").empty()
-                                      ? get_string(j, "hidden_activation")
-                                      : get_string(j, gpt2 ? "activation_function" : "hidden_act"));
-  m.torch_dtype = get_string(j, "torch_dtype");
-  if (m.torch_dtype.empty()) m.torch_dtype = get_string(j, "dtype");
-  m.qkv_bias = get_bool(j, "attention_bias", m.model_type == "qwen2" || m.model_type == "qwen2_moe");
-  m.o_bias = m.model_type == "qwen2" || m.model_type == "qwen2_moe" ? false : get_bool(j, "attention_bias", false);
-  m.mlp_bias = get_bool(j, "mlp_bias", false);
-  m.qk_norm = m.model_type == "qwen3" || m.model_type == "qwen3_moe" || m.model_type == "gemma3_text" ||
-              m.model_type == "olmo2";
-  if (m.model_type == "gemma2" || m.model_type == "gemma3_text") m.norms_per_layer = 4;
-  m.scale_embeddings = m.model_type.rfind("gemma", 0) == 0;
-  m.final_logit_softcap = get_double(j, "final_logit_softcapping");
-  m.attn_logit_softcap = get_double(j, "attn_logit_softcapping");
-  MEMPLAN_TRY(m.sliding_window, get_int(j, {"sliding_window"}, origin, 0));
-  if (m.model_type == "phi3") {
-    m.fused_qkv = true;
-    m.fused_gate_up = true;
+  {
+    Fields top(j, origin);
+    MEMPLAN_TRY(std::string type, top.string("model_type"));
+    // Gemma 3 checkpoints above 1B are multimodal: the language model is the text_config.
+    if (type == "gemma3") {
+      const json* t = top.find("text_config");
+      if (!t || !t->is_object())
+        return config_error(origin, "model_type 'gemma3' has no \"text_config\" object", kWrongFileHint);
+      json text = *t;
+      for (const char* inherited : {"tie_word_embeddings", "torch_dtype", "dtype"})
+        if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
+      if (!text.contains("model_type")) text["model_type"] = "gemma3_text";
+      j = std::move(text);
+    }
   }
+  Fields f(j, origin);
+  MEMPLAN_TRY(m.model_type, f.string("model_type"));
+  if (m.model_type.empty()) return config_error(origin, "missing \"model_type\"", kWrongFileHint);
+  const auto& types = supported_model_types();
+  if (std::find(types.begin(), types.end(), m.model_type) == types.end()) {
+    Error e = make_error(ErrorCode::kUnsupported, fmt::format("model_type '{}' is not supported", m.model_type));
+    e.where = SourceLocation{origin, 0, 0};
+    if (auto why = unsupported_reason(m.model_type)) {
+      e.message += ": " + *why;
+      e.suggestion = "use --model-params for a Llama-shaped estimate of the same size";
+    } else {
+      e.suggestion = did_you_mean(m.model_type, types);
+      if (e.suggestion.empty()) e.suggestion = supported_list();
+    }
+    return e;
+  }
+  const std::string& t = m.model_type;
+  if (t == "gemma3_text") apply_gemma3_text_defaults(j);
+  const bool gpt2 = t == "gpt2";
+  const bool gemma = starts_with(t, "gemma");
+  const bool qwen2_family = t == "qwen2" || t == "qwen2_moe";
+  const bool moe_type = t == "mixtral" || t == "qwen2_moe" || t == "qwen3_moe" || t == "deepseek";
+
+  MEMPLAN_TRY(m.vocab_size, f.integer({"vocab_size"}));
+  MEMPLAN_TRY(m.hidden_size, f.integer({"hidden_size", "n_embd"}));
+  MEMPLAN_TRY(std::int64_t layers, f.integer({"num_hidden_layers", "n_layer"}));
+  MEMPLAN_TRY(std::int64_t heads, f.integer({"num_attention_heads", "n_head"}));
+  MEMPLAN_TRY(std::int64_t kv, f.integer({"num_key_value_heads"}, heads));
+  m.num_layers = narrow(layers);
+  m.num_heads = narrow(heads);
+  m.num_kv_heads = narrow(kv);
+  if (heads > 0 && !f.has("head_dim") && m.hidden_size % heads != 0)
+    return config_error(origin,
+                        fmt::format("\"hidden_size\" {} is not divisible by \"num_attention_heads\" {}",
+                                    m.hidden_size, heads),
+                        "set \"head_dim\" when heads do not split hidden_size evenly");
+  MEMPLAN_TRY(m.head_dim, f.integer({"head_dim"}, heads > 0 ? m.hidden_size / heads : 0));
+  std::optional<std::int64_t> inter_fallback;
+  if (gpt2) inter_fallback = 4 * m.hidden_size;  // n_inner null means 4 x n_embd
+  if (t == "qwen2_moe" || t == "qwen3_moe") inter_fallback = 0;  // all-MoE models may omit the dense width
+  MEMPLAN_TRY(m.intermediate_size, f.integer({"intermediate_size", "n_inner"}, inter_fallback));
+  MEMPLAN_TRY(m.max_position_embeddings, f.integer({"max_position_embeddings", "n_positions"}, 0));
+
+  // transformers' per-class defaults when the key is absent.
+  MEMPLAN_TRY(auto tie, f.boolean("tie_word_embeddings"));
+  m.tie_word_embeddings = tie.value_or(gpt2 || gemma || t == "smollm3");
+  MEMPLAN_TRY(std::string act, f.string(gpt2 ? "activation_function" : "hidden_act"));
+  if (gemma) {
+    MEMPLAN_TRY(std::string gemma_act, f.string("hidden_activation"));
+    if (!gemma_act.empty()) act = gemma_act;
+  }
+  MEMPLAN_TRY(m.activation, parse_activation(act, origin));
+  MEMPLAN_TRY(m.torch_dtype, f.string("torch_dtype"));
+  if (m.torch_dtype.empty()) {
+    MEMPLAN_TRY(m.torch_dtype, f.string("dtype"));  // transformers 5 renamed torch_dtype
+  }
+
+  MEMPLAN_TRY(auto attention_bias, f.boolean("attention_bias"));
+  MEMPLAN_TRY(auto mlp_bias, f.boolean("mlp_bias"));
+  if (qwen2_family) {
+    m.qkv_bias = true;  // hard-coded in Qwen2Attention: q, k, v carry biases, o does not
+  } else if (t != "mistral" && t != "mixtral" && t != "phi3" && !gpt2) {
+    m.qkv_bias = m.o_bias = attention_bias.value_or(false);
+  }
+  if (t == "llama" || t == "granite" || t == "smollm3") m.mlp_bias = mlp_bias.value_or(false);
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2";
+  m.qk_norm_per_head = t != "olmo2";
+  if (t == "gemma2" || t == "gemma3_text") m.norms_per_layer = 4;
+  m.scale_embeddings = gemma;
+  MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));
+  MEMPLAN_TRY(m.attn_logit_softcap, f.number("attn_logit_softcapping"));
+  MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
+  if (starts_with(t, "qwen")) {
+    // Qwen configs always carry a sliding_window; it only applies with use_sliding_window.
+    MEMPLAN_TRY(auto use_sw, f.boolean("use_sliding_window"));
+    if (!use_sw.value_or(false)) m.sliding_window = 0;
+  }
+  if (t == "phi3") m.fused_qkv = m.fused_gate_up = true;
   if (gpt2) {
     m.norm = NormKind::kLayerNorm;
     m.norm_bias = true;
@@ -139,28 +309,41 @@ Result<ModelSpec> parse_hf_config(std::string_view text, const std::string& orig
     m.qkv_bias = m.o_bias = m.mlp_bias = true;
     m.fused_qkv = true;
   }
-  if (j.contains("num_local_experts") || j.contains("num_experts") || j.contains("n_routed_experts")) {
-    MEMPLAN_TRY(std::int64_t e, get_int(j, {"num_local_experts", "num_experts", "n_routed_experts"}, origin));
-    MEMPLAN_TRY(std::int64_t k, get_int(j, {"num_experts_per_tok"}, origin));
-    if (e < 0 || e > 65536 || k < 0 || k > 65536) return config_error(origin, "expert counts out of range");
-    m.moe.num_experts = static_cast<int>(e);
-    m.moe.experts_per_token = static_cast<int>(k);
-    MEMPLAN_TRY(m.moe.expert_intermediate_size,
-                get_int(j, {"moe_intermediate_size"}, origin, m.intermediate_size));
-    MEMPLAN_TRY(std::int64_t shared, get_int(j, {"n_shared_experts"}, origin, 0));
-    MEMPLAN_TRY(std::int64_t shared_width, get_int(j, {"shared_expert_intermediate_size"}, origin, 0));
-    if (shared_width > 0) {
-      m.moe.num_shared_experts = 1;
-      m.moe.shared_intermediate_size = shared_width;
-      m.moe.shared_expert_gate = m.model_type == "qwen2_moe";
-    } else if (shared > 0) {
-      m.moe.num_shared_experts = static_cast<int>(shared);
-      m.moe.shared_intermediate_size = m.moe.expert_intermediate_size;
+
+  if (moe_type) {
+    MEMPLAN_TRY(std::int64_t experts, f.integer({"num_local_experts", "num_experts", "n_routed_experts"}, 0));
+    MEMPLAN_TRY(std::int64_t top_k, f.integer({"num_experts_per_tok"}, experts > 0 ? std::nullopt
+                                                                                      : std::optional<std::int64_t>(0)));
+    m.moe.num_experts = narrow(experts);
+    m.moe.experts_per_token = narrow(top_k);
+    if (t == "mixtral") {
+      m.moe.expert_intermediate_size = m.intermediate_size;
+    } else if (experts > 0) {
+      MEMPLAN_TRY(m.moe.expert_intermediate_size, f.integer({"moe_intermediate_size"}));
     }
-    MEMPLAN_TRY(std::int64_t first_dense, get_int(j, {"first_k_dense_replace"}, origin, 0));
-    MEMPLAN_TRY(std::int64_t freq, get_int(j, {"moe_layer_freq", "decoder_sparse_step"}, origin, 1));
-    m.moe.first_dense_layers = static_cast<int>(first_dense);
-    m.moe.layer_freq = static_cast<int>(freq);
+    if (t == "qwen2_moe") {
+      MEMPLAN_TRY(std::int64_t shared, f.integer({"shared_expert_intermediate_size"}, 0));
+      if (shared > 0) {
+        m.moe.num_shared_experts = 1;
+        m.moe.shared_intermediate_size = shared;
+        m.moe.shared_expert_gate = true;
+      }
+    }
+    if (t == "qwen2_moe" || t == "qwen3_moe") {
+      MEMPLAN_TRY(std::int64_t step, f.integer({"decoder_sparse_step"}, 1));
+      m.moe.layer_freq = narrow(step);
+      m.moe.layer_freq_offset = 1;
+      MEMPLAN_TRY(m.moe.dense_layers, f.int_list("mlp_only_layers"));
+    }
+    if (t == "deepseek") {
+      MEMPLAN_TRY(std::int64_t shared, f.integer({"n_shared_experts"}, 0));
+      m.moe.num_shared_experts = narrow(shared);
+      m.moe.shared_intermediate_size = m.moe.expert_intermediate_size;
+      MEMPLAN_TRY(std::int64_t first_dense, f.integer({"first_k_dense_replace"}, 0));
+      MEMPLAN_TRY(std::int64_t freq, f.integer({"moe_layer_freq"}, 1));
+      m.moe.first_dense_layers = narrow(first_dense);
+      m.moe.layer_freq = narrow(freq);
+    }
   }
   if (auto s = validate(m); !s) {
     Error e = s.error();
@@ -170,30 +353,103 @@ Result<ModelSpec> parse_hf_config(std::string_view text, const std::string& orig
   return m;
 }
 
-Result<std::vector<CatalogEntry>> load_catalog() {
-  std::vector<CatalogEntry> out;
-  for (const auto& f : embedded_files()) {
-    if (f.path.rfind("models/", 0) != 0) continue;
-    const std::string origin = "configs/" + std::string(f.path);
-    json j;
-    try {
-      j = json::parse(f.content);
-    } catch (const json::parse_error& e) {
-      return config_error(origin, fmt::format("invalid JSON: {}", e.what()));
+}  // namespace
+
+const std::vector<std::string>& supported_model_types() {
+  static const std::vector<std::string> t = {"llama",   "mistral",     "mixtral",  "qwen2",     "qwen2_moe",
+                                             "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
+                                             "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2",
+                                             "granite", "smollm3"};
+  return t;
+}
+
+Result<ModelSpec> parse_hf_config(std::string_view text, const std::string& origin) {
+  MEMPLAN_TRY(json j, parse_json(text, origin));
+  return parse_config(std::move(j), origin);
+}
+
+bool CatalogEntry::matches(std::string_view name) const {
+  const std::string n = to_lower(name);
+  if (to_lower(id) == n || to_lower(short_name) == n) return true;
+  return std::any_of(aliases.begin(), aliases.end(), [&](const std::string& a) { return to_lower(a) == n; });
+}
+
+Result<CatalogEntry> parse_catalog_entry(std::string_view text, const std::string& origin) {
+  MEMPLAN_TRY(json j, parse_json(text, origin));
+  if (!j.is_object()) return config_error(origin, "a catalog entry must be a JSON object");
+  Fields f(j, origin);
+  CatalogEntry c;
+  c.file = origin;
+  MEMPLAN_TRY(c.id, f.string("id"));
+  MEMPLAN_TRY(c.short_name, f.string("short_name"));
+  if (c.id.empty() || c.short_name.empty())
+    return config_error(origin, "a catalog entry needs \"id\" and \"short_name\"");
+  if (const json* a = f.find("aliases")) {
+    if (!a->is_array()) return config_error(origin, fmt::format("\"aliases\" must be a list, got {}", describe(*a)));
+    for (const auto& alias : *a) {
+      if (!alias.is_string())
+        return config_error(origin, fmt::format("\"aliases\" must hold strings, got {}", describe(alias)));
+      c.aliases.push_back(alias.get<std::string>());
     }
-    CatalogEntry c;
-    c.id = get_string(j, "id");
-    c.short_name = get_string(j, "short_name");
-    if (j.contains("aliases"))
-      for (const auto& a : j["aliases"]) c.aliases.push_back(a.get<std::string>());
-    MEMPLAN_TRY(c.published_params, get_int(j, {"published_params"}, origin, 0));
-    c.params_source = get_string(j, "params_source");
-    if (!j.contains("config")) return config_error(origin, "catalog entry has no \"config\"");
-    MEMPLAN_TRY(c.spec, parse_hf_config(j["config"].dump(), origin));
-    c.spec.name = c.id;
-    out.push_back(std::move(c));
   }
-  return out;
+  MEMPLAN_TRY(c.published_params, f.integer({"published_params"}));
+  MEMPLAN_TRY(c.params_source, f.string("params_source"));
+  const json* cfg = f.find("config");
+  if (!cfg) return config_error(origin, "catalog entry has no \"config\"");
+  MEMPLAN_TRY(c.spec, parse_config(*cfg, origin));
+  c.spec.name = c.id;
+  return c;
+}
+
+namespace {
+
+// Digit runs compare as numbers, so sizes list as people read them: 8b, 70b, 405b; gpt2 before gpt2-xl.
+bool natural_less(const std::string& a, const std::string& b) {
+  std::size_t i = 0, j = 0;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      const std::string_view na = std::string_view(a).substr(i, ie - i), nb = std::string_view(b).substr(j, je - j);
+      // Equal-length digit strings compare as text; otherwise the shorter (leading zeros aside) is smaller.
+      const std::string_view ta = na.substr(std::min(na.find_first_not_of('0'), na.size()));
+      const std::string_view tb = nb.substr(std::min(nb.find_first_not_of('0'), nb.size()));
+      if (ta.size() != tb.size()) return ta.size() < tb.size();
+      if (ta != tb) return ta < tb;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+}  // namespace
+
+Result<std::vector<CatalogEntry>> load_catalog() {
+  static const Result<std::vector<CatalogEntry>> catalog = []() -> Result<std::vector<CatalogEntry>> {
+    std::vector<CatalogEntry> out;
+    for (const auto& file : embedded_files()) {
+      if (file.path.rfind("models/", 0) != 0) continue;
+      MEMPLAN_TRY(CatalogEntry c, parse_catalog_entry(file.content, "configs/" + std::string(file.path)));
+      out.push_back(std::move(c));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const CatalogEntry& a, const CatalogEntry& b) { return natural_less(a.short_name, b.short_name); });
+    return out;
+  }();
+  return catalog;
+}
+
+const CatalogEntry* find_catalog_entry(const std::vector<CatalogEntry>& catalog, std::string_view name) {
+  for (const auto& c : catalog)
+    if (c.matches(name)) return &c;
+  return nullptr;
 }
 
 ModelSearchEnv ModelSearchEnv::from_process() {
@@ -206,7 +462,23 @@ ModelSearchEnv ModelSearchEnv::from_process() {
   e.hub_cache = env("HF_HUB_CACHE");
   if (e.hub_cache.empty()) e.hub_cache = env("HUGGINGFACE_HUB_CACHE");
   e.home = env("HOME");
+  e.xdg_cache_home = env("XDG_CACHE_HOME");
   return e;
+}
+
+std::vector<std::string> ModelSearchEnv::hub_dirs() const {
+  // huggingface_hub's own precedence; searching them all also finds a cache left by an
+  // earlier setting.
+  std::vector<std::string> dirs;
+  auto add = [&](const fs::path& p) {
+    const std::string s = p.lexically_normal().string();
+    if (std::find(dirs.begin(), dirs.end(), s) == dirs.end()) dirs.push_back(s);
+  };
+  if (!hub_cache.empty()) add(hub_cache);
+  if (!hf_home.empty()) add(fs::path(hf_home) / "hub");
+  if (!xdg_cache_home.empty()) add(fs::path(xdg_cache_home) / "huggingface" / "hub");
+  if (!home.empty()) add(fs::path(home) / ".cache" / "huggingface" / "hub");
+  return dirs;
 }
 
 namespace {
@@ -216,95 +488,295 @@ Result<std::string> read_file(const fs::path& p) {
   if (!in) return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}'", p.string()));
   std::ostringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}'", p.string()));
   return ss.str();
 }
 
-// models--ORG--NAME/snapshots/<rev>/config.json under the hub cache, newest snapshot first.
-std::optional<fs::path> find_in_hf_cache(const std::string& id, const ModelSearchEnv& env) {
-  if (id.find('/') == std::string::npos) return std::nullopt;
-  std::vector<fs::path> roots;
-  if (!env.hub_cache.empty()) roots.emplace_back(env.hub_cache);
-  if (!env.hf_home.empty()) roots.emplace_back(fs::path(env.hf_home) / "hub");
-  if (!env.home.empty()) roots.emplace_back(fs::path(env.home) / ".cache" / "huggingface" / "hub");
-  std::string dir = "models--" + id;
-  for (std::size_t p = dir.find('/'); p != std::string::npos; p = dir.find('/')) dir.replace(p, 1, "--");
-  for (const auto& r : roots) {
-    std::error_code ec;
-    const fs::path snaps = r / dir / "snapshots";
-    if (!fs::is_directory(snaps, ec)) continue;
-    std::optional<fs::path> best;
-    fs::file_time_type best_t{};
-    for (const auto& s : fs::directory_iterator(snaps, ec)) {
-      const fs::path cfg = s.path() / "config.json";
-      if (!fs::is_regular_file(cfg, ec)) continue;
-      auto t = fs::last_write_time(cfg, ec);
-      if (!best || t > best_t) {
-        best = cfg;
-        best_t = t;
-      }
-    }
-    if (best) return best;
+// An "org/name" id as the Hub spells them: two non-empty parts, no path syntax.
+bool looks_like_hub_id(const std::string& s) {
+  const std::size_t slash = s.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == s.size()) return false;
+  if (s.find('/', slash + 1) != std::string::npos || s.find('\\') != std::string::npos) return false;
+  return s[0] != '.' && s[0] != '~' && s.find("..") == std::string::npos;
+}
+
+bool looks_like_path(const std::string& s) {
+  auto ends_with = [&](std::string_view suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return s.find('/') != std::string::npos || s.find('\\') != std::string::npos || ends_with(".json") ||
+         (!s.empty() && (s[0] == '.' || s[0] == '~'));
+}
+
+// The snapshot directory holding the revision `main` points to, else the newest one.
+std::optional<fs::path> pick_snapshot(const fs::path& model_dir) {
+  std::error_code ec;
+  const fs::path snaps = model_dir / "snapshots";
+  if (!fs::is_directory(snaps, ec)) return std::nullopt;
+  std::ifstream ref(model_dir / "refs" / "main");
+  std::string rev;
+  if (ref && std::getline(ref, rev)) {
+    rev = trim(rev);
+    const fs::path cfg = snaps / rev / "config.json";
+    if (!rev.empty() && rev.find('/') == std::string::npos && fs::is_regular_file(cfg, ec)) return cfg;
   }
-  return std::nullopt;
+  std::optional<fs::path> best;
+  fs::file_time_type best_t{};
+  for (fs::directory_iterator it(snaps, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path cfg = it->path() / "config.json";
+    if (!fs::is_regular_file(cfg, ec)) continue;
+    const auto t = fs::last_write_time(cfg, ec);
+    if (ec) continue;
+    // Equal times fall back to the name so the choice does not depend on directory order.
+    if (!best || t > best_t || (t == best_t && cfg > *best)) {
+      best = cfg;
+      best_t = t;
+    }
+  }
+  return best;
+}
+
+Result<ModelSpec> load_config_file(const fs::path& cfg, const std::string& name) {
+  MEMPLAN_TRY(std::string text, read_file(cfg));
+  MEMPLAN_TRY(ModelSpec m, parse_hf_config(text, cfg.string()));
+  m.name = name;
+  return m;
 }
 
 }  // namespace
 
+std::string find_in_hf_cache(const std::string& id, const ModelSearchEnv& env) {
+  if (!looks_like_hub_id(id)) return {};
+  std::string dir = "models--" + id;
+  dir.replace(dir.find('/'), 1, "--");
+  for (const auto& root : env.hub_dirs()) {
+    std::error_code ec;
+    if (auto cfg = pick_snapshot(fs::path(root) / dir)) return cfg->string();
+    // The Hub treats ids case-insensitively, so a cache folder may differ in case from the name typed.
+    const std::string want = to_lower(dir);
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+      if (to_lower(it->path().filename().string()) != want) continue;
+      if (auto cfg = pick_snapshot(it->path())) return cfg->string();
+    }
+  }
+  return {};
+}
+
 Result<ModelSpec> resolve_model(const std::string& name, const ModelSearchEnv& env) {
+  if (trim(name).empty())
+    return make_error(ErrorCode::kInvalidArgument, "empty model name",
+                      "give a catalog name (memplan models), a Hugging Face id, or a path to a config.json");
   std::error_code ec;
   const fs::path p(name);
   if (fs::exists(p, ec)) {
-    const fs::path cfg = fs::is_directory(p, ec) ? p / "config.json" : p;
-    MEMPLAN_TRY(std::string text, read_file(cfg));
-    MEMPLAN_TRY(ModelSpec m, parse_hf_config(text, cfg.string()));
-    m.name = name;
-    return m;
+    if (fs::is_directory(p, ec)) {
+      const fs::path cfg = p / "config.json";
+      if (!fs::exists(cfg, ec))
+        return make_error(ErrorCode::kIoError, fmt::format("no config.json in directory '{}'", name),
+                          "point --model at a model directory or at its config.json");
+      return load_config_file(cfg, name);
+    }
+    return load_config_file(p, name);
   }
-  MEMPLAN_TRY(auto catalog, load_catalog());
-  const std::string lname = to_lower(name);
-  for (const auto& c : catalog) {
-    bool hit = to_lower(c.id) == lname || to_lower(c.short_name) == lname;
-    for (const auto& a : c.aliases) hit = hit || to_lower(a) == lname;
-    if (hit) return c.spec;
-  }
-  if (auto cfg = find_in_hf_cache(name, env)) {
-    MEMPLAN_TRY(std::string text, read_file(*cfg));
-    MEMPLAN_TRY(ModelSpec m, parse_hf_config(text, cfg->string()));
-    m.name = name;
-    return m;
-  }
+  MEMPLAN_TRY(const auto& catalog, load_catalog());
+  if (const CatalogEntry* c = find_catalog_entry(catalog, name)) return c->spec;
+  const std::string cached = find_in_hf_cache(name, env);
+  if (!cached.empty()) return load_config_file(cached, name);
+
+  if (looks_like_path(name) && !looks_like_hub_id(name))
+    return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}': no such file or directory", name),
+                      "check the path, or give a catalog name (memplan models)");
   std::vector<std::string> names;
+  for (const auto& c : catalog) names.push_back(c.short_name);
   for (const auto& c : catalog) {
-    names.push_back(c.short_name);
     names.push_back(c.id);
+    names.insert(names.end(), c.aliases.begin(), c.aliases.end());
   }
-  return make_error(ErrorCode::kUnknownName, fmt::format("unknown model '{}'", name),
-                    did_you_mean(name, names).empty()
-                        ? "give a path to a config.json, a model in the local Hugging Face cache, a catalog name "
-                          "(memplan models), or --model-params"
-                        : did_you_mean(name, names));
+  // A name that starts a catalog name ("mistral-7b" of "mistral-7b-v0.1") is a truncation, not a
+  // typo; edit distance alone would prefer "mixtral-8x7b".
+  std::string hint;
+  const std::string lname = to_lower(name);
+  for (const auto& n : names)
+    if (to_lower(n).rfind(lname, 0) == 0 && (hint.empty() || n.size() < hint.size())) hint = n;
+  hint = hint.empty() ? did_you_mean(name, names) : fmt::format("did you mean '{}'?", hint);
+  if (hint.empty() && looks_like_hub_id(name)) {
+    std::string dirs;
+    for (const auto& d : env.hub_dirs()) dirs += (dirs.empty() ? "" : ", ") + d;
+    hint = fmt::format("it is not in the catalog (memplan models) nor in the local Hugging Face cache ({}); "
+                       "fetch its config with 'huggingface-cli download {} config.json' or use --model-params",
+                       dirs.empty() ? "no cache directory is set" : dirs, name);
+  }
+  if (hint.empty())
+    hint = "give a catalog name (memplan models), a Hugging Face id in the local cache, a path to a config.json, "
+           "or --model-params";
+  return make_error(ErrorCode::kUnknownName, fmt::format("unknown model '{}'", name), hint);
 }
 
-Result<ModelSpec> model_from_param_count(std::int64_t params) {
-  // Placeholder shape table; refined with the catalog work.
+// ---------------------------------------------------------------------------------------------
+// --model-params: docs/models.md#model-params
+
+const std::vector<ShapeRow>& param_count_shapes() {
+  // Real Llama-family shapes, smallest first: llama2.c's TinyStories models (tied embeddings,
+  // MLP width by its multiple_of rule), SmolLM2, then Meta's Llama releases.
+  static const std::vector<ShapeRow> rows = {
+      {"stories260K", 64, 5, 8, 4, 8, 172, 512, true},
+      {"stories15M", 288, 6, 6, 6, 48, 768, 32000, true},
+      {"stories42M", 512, 8, 8, 8, 64, 1376, 32000, true},
+      {"stories110M", 768, 12, 12, 12, 64, 2048, 32000, true},
+      {"SmolLM2-135M", 576, 30, 9, 3, 64, 1536, 49152, true},
+      {"SmolLM2-360M", 960, 32, 15, 5, 64, 2560, 49152, true},
+      {"Llama-3.2-1B", 2048, 16, 32, 8, 64, 8192, 128256, true},
+      {"Llama-3.2-3B", 3072, 28, 24, 8, 128, 8192, 128256, true},
+      {"Llama-2-7B", 4096, 32, 32, 32, 128, 11008, 32000, false},
+      {"Llama-3.1-8B", 4096, 32, 32, 8, 128, 14336, 128256, false},
+      {"Llama-2-13B", 5120, 40, 40, 40, 128, 13824, 32000, false},
+      {"CodeLlama-34B", 8192, 48, 64, 8, 128, 22016, 32000, false},
+      {"Llama-3.1-70B", 8192, 80, 64, 8, 128, 28672, 128256, false},
+      {"Llama-3.1-405B", 16384, 126, 128, 8, 128, 53248, 128256, false},
+  };
+  return rows;
+}
+
+namespace {
+
+// "7B", "1.5B", "125M", "1T": how people write --model-params.
+std::string short_count(std::int64_t n) {
+  const double v = static_cast<double>(n);
+  if (v >= 1e12) return fmt::format("{:.3g}T", v / 1e12);
+  if (v >= 1e9) return fmt::format("{:.3g}B", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.3g}M", v / 1e6);
+  return group_digits(n);
+}
+
+ModelSpec shape_spec(const ShapeRow& r, int layers, std::int64_t intermediate) {
   ModelSpec m;
-  m.name = fmt::format("{:.2f}B-parameter Llama-style model", static_cast<double>(params) / 1e9);
   m.model_type = "llama";
-  m.vocab_size = 32000;
-  m.hidden_size = 4096;
-  m.num_heads = 32;
-  m.num_kv_heads = 32;
-  m.head_dim = 128;
-  m.intermediate_size = 11008;
-  const std::int64_t per_layer = 4 * m.hidden_size * m.hidden_size + 3 * m.hidden_size * m.intermediate_size;
-  const std::int64_t rest = 2 * m.vocab_size * m.hidden_size;
-  m.num_layers = static_cast<int>(std::max<std::int64_t>(1, (params - rest) / per_layer));
+  m.hidden_size = r.hidden_size;
+  m.num_layers = layers;
+  m.num_heads = r.num_heads;
+  m.num_kv_heads = r.num_kv_heads;
+  m.head_dim = r.head_dim;
+  m.intermediate_size = intermediate;
+  m.vocab_size = r.vocab_size;
+  m.tie_word_embeddings = r.tie_word_embeddings;
+  m.torch_dtype = "bfloat16";
   return m;
 }
 
+struct Fit {
+  ModelSpec spec;
+  std::int64_t error = -1;
+};
+
+// The row resized toward `params`: the layer count that fits at the row's own MLP width (within
+// [min_layers, max_layers]), two either side of it, each with the MLP width that comes closest,
+// in steps that keep matrix shapes tensor-core friendly and within half to twice the row's width.
+// The count is linear in both, so one closed form per layer count replaces a search.
+Fit fit_row(const ShapeRow& row, std::int64_t params, std::int64_t min_layers, std::int64_t max_layers) {
+  const std::int64_t h = row.hidden_size;
+  const std::int64_t step = row.intermediate_size >= 1024 ? 256 : 4;
+  const std::int64_t lo = std::max(step, row.intermediate_size / 2 / step * step);
+  const std::int64_t hi = row.intermediate_size * 2;
+  // With one layer, the total minus that layer is what does not scale: embeddings and final norm.
+  const ParameterCounts one = count_parameters(shape_spec(row, 1, row.intermediate_size));
+  const std::int64_t attn = one.attention;
+  const std::int64_t fixed = one.total - one.attention - one.mlp - 2 * h;
+  const std::int64_t per_layer = attn + 3 * h * row.intermediate_size + 2 * h;
+  const std::int64_t guess = std::clamp<std::int64_t>((params - fixed + per_layer / 2) / per_layer, min_layers, max_layers);
+  Fit best;
+  for (std::int64_t layers = std::max(min_layers, guess - 2); layers <= std::min(max_layers, guess + 2); ++layers) {
+    const double mlp = static_cast<double>(params - fixed) / static_cast<double>(layers) - static_cast<double>(attn + 2 * h);
+    const double ideal = mlp / static_cast<double>(3 * h);
+    const std::int64_t below =
+        std::clamp<std::int64_t>(static_cast<std::int64_t>(std::floor(ideal / static_cast<double>(step))) * step, lo, hi);
+    for (std::int64_t inter : {below, std::min(below + step, hi), row.intermediate_size}) {
+      ModelSpec m = shape_spec(row, static_cast<int>(layers), inter);
+      const std::int64_t err = std::llabs(count_parameters(m).total - params);
+      // Ties keep the row's own width: a real shape beats an invented one.
+      if (best.error < 0 || err < best.error || (err == best.error && inter == row.intermediate_size)) {
+        best.spec = std::move(m);
+        best.error = err;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Result<ModelSpec> model_from_param_count(std::int64_t params) {
+  // Ten trillion: past it even the largest row would need more layers than validate() allows.
+  constexpr std::int64_t kMax = 10'000'000'000'000;
+  if (params <= 0)
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("--model-params must be positive, got {}", params));
+  if (params > kMax)
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("--model-params {} is beyond the largest shape memplan assumes (10T)", params),
+                      "give a count up to 10T, or a config.json with --model");
+  const auto& rows = param_count_shapes();
+  std::vector<const ShapeRow*> by_distance;
+  for (const auto& r : rows) by_distance.push_back(&r);
+  auto distance = [&](const ShapeRow* r) {
+    const double total = static_cast<double>(count_parameters(shape_spec(*r, r->num_layers, r->intermediate_size)).total);
+    return std::fabs(std::log(static_cast<double>(params) / total));
+  };
+  std::stable_sort(by_distance.begin(), by_distance.end(),
+                   [&](const ShapeRow* a, const ShapeRow* b) { return distance(a) < distance(b); });
+  // The nearest row that gets within 1% at half to twice its own depth; the smallest and largest
+  // rows may shrink or grow without bound. Between rows no real shape reaches, the least error wins.
+  const ShapeRow* row = nullptr;
+  Fit fit;
+  for (const ShapeRow* r : by_distance) {
+    const std::int64_t min_layers = r == &rows.front() ? 1 : std::max(1, r->num_layers / 2);
+    const std::int64_t max_layers = r == &rows.back() ? 4096 : 2 * r->num_layers;
+    Fit f = fit_row(*r, params, min_layers, max_layers);
+    if (f.error <= params / 100) {
+      row = r;
+      fit = std::move(f);
+      break;
+    }
+  }
+  if (!row) {
+    for (const ShapeRow* r : by_distance) {
+      Fit f = fit_row(*r, params, 1, 4096);
+      if (!row || f.error < fit.error) {
+        row = r;
+        fit = std::move(f);
+      }
+    }
+  }
+  ModelSpec best = std::move(fit.spec);
+  const bool exact_row = best.num_layers == row->num_layers && best.intermediate_size == row->intermediate_size;
+  best.name = exact_row ? fmt::format("{}-shaped model", row->source)
+                        : fmt::format("{}-parameter Llama-style model ({} shape, resized)", short_count(params),
+                                      row->source);
+  if (auto s = validate(best); !s) return s.error();
+  return best;
+}
+
+std::string group_digits(std::int64_t n) {
+  // Through unsigned so that INT64_MIN has a magnitude.
+  const std::uint64_t magnitude = n < 0 ? 0 - static_cast<std::uint64_t>(n) : static_cast<std::uint64_t>(n);
+  const std::string digits = std::to_string(magnitude);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
 std::string describe_shape(const ModelSpec& m) {
-  return fmt::format("{}: {} layers, hidden {}, {} heads ({} kv), intermediate {}, vocab {}", m.model_type,
-                     m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.intermediate_size, m.vocab_size);
+  const auto c = count_parameters(m);
+  std::string s = fmt::format("{}: {} ({}), {} layers, hidden {}, {} heads ({} kv, head_dim {}), intermediate {}, "
+                              "vocab {}, {} embeddings",
+                              m.name.empty() ? m.model_type : m.name, m.model_type, to_string(m.norm), m.num_layers,
+                              m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim, m.intermediate_size,
+                              m.vocab_size, m.tie_word_embeddings ? "tied" : "untied");
+  if (m.moe.enabled())
+    s += fmt::format(", {} experts (top {}, width {})", m.moe.num_experts, m.moe.experts_per_token,
+                     m.moe.expert_intermediate_size);
+  return s + fmt::format(" = {} parameters", group_digits(c.total));
 }
 
 }  // namespace memplan::io

@@ -1,5 +1,6 @@
 // Where a model's architecture comes from: a Hugging Face config.json, the local Hugging Face
 // cache (never the network), the built-in catalog (configs/models/), or a bare parameter count.
+// docs/models.md describes the resolution order, the catalog format and the counting rules.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,9 @@ namespace memplan::io {
 // Parses the text of a config.json. `origin` (a path or catalog name) prefixes error messages.
 Result<ModelSpec> parse_hf_config(std::string_view json_text, const std::string& origin);
 
+// The model_type values parse_hf_config() accepts, in the order docs/models.md lists them.
+const std::vector<std::string>& supported_model_types();
+
 struct CatalogEntry {
   std::string id;                    // Hugging Face id: "meta-llama/Llama-3.1-8B"
   std::string short_name;            // "llama-3.1-8b"
@@ -22,26 +26,65 @@ struct CatalogEntry {
   std::int64_t published_params = 0; // total parameter count as published
   std::string params_source;         // where that number comes from
   ModelSpec spec;
+  std::string file;                  // "configs/models/llama-3.1-8b.json", for messages
+
+  // True when `name` is the id, the short name or an alias, ignoring case.
+  bool matches(std::string_view name) const;
 };
 
-// The built-in catalog (embedded configs/models/*.json), parsed once.
+// The built-in catalog (embedded configs/models/*.json), parsed once, in natural order of short
+// name (llama-3.1-8b, llama-3.1-70b, llama-3.1-405b).
 Result<std::vector<CatalogEntry>> load_catalog();
+
+// Parses one catalog file's text; load_catalog() applies it to every embedded file.
+Result<CatalogEntry> parse_catalog_entry(std::string_view json_text, const std::string& origin);
+
+// The entry `name` names (id, short name or alias, any case), or nullptr.
+const CatalogEntry* find_catalog_entry(const std::vector<CatalogEntry>& catalog, std::string_view name);
 
 // Environment for locating the Hugging Face cache; injectable so tests never touch $HOME.
 struct ModelSearchEnv {
-  std::string hf_home;     // $HF_HOME, or empty
-  std::string hub_cache;   // $HF_HUB_CACHE / $HUGGINGFACE_HUB_CACHE, or empty
-  std::string home;        // $HOME
+  std::string hf_home;         // $HF_HOME, or empty
+  std::string hub_cache;       // $HF_HUB_CACHE / $HUGGINGFACE_HUB_CACHE, or empty
+  std::string home;            // $HOME
+  std::string xdg_cache_home;  // $XDG_CACHE_HOME: huggingface_hub's HF_HOME default lives under it
   static ModelSearchEnv from_process();
+
+  // The hub cache directories searched, in order, without duplicates.
+  std::vector<std::string> hub_dirs() const;
 };
 
-// `name` is a path to a config.json (or a directory holding one), a model id found in the
-// local HF cache, or a catalog id / short name. Unknown names suggest the nearest catalog entry.
+// `name` is a path to a config.json (or a directory holding one), a catalog id / short name /
+// alias, or a model id found in the local HF cache, tried in that order. Unknown names suggest
+// the nearest catalog entry.
 Result<ModelSpec> resolve_model(const std::string& name, const ModelSearchEnv& env);
 
-// A Llama-shaped model with about `params` parameters (--model-params 7B). The shape it
-// assumes is described by describe_shape() and printed with every estimate.
+// The config.json of model `id` ("org/name") in the local Hugging Face cache: the snapshot that
+// refs/main points to, else the newest snapshot. Empty when not cached.
+std::string find_in_hf_cache(const std::string& id, const ModelSearchEnv& env);
+
+// A Llama-shaped model with about `params` parameters (--model-params 7B): the nearest real
+// Llama-family shape (docs/models.md#model-params), its layer count and then its MLP width
+// adjusted to come as close to `params` as the shape allows. describe_shape() states it and is
+// printed with every estimate.
 Result<ModelSpec> model_from_param_count(std::int64_t params);
 std::string describe_shape(const ModelSpec& m);
+
+// One row of the --model-params table.
+struct ShapeRow {
+  const char* source;  // the real model whose shape this is
+  std::int64_t hidden_size;
+  int num_layers;
+  int num_heads;
+  int num_kv_heads;
+  std::int64_t head_dim;
+  std::int64_t intermediate_size;
+  std::int64_t vocab_size;
+  bool tie_word_embeddings;
+};
+const std::vector<ShapeRow>& param_count_shapes();
+
+// "8,030,261,248"
+std::string group_digits(std::int64_t n);
 
 }  // namespace memplan::io
