@@ -70,6 +70,11 @@ struct Candidate {
   int segment = 0;
   Poly total;
   CatVec cats;
+  // Until materialize(): cats = base + c + m * (d - c), from the two reduced timelines.
+  const CatVec* c = nullptr;
+  const CatVec* d = nullptr;
+  std::int64_t m = 0;
+  const CatVec* extra = nullptr;
 };
 
 // LoRA targets as PEFT resolves them: explicit names must match a Linear module of the layers.
@@ -77,7 +82,7 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
   std::vector<std::string> names;
   for (int layer = 0; layer < m.num_layers; ++layer) {
     for (const auto& mod : layer_linears(m, layer))
-      if (std::find(names.begin(), names.end(), mod.name) == names.end()) names.push_back(mod.name);
+      if (mod.nn_linear && std::find(names.begin(), names.end(), mod.name) == names.end()) names.push_back(mod.name);
     if (!m.moe.enabled()) break;
   }
   if (l.all_linear) {
@@ -170,17 +175,30 @@ CatVec lerp(const CatVec& c, const CatVec& d, std::int64_t m) { return add(c, sc
 // first processed (most activations below it) and the last processed (most gradients above).
 std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::ProgramResult* r4, std::int64_t m,
                                    const CatVec& base, const CatVec& opt_extra) {
+  // Totals extrapolate linearly on their own; category vectors are built only for the events
+  // that survive pruning (materialize()).
   std::vector<Candidate> out;
-  auto push = [&](int seg, const CatVec& cats) {
-    const CatVec v = add(cats, base);
-    out.push_back({seg, total(v), v});
+  const Poly base_total = total(base);
+  auto push = [&](int seg, const sim::Event& c, const sim::Event* d, const CatVec* extra) {
+    Candidate k;
+    k.segment = seg;
+    k.total = c.total + base_total;
+    if (d != nullptr && m != 0) k.total += (d->total - c.total) * m;
+    if (extra != nullptr) k.total += total(*extra);
+    k.c = &c.cats;
+    k.d = d != nullptr ? &d->cats : nullptr;
+    k.m = m;
+    k.extra = extra;
+    out.push_back(k);
   };
+  static const sim::Event kNoEvent{};
   if (r4 == nullptr || m == 0) {
-    for (const auto& e : r3.events) push(e.segment, e.cats);
-    push(kSegOptimizer, add(r3.end_of_step, opt_extra));
+    for (const auto& e : r3.events) push(e.segment, e, nullptr, nullptr);
+    sim::Event end{kSegOptimizer, 0, total(r3.end_of_step), r3.end_of_step};
+    out.push_back({kSegOptimizer, end.total + base_total + total(opt_extra), add(add(end.cats, base), opt_extra)});
     return out;
   }
-  const Timeline t3 = by_segment(r3), t4 = by_segment(r4 ? *r4 : r3);
+  const Timeline t3 = by_segment(r3), t4 = by_segment(*r4);
   auto get = [](const Timeline& t, int seg, int inst) -> const std::vector<const sim::Event*>& {
     static const std::vector<const sim::Event*> kEmpty;
     auto it = t.find({seg, inst});
@@ -188,7 +206,7 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   };
   auto pair_up = [&](const std::vector<const sim::Event*>& c, const std::vector<const sim::Event*>& d, int seg) {
     if (c.size() != d.size()) throw std::logic_error("reduced-model timelines do not align");
-    for (std::size_t i = 0; i < c.size(); ++i) push(seg, lerp(c[i]->cats, d[i]->cats, m));
+    for (std::size_t i = 0; i < c.size(); ++i) push(seg, *c[i], d[i], nullptr);
   };
   for (const auto& [key, events] : t3) {
     const int seg = key.first;
@@ -201,8 +219,21 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
       pair_up(events, get(t4, seg, key.second), seg);
     }
   }
-  push(kSegOptimizer, add(lerp(r3.end_of_step, r4->end_of_step, m), opt_extra));
+  const CatVec end = add(lerp(r3.end_of_step, r4->end_of_step, m), opt_extra);
+  out.push_back({kSegOptimizer, total(end) + base_total, add(end, base)});
+  (void)kNoEvent;
   return out;
+}
+
+// Builds a candidate's category vector (base + c + m * (d - c) + extra).
+void materialize(Candidate& k, const CatVec& base) {
+  if (k.c == nullptr) return;
+  CatVec v = k.d != nullptr && k.m != 0 ? lerp(*k.c, *k.d, k.m) : *k.c;
+  v = add(v, base);
+  if (k.extra != nullptr) v = add(v, *k.extra);
+  k.cats = v;
+  k.c = k.d = nullptr;
+  k.extra = nullptr;
 }
 
 // GRPO generation with model.generate (docs/formulas.md#grpo-generation): no gradients exist
@@ -334,8 +365,12 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       layers4 = {0, 1, 2, L - 1};
     }
     std::int64_t trainable = 0;
-    for (int cls = 0; cls < 2; ++cls) {
-      sp.batch_one = cls == 0 && sp.batch_multiplier == 1;
+    // Batch 1 changes the program only where a reshape becomes a view: eager attention's
+    // query (and single-KV-head) copies and GRPO's entropy copy. Otherwise one program serves.
+    const bool batch_one_differs = sp.batch_multiplier == 1 &&
+                                   (sp.attn == AttnImpl::kEager || config.method == Method::kGrpo);
+    for (int cls = batch_one_differs ? 0 : 1; cls < 2; ++cls) {
+      sp.batch_one = cls == 0;
       sp.model_layers = layers3;
       const sim::ProgramResult r3 = sim::run_step(sp);
       if (!r3.leaked.empty()) throw std::logic_error("step simulation left tensors alive");
@@ -344,7 +379,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         sp.model_layers = layers4;
         r4 = sim::run_step(sp);
       }
-      if (cls == 0) {
+      if (impl->opt_params.empty() && trainable == 0) {
         // Full-model parameter list for the optimizer: the middle simulated layer repeats.
         for (const auto& p : r3.params) {
           if (!p.trainable) continue;
@@ -381,12 +416,20 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         const CatVec persistent = add(r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
         cands.push_back(generation_candidate(model, config, persistent));
       }
-      if (config.parallel.world_size() > 1 || config.parallel.offload_optimizer || config.parallel.offload_params)
+      const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
+                         config.parallel.offload_params;
+      if (multi) {
+        // Multi-GPU rules act per category: every candidate needs its categories first.
         for (auto& cand : cands) {
+          materialize(cand, base);
           cand.cats = apply_sharding(impl->shard, cand.cats, cand.segment == kSegOptimizer);
           cand.total = total(cand.cats);
         }
-      impl->candidates[static_cast<std::size_t>(cls)] = prune(std::move(cands));
+      }
+      auto kept = prune(std::move(cands));
+      for (auto& cand : kept) materialize(cand, base);
+      impl->candidates[static_cast<std::size_t>(cls)] = std::move(kept);
+      if (!batch_one_differs) impl->candidates[0] = impl->candidates[1];
     }
 
     impl->params.counts = count_parameters(model);

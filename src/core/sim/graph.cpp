@@ -106,6 +106,7 @@ void Graph::drop(int t) {
   const Poly b = x.bytes();
   live_[static_cast<int>(x.cat)] -= b;
   live_total_ -= b;
+  freed_since_event_ = true;
 }
 
 void Graph::retag(int t, Cat cat) {
@@ -114,14 +115,25 @@ void Graph::retag(int t, Cat cat) {
     const Poly b = x.bytes();
     live_[static_cast<int>(x.cat)] -= b;
     live_[static_cast<int>(cat)] += b;
+    freed_since_event_ = true;  // a category went down
   }
   x.cat = cat;
 }
 
 void Graph::record() {
-  // Every allocation is recorded: the engine aligns timelines of two reduced models event by
-  // event, and prunes dominated events only after extrapolating.
-  if (recording_) events_.push_back(Event{segment_, instance_, live_total_, live_});
+  // An allocation with no free since the previous event of the same segment only raises every
+  // category, so it replaces that event. Whether something was freed depends only on the
+  // program, not on sizes, so the timelines of the two reduced models still align event by event
+  // (the engine prunes dominated events only after extrapolating).
+  if (!recording_) return;
+  if (!freed_since_event_ && !events_.empty() && events_.back().segment == segment_ &&
+      events_.back().instance == instance_) {
+    events_.back().total = live_total_;
+    events_.back().cats = live_;
+    return;
+  }
+  events_.push_back(Event{segment_, instance_, live_total_, live_});
+  freed_since_event_ = false;
 }
 
 // ---- autograd

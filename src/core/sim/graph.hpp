@@ -118,6 +118,15 @@ struct Event {
 
 class Graph {
  public:
+  void reserve(std::size_t n) {
+    tensors_.reserve(n);
+    buffer_.reserve(n);
+    nodes_.reserve(n);
+    node_segment_.reserve(n);
+    node_instance_.reserve(n);
+    events_.reserve(n / 4);
+  }
+
   // ---- tensors
   int make(Poly numel, DT dt, Cat cat, bool requires_grad = false);
   int param(Poly numel, DT dt, Cat cat, bool trainable);
@@ -193,6 +202,7 @@ class Graph {
   int segment_ = 0;
   int instance_ = 0;
   bool recording_ = true;
+  bool freed_since_event_ = true;
   std::function<int(int)> backward_segment_;
   bool grad_enabled_ = true;
   bool inplace_accumulation_ = false;

@@ -29,7 +29,7 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 
 class Step {
  public:
-  explicit Step(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) {}
+  explicit Step(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) { g_.reserve(4096); }
 
   ProgramResult run();
 
@@ -109,7 +109,7 @@ LinearParams Step::make_linear(const LinearModule& mod) {
   LinearParams p;
   p.mod = mod;
   const std::int64_t n = mod.weight_params();
-  const bool quant = sp_.load_in_4bit;
+  const bool quant = sp_.load_in_4bit && mod.nn_linear;  // bitsandbytes replaces nn.Linear only
   if (quant) {
     // bitsandbytes Params4bit: two 4-bit values per byte, one absmax per 64-value block (fp32),
     // or with double quantization one byte per block plus an fp32 absmax per 256 blocks.
@@ -122,7 +122,7 @@ LinearParams Step::make_linear(const LinearModule& mod) {
     p.w = make_param(n, sp_.weight_dt, sp_.full_finetune, Cat::kWeights, mod.out_features, mod.in_features, mod.count);
   }
   if (mod.bias) p.b = make_param(mod.bias_params(), other_dt(), sp_.full_finetune);
-  if (sp_.lora.enabled && !making_ref_ && contains(sp_.lora.targets, mod.name)) {
+  if (sp_.lora.enabled && !making_ref_ && mod.nn_linear && contains(sp_.lora.targets, mod.name)) {
     const std::int64_t r = sp_.lora.r;
     p.A = make_param(r * mod.in_features * mod.count, sp_.adapter_dt, true, Cat::kAdapterWeights, r, mod.in_features,
                      mod.count);
