@@ -23,6 +23,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     app.require_subcommand(0, 1);
     std::vector<Command> commands;
     commands.push_back(register_estimate(app));
+    commands.push_back(register_gpus(app));
+    commands.push_back(register_preflight(app));
 
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
     try {

@@ -6,5 +6,7 @@
 namespace memplan::cli {
 
 Command register_estimate(CLI::App& root);
+Command register_gpus(CLI::App& root);
+Command register_preflight(CLI::App& root);
 
 }  // namespace memplan::cli

@@ -10,10 +10,12 @@
 
 #include "io/gpu_detect.hpp"
 #include "io/gpu_profiles.hpp"
+#include "../cli/cli_harness.hpp"  // ScopedEnv
 
 using memplan::Bytes;
 using memplan::ErrorCode;
 using namespace memplan::io;
+using memplan::testing::ScopedEnv;
 
 namespace {
 
@@ -114,26 +116,6 @@ std::string detect_error(const FakeProbe& probe) {
   REQUIRE_FALSE(r.has_value());
   return r.error().to_string();
 }
-
-// Sets (or unsets) an environment variable for one scope, restoring it after.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, std::optional<std::string> value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    if (value) ::setenv(name_.c_str(), value->c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 FakeProbe mixed() {
   FakeProbe p;
