@@ -27,6 +27,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     commands.push_back(register_sweep(app));
     commands.push_back(register_check(app));
     commands.push_back(register_models(app));
+    commands.push_back(register_gpus(app));
+    commands.push_back(register_preflight(app));
 
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
     try {

@@ -10,5 +10,7 @@ Command register_plan(CLI::App& root);
 Command register_sweep(CLI::App& root);
 Command register_check(CLI::App& root);
 Command register_models(CLI::App& root);
+Command register_gpus(CLI::App& root);
+Command register_preflight(CLI::App& root);
 
 }  // namespace memplan::cli
