@@ -2,6 +2,8 @@
 
 #include <exception>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -29,8 +31,17 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     commands.push_back(register_models(app));
     commands.push_back(register_gpus(app));
     commands.push_back(register_preflight(app));
+    commands.push_back(register_auto(app));
+    app.footer("Run `memplan --auto` (or `memplan auto`) before training: it detects the GPU, reads the training\n"
+               "config (--config FILE, or train.yaml / config.yaml / conf/config.yaml here) and prints the\n"
+               "memory breakdown with the recommended micro-batch and grad-accum; --apply writes them back.");
 
-    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+    std::vector<std::string> argv = args;
+    if (is_top_level_auto(argv)) {
+      std::erase(argv, std::string("--auto"));
+      argv.insert(argv.begin(), "auto");
+    }
+    std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 consumes from the back
     try {
       app.parse(reversed);
     } catch (const CLI::CallForHelp&) {

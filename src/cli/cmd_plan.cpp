@@ -23,44 +23,11 @@ namespace {
 struct PlanOptions {
   TrainingFlags flags;
   BudgetFlags budget;
+  SearchFlags search;
   std::string format = "text";
   std::string solve = "batch";
-  std::string tolerance = "5%";
-  std::int64_t max_micro_batch = PlanRequest{}.max_micro_batch;
   std::int64_t max_seq_len = 0;
-  bool apply = false;
-  bool dry_run = false;
 };
-
-// --apply / --dry-run: write the recommendation back into the --config files it came from.
-Result<int> write_back(Context& ctx, const Inputs& inputs, const io::Edits& edits, bool dry_run, bool fits,
-                       report::Format format, int exit_code) {
-  if (!inputs.loaded)
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("{} needs the config files to write to", dry_run ? "--dry-run" : "--apply"),
-                      "give them with --config FILE");
-  if (!fits)
-    return make_error(ErrorCode::kInvalidArgument, "nothing fits the budget, so there is nothing to write",
-                      "apply one of the suggested changes first");
-  MEMPLAN_TRY(auto plan, io::plan_apply(*inputs.loaded, edits));
-  // JSON stays parseable on stdout; the file report goes to stderr.
-  std::ostream& out = format == report::Format::kJson ? ctx.err : ctx.out;
-  if (dry_run) {
-    out << io::render_dry_run(plan);
-    return exit_code;
-  }
-  MEMPLAN_TRY(auto result, io::commit_apply(plan, io::real_file_system()));
-  out << io::render_apply_result(plan, result);
-  return exit_code;
-}
-
-Result<double> parse_tolerance(std::string text) {
-  text = trim(text);
-  if (!text.empty() && text.back() == '%') text.pop_back();
-  auto v = parse_double(text, "--global-batch-tolerance");
-  if (!v) return v.error();
-  return *v / 100.0;
-}
 
 }  // namespace
 
@@ -70,19 +37,11 @@ Command register_plan(CLI::App& root) {
       "plan", "The largest micro-batch that fits the GPU, with grad-accum for the global batch, tiers, and fixes");
   add_training_flags(*sub, opts->flags);
   add_budget_flags(*sub, opts->budget);
-  sub->add_option("--global-batch-tolerance", opts->tolerance,
-                  "How far the global batch may miss the target to keep a larger micro-batch (default 5%)")
-      ->group("Budget");
-  sub->add_option("--max-micro-batch", opts->max_micro_batch, "Largest micro-batch the search tries (default 65536)")
-      ->group("Budget");
+  add_search_flags(*sub, opts->search);
   sub->add_option("--solve", opts->solve, "What to solve for: batch (default) or seq-len (the longest sequence at --batch)");
   sub->add_option("--max-seq-len", opts->max_seq_len,
                   "--solve seq-len: longest sequence tried (default: the model's max_position_embeddings)");
   sub->add_option("--format", opts->format, "text (default), json, markdown");
-  auto* apply = sub->add_flag("--apply", opts->apply,
-                              "Write the recommended values into the --config files (a FILE.backup is kept)");
-  sub->add_flag("--dry-run", opts->dry_run, "Print the unified diff --apply would make, change nothing")
-      ->excludes(apply);
   return {sub, [opts](Context& ctx) -> Result<int> {
             MEMPLAN_TRY(auto format, report::parse_format(opts->format));
             const std::string solve = to_lower(trim(opts->solve));
@@ -90,9 +49,11 @@ Command register_plan(CLI::App& root) {
               return make_error(ErrorCode::kUnknownName, fmt::format("--solve: unknown '{}'", opts->solve),
                                 did_you_mean(solve, {"batch", "seq-len"}));
             MEMPLAN_TRY(auto loaded, load_inputs(opts->flags));
+            MEMPLAN_TRY(auto budget, resolve_budget(opts->budget, loaded.resolved));
             const io::ResolvedInputs& inputs = loaded.resolved;
-            MEMPLAN_TRY(auto budget, resolve_budget(opts->budget));
-            const bool write = opts->apply || opts->dry_run;
+            const bool write = opts->search.apply || opts->search.dry_run;
+            // JSON stays parseable on stdout; the file report goes to stderr.
+            std::ostream& report_to = format == report::Format::kJson ? ctx.err : ctx.out;
             if (solve != "batch") {
               SeqLenRequest req{budget, opts->max_seq_len};
               MEMPLAN_TRY(auto p, solve_seq_len(inputs.model, inputs.config, req));
@@ -101,13 +62,9 @@ Command register_plan(CLI::App& root) {
               if (!write) return code;
               io::Edits edits;
               edits.seq_len = p.seq_len;
-              return write_back(ctx, loaded, edits, opts->dry_run, p.fits, format, code);
+              return write_back(report_to, loaded.loaded, edits, opts->search.dry_run, p.fits, code);
             }
-            PlanRequest req;
-            req.budget = budget;
-            req.target_global_batch = resolve_target_global_batch(opts->budget, inputs);
-            MEMPLAN_TRY(req.global_batch_tolerance, parse_tolerance(opts->tolerance));
-            req.max_micro_batch = opts->max_micro_batch;
+            MEMPLAN_TRY(auto req, plan_request(budget, opts->budget, opts->search, inputs));
             MEMPLAN_TRY(auto p, plan(inputs.model, inputs.config, req));
             ctx.out << report::render_plan(inputs, p, format);
             const int code = p.recommendation.fits ? kExitOk : kExitDoesNotFit;
@@ -115,7 +72,7 @@ Command register_plan(CLI::App& root) {
             io::Edits edits;
             edits.micro_batch = p.recommendation.batch.micro_batch;
             edits.grad_accum = p.recommendation.batch.grad_accum;
-            return write_back(ctx, loaded, edits, opts->dry_run, p.recommendation.fits, format, code);
+            return write_back(report_to, loaded.loaded, edits, opts->search.dry_run, p.recommendation.fits, code);
           }};
 }
 

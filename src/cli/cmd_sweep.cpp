@@ -42,8 +42,8 @@ Command register_sweep(CLI::App& root) {
   return {sub, [opts, seq_lens](Context& ctx) -> Result<int> {
             MEMPLAN_TRY(auto format, report::parse_format(opts->format));
             MEMPLAN_TRY(auto loaded, load_inputs(opts->flags));
+            MEMPLAN_TRY(auto budget, resolve_budget(opts->budget, loaded.resolved));
             const io::ResolvedInputs& inputs = loaded.resolved;
-            MEMPLAN_TRY(auto budget, resolve_budget(opts->budget));
             SweepRequest req;
             req.budget = budget;
             MEMPLAN_TRY(req.micro_batches, parse_grid(opts->batches, "--batches", kMaxBatch));

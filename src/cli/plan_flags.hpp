@@ -4,11 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <string>
 
+#include "io/apply.hpp"
+#include "io/config_loader.hpp"
 #include "io/inputs.hpp"
 #include "memplan/gpu.hpp"
+#include "memplan/plan.hpp"
 #include "memplan/result.hpp"
 
 namespace CLI {
@@ -18,6 +22,8 @@ class App;
 namespace memplan::cli {
 
 struct BudgetFlags {
+  std::string gpu;            // --gpu NAME (a profile: memplan gpus)
+  bool auto_detect = false;   // --auto: detect the GPU (NVML, nvidia-smi, rocm-smi, /proc/meminfo)
   std::string gpu_memory;     // --gpu-memory SIZE
   std::string safety_margin;  // --safety-margin SIZE|PCT (default: 1 GiB + 5% of GPU memory)
   std::string headroom;       // --headroom SIZE (default 0)
@@ -28,13 +34,54 @@ struct BudgetFlags {
 
 void add_budget_flags(CLI::App& app, BudgetFlags& flags);
 
-// Capacity from the flags (see the integration point in plan_flags.cpp), then the margin and
-// headroom. Errors name the flag and quote its value.
-Result<Budget> resolve_budget(const BudgetFlags& flags);
+// The GPU a budget is for: a profile (--gpu), a bare size (--gpu-memory) or what detection
+// finds (--auto). `description` is one line for the output ("NVIDIA H100 80GB HBM3, detected
+// by nvidia-smi: 79.10 GiB free of 79.65 GiB").
+struct GpuTarget {
+  Bytes capacity;
+  std::optional<GpuProfile> profile;
+  std::optional<Budget> detected;  // detection's budget shape (free memory, unified reserve)
+  std::string description;
+};
+
+// --gpu NAME, else --gpu-memory SIZE, else detection when --auto (or `detect_by_default`).
+// nullopt when nothing names a GPU and detection is off.
+Result<std::optional<GpuTarget>> resolve_gpu(const BudgetFlags& flags, bool detect_by_default = false);
+
+// The budget on `gpu` for `config`: capacity minus the safety margin (--safety-margin, default
+// 1 GiB + 5%) and headroom (--headroom; default: a unified GPU's system reserve, memory other
+// processes hold now when detected, and vLLM's colocated share for GRPO). Appends notes for the
+// output (bf16 on a GPU without it, vLLM's reservation).
+// `inputs` (when given) receives the notes and warnings.
+Result<Budget> budget_for(const GpuTarget& gpu, const BudgetFlags& flags, const TrainingConfig& config,
+                          io::ResolvedInputs* inputs = nullptr);
+
+// resolve_gpu + budget_for; an error naming the flags when no GPU is given.
+Result<Budget> resolve_budget(const BudgetFlags& flags, io::ResolvedInputs& inputs);
 
 // --target-global-batch when given; else the config's current global batch (micro-batch x
 // grad-accum x data-parallel) when --batch or --grad-accum was set (on the command line or in a
 // config file); else none: plan then maximizes the micro-batch. docs/plan.md#global-batch
 std::optional<std::int64_t> resolve_target_global_batch(const BudgetFlags& flags, const io::ResolvedInputs& in);
+
+// The batch search's own flags (memplan plan and memplan --auto).
+struct SearchFlags {
+  std::string tolerance = "5%";                                // --global-batch-tolerance
+  std::int64_t max_micro_batch = PlanRequest{}.max_micro_batch;  // --max-micro-batch
+  bool apply = false;                                          // --apply
+  bool dry_run = false;                                        // --dry-run
+};
+
+void add_search_flags(CLI::App& app, SearchFlags& flags);
+
+// The request for plan(): the budget, the global batch to keep and the search limits.
+Result<PlanRequest> plan_request(const Budget& budget, const BudgetFlags& budget_flags, const SearchFlags& search,
+                                 const io::ResolvedInputs& in);
+
+// --apply / --dry-run: writes `edits` into the --config files the inputs came from (a diff for
+// --dry-run) and returns `exit_code`. The file report goes to `report` (stderr when stdout
+// carries JSON).
+Result<int> write_back(std::ostream& report, const std::optional<io::LoadedConfig>& loaded, const io::Edits& edits,
+                       bool dry_run, bool fits, int exit_code);
 
 }  // namespace memplan::cli

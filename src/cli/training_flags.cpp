@@ -49,7 +49,7 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
       ->group("Model");
   app.add_option("--model-params", f.model_params, "Bare parameter count (e.g. 7B): assumes a Llama-style shape")
       ->group("Model");
-  app.add_option("--method", f.method, "Training method: sft (default), dpo, grpo")->group("Training");
+  app.add_option("--method", f.method, "Training method: sft (default), dpo, grpo; lora = sft --use-peft, qlora = lora --load-in-4bit")->group("Training");
   app.add_option("--batch,--per-device-train-batch-size", f.batch, "Per-device micro-batch (sequences)")
       ->group("Training");
   app.add_option("--seq-len,--max-length,--max-seq-length", f.seq_len, "Tokens per sequence (default 1024)")
@@ -124,8 +124,16 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   auto given = [&](const char* name) { return flag_given(f, name); };
   auto mark = [&](const char* key, const char* flag) { in.set_origin(key, flag_origin(flag)); };
 
+  // --method lora / qlora / full: shorthands people use for SFT with adapters, with adapters on
+  // 4-bit base weights, and for training all weights.
+  const std::string method = to_lower(trim(f.method));
+  const bool lora_method = given("--method") && (method == "lora" || method == "qlora");
   if (given("--method")) {
-    MEMPLAN_TRY(c.method, parse_method(f.method));
+    if (lora_method || method == "full") {
+      c.method = Method::kSft;
+    } else {
+      MEMPLAN_TRY(c.method, parse_method(f.method));
+    }
     mark("method", "--method");
   }
   if (given("--batch")) {
@@ -177,9 +185,13 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     c.attn = *a;
     mark("attn_implementation", "--attn-implementation");
   }
-  if (f.use_peft) {
+  if (f.use_peft || lora_method) {
     c.lora.enabled = true;
-    mark("use_peft", "--use-peft");
+    mark("use_peft", f.use_peft ? "--use-peft" : "--method");
+  }
+  if (given("--method") && method == "qlora") {
+    c.quant.load_in_4bit = true;
+    mark("load_in_4bit", "--method");
   }
   const bool lora_flag = given("--lora-r") || given("--lora-alpha") || given("--lora-dropout") ||
                          given("--lora-target-modules") || given("--modules-to-save");

@@ -28,6 +28,9 @@ struct ResolvedInputs {
   TrainingConfig config;
   std::map<std::string, Origin> origins;  // keyed by the canonical input name: "batch", "seq_len", ...
   std::vector<std::string> warnings;      // "train.yaml:7: unknown key 'lora_rank'; did you mean 'lora_r'?"
+  // What the budget was computed for, one line each: "GPU: NVIDIA H100 80GB HBM3, detected by
+  // nvidia-smi: 79.10 GiB free of 79.65 GiB", "vLLM colocate reserves 24.00 GiB ...".
+  std::vector<std::string> notes;
   // A config said `torch_dtype: auto`: load in the dtype the checkpoint is stored in (once the
   // model is resolved).
   bool torch_dtype_from_model = false;

@@ -28,12 +28,8 @@ std::string describe_inputs(const io::ResolvedInputs& in) {
   return s;
 }
 
-namespace {
-
-std::string render_text(const io::ResolvedInputs& in, const Estimate& e) {
-  std::string out = describe_inputs(in) + "\n";
-  if (in.model_from_param_count) out += "model shape assumed: " + io::describe_shape(in.model) + "\n";
-  out += "\n";
+std::string breakdown_text(const Estimate& e) {
+  std::string out;
   TextTable t({"component", "GiB", "%", ""}, {Align::kLeft, Align::kRight, Align::kRight, Align::kLeft});
   const double peak = static_cast<double>(e.peak.count());
   for (const auto& c : e.components) {
@@ -57,8 +53,18 @@ std::string render_text(const io::ResolvedInputs& in, const Estimate& e) {
   out += fmt::format("parameters: {:.3f}B total, {:.3f}B trainable\n", static_cast<double>(e.params.total) / 1e9,
                      static_cast<double>(e.params.trainable) / 1e9);
   for (const auto& a : e.assumptions) out += "assumption: " + a + "\n";
-  for (const auto& w : in.warnings) out += "warning: " + w + "\n";
   for (const auto& w : e.warnings) out += "warning: " + w + "\n";
+  return out;
+}
+
+namespace {
+
+std::string render_text(const io::ResolvedInputs& in, const Estimate& e) {
+  std::string out = describe_inputs(in) + "\n";
+  if (in.model_from_param_count) out += "model shape assumed: " + io::describe_shape(in.model) + "\n";
+  out += '\n';
+  out += breakdown_text(e);
+  for (const auto& w : in.warnings) out += "warning: " + w + "\n";
   return out;
 }
 

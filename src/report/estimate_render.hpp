@@ -15,6 +15,9 @@ std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, For
 // The one-line summary of inputs: "llama-3.1-8b · sft · batch 4 × 2048 · bf16 autocast · adamw_torch".
 std::string describe_inputs(const io::ResolvedInputs& in);
 
+// The breakdown table with phase peaks, parameter counts, assumptions and the engine's warnings.
+std::string breakdown_text(const Estimate& e);
+
 // `--show-config`: every input with its value and where it came from (file:line and key, flag,
 // default, derived), after the dialect and files a config was read from (`loaded` may be null).
 std::string render_sources(const io::ResolvedInputs& in, const io::LoadedConfig* loaded, Format f);

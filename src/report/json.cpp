@@ -114,6 +114,7 @@ json inputs_json(const io::ResolvedInputs& in) {
   for (const auto& [k, o] : in.origins) sources[k] = o.to_string();
   json j = {{"model", to_json(in.model)}, {"training", to_json(in.config)}, {"sources", sources}};
   if (in.model_from_param_count) j["model"]["assumed_shape"] = true;
+  if (!in.notes.empty()) j["notes"] = in.notes;
   return j;
 }
 

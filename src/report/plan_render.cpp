@@ -115,16 +115,23 @@ struct Lines {
 void header(const io::ResolvedInputs& in, const Budget& b, Lines& l) {
   l.raw(l.markdown ? "**" + describe_inputs(in) + "**\n\n" : describe_inputs(in) + "\n");
   if (in.model_from_param_count) l.add("model shape assumed: " + io::describe_shape(in.model));
+  for (const auto& n : in.notes) l.add(n);
   l.add(budget_line(b));
   l.blank();
 }
 
 std::string code(const std::string& s, bool markdown) { return markdown ? "`" + s + "`" : s; }
 
-std::string render_plan_text(const io::ResolvedInputs& in, const Plan& p, bool markdown) {
+std::string render_plan_text(const io::ResolvedInputs& in, const Plan& p, bool markdown,
+                             const Estimate* breakdown = nullptr) {
   const Recommendation& r = p.recommendation;
   Lines l{markdown, {}};
   header(in, p.budget, l);
+  if (breakdown) {
+    l.raw(fmt::format("{}memory at micro-batch {} x {} tokens{}:\n", markdown ? "**" : "", r.fits ? r.batch.micro_batch : 1,
+                      r.seq_len, markdown ? "**" : ""));
+    l.raw(markdown ? "\n```text\n" + breakdown_text(*breakdown) + "```\n\n" : breakdown_text(*breakdown) + "\n");
+  }
   if (!r.fits) {
     l.add(fmt::format("does not fit: micro-batch 1 at {} tokens needs {}, {} over the {} budget", r.seq_len,
                       gib(r.peak), unbounded(r.peak) ? "far" : gib(r.peak - r.budget), gib(r.budget)));
@@ -302,6 +309,22 @@ std::string render_plan(const io::ResolvedInputs& in, const Plan& p, Format f) {
     case Format::kMarkdown: return render_plan_text(in, p, true);
     case Format::kText:
     case Format::kGithub: return render_plan_text(in, p, false);
+  }
+  return {};
+}
+
+std::string render_auto(const io::ResolvedInputs& in, const Plan& p, const Estimate& breakdown, Format f) {
+  switch (f) {
+    case Format::kJson: {
+      json j = {{"schema", kSchema}, {"command", "auto"}, {"solve", "batch"}, {"inputs", inputs_json(in)},
+                {"budget", budget_json(p.budget)}};
+      j.update(plan_json(p));
+      j["estimate"] = to_json(breakdown);
+      return j.dump(2) + "\n";
+    }
+    case Format::kMarkdown: return render_plan_text(in, p, true, &breakdown);
+    case Format::kText:
+    case Format::kGithub: return render_plan_text(in, p, false, &breakdown);
   }
   return {};
 }
@@ -490,6 +513,7 @@ std::string render_sweep(const io::ResolvedInputs& in, const Sweep& s, Format f)
     case Format::kGithub: {
       std::string out = describe_inputs(in) + "\n";
       if (in.model_from_param_count) out += "model shape assumed: " + io::describe_shape(in.model) + "\n";
+      for (const auto& n : in.notes) out += n + "\n";
       out += budget_line(s.budget) + "\n\n";
       out += sweep_table(s, true).render() + "\n" + sweep_chart(s);
       for (const auto& w : in.warnings) out += "warning: " + w + "\n";

@@ -7,12 +7,16 @@
 #include <nlohmann/json.hpp>
 
 #include "io/inputs.hpp"
+#include "memplan/estimate.hpp"
 #include "memplan/plan.hpp"
 #include "report/format.hpp"
 
 namespace memplan::report {
 
 std::string render_plan(const io::ResolvedInputs& in, const Plan& p, Format f);
+// memplan --auto: the plan with the breakdown of the recommended micro-batch (micro-batch 1 when
+// nothing fits) between the budget and the recommendation; JSON adds "estimate".
+std::string render_auto(const io::ResolvedInputs& in, const Plan& p, const Estimate& breakdown, Format f);
 std::string render_seq_len_plan(const io::ResolvedInputs& in, const SeqLenPlan& p, Format f);
 std::string render_sweep(const io::ResolvedInputs& in, const Sweep& s, Format f);
 

@@ -201,7 +201,11 @@ TEST_CASE("plan errors are exact and exit 2") {
     std::string err;
   };
   const std::vector<Row> rows = {
-      {{"plan"}, "memplan: error: no GPU memory given; use --gpu-memory SIZE, e.g. --gpu-memory 80GB\n"},
+      {{"plan"},
+       "memplan: error: no GPU given; use --gpu NAME (memplan gpus), --gpu-memory SIZE, or --auto to detect it\n"},
+      {{"plan", "--gpu", "h100-sxm", "--gpu-memory", "80GB"},
+       "memplan: error: --gpu, --gpu-memory and --auto are alternatives; give one of them\n"},
+      {{"plan", "--gpu", "h100-sxn"}, "memplan: error: --gpu: unknown GPU 'h100-sxn'; did you mean 'h100-sxm'?\n"},
       {{"plan", "--gpu-memory", "0"},
        "memplan: error: GPU memory must be positive, got 0 B; give the GPU's memory, e.g. --gpu-memory 80GB\n"},
       {{"plan", "--gpu-memory", "8GiB", "--headroom", "10GiB"},
