@@ -1,8 +1,9 @@
 // memplan check FILE...: for CI. Evaluates each training config against a GPU memory budget and
 // prints one line per file and a summary, as text, JSON, or GitHub Actions annotations at the
 // line of the batch-size key. Exit codes (docs/configs.md#check): 0 all fit; 1 some config does
-// not fit (or is above --max-utilization); 2 some config is invalid; 64 no GPU memory to check
-// against; CLI11's own codes (>= 100) for malformed command lines.
+// not fit (or is above --max-utilization); 2 some config is invalid; 64 no GPU to check against,
+// or a bad option; CLI11's own codes (>= 100) for malformed command lines. The budget and the
+// compared figure are plan's (plan_flags.hpp), so check and plan agree on what fits.
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -14,7 +15,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
+#include "cli/plan_flags.hpp"
 #include "cli/training_flags.hpp"
+#include "io/gpu_profiles.hpp"
 #include "memplan/engine.hpp"
 #include "memplan/gpu.hpp"
 #include "memplan/text.hpp"
@@ -23,32 +26,7 @@
 
 namespace memplan::cli {
 
-// INTEGRATION(lead): replace with the planner's default safety margin (include/memplan/plan.hpp)
-// so that `check` and `plan` agree on what "fits" means.
-inline constexpr double kCheckDefaultSafetyMarginFraction = 0.05;
-
 namespace {
-
-// INTEGRATION(lead): the budget of a GPU named in a config (`# memplan: gpu=NAME`), and later of
-// `--gpu NAME` and detection, comes from the GPU profiles (src/io/gpu_profiles). Until they are
-// merged, only a size (--gpu-memory, `# memplan: gpu-memory=SIZE`) gives a budget.
-Result<Bytes> gpu_capacity_by_name(const std::string& name) {
-  return make_error(ErrorCode::kUnknownName, fmt::format("GPU '{}': this build has no GPU profiles", name),
-                    "give the size with --gpu-memory SIZE or # memplan: gpu-memory=SIZE");
-}
-
-// The figure compared with the budget: what the process would hold on the GPU (live tensors,
-// allocator reserve, CUDA context).
-// INTEGRATION(lead): use the same figure as plan's recommendation.peak_bytes.
-Bytes compared_figure(const Estimate& e) { return e.total; }
-
-Budget make_budget(Bytes capacity) {
-  Budget b;
-  b.capacity = capacity;
-  b.safety_margin = Bytes::of(
-      static_cast<std::int64_t>(std::llround(static_cast<double>(capacity.count()) * kCheckDefaultSafetyMarginFraction)));
-  return b;
-}
 
 enum class Status { kFits, kAboveMax, kDoesNotFit, kInvalid, kNoBudget };
 
@@ -68,23 +46,34 @@ struct FileResult {
   Status status = Status::kInvalid;
   SourceLocation where;            // the batch-size key, or where the error is
   std::string message;             // invalid / no budget: the error; otherwise the comparison
-  std::string budget_source;       // "--gpu-memory 80GiB", "x.yaml:3"
-  Bytes figure, capacity, budget;
+  std::string gpu;                 // the GPU checked against, one line
+  std::string budget_source;       // "--gpu h100-sxm", "x.yaml:1", "detected"
+  Budget budget;
+  Bytes figure;                    // predicted peak_bytes, what plan compares with the budget
   double utilization = 0;          // figure / capacity
   std::vector<Error> warnings;
+  std::vector<std::string> notes;  // bf16 on a GPU without it, vLLM's share
 };
 
 struct CheckOptions {
   TrainingFlags flags;
+  BudgetFlags budget;
   std::vector<std::string> files;
-  std::string gpu_memory;
   double max_utilization = 0;  // percent; 0: no limit
   std::string format = "text";
 };
 
+// Where each file's GPU comes from, in order: the command line (--gpu, --gpu-memory), the
+// file's `# memplan: gpu=NAME` / `gpu-memory=SIZE` comment, detection (once, on first need).
+struct GpuSource {
+  std::optional<GpuTarget> flag;
+  std::string flag_text;
+  std::optional<Result<std::optional<GpuTarget>>> detected;
+};
+
 std::string gib(Bytes b) { return fmt::format("{:.2f} GiB", b.as_gib()); }
 
-FileResult check_one(const CheckOptions& o, const std::string& file, std::optional<Bytes> flag_capacity) {
+FileResult check_one(const CheckOptions& o, const std::string& file, GpuSource& gpus) {
   FileResult r;
   r.file = file;
   r.where = SourceLocation{file, 0, 0};
@@ -100,47 +89,64 @@ FileResult check_one(const CheckOptions& o, const std::string& file, std::option
     r.warnings = inputs->loaded->diagnostics;
     r.where = inputs->loaded->batch_location();
   }
-  std::optional<Bytes> capacity = flag_capacity;
-  if (capacity) {
-    r.budget_source = "--gpu-memory " + o.gpu_memory;
-  } else if (inputs->loaded && inputs->loaded->gpu_memory) {
-    capacity = inputs->loaded->gpu_memory;
-    r.budget_source = inputs->loaded->gpu_where.to_string();
-  } else if (inputs->loaded && inputs->loaded->gpu) {
-    auto c = gpu_capacity_by_name(*inputs->loaded->gpu);
-    if (!c) {
-      Error e = c.error();
-      e.where = inputs->loaded->gpu_where;
-      return invalid(e);
+  std::optional<GpuTarget> gpu = gpus.flag;
+  if (gpu) {
+    r.budget_source = gpus.flag_text;
+  } else if (inputs->loaded && (inputs->loaded->gpu_memory || inputs->loaded->gpu)) {
+    const io::LoadedConfig& l = *inputs->loaded;
+    r.budget_source = l.gpu_where.to_string();
+    if (l.gpu_memory) {
+      gpu = gpu_target(*l.gpu_memory, r.budget_source);
+    } else {
+      auto p = io::find_gpu(*l.gpu);
+      if (!p) {
+        Error e = p.error();
+        e.where = l.gpu_where;
+        return invalid(e);
+      }
+      gpu = gpu_target(*p);
     }
-    capacity = *c;
-    r.budget_source = inputs->loaded->gpu_where.to_string();
+  } else {
+    if (!gpus.detected) gpus.detected = resolve_gpu(o.budget, /*detect_by_default=*/true);
+    if (!*gpus.detected) {
+      r.status = Status::kNoBudget;
+      r.message = "no GPU to check against: " + gpus.detected->error().message +
+                  "; give --gpu NAME or --gpu-memory SIZE, or name it in the config with # memplan: gpu=NAME";
+      return r;
+    }
+    gpu = **gpus.detected;
+    r.budget_source = "detected";
   }
-  if (!capacity) {
-    r.status = Status::kNoBudget;
-    r.message = "no GPU memory to check against; give --gpu-memory SIZE, or name it in the config with "
-                "# memplan: gpu-memory=SIZE";
-    return r;
+  r.gpu = gpu->description;
+  io::ResolvedInputs& in = inputs->resolved;
+  const std::size_t warnings_before = in.warnings.size();
+  auto budget = budget_for(*gpu, o.budget, in.config, &in);
+  if (!budget) {
+    Error e = budget.error();
+    if (inputs->loaded && !gpus.flag && r.budget_source != "detected") e.where = inputs->loaded->gpu_where;
+    return invalid(e);
   }
-  auto est = estimate(inputs->resolved.model, inputs->resolved.config);
+  r.notes = in.notes;
+  for (std::size_t i = warnings_before; i < in.warnings.size(); ++i) r.notes.push_back(in.warnings[i]);
+  auto est = estimate(in.model, in.config);
   if (!est) return invalid(est.error());
-  const Budget budget = make_budget(*capacity);
-  r.capacity = *capacity;
-  r.budget = budget.budget();
-  r.figure = compared_figure(*est);
-  r.utilization = capacity->count() > 0 ? static_cast<double>(r.figure.count()) / static_cast<double>(capacity->count())
-                                        : INFINITY;
-  const std::string pct = fmt::format("{:.1f}% of {}", 100 * r.utilization, gib(*capacity));
-  if (r.figure > r.budget) {
+  r.budget = *budget;
+  r.figure = est->peak;
+  const Bytes capacity = budget->capacity;
+  const Bytes limit = budget->budget();
+  r.utilization = capacity.count() > 0 ? static_cast<double>(r.figure.count()) / static_cast<double>(capacity.count())
+                                       : INFINITY;
+  const std::string pct = fmt::format("{:.1f}% of {}", 100 * r.utilization, gib(capacity));
+  if (r.figure > limit) {
     r.status = Status::kDoesNotFit;
-    r.message = fmt::format("does not fit: predicted {} > budget {} ({})", gib(r.figure), gib(r.budget), pct);
+    r.message = fmt::format("does not fit: predicted {} > budget {} ({})", gib(r.figure), gib(limit), pct);
   } else if (o.max_utilization > 0 && 100 * r.utilization > o.max_utilization) {
     r.status = Status::kAboveMax;
     r.message = fmt::format("fits, but above --max-utilization {:g}%: predicted {} <= budget {} ({})",
-                            o.max_utilization, gib(r.figure), gib(r.budget), pct);
+                            o.max_utilization, gib(r.figure), gib(limit), pct);
   } else {
     r.status = Status::kFits;
-    r.message = fmt::format("fits: predicted {} <= budget {} ({})", gib(r.figure), gib(r.budget), pct);
+    r.message = fmt::format("fits: predicted {} <= budget {} ({})", gib(r.figure), gib(limit), pct);
   }
   return r;
 }
@@ -163,7 +169,7 @@ std::string summary(const std::vector<FileResult>& results, double max_util) {
   if (max_util > 0) s += fmt::format(", {} above {:g}%", n[1], max_util);
   s += fmt::format(", {} invalid", n[3]);
   if (n[4] > 0) s += fmt::format(", {} without a GPU to check against", n[4]);
-  return s + fmt::format(" (budget: GPU memory minus a {:g}% safety margin)\n", 100 * kCheckDefaultSafetyMarginFraction);
+  return s + " (predicted peak vs. GPU memory less the safety margin and headroom)\n";
 }
 
 std::string render_text(const std::vector<FileResult>& results, double max_util) {
@@ -173,6 +179,7 @@ std::string render_text(const std::vector<FileResult>& results, double max_util)
                        r.status == Status::kInvalid ? "invalid: " : r.status == Status::kNoBudget ? "error: " : "",
                        r.message);
     for (const auto& w : r.warnings) out += "  warning: " + w.to_string() + "\n";
+    for (const auto& n : r.notes) out += "  note: " + n + "\n";
   }
   return out + summary(results, max_util);
 }
@@ -244,10 +251,14 @@ std::string render_json(const std::vector<FileResult>& results, double max_util)
     if (r.status != Status::kInvalid && r.status != Status::kNoBudget) {
       j["location"] = r.where.to_string();
       j["peak_bytes"] = r.figure.count();
-      j["budget_bytes"] = r.budget.count();
-      j["capacity_bytes"] = r.capacity.count();
+      j["budget_bytes"] = r.budget.budget().count();
+      j["capacity_bytes"] = r.budget.capacity.count();
+      j["safety_margin_bytes"] = r.budget.safety_margin.count();
+      j["headroom_bytes"] = r.budget.headroom.count();
       j["utilization"] = r.utilization;
+      j["gpu"] = r.gpu;
       j["budget_source"] = r.budget_source;
+      j["notes"] = r.notes;
     } else {
       j["location"] = r.where.to_string();
     }
@@ -256,7 +267,6 @@ std::string render_json(const std::vector<FileResult>& results, double max_util)
   }
   json j = {{"schema", report::kSchema},
             {"command", "check"},
-            {"safety_margin_fraction", kCheckDefaultSafetyMarginFraction},
             {"max_utilization", max_util > 0 ? json(max_util) : json(nullptr)},
             {"results", items},
             {"summary",
@@ -279,8 +289,7 @@ Command register_check(CLI::App& root) {
   sub->add_option("files", opts->files, "Training configs to check (--config files are layered under each)")
       ->required();
   add_training_flags(*sub, opts->flags);
-  sub->add_option("--gpu-memory", opts->gpu_memory, "GPU memory to check against: 24GB, 80GiB (default: named in the "
-                                                    "config with # memplan: gpu-memory=SIZE)");
+  add_gpu_flags(*sub, opts->budget);
   sub->add_option("--max-utilization", opts->max_utilization,
                   "Also fail configs that fit but use more than PCT% of the GPU memory");
   sub->add_option("--format", opts->format, "text (default), json, github (GitHub Actions annotations)");
@@ -299,17 +308,27 @@ Command register_check(CLI::App& root) {
               return usage(make_error(ErrorCode::kInvalidArgument,
                                       fmt::format("--max-utilization = {:g} must be a percentage between 0 and 100",
                                                   opts->max_utilization)));
-            std::optional<Bytes> capacity;
-            if (!opts->gpu_memory.empty()) {
-              auto size = parse_size(opts->gpu_memory);
-              if (!size) {
-                Error e = size.error();
-                e.message = "--gpu-memory: " + e.message;
-                return usage(e);
+            // --gpu / --gpu-memory / --auto: one GPU for every file. Bad values are usage errors.
+            GpuSource gpus;
+            if (opts->budget.auto_detect) {
+              gpus.detected = resolve_gpu(opts->budget);
+              if (!*gpus.detected && gpus.detected->error().code != ErrorCode::kNoGpu)
+                return usage(gpus.detected->error());
+              if (*gpus.detected) {
+                gpus.flag = **gpus.detected;
+                gpus.flag_text = "--auto";
               }
-              if (size->count() <= 0)
-                return usage(make_error(ErrorCode::kInvalidArgument, "--gpu-memory must be more than 0"));
-              capacity = *size;
+            } else {
+              auto g = resolve_gpu(opts->budget);
+              if (!g) return usage(g.error());
+              gpus.flag = *g;
+              if (*g) gpus.flag_text = opts->budget.gpu.empty() ? "--gpu-memory " + opts->budget.gpu_memory
+                                                                : "--gpu " + opts->budget.gpu;
+            }
+            if (gpus.flag) {
+              // The margin and headroom flags are checked once, not once per file.
+              auto b = budget_for(*gpus.flag, opts->budget, TrainingConfig{});
+              if (!b) return usage(b.error());
             }
             if (opts->flags.show_config) {
               for (const auto& f : opts->files) {
@@ -320,7 +339,7 @@ Command register_check(CLI::App& root) {
               return kExitOk;
             }
             std::vector<FileResult> results;
-            for (const auto& f : opts->files) results.push_back(check_one(*opts, f, capacity));
+            for (const auto& f : opts->files) results.push_back(check_one(*opts, f, gpus));
             switch (*format) {
               case report::Format::kJson: ctx.out << render_json(results, opts->max_utilization); break;
               case report::Format::kGithub: ctx.out << render_github(results, opts->max_utilization); break;

@@ -28,7 +28,7 @@ Error flag_error(const std::string& flag, Error e) {
 
 }  // namespace
 
-void add_budget_flags(CLI::App& app, BudgetFlags& f) {
+void add_gpu_flags(CLI::App& app, BudgetFlags& f) {
   f.app = &app;
   app.add_option("--gpu", f.gpu, "GPU by name or alias: h100-sxm, a100-80gb, rtx-4090, dgx-spark (memplan gpus)")
       ->group("Budget");
@@ -42,34 +42,47 @@ void add_budget_flags(CLI::App& app, BudgetFlags& f) {
       ->group("Budget");
   app.add_option("--headroom", f.headroom, "Memory kept free for other processes or the OS (default 0)")
       ->group("Budget");
+}
+
+void add_budget_flags(CLI::App& app, BudgetFlags& f) {
+  add_gpu_flags(app, f);
   app.add_option("--target-global-batch", f.target_global_batch,
                  "Global batch to keep (micro-batch x grad-accum x data-parallel GPUs); default: the config's, "
                  "when --batch or --grad-accum is given")
       ->group("Budget");
 }
 
+GpuTarget gpu_target(const GpuProfile& p) {
+  GpuTarget t;
+  t.capacity = p.memory;
+  t.profile = p;
+  t.description = fmt::format("{} ({:.2f} GiB)", p.display_name.empty() ? p.name : p.display_name, p.memory.as_gib());
+  return t;
+}
+
+GpuTarget gpu_target(Bytes capacity, const std::string& source) {
+  GpuTarget t;
+  t.capacity = capacity;
+  t.description = fmt::format("{:.2f} GiB of GPU memory ({})", capacity.as_gib(), source);
+  return t;
+}
+
 Result<std::optional<GpuTarget>> resolve_gpu(const BudgetFlags& f, bool detect_by_default) {
   const int named = (given(f, "--gpu") ? 1 : 0) + (given(f, "--gpu-memory") ? 1 : 0) + (f.auto_detect ? 1 : 0);
   if (named > 1)
     return make_error(ErrorCode::kConflict, "--gpu, --gpu-memory and --auto are alternatives", "give one of them");
-  GpuTarget t;
   if (given(f, "--gpu")) {
     auto p = io::find_gpu(f.gpu);
     if (!p) return flag_error("--gpu", p.error());
-    t.capacity = p->memory;
-    t.profile = *p;
-    t.description = fmt::format("{} ({:.2f} GiB)", p->display_name.empty() ? p->name : p->display_name,
-                                p->memory.as_gib());
-    return std::optional<GpuTarget>(t);
+    return std::optional<GpuTarget>(gpu_target(*p));
   }
   if (given(f, "--gpu-memory")) {
     auto c = parse_size(f.gpu_memory);
     if (!c) return flag_error("--gpu-memory", c.error());
-    t.capacity = *c;
-    t.description = fmt::format("{:.2f} GiB of GPU memory (--gpu-memory)", c->as_gib());
-    return std::optional<GpuTarget>(t);
+    return std::optional<GpuTarget>(gpu_target(*c, "--gpu-memory"));
   }
   if (!f.auto_detect && !detect_by_default) return std::optional<GpuTarget>();
+  GpuTarget t;
   auto probe = io::SystemProbe::from_process();
   auto sys = io::detect_gpus(*probe);
   if (!sys) return sys.error();

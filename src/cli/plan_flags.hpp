@@ -32,6 +32,9 @@ struct BudgetFlags {
   CLI::App* app = nullptr;
 };
 
+// --gpu, --auto, --gpu-memory, --safety-margin, --headroom (memplan check).
+void add_gpu_flags(CLI::App& app, BudgetFlags& flags);
+// The GPU flags and --target-global-batch (plan, sweep, auto).
 void add_budget_flags(CLI::App& app, BudgetFlags& flags);
 
 // The GPU a budget is for: a profile (--gpu), a bare size (--gpu-memory) or what detection
@@ -43,6 +46,9 @@ struct GpuTarget {
   std::optional<Budget> detected;  // detection's budget shape (free memory, unified reserve)
   std::string description;
 };
+
+GpuTarget gpu_target(const GpuProfile& profile);
+GpuTarget gpu_target(Bytes capacity, const std::string& source);  // source: "--gpu-memory", "x.yaml:1"
 
 // --gpu NAME, else --gpu-memory SIZE, else detection when --auto (or `detect_by_default`).
 // nullopt when nothing names a GPU and detection is off.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
+#include "cli_harness.hpp"
 #include "cli/training_flags.hpp"
 #include "io/config_loader.hpp"
 #include "memplan/engine.hpp"
@@ -61,7 +62,7 @@ const char* kTooBig =
     "bf16: true\n"
     "gradient_checkpointing: true\n"
     "lora_rnak: 8\n"
-    "# memplan: gpu-memory=1GiB\n";
+    "# memplan: gpu-memory=4GiB\n";
 const char* kBroken = "model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: [1, 2\n";
 const char* kBadValue = "model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: four\n";
 const char* kNoBudget = "model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: 1\nbf16: true\n"
@@ -77,12 +78,11 @@ Bytes predicted(const std::string& file) {
   REQUIRE(in.has_value());
   auto e = estimate(in->model, in->config);
   REQUIRE(e.has_value());
-  return e->total;
+  return e->peak;
 }
 
-Bytes budget_of(Bytes capacity) {
-  return capacity - Bytes::of(static_cast<std::int64_t>(std::llround(static_cast<double>(capacity.count()) * 0.05)));
-}
+// plan's default: GPU memory less 1 GiB and 5% of it.
+Bytes budget_of(Bytes capacity) { return capacity - Bytes::gib(1) - Bytes::of(capacity.count() / 20); }
 
 std::string pct(Bytes figure, Bytes capacity) {
   return fmt::format("{:.1f}%", 100.0 * static_cast<double>(figure.count()) / static_cast<double>(capacity.count()));
@@ -96,7 +96,7 @@ TEST_CASE("check: one line per file, warnings under it, a summary; invalid files
   const std::string big = d.write("big.yaml", kTooBig);
   const std::string broken = d.write("broken.yaml", kBroken);
   const std::string bad = d.write("bad.yaml", kBadValue);
-  const Bytes tb = Bytes::of(1'000'000'000'000'000), gib1 = Bytes::gib(1);
+  const Bytes tb = Bytes::of(1'000'000'000'000'000), gib4 = Bytes::gib(4);
   const Bytes pf = predicted(fits), pb = predicted(big);
 
   Run r = run_cli({"check", fits, big, broken, bad});
@@ -105,12 +105,12 @@ TEST_CASE("check: one line per file, warnings under it, a summary; invalid files
   const std::string expected =
       fmt::format("{}:3: fits: predicted {:.2f} GiB <= budget {:.2f} GiB ({} of {:.2f} GiB)\n", fits, pf.as_gib(),
                   budget_of(tb).as_gib(), pct(pf, tb), tb.as_gib()) +
-      fmt::format("{}:2: does not fit: predicted {:.2f} GiB > budget {:.2f} GiB ({} of 1.00 GiB)\n", big, pb.as_gib(),
-                  budget_of(gib1).as_gib(), pct(pb, gib1)) +
+      fmt::format("{}:2: does not fit: predicted {:.2f} GiB > budget {:.2f} GiB ({} of 4.00 GiB)\n", big, pb.as_gib(),
+                  budget_of(gib4).as_gib(), pct(pb, gib4)) +
       fmt::format("  warning: {}:5: unknown key 'lora_rnak'; did you mean 'lora_r'?\n", big) +
       fmt::format("{}:3: invalid: invalid YAML: end of sequence flow not found\n", broken) +
       fmt::format("{}:2: invalid: per_device_train_batch_size must be an integer, got \"four\"\n", bad) +
-      "checked 4 configs: 1 fits, 1 does not fit, 2 invalid (budget: GPU memory minus a 5% safety margin)\n";
+      "checked 4 configs: 1 fits, 1 does not fit, 2 invalid (predicted peak vs. GPU memory less the safety margin and headroom)\n";
   CHECK(r.out == expected);
 
   CHECK(run_cli({"check", fits, big}).rc == 1);
@@ -122,7 +122,7 @@ TEST_CASE("check: one line per file, warnings under it, a summary; invalid files
 TEST_CASE("check: --gpu-memory overrides the config's, an unknown model is invalid at its line") {
   Dir d;
   const std::string fits = d.write("fits.yaml", kFits);
-  Run r = run_cli({"check", fits, "--gpu-memory", "1GiB"});
+  Run r = run_cli({"check", fits, "--gpu-memory", "4GiB"});
   CHECK(r.rc == 1);
   CHECK(r.out.find(fits + ":3: does not fit: ") == 0);
   const std::string unknown =
@@ -142,8 +142,8 @@ TEST_CASE("check: --max-utilization turns a config that fits but is too full int
   CHECK(r.rc == 1);
   CHECK(r.out == fmt::format("{}:3: fits, but above --max-utilization 1e-06%: predicted {:.2f} GiB <= budget {:.2f} "
                              "GiB ({} of {:.2f} GiB)\n"
-                             "checked 1 config: 0 fit, 0 do not fit, 1 above 1e-06%, 0 invalid (budget: GPU memory "
-                             "minus a 5% safety margin)\n",
+                             "checked 1 config: 0 fit, 0 do not fit, 1 above 1e-06%, 0 invalid (predicted peak vs. "
+                             "GPU memory less the safety margin and headroom)\n",
                              fits, pf.as_gib(), budget_of(tb).as_gib(), pct(pf, tb), tb.as_gib()));
   CHECK(run_cli({"check", fits, "--max-utilization", "95"}).rc == 0);
 }
@@ -151,12 +151,15 @@ TEST_CASE("check: --max-utilization turns a config that fits but is too full int
 TEST_CASE("check: usage errors have their own exit codes") {
   Dir d;
   const std::string nobudget = d.write("n.yaml", kNoBudget);
+  memplan::testing::StandInMachine no_gpu(std::nullopt);
   Run r = run_cli({"check", nobudget});
   CHECK(r.rc == 64);
-  CHECK(r.out == nobudget + ":2: error: no GPU memory to check against; give --gpu-memory SIZE, or name it in the "
-                            "config with # memplan: gpu-memory=SIZE\n"
+  CHECK(r.out == nobudget + ":2: error: no GPU to check against: no GPU found (NVML skipped: "
+                            "MEMPLAN_NVIDIA_SMI=/nonexistent/nvidia-smi; /nonexistent/nvidia-smi: not found; "
+                            "/nonexistent/rocm-smi: not found); give --gpu NAME or --gpu-memory SIZE, or name it in "
+                            "the config with # memplan: gpu=NAME\n"
                             "checked 1 config: 0 fit, 0 do not fit, 0 invalid, 1 without a GPU to check against "
-                            "(budget: GPU memory minus a 5% safety margin)\n");
+                            "(predicted peak vs. GPU memory less the safety margin and headroom)\n");
   Run pct = run_cli({"check", nobudget, "--max-utilization", "150"});
   CHECK(pct.rc == 64);
   CHECK(pct.err == "memplan: error: --max-utilization = 150 must be a percentage between 0 and 100\n");
@@ -188,7 +191,7 @@ TEST_CASE("check --format json") {
   CHECK(j["results"][0]["capacity_bytes"] == 1'000'000'000'000'000);
   CHECK(j["results"][0]["budget_source"] == fits + ":1");
   CHECK(j["results"][1]["status"] == "does_not_fit");
-  CHECK(j["results"][1]["budget_bytes"] == budget_of(Bytes::gib(1)).count());
+  CHECK(j["results"][1]["budget_bytes"] == budget_of(Bytes::gib(4)).count());
   CHECK(j["results"][1]["warnings"][0]["line"] == 5);
   CHECK(j["results"][1]["warnings"][0]["message"] == "unknown key 'lora_rnak'");
   CHECK(j["results"][1]["warnings"][0]["suggestion"] == "did you mean 'lora_r'?");
@@ -205,7 +208,7 @@ TEST_CASE("check --format github: annotations at the batch-size line, escaped") 
   const std::string fits = d.write("fits.yaml", kFits);
   const std::string big = d.write("big.yaml", kTooBig);
   const std::string broken = d.write("broken.yaml", kBroken);
-  const Bytes tb = Bytes::of(1'000'000'000'000'000), gib1 = Bytes::gib(1);
+  const Bytes tb = Bytes::of(1'000'000'000'000'000), gib4 = Bytes::gib(4);
   const Bytes pf = predicted(fits), pb = predicted(big);
   Run r = run_cli({"check", fits, big, broken, "--format", "github"});
   CHECK(r.rc == 2);
@@ -215,12 +218,12 @@ TEST_CASE("check --format github: annotations at the batch-size line, escaped") 
             fmt::format("::warning file={},line=5,title=memplan::unknown key 'lora_rnak'; did you mean 'lora_r'?\n",
                         big) +
             fmt::format("::error file={},line=2,title=memplan%3A does not fit::does not fit: predicted {:.2f} GiB > "
-                        "budget {:.2f} GiB ({}%25 of 1.00 GiB)\n",
-                        big, pb.as_gib(), budget_of(gib1).as_gib(), pct(pb, gib1).substr(0, pct(pb, gib1).size() - 1)) +
+                        "budget {:.2f} GiB ({}%25 of 4.00 GiB)\n",
+                        big, pb.as_gib(), budget_of(gib4).as_gib(), pct(pb, gib4).substr(0, pct(pb, gib4).size() - 1)) +
             fmt::format("::error file={},line=3,title=memplan%3A invalid config::invalid YAML: end of sequence flow "
                         "not found\n",
                         broken) +
-            "checked 3 configs: 1 fits, 1 does not fit, 1 invalid (budget: GPU memory minus a 5% safety margin)\n");
+            "checked 3 configs: 1 fits, 1 does not fit, 1 invalid (predicted peak vs. GPU memory less the safety margin and headroom)\n");
 }
 
 TEST_CASE("check: --config files are layered under each FILE (a main config and its stages)") {
@@ -238,4 +241,45 @@ TEST_CASE("check: --config files are layered under each FILE (a main config and 
   CHECK(r.out.find("\n" + main + ":5: fits: ") != std::string::npos);  // stage 02 keeps the main file's
   CHECK(r.out.find("  warning: " + s2 + ":2: unknown key 'data_loader.batch_sise'; did you mean "
                    "'data_loader.batch_size'?\n") != std::string::npos);
+}
+
+TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or detection") {
+  Dir d;
+  const std::string small = "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 1\nbf16: true\n";
+  const std::string named = d.write("named.yaml", "# memplan: gpu=h100-sxm\n" + small);
+  const std::string typo = d.write("typo.yaml", small + "# memplan: gpu=h100-sxn\n");
+  const std::string plain = d.write("plain.yaml", small);
+  const std::int64_t h100 = 81559LL * 1048576;  // the h100-sxm profile, as nvidia-smi reports it
+
+  Run r = run_cli({"check", named, typo, "--format", "json"});
+  CHECK(r.rc == 2);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["results"][0]["status"] == "fits");
+  CHECK(j["results"][0]["capacity_bytes"] == h100);
+  CHECK(j["results"][0]["safety_margin_bytes"] == 1073741824 + h100 / 20);
+  CHECK(j["results"][0]["budget_source"] == named + ":1");
+  CHECK(j["results"][0]["gpu"] == "NVIDIA H100 80GB HBM3 (79.65 GiB)");
+  CHECK(j["results"][0]["peak_bytes"] == predicted(named).count());
+  CHECK(j["results"][1]["status"] == "invalid");
+  CHECK(j["results"][1]["location"] == typo + ":4");
+  CHECK(j["results"][1]["message"] == "unknown GPU 'h100-sxn'; did you mean 'h100-sxm'?");
+
+  // --gpu wins over the file's comment and is checked once, as a usage error.
+  Run t4 = run_cli({"check", named, "--gpu", "t4", "--format", "json"});
+  auto jt = nlohmann::json::parse(t4.out);
+  CHECK(jt["results"][0]["budget_source"] == "--gpu t4");
+  CHECK(jt["results"][0]["capacity_bytes"] == 15360LL * 1048576);
+  CHECK(jt["results"][0]["notes"][0].get<std::string>().rfind("Tesla T4 (t4) has no hardware bf16", 0) == 0);
+  Run bad = run_cli({"check", named, "--gpu", "t5"});
+  CHECK(bad.rc == 64);
+  CHECK(bad.err == "memplan: error: --gpu: unknown GPU 't5'; did you mean 't4'?\n");
+
+  // A file that names no GPU is checked on the one detected (here the stand-in's idle H100).
+  memplan::testing::StandInMachine machine("nvidia-smi-h100.csv");
+  Run det = run_cli({"check", plain, "--format", "json"});
+  CHECK(det.rc == 0);
+  auto jd = nlohmann::json::parse(det.out);
+  CHECK(jd["results"][0]["budget_source"] == "detected");
+  CHECK(jd["results"][0]["capacity_bytes"] == 81080LL * 1048576);  // free memory
+  CHECK(jd["results"][0]["budget_bytes"] == 81080LL * 1048576 - 1073741824 - h100 / 20);
 }
