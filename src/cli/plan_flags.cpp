@@ -98,13 +98,17 @@ Result<std::optional<GpuTarget>> resolve_gpu(const BudgetFlags& f, bool detect_b
 
 Result<Budget> budget_for(const GpuTarget& gpu, const BudgetFlags& f, const TrainingConfig& c,
                           io::ResolvedInputs* in) {
+  // Capacity and default headroom: what detection measured (free memory, a unified GPU's OS
+  // share), else the profile's (its system reserve), else the bare size.
   Bytes capacity = gpu.capacity;
   Bytes headroom;
   if (gpu.detected) {
     capacity = gpu.detected->capacity;
     headroom = gpu.detected->headroom;
-  } else if (gpu.profile && gpu.profile->unified) {
-    headroom = gpu.profile->system_reserve;  // the OS and other processes share this memory
+  } else if (gpu.profile) {
+    const Budget shape = io::profile_budget(*gpu.profile, Bytes::zero());
+    capacity = shape.capacity;
+    headroom = shape.headroom;
   }
   if (given(f, "--headroom")) {
     auto h = parse_size(f.headroom);
