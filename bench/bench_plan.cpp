@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "cli/allocator.hpp"
 #include "memplan/engine.hpp"
 #include "memplan/plan.hpp"
 
@@ -92,6 +93,43 @@ void BM_PlanNothingFits(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanNothingFits)->Unit(benchmark::kMicrosecond);
 
+// The example config users start from (configs/examples/hf-trl-sft-lora.yaml): LoRA on every
+// linear layer, gradient checkpointing, bf16. Adapters and recomputation make the simulated
+// program several times longer than plain SFT's.
+TrainingConfig lora_checkpointed() {
+  TrainingConfig c = bf16_sft();
+  c.lora.enabled = true;
+  c.lora.all_linear = true;
+  c.gradient_checkpointing = true;
+  c.optim.kind = OptimizerKind::kAdamWTorchFused;
+  return c;
+}
+
+void BM_EstimatorCreateLora(benchmark::State& state) {
+  const ModelSpec m = llama31_8b();
+  const TrainingConfig c = lora_checkpointed();
+  for (auto _ : state) {
+    auto e = Estimator::create(m, c);
+    if (!e) std::abort();
+    benchmark::DoNotOptimize(e);
+  }
+}
+BENCHMARK(BM_EstimatorCreateLora)->Unit(benchmark::kMicrosecond);
+
+void BM_PlanLora(benchmark::State& state) {
+  const ModelSpec m = llama31_8b();
+  const TrainingConfig c = lora_checkpointed();
+  PlanRequest req;
+  req.budget = budget(80);
+  req.target_global_batch = 32;
+  for (auto _ : state) {
+    auto p = plan(m, c, req);
+    if (!p) std::abort();
+    benchmark::DoNotOptimize(p);
+  }
+}
+BENCHMARK(BM_PlanLora)->Unit(benchmark::kMicrosecond);
+
 void BM_SolveSeqLen(benchmark::State& state) {
   const ModelSpec m = llama31_8b();
   const TrainingConfig c = bf16_sft();
@@ -124,4 +162,13 @@ BENCHMARK(BM_Sweep100k)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// The allocator settings of the memplan process (src/main.cpp), so these numbers are the ones a
+// run of the command sees.
+int main(int argc, char** argv) {
+  memplan::cli::tune_allocator();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

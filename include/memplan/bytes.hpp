@@ -19,10 +19,27 @@ class SizeOverflow : public std::overflow_error {
   using std::overflow_error::overflow_error;
 };
 
-// Checked 64-bit integer helpers (bloaty's CheckedAdd/CheckedMul).
-std::int64_t checked_add(std::int64_t a, std::int64_t b);
-std::int64_t checked_sub(std::int64_t a, std::int64_t b);
-std::int64_t checked_mul(std::int64_t a, std::int64_t b);
+// Checked 64-bit integer helpers (bloaty's CheckedAdd/CheckedMul). Inline: the engine's
+// polynomial arithmetic calls them millions of times per plan; the throw stays out of line.
+[[noreturn]] void throw_size_overflow(const char* what);
+
+inline std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) [[unlikely]] throw_size_overflow("size arithmetic overflow (add)");
+  return r;
+}
+
+inline std::int64_t checked_sub(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) [[unlikely]] throw_size_overflow("size arithmetic overflow (subtract)");
+  return r;
+}
+
+inline std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]] throw_size_overflow("size arithmetic overflow (multiply)");
+  return r;
+}
 
 class Bytes {
  public:

@@ -37,6 +37,8 @@ struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdamWTorch;  // HF TrainingArguments default
   // --optim-args K=V pairs as given (momentum=0.9, foreach=false, amsgrad=true, centered=true...).
   std::map<std::string, std::string> args;
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct LoraConfig {
@@ -47,6 +49,8 @@ struct LoraConfig {
   std::vector<std::string> target_modules;  // empty: PEFT's default for the model type
   bool all_linear = false;                  // "all-linear": every Linear in the layers
   std::vector<std::string> modules_to_save; // e.g. embed_tokens, lm_head: trained in full
+
+  bool operator==(const LoraConfig&) const = default;
 };
 
 struct QuantConfig {
@@ -55,6 +59,8 @@ struct QuantConfig {
   std::string quant_type = "nf4";           // bnb_4bit_quant_type: nf4 | fp4 (same storage)
   bool double_quant = false;                // bnb_4bit_use_double_quant (TRL: use_bnb_nested_quant)
   std::optional<DType> compute_dtype;       // bnb_4bit_compute_dtype; default: torch_dtype
+
+  bool operator==(const QuantConfig&) const = default;
 };
 
 enum class RefModel {
@@ -68,6 +74,8 @@ struct DpoConfig {
   bool precompute_ref_log_probs = false;    // reference log-probs computed before training
   bool concatenated_forward = true;         // chosen+rejected in one batch of 2x sequences
   std::int64_t max_prompt_length = 0;       // informational; seq_len is the full pair length
+
+  bool operator==(const DpoConfig&) const = default;
 };
 
 enum class VllmMode { kNone, kColocate, kServer };
@@ -80,6 +88,8 @@ struct GrpoConfig {
   double temperature = 1.0;
   VllmMode vllm = VllmMode::kNone;          // --use-vllm with --vllm-mode colocate|server
   double vllm_gpu_memory_utilization = 0.3; // colocate: fraction of the GPU vLLM reserves
+
+  bool operator==(const GrpoConfig&) const = default;
 };
 
 enum class ShardingStrategy { kNone, kZero1, kZero2, kZero3, kFsdpFullShard, kFsdpShardGradOp, kFsdpHybridShard };
@@ -94,6 +104,8 @@ struct ParallelConfig {
 
   int world_size() const { return num_gpus * nodes; }
   int data_parallel_size() const { return world_size() / (tensor_parallel > 0 ? tensor_parallel : 1); }
+
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 struct TrainingConfig {
@@ -126,6 +138,8 @@ struct TrainingConfig {
   AttnImpl attn_impl() const {
     return attn ? *attn : (device == Device::kCuda ? AttnImpl::kSdpa : AttnImpl::kEager);
   }
+
+  bool operator==(const TrainingConfig&) const = default;
 };
 
 // Parsers for the names users write. Errors quote the value and suggest the nearest name.

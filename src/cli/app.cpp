@@ -1,14 +1,19 @@
 #include "cli/app.hpp"
 
+#include <algorithm>
 #include <exception>
+#include <iterator>
+#include <utility>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
+#include "memplan/text.hpp"
 
 namespace memplan::cli {
 
@@ -23,24 +28,29 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
                  "memplan"};
     app.set_version_flag("--version", kVersion);
     app.require_subcommand(0, 1);
-    std::vector<Command> commands;
-    commands.push_back(register_estimate(app));
-    commands.push_back(register_plan(app));
-    commands.push_back(register_sweep(app));
-    commands.push_back(register_check(app));
-    commands.push_back(register_models(app));
-    commands.push_back(register_gpus(app));
-    commands.push_back(register_preflight(app));
-    commands.push_back(register_auto(app));
-    app.footer("Run `memplan --auto` (or `memplan auto`) before training: it detects the GPU, reads the training\n"
-               "config (--config FILE, or train.yaml / config.yaml / conf/config.yaml here) and prints the\n"
-               "memory breakdown with the recommended micro-batch and grad-accum; --apply writes them back.");
-
     std::vector<std::string> argv = args;
     if (is_top_level_auto(argv)) {
       std::erase(argv, std::string("--auto"));
       argv.insert(argv.begin(), "auto");
     }
+    // Registering a subcommand builds all its options (CLI11 checks every name against every
+    // other), a third of a short run's time; when the first argument names a subcommand, only
+    // that one is needed. Help and errors without one see them all.
+    using Register = Command (*)(CLI::App&);
+    static constexpr std::pair<const char*, Register> kCommands[] = {
+        {"estimate", register_estimate}, {"plan", register_plan},   {"sweep", register_sweep},
+        {"check", register_check},       {"models", register_models}, {"gpus", register_gpus},
+        {"preflight", register_preflight}, {"auto", register_auto},
+    };
+    const bool named = !argv.empty() && std::any_of(std::begin(kCommands), std::end(kCommands),
+                                                    [&](const auto& c) { return argv[0] == c.first; });
+    std::vector<Command> commands;
+    for (const auto& [name, reg] : kCommands)
+      if (!named || argv[0] == name) commands.push_back(reg(app));
+    app.footer("Run `memplan --auto` (or `memplan auto`) before training: it detects the GPU, reads the training\n"
+               "config (--config FILE, or train.yaml / config.yaml / conf/config.yaml here) and prints the\n"
+               "memory breakdown with the recommended micro-batch and grad-accum; --apply writes them back.");
+
     std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 consumes from the back
     try {
       app.parse(reversed);
@@ -54,7 +64,16 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       out << kVersion << "\n";
       return kExitOk;
     } catch (const CLI::ParseError& e) {
-      err << "memplan: error: " << e.what() << "\n";
+      if (!named && !argv.empty() && !argv[0].empty() && argv[0][0] != '-') {
+        // A first word that is no subcommand is most likely a misspelled one.
+        std::vector<std::string> names;
+        for (const auto& c : kCommands) names.emplace_back(c.first);
+        const std::string hint = did_you_mean(argv[0], names);
+        err << "memplan: error: unknown command '" << argv[0] << "'"
+            << (hint.empty() ? fmt::format("; the commands are {}", fmt::join(names, ", ")) : "; " + hint) << "\n";
+      } else {
+        err << "memplan: error: " << e.what() << "\n";
+      }
       err << "Run with --help for more information.\n";
       return e.get_exit_code();
     }

@@ -6,23 +6,7 @@
 
 namespace memplan {
 
-std::int64_t checked_add(std::int64_t a, std::int64_t b) {
-  std::int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) throw SizeOverflow("size arithmetic overflow (add)");
-  return r;
-}
-
-std::int64_t checked_sub(std::int64_t a, std::int64_t b) {
-  std::int64_t r;
-  if (__builtin_sub_overflow(a, b, &r)) throw SizeOverflow("size arithmetic overflow (subtract)");
-  return r;
-}
-
-std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
-  std::int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) throw SizeOverflow("size arithmetic overflow (multiply)");
-  return r;
-}
+void throw_size_overflow(const char* what) { throw SizeOverflow(what); }
 
 namespace {
 Bytes from_units(double n, double unit) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -69,7 +70,10 @@ Poly total(const CatVec& v) {
 struct Candidate {
   int segment = 0;
   Poly total;
-  CatVec cats;
+  // The categories, built only for the candidates that survive pruning (most do not; keeping
+  // them out of line keeps the candidate list small). Shared: the b = 1 and b >= 2 lists may
+  // be the same.
+  std::shared_ptr<const CatVec> cats;
   // Until materialize(): cats = base + c + m * (d - c), from the two reduced timelines.
   const CatVec* c = nullptr;
   const CatVec* d = nullptr;
@@ -195,7 +199,8 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   if (r4 == nullptr || m == 0) {
     for (const auto& e : r3.events) push(e.segment, e, nullptr, nullptr);
     sim::Event end{kSegOptimizer, 0, total(r3.end_of_step), r3.end_of_step};
-    out.push_back({kSegOptimizer, end.total + base_total + total(opt_extra), add(add(end.cats, base), opt_extra)});
+    out.push_back({kSegOptimizer, end.total + base_total + total(opt_extra),
+                   std::make_shared<const CatVec>(add(add(end.cats, base), opt_extra))});
     return out;
   }
   const Timeline t3 = by_segment(r3), t4 = by_segment(*r4);
@@ -220,18 +225,24 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
     }
   }
   const CatVec end = add(lerp(r3.end_of_step, r4->end_of_step, m), opt_extra);
-  out.push_back({kSegOptimizer, total(end) + base_total, add(end, base)});
+  out.push_back({kSegOptimizer, total(end) + base_total, std::make_shared<const CatVec>(add(end, base))});
   (void)kNoEvent;
   return out;
 }
 
-// Builds a candidate's category vector (base + c + m * (d - c) + extra).
+// Builds a candidate's category vector (base + c + m * (d - c) + extra), in one pass.
 void materialize(Candidate& k, const CatVec& base) {
   if (k.c == nullptr) return;
-  CatVec v = k.d != nullptr && k.m != 0 ? lerp(*k.c, *k.d, k.m) : *k.c;
-  v = add(v, base);
-  if (k.extra != nullptr) v = add(v, *k.extra);
-  k.cats = v;
+  auto v = std::make_shared<CatVec>();
+  const bool lerped = k.d != nullptr && k.m != 0;
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    Poly p = (*k.c)[i];
+    if (lerped) p += ((*k.d)[i] - (*k.c)[i]) * k.m;
+    p += base[i];
+    if (k.extra != nullptr) p += (*k.extra)[i];
+    (*v)[i] = p;
+  }
+  k.cats = std::move(v);
   k.c = k.d = nullptr;
   k.extra = nullptr;
 }
@@ -251,20 +262,23 @@ Candidate generation_candidate(const ModelSpec& m, const TrainingConfig& c, cons
   v[static_cast<int>(Cat::kKvCache)] =
       Poly::mono(sim::kB, checked_mul(checked_mul(per_seq_layer, m.num_layers + 1), spg));
   v[static_cast<int>(Cat::kLogits)] += Poly::mono(sim::kB, checked_mul(m.vocab_size * (act + 4), spg));
-  return {kSegGeneration, total(v), v};
+  return {kSegGeneration, total(v), std::make_shared<const CatVec>(v)};
 }
 
 // Drops candidates another candidate of the same phase dominates coefficient-wise: they can
 // never be a phase's maximum for any (b, s).
 std::vector<Candidate> prune(std::vector<Candidate> in) {
-  std::sort(in.begin(), in.end(), [](const Candidate& a, const Candidate& b) {
-    std::int64_t sa = 0, sb = 0;
-    for (auto v : a.total.c) sa += v;
-    for (auto v : b.total.c) sb += v;
-    return sa > sb;
-  });
+  // Largest coefficient sum first: a dominating candidate then comes before what it dominates.
+  std::vector<std::pair<std::int64_t, std::size_t>> order(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    std::int64_t sum = 0;
+    for (auto v : in[i].total.c) sum += v;
+    order[i] = {sum, i};
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<Candidate> kept;
-  for (auto& c : in) {
+  for (const auto& [sum, i] : order) {
+    Candidate& c = in[i];
     bool dominated = false;
     for (const auto& k : kept)
       if (phase_of(k.segment) == phase_of(c.segment) && k.total.dominates(c.total)) {
@@ -422,8 +436,10 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         // Multi-GPU rules act per category: every candidate needs its categories first.
         for (auto& cand : cands) {
           materialize(cand, base);
-          cand.cats = apply_sharding(impl->shard, cand.cats, cand.segment == kSegOptimizer);
-          cand.total = total(cand.cats);
+          auto sharded = std::make_shared<const CatVec>(
+              apply_sharding(impl->shard, *cand.cats, cand.segment == kSegOptimizer));
+          cand.total = total(*sharded);
+          cand.cats = std::move(sharded);
         }
       }
       auto kept = prune(std::move(cands));
@@ -497,7 +513,7 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
       if (phase_peak[static_cast<std::size_t>(ph)] >= 0 && (!only || phase_peak[static_cast<std::size_t>(ph)] <= best))
         e.phases.push_back({static_cast<Phase>(ph), Bytes::of(phase_peak[static_cast<std::size_t>(ph)])});
     for (int i = 0; i < sim::kNumCats; ++i) {
-      const std::int64_t v = arg->cats[static_cast<std::size_t>(i)].eval(b, s);
+      const std::int64_t v = (*arg->cats)[static_cast<std::size_t>(i)].eval(b, s);
       const std::string name = sim::cat_name(static_cast<Cat>(i));
       if (v != 0) e.components.push_back({name, Bytes::of(v), placement_of(impl_->shard, name), ""});
     }

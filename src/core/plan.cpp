@@ -1,6 +1,7 @@
 #include "memplan/plan.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -245,6 +246,42 @@ namespace {
 enum class Mode { kBatch, kSeqLen };
 
 // Where suggestions are evaluated and what "best after the change" searches for.
+// The estimators of one plan's suggestions. Trying changes revisits the same configs (the
+// search for a GPU count, then the peak and the best micro-batch after the change, then the
+// combination), and an estimator answers for every (b, s), so each config is built once.
+// Keys ignore the micro-batch and sequence length, which only say where to evaluate.
+class EstimatorCache {
+ public:
+  EstimatorCache(const ModelSpec& model, const Estimator* seed) : model_(model) {
+    if (seed != nullptr) entries_.push_back({key(seed->config()), nullptr, seed});
+  }
+
+  Result<const Estimator*> get(const TrainingConfig& c) {
+    const TrainingConfig k = key(c);
+    for (const auto& e : entries_)
+      if (e.config == k) return e.estimator;
+    MEMPLAN_TRY(auto est, Estimator::create(model_, c));
+    auto owned = std::make_unique<Estimator>(std::move(est));
+    const Estimator* p = owned.get();
+    entries_.push_back({k, std::move(owned), p});
+    return p;
+  }
+
+ private:
+  static TrainingConfig key(TrainingConfig c) {
+    c.micro_batch = 1;
+    c.seq_len = 1;
+    return c;
+  }
+  struct Entry {
+    TrainingConfig config;
+    std::unique_ptr<Estimator> owned;
+    const Estimator* estimator = nullptr;
+  };
+  const ModelSpec& model_;
+  std::vector<Entry> entries_;
+};
+
 struct SuggestContext {
   const ModelSpec& model;
   Bytes budget;
@@ -252,6 +289,7 @@ struct SuggestContext {
   std::int64_t micro_batch = 1;  // the evaluated point
   std::int64_t seq_len = 1;
   std::int64_t cap = 1;          // the search cap for `best`
+  EstimatorCache* estimators = nullptr;
 };
 
 struct Change {
@@ -260,19 +298,19 @@ struct Change {
   std::vector<std::string> flags;
 };
 
-Result<Bytes> peak_at(const ModelSpec& model, const TrainingConfig& c, std::int64_t b, std::int64_t s) {
-  MEMPLAN_TRY(auto est, Estimator::create(model, c));
-  return saturating(est.peak_bytes(b, s));
+Result<Bytes> peak_at(const SuggestContext& ctx, const TrainingConfig& c, std::int64_t b, std::int64_t s) {
+  MEMPLAN_TRY(const Estimator* est, ctx.estimators->get(c));
+  return saturating(est->peak_bytes(b, s));
 }
 
 // The largest micro-batch (batch mode) or sequence (seq-len mode) that fits after a change.
 Result<std::int64_t> best_after(const SuggestContext& ctx, const TrainingConfig& c) {
-  MEMPLAN_TRY(auto est, Estimator::create(ctx.model, c));
+  MEMPLAN_TRY(const Estimator* est, ctx.estimators->get(c));
   PeakFn fn;
   if (ctx.mode == Mode::kBatch)
-    fn = [&](std::int64_t b) { return est.peak_bytes(b, c.seq_len); };
+    fn = [&](std::int64_t b) { return est->peak_bytes(b, c.seq_len); };
   else
-    fn = [&](std::int64_t s) { return est.peak_bytes(ctx.micro_batch, s); };
+    fn = [&](std::int64_t s) { return est->peak_bytes(ctx.micro_batch, s); };
   MEMPLAN_TRY(auto r, find_largest_fitting(fn, ctx.budget, ctx.cap));
   return r.largest;
 }
@@ -310,7 +348,7 @@ Result<std::optional<Change>> fewest_gpus(const SuggestContext& ctx, const Chang
   for (int n : counts) {
     Change ch = base;
     if (!set_world(ch.config, n, ch.flags)) continue;
-    auto p = peak_at(ctx.model, ch.config, ctx.micro_batch, ctx.seq_len);
+    auto p = peak_at(ctx, ch.config, ctx.micro_batch, ctx.seq_len);
     if (!p) continue;  // a layout the engine rejects is not a suggestion
     ch.description = fmt::format(fmt::runtime(base.description), n);
     last = std::move(ch);
@@ -359,8 +397,8 @@ Result<std::optional<Change>> make_change(ChangeKind kind, const TrainingConfig&
       return std::optional<Change>(ch);
     case ChangeKind::kShorterSeqLen: {
       if (ctx.mode != Mode::kBatch || c.seq_len <= 1) return std::optional<Change>{};
-      MEMPLAN_TRY(auto est, Estimator::create(ctx.model, c));
-      PeakFn fn = [&](std::int64_t s) { return est.peak_bytes(ctx.micro_batch, s); };
+      MEMPLAN_TRY(const Estimator* est, ctx.estimators->get(c));
+      PeakFn fn = [&](std::int64_t s) { return est->peak_bytes(ctx.micro_batch, s); };
       MEMPLAN_TRY(auto r, find_largest_fitting(fn, ctx.budget, c.seq_len - 1));
       if (r.largest == 0) return std::optional<Change>{};
       n.seq_len = r.largest;
@@ -428,13 +466,13 @@ struct Suggestions {
 
 Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& ctx) {
   Suggestions out;
-  MEMPLAN_TRY(const Bytes base, peak_at(ctx.model, config, ctx.micro_batch, ctx.seq_len));
+  MEMPLAN_TRY(const Bytes base, peak_at(ctx, config, ctx.micro_batch, ctx.seq_len));
   for (ChangeKind kind : kAllChanges) {
     MEMPLAN_TRY(auto ch, make_change(kind, config, ctx));
     if (!ch) continue;
     // Shorter sequences are evaluated at their own length; everything else at the same point.
     const std::int64_t s = kind == ChangeKind::kShorterSeqLen ? ch->config.seq_len : ctx.seq_len;
-    auto p = peak_at(ctx.model, ch->config, ctx.micro_batch, s);
+    auto p = peak_at(ctx, ch->config, ctx.micro_batch, s);
     if (!p || *p >= base) continue;  // the engine cannot model it, or it saves nothing
     Suggestion sg;
     sg.kind = kind;
@@ -465,7 +503,7 @@ Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& 
       continue;  // ZeRO-3 already chose its GPU count
     MEMPLAN_TRY(auto ch, make_change(s.kind, comb.config, ctx));
     if (!ch) continue;
-    auto p = peak_at(ctx.model, ch->config, ctx.micro_batch, ctx.seq_len);
+    auto p = peak_at(ctx, ch->config, ctx.micro_batch, ctx.seq_len);
     if (!p || *p >= comb.peak) continue;
     comb.config = std::move(ch->config);
     comb.peak = *p;
@@ -569,7 +607,8 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   }
 
   if (!rec.fits) {
-    SuggestContext ctx{est.model(), budget, Mode::kBatch, 1, seq, req.max_micro_batch};
+    EstimatorCache estimators(est.model(), &est);
+    SuggestContext ctx{est.model(), budget, Mode::kBatch, 1, seq, req.max_micro_batch, &estimators};
     MEMPLAN_TRY(auto s, suggest(c, ctx));
     out.suggestions = std::move(s.ranked);
     out.combination = std::move(s.combination);
@@ -622,7 +661,8 @@ Result<SeqLenPlan> solve_seq_len(const ModelSpec& model, const TrainingConfig& c
     out.peak = out.search.peak;
     out.utilization = utilization(out.peak, request.budget.capacity);
     if (!out.fits) {
-      SuggestContext ctx{model, budget, Mode::kSeqLen, config.micro_batch, 1, out.cap};
+      EstimatorCache estimators(model, &est);
+      SuggestContext ctx{model, budget, Mode::kSeqLen, config.micro_batch, 1, out.cap, &estimators};
       MEMPLAN_TRY(auto s, suggest(config, ctx));
       out.suggestions = std::move(s.ranked);
       out.combination = std::move(s.combination);

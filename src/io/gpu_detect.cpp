@@ -1,5 +1,7 @@
 #include "io/gpu_detect.hpp"
 
+#include <functional>
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -271,12 +273,15 @@ Result<Found> restrict(Found f, const std::string& var, const std::string& value
 
 // ---------------------------------------------------------------------------------- unified memory
 
-Status fill_unified(const SystemProbe& probe, Found& f, const std::vector<GpuProfile>& profiles) {
+// The profile a driver's name and total memory match (match_detected_gpu over some list).
+using ProfileMatcher = std::function<std::optional<GpuProfile>(std::string_view, Bytes)>;
+
+Status fill_unified(const SystemProbe& probe, Found& f, const ProfileMatcher& match) {
   const std::string path = env_or(probe, "MEMPLAN_PROC_MEMINFO", "/proc/meminfo");
   std::optional<MemInfo> mem;
   for (std::size_t i = 0; i < f.gpus.size(); ++i) {
     DetectedGpu& g = f.gpus[i];
-    const auto profile = match_detected_gpu(profiles, g.name, f.totals[i].value_or(Bytes::zero()));
+    const auto profile = match(g.name, f.totals[i].value_or(Bytes::zero()));
     const bool unified = !f.totals[i] || (profile && profile->unified);
     if (!unified) continue;
     if (!mem) {
@@ -440,8 +445,9 @@ GpuProfile DetectedSystem::chosen_profile() const {
   return p;
 }
 
-Result<DetectedSystem> detect_gpus(const SystemProbe& probe, const std::vector<GpuProfile>& profiles,
-                                   const DetectOptions& options) {
+namespace {
+
+Result<DetectedSystem> detect_with(const SystemProbe& probe, const ProfileMatcher& match, const DetectOptions& options) {
   DetectedSystem sys;
   MEMPLAN_TRY(Found found, detect_nvidia(probe, options, sys.notes));
   std::string mask_var = "CUDA_VISIBLE_DEVICES";
@@ -484,10 +490,10 @@ Result<DetectedSystem> detect_gpus(const SystemProbe& probe, const std::vector<G
     }
   }
 
-  MEMPLAN_TRY(auto ok, fill_unified(probe, found, profiles));
+  MEMPLAN_TRY(auto ok, fill_unified(probe, found, match));
   (void)ok;
   sys.gpus = std::move(found.gpus);
-  for (auto& g : sys.gpus) g.profile = match_detected_gpu(profiles, g.name, g.total);
+  for (auto& g : sys.gpus) g.profile = match(g.name, g.total);
   for (std::size_t i = 1; i < sys.gpus.size(); ++i) {
     const auto& a = sys.gpus[i];
     const auto& b = sys.gpus[sys.chosen];
@@ -496,9 +502,17 @@ Result<DetectedSystem> detect_gpus(const SystemProbe& probe, const std::vector<G
   return sys;
 }
 
+}  // namespace
+
+Result<DetectedSystem> detect_gpus(const SystemProbe& probe, const std::vector<GpuProfile>& profiles,
+                                   const DetectOptions& options) {
+  return detect_with(
+      probe, [&](std::string_view name, Bytes total) { return match_detected_gpu(profiles, name, total); }, options);
+}
+
 Result<DetectedSystem> detect_gpus(const SystemProbe& probe, const DetectOptions& options) {
-  MEMPLAN_TRY(auto profiles, load_gpu_profiles());
-  return detect_gpus(probe, profiles, options);
+  return detect_with(
+      probe, [](std::string_view name, Bytes total) { return match_detected_gpu(name, total); }, options);
 }
 
 Budget detected_budget(const DetectedGpu& gpu, Bytes safety_margin) {

@@ -241,11 +241,52 @@ Result<std::vector<GpuProfile>> parse_gpu_profiles(std::string_view yaml_text, c
   return profiles;
 }
 
+namespace {
+
+std::optional<std::string_view> embedded_profiles() {
+  for (const auto& f : embedded_files())
+    if (f.path == kProfilesPath) return f.content;
+  return std::nullopt;
+}
+
+// The profiles whose YAML text could answer to `key` (a normalized name), parsed on their own.
+// yaml-cpp needs about a millisecond for the whole list, most of a `memplan plan --gpu NAME`
+// run; a name can only match a profile whose item text contains it once normalized (names,
+// aliases and display names are all written in the item, and dropping vendor words only
+// shortens a display name). Every item starts with a "- name:" line; the comments between
+// items travel with the item above, which YAML ignores. nullopt when the text is not laid out
+// that way or the subset does not parse: then only the whole list can answer.
+std::optional<std::vector<GpuProfile>> profiles_mentioning(std::string_view text, const std::string& key) {
+  std::vector<std::size_t> starts;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t eol = std::min(text.find('\n', pos), text.size());
+    const std::string line = trim(text.substr(pos, eol - pos));
+    if (line.rfind("- name:", 0) == 0) starts.push_back(pos);
+    pos = eol + 1;
+  }
+  if (starts.empty()) return std::nullopt;
+  std::string subset = "gpus:\n";
+  bool any = false;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::size_t end = i + 1 < starts.size() ? starts[i + 1] : text.size();
+    const std::string_view item = text.substr(starts[i], end - starts[i]);
+    if (normalize(item).find(key) == std::string::npos) continue;
+    subset += item;
+    if (subset.back() != '\n') subset += '\n';
+    any = true;
+  }
+  if (!any) return std::vector<GpuProfile>{};
+  auto parsed = parse_gpu_profiles(subset, "configs/" + std::string(kProfilesPath));
+  if (!parsed) return std::nullopt;
+  return std::move(*parsed);
+}
+
+}  // namespace
+
 Result<std::vector<GpuProfile>> load_gpu_profiles() {
   static const Result<std::vector<GpuProfile>> cached = []() -> Result<std::vector<GpuProfile>> {
-    for (const auto& f : embedded_files()) {
-      if (f.path == kProfilesPath) return parse_gpu_profiles(f.content, "configs/" + std::string(f.path));
-    }
+    if (auto text = embedded_profiles()) return parse_gpu_profiles(*text, "configs/" + std::string(kProfilesPath));
     return make_error(ErrorCode::kIoError, "configs/gpus.yaml is not embedded in this build");
   }();
   return cached;
@@ -286,6 +327,14 @@ Result<GpuProfile> find_gpu(const std::vector<GpuProfile>& profiles, const std::
 }
 
 Result<GpuProfile> find_gpu(const std::string& name) {
+  // The profiles that mention the name answer for a unique match; anything else (no match, a
+  // shared name) goes to the whole list, for the same answer and its suggestions.
+  const std::string key = normalize(name);
+  if (auto text = embedded_profiles(); text && !key.empty()) {
+    if (auto some = profiles_mentioning(*text, key); some && !some->empty()) {
+      if (auto hit = find_gpu(*some, name)) return hit;
+    }
+  }
   MEMPLAN_TRY(auto profiles, load_gpu_profiles());
   return find_gpu(profiles, name);
 }
@@ -306,6 +355,19 @@ std::optional<GpuProfile> match_detected_gpu(const std::vector<GpuProfile>& prof
   }
   if (!best) return std::nullopt;
   return *best;
+}
+
+std::optional<GpuProfile> match_detected_gpu(std::string_view driver_name, Bytes total) {
+  const std::string key = normalize(driver_name);
+  if (key.empty()) return std::nullopt;
+  // A profile can only match a name its text mentions; if the subset cannot be read that way,
+  // the whole list answers.
+  if (auto text = embedded_profiles()) {
+    if (auto some = profiles_mentioning(*text, key)) return match_detected_gpu(*some, driver_name, total);
+  }
+  auto all = load_gpu_profiles();
+  if (!all) return std::nullopt;
+  return match_detected_gpu(*all, driver_name, total);
 }
 
 Result<GpuProfile> gpu_from_memory(Bytes memory) {

@@ -32,6 +32,8 @@ Result<GpuProfile> find_gpu(const std::string& name);
 // The profile a driver's report names, if any: `driver_name` as find_gpu matches it; when several
 // profiles share the name, the one whose memory is closest to `total`. Never an error: a GPU
 // memplan does not know is still planned for, from what the driver measured.
+// The same over the built-in profiles, parsing only those that mention the name.
+std::optional<GpuProfile> match_detected_gpu(std::string_view driver_name, Bytes total);
 std::optional<GpuProfile> match_detected_gpu(const std::vector<GpuProfile>& profiles, std::string_view driver_name,
                                              Bytes total);
 

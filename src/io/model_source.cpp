@@ -1,6 +1,7 @@
 #include "io/model_source.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -446,6 +447,25 @@ Result<std::vector<CatalogEntry>> load_catalog() {
   return catalog;
 }
 
+std::optional<CatalogEntry> find_catalog_entry_fast(std::string_view name) {
+  // Parsing all 57 entries is most of a command's start-up; the entry a name belongs to holds
+  // that name as a JSON string (its id, short name or an alias), so only entries whose text
+  // contains "name" (any case) are parsed. A miss falls back to the whole catalog.
+  if (name.empty() || name.find('"') != std::string_view::npos) return std::nullopt;
+  const std::string quoted = "\"" + to_lower(name) + "\"";
+  auto same = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) == static_cast<unsigned char>(b);
+  };
+  for (const auto& file : embedded_files()) {
+    if (file.path.rfind("models/", 0) != 0) continue;
+    const std::string_view text = file.content;
+    if (std::search(text.begin(), text.end(), quoted.begin(), quoted.end(), same) == text.end()) continue;
+    auto entry = parse_catalog_entry(text, "configs/" + std::string(file.path));
+    if (entry && entry->matches(name)) return std::move(*entry);
+  }
+  return std::nullopt;
+}
+
 const CatalogEntry* find_catalog_entry(const std::vector<CatalogEntry>& catalog, std::string_view name) {
   for (const auto& c : catalog)
     if (c.matches(name)) return &c;
@@ -578,6 +598,7 @@ Result<ModelSpec> resolve_model(const std::string& name, const ModelSearchEnv& e
     }
     return load_config_file(p, name);
   }
+  if (auto hit = find_catalog_entry_fast(name)) return hit->spec;
   MEMPLAN_TRY(const auto& catalog, load_catalog());
   if (const CatalogEntry* c = find_catalog_entry(catalog, name)) return c->spec;
   const std::string cached = find_in_hf_cache(name, env);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,9 @@ Result<CatalogEntry> parse_catalog_entry(std::string_view json_text, const std::
 
 // The entry `name` names (id, short name or alias, any case), or nullptr.
 const CatalogEntry* find_catalog_entry(const std::vector<CatalogEntry>& catalog, std::string_view name);
+// The built-in entry answering to `name`, parsing only the entries whose text mentions it:
+// what resolve_model tries before loading the whole catalog. nullopt when none does.
+std::optional<CatalogEntry> find_catalog_entry_fast(std::string_view name);
 
 // Environment for locating the Hugging Face cache; injectable so tests never touch $HOME.
 struct ModelSearchEnv {

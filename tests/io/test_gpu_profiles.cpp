@@ -4,6 +4,7 @@
 // /proc/meminfo kB for the DGX Spark (XuehaiPan/nvitop#208).
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <set>
 
 #include "io/gpu_profiles.hpp"
@@ -203,6 +204,38 @@ TEST_CASE("every name and alias picks one profile, or one family the driver name
       }
     }
   }
+}
+
+TEST_CASE("find_gpu and match_detected_gpu on the built-in list answer as the whole list does") {
+  // The built-in lookups parse only the profiles whose text mentions the name; every spelling
+  // a profile answers to, in other cases and spacing, and a few misses must get the answer
+  // (or the error) the whole parsed list gives.
+  const auto& all = builtin();
+  std::vector<std::string> names = {"a100-90gb", "h100-sxn", "rtx", "Tesla P40", "", "nvidia", "Jetson AGX Orin"};
+  for (const auto& g : all) {
+    names.push_back(g.name);
+    names.push_back(g.display_name);
+    for (const auto& a : g.aliases) names.push_back(a);
+    std::string upper = g.display_name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    names.push_back(upper);
+  }
+  for (const auto& n : names) {
+    INFO("'" << n << "'");
+    const auto fast = find_gpu(n);
+    const auto full = find_gpu(all, n);
+    REQUIRE(fast.has_value() == full.has_value());
+    if (fast) CHECK(fast->name == full->name);
+    else CHECK(fast.error().to_string() == full.error().to_string());
+  }
+  for (const auto& g : all) {
+    INFO(g.display_name);
+    const auto fast = match_detected_gpu(g.display_name, g.memory);
+    const auto full = match_detected_gpu(all, g.display_name, g.memory);
+    REQUIRE(fast.has_value() == full.has_value());
+    if (fast) CHECK(fast->name == full->name);
+  }
+  CHECK_FALSE(match_detected_gpu("Tesla P40", Bytes::mib(24576)).has_value());
 }
 
 TEST_CASE("match_detected_gpu picks the profile a driver names, by memory within a family") {

@@ -104,6 +104,31 @@ TEST_CASE("catalog names are unique, lower-case short names, one file per short 
   }
 }
 
+TEST_CASE("the fast catalog lookup finds the entry the whole catalog finds, for every name") {
+  auto catalog = io::load_catalog();
+  REQUIRE(catalog.has_value());
+  for (const auto& c : *catalog) {
+    std::vector<std::string> names = c.aliases;
+    names.push_back(c.id);
+    names.push_back(c.short_name);
+    names.push_back(to_lower(c.id));
+    for (const auto& n : names) {
+      INFO(c.file << " answers to '" << n << "'");
+      const auto fast = io::find_catalog_entry_fast(n);
+      const io::CatalogEntry* full = io::find_catalog_entry(*catalog, n);
+      REQUIRE(full != nullptr);
+      REQUIRE(fast.has_value());
+      CHECK(fast->id == full->id);
+    }
+  }
+  // Names that appear in an entry's text but are not its names, and names of nothing.
+  for (const char* n : {"llama", "LlamaForCausalLM", "silu", "meta-llama/Llama-3.1-9B", "", "\""}) {
+    INFO(n);
+    CHECK_FALSE(io::find_catalog_entry_fast(n).has_value());
+    CHECK(io::find_catalog_entry(*catalog, n) == nullptr);
+  }
+}
+
 TEST_CASE("the catalog lists in natural order: sizes as people read them") {
   auto catalog = io::load_catalog();
   REQUIRE(catalog.has_value());

@@ -181,6 +181,11 @@ class Graph {
   // Maps the segment a node was created in to the segment its backward is recorded in.
   void set_backward_segment_map(std::function<int(int)> f) { backward_segment_ = std::move(f); }
   const std::vector<Event>& events() const { return events_; }
+  // Hands the timeline over at the end of a program (no copy; nothing is recorded after).
+  std::vector<Event> take_events() {
+    recording_ = false;
+    return std::move(events_);
+  }
   const Poly& live_total() const { return live_total_; }
   const CatVec& live() const { return live_; }
 

@@ -8,24 +8,6 @@ namespace {
 __extension__ typedef __int128 i128;  // exact products of b, s and coefficients
 }
 
-Poly Poly::operator+(const Poly& o) const {
-  Poly r;
-  for (int i = 0; i < kNumMono; ++i) r.c[i] = checked_add(c[i], o.c[i]);
-  return r;
-}
-
-Poly Poly::operator-(const Poly& o) const {
-  Poly r;
-  for (int i = 0; i < kNumMono; ++i) r.c[i] = checked_sub(c[i], o.c[i]);
-  return r;
-}
-
-Poly Poly::operator*(std::int64_t k) const {
-  Poly r;
-  for (int i = 0; i < kNumMono; ++i) r.c[i] = checked_mul(c[i], k);
-  return r;
-}
-
 bool Poly::is_zero() const {
   for (auto v : c)
     if (v != 0) return false;

@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 
+#include "memplan/bytes.hpp"
+
 namespace memplan::sim {
 
 enum Mono : int { kOne = 0, kB, kS, kBS, kBSS, kSS, kNumMono };
@@ -20,11 +22,27 @@ struct Poly {
     p.c[m] = v;
     return p;
   }
-  Poly operator+(const Poly& o) const;
-  Poly operator-(const Poly& o) const;
-  Poly operator*(std::int64_t k) const;
-  Poly& operator+=(const Poly& o) { return *this = *this + o; }
-  Poly& operator-=(const Poly& o) { return *this = *this - o; }
+  Poly operator+(const Poly& o) const {
+    Poly r = *this;
+    return r += o;
+  }
+  Poly operator-(const Poly& o) const {
+    Poly r = *this;
+    return r -= o;
+  }
+  Poly operator*(std::int64_t k) const {
+    Poly r;
+    for (int i = 0; i < kNumMono; ++i) r.c[i] = checked_mul(c[i], k);
+    return r;
+  }
+  Poly& operator+=(const Poly& o) {
+    for (int i = 0; i < kNumMono; ++i) c[i] = checked_add(c[i], o.c[i]);
+    return *this;
+  }
+  Poly& operator-=(const Poly& o) {
+    for (int i = 0; i < kNumMono; ++i) c[i] = checked_sub(c[i], o.c[i]);
+    return *this;
+  }
   bool operator==(const Poly& o) const { return c == o.c; }
   bool is_zero() const;
   // Coefficient-wise >=: then a >= b for every b, s >= 1.

@@ -1129,7 +1129,7 @@ ProgramResult Step::run() {
   g_.release_graph(0);
   if (eg >= 0) g_.drop(eg);
   g_.drop(loss);
-  res.events = g_.events();
+  res.events = g_.take_events();
   res.params = params_;
   // zero_grad(set_to_none=True) after the optimizer step.
   g_.free_param_grads();
