@@ -2,7 +2,9 @@
 # Installs the Debian packages memplan needs to build and test, when they are missing.
 # Sourced by tools/bootstrap.sh and tools/test.sh.
 memplan_install_deps() {
-  local pkgs=(cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev python3-torch)
+  # Building and testing need only these; tools/measure (python3-torch) and bench/
+  # (libbenchmark-dev) install theirs with `memplan_install_deps python3-torch` etc.
+  local pkgs=(cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev libyaml-cpp-dev catch2 "$@")
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -87,7 +87,7 @@ std::optional<Bytes> bounded(Bytes p) { return p == kUnbounded ? std::nullopt : 
 
 Bytes default_safety_margin(Bytes capacity) {
   // docs/plan.md#safety-margin
-  const Bytes proportional = capacity.count() > 0 ? capacity / 20 : Bytes::zero();
+  const Bytes proportional = capacity.count() > 0 ? capacity / 10 : Bytes::zero();
   return Bytes::gib(1) + proportional;
 }
 

@@ -31,7 +31,7 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   c.model.name = c.id;
   const json& t = j["training"];
   TrainingConfig& cfg = c.config;
-  cfg.device = Device::kCpu;
+  MEMPLAN_TRY(cfg.device, parse_device(t.value("device", std::string("cpu"))));
   cfg.micro_batch = t.value("batch", 1);
   cfg.seq_len = t.value("seq_len", 1024);
   MEMPLAN_TRY(cfg.torch_dtype, parse_dtype(t.value("torch_dtype", std::string("float32"))));
@@ -78,9 +78,7 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   return c;
 }
 
-}  // namespace
-
-Result<std::vector<MeasuredCase>> load_measurements(const std::string& path) {
+Result<json> read_json_list(const std::string& path) {
   std::ifstream in(path);
   if (!in) return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}'", path));
   std::stringstream ss;
@@ -94,6 +92,44 @@ Result<std::vector<MeasuredCase>> load_measurements(const std::string& path) {
     return err;
   }
   if (!j.is_array()) return case_error(path, "-", "the file must hold a JSON list of cases");
+  return j;
+}
+
+}  // namespace
+
+Result<std::vector<CapacityCase>> load_capacity(const std::string& path) {
+  MEMPLAN_TRY(json j, read_json_list(path));
+  std::vector<CapacityCase> out;
+  try {
+    for (json c : j) {
+      if (!c.contains("runs") || !c["runs"].is_array())
+        return case_error(path, c.value("id", std::string("?")), "needs \"runs\"");
+      CapacityCase cc;
+      for (const auto& r : c["runs"]) {
+        const std::int64_t b = r.value("batch", std::int64_t{0});
+        if (r.value("oom", false)) {
+          if (cc.smallest_oom == 0 || b < cc.smallest_oom) cc.smallest_oom = b;
+        } else if (b > cc.largest_ran) {
+          cc.largest_ran = b;
+        }
+      }
+      cc.allocator_conf = c.value("allocator_conf", std::string());
+      c["training"]["batch"] = 1;
+      c["measured"] = json{{"peak_bytes", 1}};
+      MEMPLAN_TRY(MeasuredCase mc, parse_case(c, path));
+      cc.id = mc.id;
+      cc.model = std::move(mc.model);
+      cc.config = std::move(mc.config);
+      out.push_back(std::move(cc));
+    }
+  } catch (const json::exception& e) {
+    return case_error(path, "-", e.what());
+  }
+  return out;
+}
+
+Result<std::vector<MeasuredCase>> load_measurements(const std::string& path) {
+  MEMPLAN_TRY(json j, read_json_list(path));
   std::vector<MeasuredCase> out;
   try {
     for (const auto& c : j) {

@@ -25,4 +25,16 @@ struct MeasuredCase {
 // Reads a JSON list of cases; errors name the file and the case.
 Result<std::vector<MeasuredCase>> load_measurements(const std::string& path);
 
+// A capacity experiment (tests/data/capacity/, tools/measure/cuda_capacity.py): one
+// configuration run at growing micro-batches on a real GPU until one ran out of memory.
+struct CapacityCase {
+  std::string id;
+  ModelSpec model;
+  TrainingConfig config;          // micro_batch is 1; the experiment varies it
+  std::string allocator_conf;     // PYTORCH_CUDA_ALLOC_CONF of the run ("" = PyTorch's default)
+  std::int64_t largest_ran = 0;   // 0: none ran
+  std::int64_t smallest_oom = 0;  // 0: none ran out of memory
+};
+Result<std::vector<CapacityCase>> load_capacity(const std::string& path);
+
 }  // namespace memplan::io

@@ -21,11 +21,11 @@ const std::string kSft = std::string(MEMPLAN_SOURCE_DIR) + "/configs/examples/hf
 const std::string kGrpo = std::string(MEMPLAN_SOURCE_DIR) + "/configs/examples/hf-trl-grpo.yaml";
 
 // nvidia-smi-h100.csv: total 81559 MiB, free 81080 MiB. The budget is the free memory less the
-// default margin, 1 GiB + 5% of the total (integer bytes).
+// default margin, 1 GiB + 10% of the total (integer bytes).
 constexpr std::int64_t kMiB = 1048576;
 constexpr std::int64_t kH100Free = 81080 * kMiB;                          // 85,019,328,512
-constexpr std::int64_t kH100Margin = 1073741824 + (81559 * kMiB) / 20;   // 5,349,821,644
-constexpr std::int64_t kH100Budget = kH100Free - kH100Margin;            // 79,669,506,868
+constexpr std::int64_t kH100Margin = 1073741824 + (81559 * kMiB) / 10;  // 9,625,822,822
+constexpr std::int64_t kH100Budget = kH100Free - kH100Margin;            // 75,393,505,690
 
 json parse(const CliRun& r) {
   INFO(r.err);
@@ -86,8 +86,8 @@ TEST_CASE("memplan --auto on a stand-in 80 GB H100: the recommendation fits and 
   REQUIRE(text.code == cli::kExitOk);
   CHECK(text.err.empty());
   CHECK_THAT(text.out, Catch::Contains("GPU: NVIDIA H100 80GB HBM3, detected by nvidia-smi: 79.18 GiB free of 79.65 GiB\n"
-                                       "budget: 79.18 GiB GPU memory - 4.98 GiB safety margin - 0.00 GiB headroom = "
-                                       "74.20 GiB\n\n" +
+                                       "budget: 79.18 GiB GPU memory - 8.96 GiB safety margin - 0.00 GiB headroom = "
+                                       "70.21 GiB\n\n" +
                                        fmt::format("memory at micro-batch {} x 2048 tokens:\n", m)));
   CHECK_THAT(text.out, Catch::Contains("total (as nvidia-smi shows)"));
   CHECK_THAT(text.out, Catch::Contains(fmt::format("recommended: micro-batch {} x grad-accum {} x 1 GPU", m,
@@ -216,7 +216,7 @@ TEST_CASE("memplan --auto on a DGX Spark keeps the OS's share of unified memory"
   REQUIRE(118566368LL * 1024 + reserve > total);
   CHECK(j["budget"]["capacity_bytes"] == total);
   CHECK(j["budget"]["headroom_bytes"] == reserve);
-  CHECK(j["budget"]["safety_margin_bytes"] == 1073741824 + total / 20);
+  CHECK(j["budget"]["safety_margin_bytes"] == 1073741824 + total / 10);
   CHECK(j["recommendation"]["fits"] == true);
 }
 
@@ -229,7 +229,7 @@ TEST_CASE("plan --gpu: GRPO with vLLM colocated leaves vLLM its share of the GPU
   // vllm_gpu_memory_utilization: 0.35 of the whole device.
   const auto vllm = static_cast<std::int64_t>(static_cast<double>(capacity) * 0.35);
   CHECK(j["budget"]["headroom_bytes"] == vllm);
-  CHECK(j["budget"]["budget_bytes"] == capacity - (1073741824 + capacity / 20) - vllm);
+  CHECK(j["budget"]["budget_bytes"] == capacity - (1073741824 + capacity / 10) - vllm);
   CHECK(j["inputs"]["notes"][1] == "vLLM colocate reserves 27.88 GiB (0.35 of the GPU) for generation");
 }
 

@@ -81,8 +81,8 @@ Bytes predicted(const std::string& file) {
   return e->peak;
 }
 
-// plan's default: GPU memory less 1 GiB and 5% of it.
-Bytes budget_of(Bytes capacity) { return capacity - Bytes::gib(1) - Bytes::of(capacity.count() / 20); }
+// plan's default: GPU memory less 1 GiB and 10% of it.
+Bytes budget_of(Bytes capacity) { return capacity - Bytes::gib(1) - Bytes::of(capacity.count() / 10); }
 
 std::string pct(Bytes figure, Bytes capacity) {
   return fmt::format("{:.1f}%", 100.0 * static_cast<double>(figure.count()) / static_cast<double>(capacity.count()));
@@ -256,7 +256,7 @@ TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["results"][0]["status"] == "fits");
   CHECK(j["results"][0]["capacity_bytes"] == h100);
-  CHECK(j["results"][0]["safety_margin_bytes"] == 1073741824 + h100 / 20);
+  CHECK(j["results"][0]["safety_margin_bytes"] == 1073741824 + h100 / 10);
   CHECK(j["results"][0]["budget_source"] == named + ":1");
   CHECK(j["results"][0]["gpu"] == "NVIDIA H100 80GB HBM3 (79.65 GiB)");
   CHECK(j["results"][0]["peak_bytes"] == predicted(named).count());
@@ -281,5 +281,5 @@ TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or
   auto jd = nlohmann::json::parse(det.out);
   CHECK(jd["results"][0]["budget_source"] == "detected");
   CHECK(jd["results"][0]["capacity_bytes"] == 81080LL * 1048576);  // free memory
-  CHECK(jd["results"][0]["budget_bytes"] == 81080LL * 1048576 - 1073741824 - h100 / 20);
+  CHECK(jd["results"][0]["budget_bytes"] == 81080LL * 1048576 - 1073741824 - h100 / 10);
 }

@@ -63,10 +63,10 @@ TEST_CASE("plan --format json: the recommendation fits and the next micro-batch 
   CHECK(j["schema"] == "memplan/1");
   CHECK(j["command"] == "plan");
   CHECK(j["solve"] == "batch");
-  // 24 GB - (1 GiB + 5% of 24 GB)
-  const std::int64_t budget = 24'000'000'000 - 1'073'741'824 - 1'200'000'000;
+  // 24 GB - (1 GiB + 10% of 24 GB)
+  const std::int64_t budget = 24'000'000'000 - 1'073'741'824 - 2'400'000'000;
   CHECK(j["budget"]["capacity_bytes"] == 24'000'000'000);
-  CHECK(j["budget"]["safety_margin_bytes"] == 1'073'741'824LL + 1'200'000'000);
+  CHECK(j["budget"]["safety_margin_bytes"] == 1'073'741'824LL + 2'400'000'000);
   CHECK(j["budget"]["headroom_bytes"] == 0);
   CHECK(j["budget"]["budget_bytes"] == budget);
   const json& r = j["recommendation"];
@@ -141,7 +141,7 @@ TEST_CASE("plan: text and markdown") {
   CHECK(text.code == cli::kExitOk);
   CHECK(text.err.empty());
   CHECK_THAT(text.out, Catch::Contains(fmt::format("recommended: micro-batch {} x grad-accum 1 x 1 GPU = global batch {}\n", m, m)));
-  CHECK_THAT(text.out, Catch::Contains("budget: 22.35 GiB GPU memory - 2.12 GiB safety margin - 0.00 GiB headroom = 20.23 GiB\n"));
+  CHECK_THAT(text.out, Catch::Contains("budget: 22.35 GiB GPU memory - 3.24 GiB safety margin - 0.00 GiB headroom = 19.12 GiB\n"));
   CHECK_THAT(text.out, Catch::Contains(fmt::format("flags: --batch {} --grad-accum 1\n", m)));
   const Run md = run(with({"plan", "--gpu-memory", "24GB", "--format", "markdown"}, kModel));
   CHECK(md.code == cli::kExitOk);
@@ -209,7 +209,7 @@ TEST_CASE("plan errors are exact and exit 2") {
       {{"plan", "--gpu-memory", "0"},
        "memplan: error: GPU memory must be positive, got 0 B; give the GPU's memory, e.g. --gpu-memory 80GB\n"},
       {{"plan", "--gpu-memory", "8GiB", "--headroom", "10GiB"},
-       "memplan: error: budget -3.40 GiB is not positive (GPU memory 8.00 GiB - safety margin 1.40 GiB - headroom "
+       "memplan: error: budget -3.80 GiB is not positive (GPU memory 8.00 GiB - safety margin 1.80 GiB - headroom "
        "10.00 GiB); lower --safety-margin or --headroom, or check --gpu-memory\n"},
       {{"plan", "--gpu-memory", "8GiB", "--safety-margin", "8GiB"},
        "memplan: error: budget 0.00 GiB is not positive (GPU memory 8.00 GiB - safety margin 8.00 GiB - headroom "

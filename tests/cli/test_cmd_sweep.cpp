@@ -55,7 +55,7 @@ TEST_CASE("sweep --format json: every point is what estimate reports") {
   CHECK(j["seq_lens"] == json::array({512, 1024}));
   const std::int64_t capacity = 24'000'000'000;
   const auto budget = j["budget"]["budget_bytes"].get<std::int64_t>();
-  CHECK(budget == capacity - 1'073'741'824 - 1'200'000'000);
+  CHECK(budget == capacity - 1'073'741'824 - 2'400'000'000);
   REQUIRE(j["points"].size() == 6);
   std::size_t k = 0;
   for (const std::int64_t s : {512, 1024}) {
@@ -96,7 +96,7 @@ TEST_CASE("sweep: markdown table of seed 000 and the terminal chart") {
   const Run text = run(with({"sweep", "--gpu-memory", "24GB", "--batches", "1-8", "--seq-lens", "512,1024"}, kModel));
   CHECK(text.code == cli::kExitOk);
   CHECK_THAT(text.out, Catch::Contains("per extra sample"));
-  CHECK_THAT(text.out, Catch::Contains("peak memory (GiB) vs micro-batch: a = seq 512, b = seq 1024; ─ budget 20.23 GiB"));
+  CHECK_THAT(text.out, Catch::Contains("peak memory (GiB) vs micro-batch: a = seq 512, b = seq 1024; ─ budget 19.12 GiB"));
 }
 
 TEST_CASE("sweep errors are exact and exit 2") {
@@ -114,7 +114,7 @@ TEST_CASE("sweep errors are exact and exit 2") {
       {{"--seq-lens", "0"}, "memplan: error: --seq-lens: 0 is out of range (1 to 16777216)\n"},
       {{"--seq-lens", ""}, "memplan: error: --seq-lens: empty list; " + hint + "\n"},
       {{"--headroom", "30GB"},
-       "memplan: error: budget -7.71 GiB is not positive (GPU memory 22.35 GiB - safety margin 2.12 GiB - headroom "
+       "memplan: error: budget -8.82 GiB is not positive (GPU memory 22.35 GiB - safety margin 3.24 GiB - headroom "
        "27.94 GiB); lower --safety-margin or --headroom, or check --gpu-memory\n"},
   };
   for (const Row& row : rows) {

@@ -207,3 +207,51 @@ TEST_CASE("absurd sizes report overflow instead of wrapping") {
   REQUIRE_FALSE(e.has_value());
   CHECK(e.error().code == ErrorCode::kOverflow);
 }
+
+TEST_CASE("CUDA: the cuBLAS workspaces are inside the peak, the context outside; the CPU has neither") {
+  // Measured on an H100 (tests/data/measurements/cuda_h100.json): the first matmul allocates a
+  // 32 MiB workspace through the caching allocator, one per thread (forward and autograd).
+  const auto cuda = estimate(toy_llama(), cfg(2, 128));
+  REQUIRE(cuda.has_value());
+  require_consistent(*cuda);
+  CHECK(component(*cuda, "cublas_workspace") == 64LL << 20);
+  REQUIRE(cuda->overhead.size() == 1);
+  CHECK(cuda->overhead[0].name == "cuda_context");
+  CHECK(cuda->overhead[0].bytes == Bytes::mib(768));
+  // reserved: peak + 9% (the measured median of reserved / allocated), in 2 MiB segments.
+  const std::int64_t seg = 2LL << 20;
+  const std::int64_t peak = cuda->peak.count();
+  const std::int64_t slack = std::max<std::int64_t>(peak / 100 * 9, seg);
+  CHECK(cuda->reserved.count() == (peak + slack + seg - 1) / seg * seg);
+  CHECK(cuda->total == cuda->reserved + Bytes::mib(768));
+
+  const auto cpu = estimate(toy_llama(), cfg(2, 128, DType::kBFloat16, Device::kCpu));
+  REQUIRE(cpu.has_value());
+  CHECK(component(*cpu, "cublas_workspace") == 0);
+  CHECK(cpu->overhead.empty());
+  CHECK(cpu->total == cpu->peak);
+}
+
+TEST_CASE("SDPA keeps grouped K/V unexpanded (enable_gqa) and its output needs no copy") {
+  // transformers' sdpa_attention_forward passes enable_gqa=True when there is no mask, so the
+  // kernel saves k and v with the KV heads only. Going from 2 to 4 KV heads (toy: 4 layers,
+  // head_dim 64, hidden 256) adds, at the end of the forward: the k/v projection weights,
+  // 4 x 2 x 256 x 128 x 2 B = 524,288, and the saved k and v, 4 x 2 x (2 x 128 tokens) x 128 x 2 B
+  // = 524,288. With repeat_kv the saved k/v would already have 4 heads and only the weights would
+  // differ.
+  TrainingConfig c = cfg(2, 128);
+  c.optim.kind = OptimizerKind::kSgd;
+  c.attn = AttnImpl::kSdpa;
+  ModelSpec gqa = toy_llama();
+  ModelSpec mha = toy_llama();
+  mha.num_kv_heads = 4;
+  auto forward_peak = [&](const ModelSpec& m) {
+    auto e = estimate(m, c);
+    REQUIRE(e.has_value());
+    for (const auto& p : e->phases)
+      if (p.phase == Phase::kForward) return p.peak.count();
+    FAIL("no forward phase");
+    return std::int64_t{0};
+  };
+  CHECK(forward_peak(mha) - forward_peak(gqa) == 524'288 + 524'288);
+}

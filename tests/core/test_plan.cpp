@@ -136,18 +136,18 @@ void check_plan(const ModelSpec& m, const TrainingConfig& c, const PlanRequest& 
 // ---------------------------------------------------------------------------------------------
 // Budget
 
-TEST_CASE("default safety margin is 1 GiB plus 5% of capacity") {
-  CHECK(default_safety_margin(Bytes::gib(80)) == Bytes::gib(5));
-  CHECK(default_safety_margin(Bytes::gib(20)) == Bytes::gib(2));
-  CHECK(default_safety_margin(Bytes::gb(24)) == Bytes::gib(1) + Bytes::of(1'200'000'000));
+TEST_CASE("default safety margin is 1 GiB plus 10% of capacity") {
+  CHECK(default_safety_margin(Bytes::gib(80)) == Bytes::gib(9));
+  CHECK(default_safety_margin(Bytes::gib(20)) == Bytes::gib(3));
+  CHECK(default_safety_margin(Bytes::gb(24)) == Bytes::gib(1) + Bytes::of(2'400'000'000));
   CHECK(default_safety_margin(Bytes::zero()) == Bytes::gib(1));
 }
 
 TEST_CASE("make_budget subtracts margin and headroom") {
   auto b = make_budget(Bytes::gib(80), std::nullopt, Bytes::gib(3));
   REQUIRE(b);
-  CHECK(b->safety_margin == Bytes::gib(5));
-  CHECK(b->budget() == Bytes::gib(72));
+  CHECK(b->safety_margin == Bytes::gib(9));
+  CHECK(b->budget() == Bytes::gib(68));
   auto exact = make_budget(Bytes::gib(24), Bytes::zero(), Bytes::zero());
   REQUIRE(exact);
   CHECK(exact->budget() == Bytes::gib(24));
@@ -157,7 +157,7 @@ TEST_CASE("make_budget rejects a budget that is not positive") {
   auto b = make_budget(Bytes::gib(8), std::nullopt, Bytes::gib(10));
   REQUIRE_FALSE(b);
   CHECK(b.error().to_string() ==
-        "budget -3.40 GiB is not positive (GPU memory 8.00 GiB - safety margin 1.40 GiB - headroom 10.00 GiB); "
+        "budget -3.80 GiB is not positive (GPU memory 8.00 GiB - safety margin 1.80 GiB - headroom 10.00 GiB); "
         "lower --safety-margin or --headroom, or check --gpu-memory");
   // Exactly zero left is not a budget either.
   auto zero = make_budget(Bytes::gib(4), Bytes::gib(4), Bytes::zero());
@@ -479,7 +479,7 @@ TEST_CASE("plan: tiers sit at 70, 85 and 95 percent of capacity, capped by the b
   const ModelSpec m = llama31_8b();
   const TrainingConfig c = bf16_config();
   PlanRequest req;
-  req.budget = budget_of(Bytes::gib(100));  // budget 100 - 6 = 94 GiB
+  req.budget = budget_of(Bytes::gib(100));  // budget 100 - (1 + 10) = 89 GiB
   auto p = plan(m, c, req);
   REQUIRE(p);
   check_plan(m, c, req, *p);
@@ -489,7 +489,7 @@ TEST_CASE("plan: tiers sit at 70, 85 and 95 percent of capacity, capped by the b
   CHECK(p->tiers[1].name == "balanced");
   CHECK(p->tiers[1].limit == Bytes::gib(85));
   CHECK(p->tiers[2].name == "aggressive");
-  CHECK(p->tiers[2].limit == Bytes::gib(94));  // 95 GiB is above the budget
+  CHECK(p->tiers[2].limit == Bytes::gib(89));  // 95 GiB is above the budget
   // With no margin the aggressive tier is 95%: floor(capacity x 95 / 100).
   req.budget = Budget{Bytes::of(1'000'000'007), Bytes::zero(), Bytes::zero()};
   auto q = plan(small_llama(), c, req);

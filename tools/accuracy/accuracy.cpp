@@ -1,10 +1,17 @@
 // memplan-accuracy: compares the engine's predictions with measured training steps.
 //
 //   memplan-accuracy [--max-median PCT] [--max-error PCT] [--verbose] FILE.json...
+//                    [--capacity CAP.json [--capacity-bytes N]]
 //
-// Each FILE holds a list of cases written by tools/measure/measure.py. Prints one line per case
-// (predicted vs measured peak, relative error, phase) and a summary with the median and maximum
-// relative error; exits 1 when a threshold is exceeded, so ctest can hold the engine to them.
+// Each FILE holds a list of cases written by tools/measure/measure.py or cuda_trainer.py. Prints
+// one line per case (predicted vs measured peak, relative error, phase) and a summary with the
+// median and maximum relative error; exits 1 when a threshold is exceeded, so ctest can hold the
+// engine to them.
+//
+// --capacity files hold capacity experiments (tools/measure/cuda_capacity.py): a configuration
+// run on a real GPU at growing micro-batches until one ran out of memory. For each, memplan's
+// plan with its default safety margin on a GPU of --capacity-bytes must recommend a micro-batch
+// below the one that ran out of memory; exits 1 otherwise.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -19,16 +26,59 @@
 
 #include "io/measurement.hpp"
 #include "memplan/engine.hpp"
+#include "memplan/plan.hpp"
+
+namespace {
+
+// Plans every capacity experiment run with PyTorch's default allocator; returns the failures.
+int check_capacity(const std::vector<std::string>& files, std::int64_t capacity_bytes) {
+  int failures = 0;
+  for (const auto& path : files) {
+    auto cases = memplan::io::load_capacity(path);
+    if (!cases) {
+      std::cerr << "memplan-accuracy: error: " << cases.error().to_string() << "\n";
+      return failures + 1;
+    }
+    for (const auto& c : *cases) {
+      if (!c.allocator_conf.empty()) continue;  // the default margin assumes the default allocator
+      auto budget = memplan::make_budget(memplan::Bytes::of(capacity_bytes), std::nullopt, memplan::Bytes::zero());
+      if (!budget) {
+        std::cerr << fmt::format("{}: budget error: {}\n", c.id, budget.error().to_string());
+        return failures + 1;
+      }
+      memplan::PlanRequest req;
+      req.budget = *budget;
+      auto p = memplan::plan(c.model, c.config, req);
+      if (!p) {
+        std::cerr << fmt::format("{}: plan error: {}\n", c.id, p.error().to_string());
+        ++failures;
+        continue;
+      }
+      const std::int64_t rec = p->recommendation.batch.micro_batch;
+      const bool ok = c.smallest_oom == 0 || rec < c.smallest_oom;
+      if (!ok) ++failures;
+      std::cout << fmt::format("{:<44} plan recommends {:>3}  largest that ran {:>3}  first OOM {:>3}  {}\n", c.id, rec,
+                               c.largest_ran, c.smallest_oom, ok ? "ok" : "WOULD OOM");
+    }
+  }
+  return failures;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Compare memplan's predictions with measured peaks"};
   std::vector<std::string> files;
   double max_median = 100.0, max_error = 100.0;
   bool verbose = false;
+  std::vector<std::string> capacity_files;
+  std::int64_t capacity_bytes = 85'520'809'984;  // nvidia-smi memory.total of the measured H100 (81559 MiB)
   app.add_option("files", files, "measurement JSON files")->required();
   app.add_option("--max-median", max_median, "fail if the median |error| exceeds this percentage");
   app.add_option("--max-error", max_error, "fail if any |error| exceeds this percentage");
   app.add_flag("--verbose", verbose, "print per-phase errors");
+  app.add_option("--capacity", capacity_files, "capacity experiments to plan against (tests/data/capacity/)");
+  app.add_option("--capacity-bytes", capacity_bytes, "GPU memory the capacity experiments ran on");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<double> errors;
@@ -79,6 +129,14 @@ int main(int argc, char** argv) {
   const double worst = sorted.back();
   std::cout << fmt::format("\n{} cases: median |error| {:.2f}%, max |error| {:.2f}%  (limits {:.1f}% / {:.1f}%)\n", n,
                            median, worst, max_median, max_error);
+  if (!capacity_files.empty()) {
+    std::cout << "\n";
+    const int cap_failures = check_capacity(capacity_files, capacity_bytes);
+    if (cap_failures > 0) {
+      std::cout << cap_failures << " capacity experiment(s) where the plan would run out of memory\n";
+      return 1;
+    }
+  }
   if (failures > 0 || median > max_median || worst > max_error) return 1;
   return 0;
 }

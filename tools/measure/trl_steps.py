@@ -19,6 +19,9 @@ import torch.nn.functional as F
 
 import peft_lora
 
+# torch.autocast's device type: "cpu" for the committed CPU measurements, "cuda" in cuda_trainer.py.
+AUTOCAST_DEVICE = "cpu"
+
 
 def selective_log_softmax(logits, index):
     squeeze = index.ndim == logits.ndim - 1
@@ -57,7 +60,7 @@ def call_model(model, autocast_dtype, **kwargs):
     """accelerate: autocast around forward, then convert_outputs_to_fp32 on 16-bit outputs."""
     if autocast_dtype is None:
         return model(**kwargs)
-    with torch.autocast("cpu", dtype=autocast_dtype):
+    with torch.autocast(AUTOCAST_DEVICE, dtype=autocast_dtype):
         outputs = model(**kwargs)
     converted = {k: (v.float() if isinstance(v, torch.Tensor) and v.dtype in (torch.bfloat16, torch.float16) else v)
                  for k, v in outputs.items()}
@@ -67,6 +70,8 @@ def call_model(model, autocast_dtype, **kwargs):
 
 def ref_context(model, ref_model):
     if ref_model is None:
+        if hasattr(model, "disable_adapter"):  # a real peft.PeftModel
+            return model.disable_adapter()
         return peft_lora.disable_adapter(model)
     return contextlib.nullcontext()
 

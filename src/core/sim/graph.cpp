@@ -24,6 +24,7 @@ const char* cat_name(Cat c) {
     case Cat::kMasterWeights: return "master_weights";
     case Cat::kBuckets: return "communication_buckets";
     case Cat::kGathered: return "gathered_parameters";
+    case Cat::kWorkspace: return "cublas_workspace";
     case Cat::kCount: break;
   }
   return "?";

@@ -43,6 +43,7 @@ enum class Cat : std::uint8_t {
   kMasterWeights,      // DeepSpeed's fp32 master copy of the trainable parameters
   kBuckets,            // DDP gradient buckets, DeepSpeed reduce buckets
   kGathered,           // ZeRO-3 / FSDP unsharded parameters of the layers being computed
+  kWorkspace,          // cuBLAS workspaces (CUDA: allocated through the caching allocator)
   kCount
 };
 inline constexpr int kNumCats = static_cast<int>(Cat::kCount);

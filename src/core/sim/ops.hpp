@@ -74,8 +74,10 @@ class Ops {
   int nll_loss(int logp, int target);          // scalar output
   int embedding(int ids, int w, Poly out_numel);
 
- private:
+ // Autocast's cast of an input to an op on the lower-precision list (a held copy, or x itself).
   int cast_for_autocast(int x);
+
+ private:
   DT promote(int a, int b) const;
   // Delivers gradient `full` (shaped like the op output) to `input`, reducing/casting like
   // autograd's validate_outputs when the input is smaller or of another dtype.

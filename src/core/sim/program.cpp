@@ -399,18 +399,31 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     out = ops_.clone(ot);                // .transpose(1, 2).contiguous()
     g_.drop(ot);
   } else {
-    // SDPA (flash / memory-efficient kernels) and flash_attention_2: no (s x s) tensor; the
-    // kernel saves q, k, v, the output and a per-row fp32 logsumexp; backward allocates dq, dk,
-    // dv plus an fp32 dq accumulator and per-row softmax sums.
-    const bool native_gqa = impl == AttnImpl::kFlashAttention2;
-    const int kr = native_gqa ? (g_.hold(ke), ke) : ops_.repeat_kv(ke, n_rep, one_kv);
-    const int vr = native_gqa ? (g_.hold(vt), vt) : ops_.repeat_kv(vt, n_rep, one_kv);
-    const DT kdt = g_.at(qe).dt;
+    // SDPA (flash / memory-efficient / cuDNN kernels) and flash_attention_2: no (s x s) tensor;
+    // the kernel saves q, k, v, the output and a per-row fp32 logsumexp; backward allocates dq,
+    // dk, dv plus an fp32 dq accumulator and per-row softmax sums. transformers'
+    // sdpa_attention_forward passes enable_gqa=True instead of repeat_kv when there is no mask
+    // (unpadded batches: the causal mask is skipped for is_causal) and head_dim <= 256; the
+    // kernels write the output in (b, s, heads, d) layout, so .transpose(1, 2).contiguous() copies
+    // nothing. Measured on an H100 (tests/data/measurements/cuda_h100.json).
+    const bool native_gqa = impl == AttnImpl::kFlashAttention2 || hd <= 256;
+    const int kr0 = native_gqa ? (g_.hold(ke), ke) : ops_.repeat_kv(ke, n_rep, one_kv);
+    const int vr0 = native_gqa ? (g_.hold(vt), vt) : ops_.repeat_kv(vt, n_rep, one_kv);
+    // scaled_dot_product_attention is on autocast's lower-precision list (and flash_attention_2
+    // casts fp32 inputs to the autocast dtype): with fp32 weights the rotary output is fp32 and
+    // the kernel gets (and saves) 16-bit copies of q, k and v.
+    const int q16 = ops_.cast_for_autocast(qe);
+    const int kr = ops_.cast_for_autocast(kr0);
+    const int vr = ops_.cast_for_autocast(vr0);
+    g_.drop(kr0);
+    g_.drop(vr0);
+    const DT kdt = g_.at(q16).dt;
     const int o = g_.make(qn, kdt, ops_.cat);
     const Poly rows = Poly::mono(kBS, nh * sp_.batch_multiplier);
     const int lse = g_.make(rows, DT::kF32, ops_.cat);
     const Poly qn_copy = qn;
-    g_.node({qe, kr, vr}, {o}, {qe, kr, vr, o, lse}, [qe, kr, vr, rows, qn_copy](Bwd& ctx) {
+    const int qe_in = q16;
+    g_.node({qe_in, kr, vr}, {o}, {qe_in, kr, vr, o, lse}, [qe = qe_in, kr, vr, rows, qn_copy](Bwd& ctx) {
       const int acc = ctx.temp(qn_copy, DT::kF32);
       const int d = ctx.temp(rows, DT::kF32);
       const int gq = ctx.needs(qe) ? ctx.like(qe) : -1;
@@ -423,15 +436,10 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
       if (gv >= 0) ctx.give(vr, gv);
     });
     g_.drop(lse);
+    g_.drop(q16);
     g_.drop(kr);
     g_.drop(vr);
-    if (impl == AttnImpl::kFlashAttention2) {
-      out = ops_.view(o);  // already (b, s, heads, d)
-    } else {
-      const int ot = ops_.transpose_view(o);
-      out = ops_.clone(ot);
-      g_.drop(ot);
-    }
+    out = ops_.view(o);  // already (b, s, heads, d)
     g_.drop(o);
   }
   const int r = ops_.view(out);  // reshape(*input_shape, -1).contiguous()
