@@ -176,10 +176,20 @@ class PhaseRecorder:
                 "step_start_allocated_bytes": self.start_allocated}
 
 
-def sft_dataset(vocab, batch, seq):
+def sft_dataset(vocab, batch, seq, pad_tokens=0):
+    """Fixed-length rows; with pad_tokens, every other row ends in that many padding positions
+    (attention_mask 0, labels -100), as DataCollatorWithPadding leaves a batch of unequal rows."""
     g = torch.Generator().manual_seed(1)
-    rows = [torch.randint(0, vocab, (seq,), generator=g) for _ in range(batch * 3)]
-    return [{"input_ids": r, "attention_mask": torch.ones(seq, dtype=torch.long), "labels": r.clone()} for r in rows]
+    out = []
+    for i in range(batch * 3):
+        r = torch.randint(0, vocab, (seq,), generator=g)
+        mask = torch.ones(seq, dtype=torch.long)
+        labels = r.clone()
+        if pad_tokens and i % 2:
+            mask[seq - pad_tokens:] = 0
+            labels[seq - pad_tokens:] = -100
+        out.append({"input_ids": r, "attention_mask": mask, "labels": labels})
+    return out
 
 
 def run_sft(case, tmp):
@@ -202,7 +212,8 @@ def run_sft(case, tmp):
 
     rec.hook_model(model)
     trainer = transformers.Trainer(model=model, args=training_args(t, tmp, t["batch"]),
-                                   train_dataset=sft_dataset(case["model"]["vocab_size"], t["batch"], t["seq_len"]),
+                                   train_dataset=sft_dataset(case["model"]["vocab_size"], t["batch"], t["seq_len"],
+                                                             t.get("pad_tokens", 0)),
                                    callbacks=[Cb()])
     trainer.train()
     r = rec.result()
