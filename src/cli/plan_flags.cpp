@@ -38,7 +38,7 @@ void add_gpu_flags(CLI::App& app, BudgetFlags& f) {
       ->group("Budget");
   app.add_option("--safety-margin", f.safety_margin,
                  "Memory kept free for the CUDA context and allocator fragmentation: a size (2GiB) or a "
-                 "percentage (10%); default 1 GiB + 5% of GPU memory")
+                 "percentage (10%); default 1 GiB + 10% of GPU memory")
       ->group("Budget");
   app.add_option("--headroom", f.headroom, "Memory kept free for other processes or the OS (default 0)")
       ->group("Budget");
