@@ -6,5 +6,7 @@ source tools/deps.sh
 memplan_install_deps
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target memplan
-./build/src/memplan estimate --model meta-llama/Llama-3.1-8B --torch-dtype bfloat16 --batch 2 --seq-len 2048 \
-  --gradient-checkpointing --use-peft --lora-target-modules all-linear
+# The main job, as users run it before training: the breakdown and the recommended micro-batch /
+# grad-accum for a shipped TRL config. --gpu names the GPU so that this works on a machine
+# without one; on a GPU machine, `memplan --auto` alone detects it.
+./build/src/memplan --auto --config configs/examples/hf-trl-sft-lora.yaml --gpu h100-sxm
