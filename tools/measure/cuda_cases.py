@@ -10,6 +10,8 @@ updates. Usage: cuda_cases.py [--validation] > cases.json
 import json
 import os
 
+from cases import lora  # the same LoRA settings helper as the CPU cases
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 
@@ -23,15 +25,6 @@ def case(cid, short, batch, seq, dtype="bfloat16", autocast="bfloat16", optim="a
          "optim": optim, "attn_implementation": "sdpa", "device": "cuda"}
     t.update(kw)
     return {"id": cid, "model_name": short, "model": model(short), "training": t}
-
-
-def lora(r=16, alpha=32, dropout=0.05, targets=None, save=None):
-    d = {"r": r, "alpha": alpha, "dropout": dropout}
-    if targets is not None:
-        d["target_modules"] = targets
-    if save:
-        d["modules_to_save"] = save
-    return d
 
 
 def all_cases():
