@@ -12,25 +12,12 @@
 #include "cli/allocator.hpp"
 #include "memplan/engine.hpp"
 #include "memplan/plan.hpp"
+#include "support/models.hpp"  // tests/support: the hand-built Llama-3.1-8B the tests use
 
 namespace {
 
 using namespace memplan;
-
-ModelSpec llama31_8b() {
-  ModelSpec m;
-  m.name = "llama-3.1-8b";
-  m.model_type = "llama";
-  m.vocab_size = 128256;
-  m.hidden_size = 4096;
-  m.intermediate_size = 14336;
-  m.num_layers = 32;
-  m.num_heads = 32;
-  m.num_kv_heads = 8;
-  m.head_dim = 128;
-  m.max_position_embeddings = 131072;
-  return m;
-}
+using memplan::testing::llama31_8b;
 
 TrainingConfig bf16_sft() {
   TrainingConfig c;

@@ -1,23 +1,10 @@
 #include <catch2/catch.hpp>
 
 #include "memplan/model.hpp"
+#include "support/models.hpp"
 
 using namespace memplan;
-
-namespace {
-ModelSpec llama31_8b() {
-  ModelSpec m;
-  m.model_type = "llama";
-  m.vocab_size = 128256;
-  m.hidden_size = 4096;
-  m.intermediate_size = 14336;
-  m.num_layers = 32;
-  m.num_heads = 32;
-  m.num_kv_heads = 8;
-  m.head_dim = 128;
-  return m;
-}
-}  // namespace
+using memplan::testing::llama31_8b;
 
 TEST_CASE("Llama-3.1-8B parameter count matches the published total") {
   const auto c = count_parameters(llama31_8b());

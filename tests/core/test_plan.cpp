@@ -8,26 +8,12 @@
 
 #include "memplan/engine.hpp"
 #include "memplan/plan.hpp"
+#include "support/models.hpp"
 
 using namespace memplan;
+using memplan::testing::llama31_8b;
 
 namespace {
-
-ModelSpec llama31_8b() {
-  ModelSpec m;
-  m.name = "llama-3.1-8b (by hand)";
-  m.model_type = "llama";
-  m.vocab_size = 128256;
-  m.hidden_size = 4096;
-  m.intermediate_size = 14336;
-  m.num_layers = 32;
-  m.num_heads = 32;
-  m.num_kv_heads = 8;
-  m.head_dim = 128;
-  m.max_position_embeddings = 131072;
-  m.torch_dtype = "bfloat16";
-  return m;
-}
 
 ModelSpec small_llama() {  // ~0.5B, MHA, tied embeddings
   ModelSpec m;

@@ -17,6 +17,8 @@ inline ModelSpec llama31_8b() {
   m.num_heads = 32;
   m.num_kv_heads = 8;
   m.head_dim = 128;
+  m.max_position_embeddings = 131072;
+  m.torch_dtype = "bfloat16";
   return m;
 }
 
