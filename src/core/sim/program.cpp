@@ -58,6 +58,7 @@ class Step {
 
   // ---- building blocks
   int norm(int x, int w, int bias, std::int64_t width, Poly numel);
+  int rms_normalize(int x, const Poly& numel, const Poly& rows);
   int llama_rmsnorm(int x, int w, Poly numel, Poly rows);
   int gemma_rmsnorm(int x, int w, Poly numel, Poly rows);
   int layer_norm(int x, int w, int bias, Poly numel, Poly rows);
@@ -176,9 +177,8 @@ void Step::make_params() {
 
 // ---- norms
 
-int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows) {
-  // LlamaRMSNorm: to(fp32), pow(2).mean(-1), rsqrt(var + eps), x * rsqrt, to(input dtype), weight * x
-  const DT in_dt = g_.at(x).dt;
+int Step::rms_normalize(int x, const Poly& numel, const Poly& rows) {
+  // x.to(fp32), pow(2).mean(-1), rsqrt(var + eps), x * rsqrt: the fp32 normalized tensor.
   const int h32 = ops_.to(x, DT::kF32);
   const int p = ops_.pow2(h32);
   const int var = ops_.mean_last(p, rows);
@@ -190,6 +190,13 @@ int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows) {
   const int n = ops_.mul(h32, r, numel);
   g_.drop(h32);
   g_.drop(r);
+  return n;
+}
+
+int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows) {
+  // LlamaRMSNorm: rms_normalize, to(input dtype), weight * x
+  const DT in_dt = g_.at(x).dt;
+  const int n = rms_normalize(x, numel, rows);
   const int nd = ops_.to(n, in_dt);
   g_.drop(n);
   const int out = ops_.mul(w, nd, numel);
@@ -200,17 +207,7 @@ int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows) {
 int Step::gemma_rmsnorm(int x, int w, Poly numel, Poly rows) {
   // GemmaRMSNorm: output = norm(x.float()) * (1 + weight.float()); output.type_as(x)
   const DT in_dt = g_.at(x).dt;
-  const int h32 = ops_.to(x, DT::kF32);
-  const int p = ops_.pow2(h32);
-  const int var = ops_.mean_last(p, rows);
-  g_.drop(p);
-  const int ve = ops_.scalar_op(var);
-  g_.drop(var);
-  const int r = ops_.rsqrt(ve);
-  g_.drop(ve);
-  const int n = ops_.mul(h32, r, numel);
-  g_.drop(h32);
-  g_.drop(r);
+  const int n = rms_normalize(x, numel, rows);
   const int w32 = ops_.to(w, DT::kF32);
   const int w1 = ops_.scalar_op(w32);
   g_.drop(w32);
