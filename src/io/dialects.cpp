@@ -295,6 +295,16 @@ Result<bool> Mapper::read(std::string_view path, const std::string& input, std::
   return true;
 }
 
+Status Mapper::read_or(std::string_view path, const std::string& input, std::int64_t& field, std::int64_t fallback,
+                       std::string note) {
+  MEMPLAN_TRY(bool present, read(path, input, field));
+  if (!present) {
+    field = fallback;
+    from_default(input, std::move(note));
+  }
+  return Ok{};
+}
+
 Result<bool> Mapper::read(std::string_view path, const std::string& input, int& field, int min) {
   MEMPLAN_TRY(auto v, integer(path, min));
   if (!v) return false;

@@ -186,11 +186,7 @@ Status map_axolotl(Mapper& m) {
   MEMPLAN_IO_CHECK(m.read_model("base_model"));
   MEMPLAN_IO_CHECK(read_rl(m));
 
-  MEMPLAN_TRY(bool batch, m.read("micro_batch_size", "batch", c.micro_batch));
-  if (!batch) {
-    c.micro_batch = 1;
-    m.from_default("batch", "axolotl micro_batch_size = 1");
-  }
+  MEMPLAN_IO_CHECK(m.read_or("micro_batch_size", "batch", c.micro_batch, 1, "axolotl micro_batch_size = 1"));
   m.site(Knob::kBatch, "micro_batch_size");
   MEMPLAN_TRY(bool accum, m.read("gradient_accumulation_steps", "grad_accum", c.grad_accum));
   if (!accum) {
@@ -206,11 +202,7 @@ Status map_axolotl(Mapper& m) {
     }
   }
   m.site(Knob::kGradAccum, "gradient_accumulation_steps", "micro_batch_size");
-  MEMPLAN_TRY(bool seq, m.read("sequence_len", "seq_len", c.seq_len));
-  if (!seq) {
-    c.seq_len = 512;
-    m.from_default("seq_len", "axolotl sequence_len = 512");
-  }
+  MEMPLAN_IO_CHECK(m.read_or("sequence_len", "seq_len", c.seq_len, 512, "axolotl sequence_len = 512"));
   m.site(Knob::kSeqLen, "sequence_len", "micro_batch_size");
 
   // Quantization before precision: load_in_8bit loads the rest of the model in fp16.

@@ -139,23 +139,22 @@ Status read_fsdp(Mapper& m) {
 
 }  // namespace
 
+Status read_training_arguments_batch(Mapper& m) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_IO_CHECK(m.read_or("per_device_train_batch_size", "batch", c.micro_batch, 8,
+                             "TrainingArguments per_device_train_batch_size = 8"));
+  m.site(Knob::kBatch, "per_device_train_batch_size");
+  MEMPLAN_IO_CHECK(m.read_or("gradient_accumulation_steps", "grad_accum", c.grad_accum, 1,
+                             "TrainingArguments gradient_accumulation_steps = 1"));
+  m.site(Knob::kGradAccum, "gradient_accumulation_steps", "per_device_train_batch_size");
+  return Ok{};
+}
+
 Status map_hf_trl(Mapper& m) {
   TrainingConfig& c = m.config();
   MEMPLAN_IO_CHECK(m.read_model("model_name_or_path"));
   MEMPLAN_IO_CHECK(read_method(m));
-
-  MEMPLAN_TRY(bool batch, m.read("per_device_train_batch_size", "batch", c.micro_batch));
-  if (!batch) {
-    c.micro_batch = 8;
-    m.from_default("batch", "TrainingArguments per_device_train_batch_size = 8");
-  }
-  m.site(Knob::kBatch, "per_device_train_batch_size");
-  MEMPLAN_TRY(bool accum, m.read("gradient_accumulation_steps", "grad_accum", c.grad_accum));
-  if (!accum) {
-    c.grad_accum = 1;
-    m.from_default("grad_accum", "TrainingArguments gradient_accumulation_steps = 1");
-  }
-  m.site(Knob::kGradAccum, "gradient_accumulation_steps", "per_device_train_batch_size");
+  MEMPLAN_IO_CHECK(read_training_arguments_batch(m));
 
   if (c.method == Method::kGrpo) {
     MEMPLAN_IO_CHECK(m.read("num_generations", "num_generations", c.grpo.num_generations));
@@ -189,11 +188,7 @@ Status map_hf_trl(Mapper& m) {
     if (ml != nullptr && msl != nullptr && !ml->is_null() && !msl->is_null() && ml->value != msl->value)
       m.contradiction(*ml, "max_length", *msl, "max_seq_length");
     const char* seq_key = (ml == nullptr || ml->is_null()) && msl != nullptr ? "max_seq_length" : "max_length";
-    MEMPLAN_TRY(bool seq, m.read(seq_key, "seq_len", c.seq_len));
-    if (!seq) {
-      c.seq_len = 1024;
-      m.from_default("seq_len", "TRL SFTConfig/DPOConfig max_length = 1024");
-    }
+    MEMPLAN_IO_CHECK(m.read_or(seq_key, "seq_len", c.seq_len, 1024, "TRL SFTConfig/DPOConfig max_length = 1024"));
     m.site(Knob::kSeqLen, seq_key, "per_device_train_batch_size");
     if (c.method == Method::kDpo) {
       MEMPLAN_IO_CHECK(m.read("max_prompt_length", "max_prompt_length", c.dpo.max_prompt_length));

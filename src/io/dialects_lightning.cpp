@@ -117,19 +117,11 @@ Status map_lightning(Mapper& m) {
       }
     batch_key = (parent.empty() ? std::string("data_loader") : parent) + ".batch_size";
   }
-  MEMPLAN_TRY(bool batch, m.read(batch_key, "batch", c.micro_batch));
-  if (!batch) {
-    c.micro_batch = 1;
-    m.from_default("batch", "torch DataLoader batch_size = 1");
-  }
+  MEMPLAN_IO_CHECK(m.read_or(batch_key, "batch", c.micro_batch, 1, "torch DataLoader batch_size = 1"));
   m.site(Knob::kBatch, batch_key);
 
   const std::string accum_key = trainer + ".accumulate_grad_batches";
-  MEMPLAN_TRY(bool accum, m.read(accum_key, "grad_accum", c.grad_accum));
-  if (!accum) {
-    c.grad_accum = 1;
-    m.from_default("grad_accum", "Lightning accumulate_grad_batches = 1");
-  }
+  MEMPLAN_IO_CHECK(m.read_or(accum_key, "grad_accum", c.grad_accum, 1, "Lightning accumulate_grad_batches = 1"));
   m.site(Knob::kGradAccum, accum_key);
 
   // A sequence length, when the data section has one of the usual keys (or its tokenization).

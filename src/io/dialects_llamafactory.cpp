@@ -89,23 +89,8 @@ Status map_llamafactory(Mapper& m) {
     }
   }
 
-  MEMPLAN_TRY(bool batch, m.read("per_device_train_batch_size", "batch", c.micro_batch));
-  if (!batch) {
-    c.micro_batch = 8;
-    m.from_default("batch", "TrainingArguments per_device_train_batch_size = 8");
-  }
-  m.site(Knob::kBatch, "per_device_train_batch_size");
-  MEMPLAN_TRY(bool accum, m.read("gradient_accumulation_steps", "grad_accum", c.grad_accum));
-  if (!accum) {
-    c.grad_accum = 1;
-    m.from_default("grad_accum", "TrainingArguments gradient_accumulation_steps = 1");
-  }
-  m.site(Knob::kGradAccum, "gradient_accumulation_steps", "per_device_train_batch_size");
-  MEMPLAN_TRY(bool cutoff, m.read("cutoff_len", "seq_len", c.seq_len));
-  if (!cutoff) {
-    c.seq_len = 2048;
-    m.from_default("seq_len", "LLaMA-Factory cutoff_len = 2048");
-  }
+  MEMPLAN_IO_CHECK(read_training_arguments_batch(m));
+  MEMPLAN_IO_CHECK(m.read_or("cutoff_len", "seq_len", c.seq_len, 2048, "LLaMA-Factory cutoff_len = 2048"));
   m.site(Knob::kSeqLen, "cutoff_len", "per_device_train_batch_size");
 
   // Precision: the model loads in the compute dtype (bf16/fp16); trainable parameters are then

@@ -53,6 +53,9 @@ class Mapper {
   Result<bool> read(std::string_view path, const std::string& input, int& field, int min = 1);
   Result<bool> read(std::string_view path, const std::string& input, bool& field);
   Result<bool> read(std::string_view path, const std::string& input, double& field);
+  // read(), or, when `path` is absent, `fallback` recorded as a default with `note`.
+  Status read_or(std::string_view path, const std::string& input, std::int64_t& field, std::int64_t fallback,
+                 std::string note);
   Result<bool> read_dtype(std::string_view path, const std::string& input, DType& field);
   Result<bool> read_optimizer(std::string_view path, const std::string& input, OptimizerKind& field);
   Result<bool> read_model(std::string_view path);
@@ -98,6 +101,9 @@ class Mapper {
 
 // One mapping per dialect. Each reads what it knows, records defaults it applies, value sites
 // and unknown keys.
+// TrainingArguments' per_device_train_batch_size (default 8) and gradient_accumulation_steps
+// (default 1) with their sites: HF/TRL and LLaMA-Factory configs share these keys.
+Status read_training_arguments_batch(Mapper& m);
 Status map_hf_trl(Mapper& m);
 Status map_axolotl(Mapper& m);
 Status map_llamafactory(Mapper& m);

@@ -211,17 +211,10 @@ Status map_torchtune(Mapper& m) {
     m.from_default("method", "the loss is not a preference loss: SFT");
   }
 
-  MEMPLAN_TRY(bool batch, m.read("batch_size", "batch", c.micro_batch));
-  if (!batch) {
-    c.micro_batch = 1;
-    m.from_default("batch", "no batch_size: 1");
-  }
+  MEMPLAN_IO_CHECK(m.read_or("batch_size", "batch", c.micro_batch, 1, "no batch_size: 1"));
   m.site(Knob::kBatch, "batch_size");
-  MEMPLAN_TRY(bool accum, m.read("gradient_accumulation_steps", "grad_accum", c.grad_accum));
-  if (!accum) {
-    c.grad_accum = 1;
-    m.from_default("grad_accum", "torchtune gradient_accumulation_steps = 1");
-  }
+  MEMPLAN_IO_CHECK(m.read_or("gradient_accumulation_steps", "grad_accum", c.grad_accum, 1,
+                             "torchtune gradient_accumulation_steps = 1"));
   m.site(Knob::kGradAccum, "gradient_accumulation_steps", "batch_size");
 
   // The sequence length is a tokenizer setting (older configs: dataset.max_seq_len).
