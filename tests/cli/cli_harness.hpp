@@ -135,6 +135,12 @@ inline CliRun run_cli(const std::vector<std::string>& args) {
   return r;
 }
 
+// `base` followed by `more`: a command line built from shared flags.
+inline std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
 // The cells of a text-table row: split where two or more spaces separate them.
 inline std::vector<std::string> cells(const std::string& line) {
   std::vector<std::string> out;

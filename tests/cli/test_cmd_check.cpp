@@ -20,21 +20,10 @@
 using namespace memplan;
 namespace stdfs = std::filesystem;
 
+using memplan::testing::CliRun;
+using memplan::testing::run_cli;
+
 namespace {
-
-struct Run {
-  int rc = 0;
-  std::string out, err;
-};
-
-Run run_cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  Run r;
-  r.rc = cli::run(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
 
 struct Dir {
   std::string path;
@@ -99,9 +88,9 @@ TEST_CASE("check: one line per file, warnings under it, a summary; invalid files
   const Bytes tb = Bytes::of(1'000'000'000'000'000), gib4 = Bytes::gib(4);
   const Bytes pf = predicted(fits), pb = predicted(big);
 
-  Run r = run_cli({"check", fits, big, broken, bad});
+  CliRun r = run_cli({"check", fits, big, broken, bad});
   CHECK(r.err.empty());
-  CHECK(r.rc == 2);  // an invalid config outranks one that does not fit
+  CHECK(r.code == 2);  // an invalid config outranks one that does not fit
   const std::string expected =
       fmt::format("{}:3: fits: predicted {:.2f} GiB <= budget {:.2f} GiB ({} of {:.2f} GiB)\n", fits, pf.as_gib(),
                   budget_of(tb).as_gib(), pct(pf, tb), tb.as_gib()) +
@@ -113,8 +102,8 @@ TEST_CASE("check: one line per file, warnings under it, a summary; invalid files
       "checked 4 configs: 1 fits, 1 does not fit, 2 invalid (predicted peak vs. GPU memory less the safety margin and headroom)\n";
   CHECK(r.out == expected);
 
-  CHECK(run_cli({"check", fits, big}).rc == 1);
-  CHECK(run_cli({"check", fits}).rc == 0);
+  CHECK(run_cli({"check", fits, big}).code == 1);
+  CHECK(run_cli({"check", fits}).code == 0);
   CHECK(run_cli({"check", fits, fits}).out.find("checked 2 configs: 2 fit, 0 do not fit, 0 invalid") !=
         std::string::npos);
 }
@@ -122,13 +111,13 @@ TEST_CASE("check: one line per file, warnings under it, a summary; invalid files
 TEST_CASE("check: --gpu-memory overrides the config's, an unknown model is invalid at its line") {
   Dir d;
   const std::string fits = d.write("fits.yaml", kFits);
-  Run r = run_cli({"check", fits, "--gpu-memory", "4GiB"});
-  CHECK(r.rc == 1);
+  CliRun r = run_cli({"check", fits, "--gpu-memory", "4GiB"});
+  CHECK(r.code == 1);
   CHECK(r.out.find(fits + ":3: does not fit: ") == 0);
   const std::string unknown =
       d.write("unknown.yaml", "model_name_or_path: meta-llama/Llama-3.1-9B\nper_device_train_batch_size: 1\n");
-  Run u = run_cli({"check", unknown, "--gpu-memory", "80GiB"});
-  CHECK(u.rc == 2);
+  CliRun u = run_cli({"check", unknown, "--gpu-memory", "80GiB"});
+  CHECK(u.code == 2);
   CHECK(u.out.rfind(unknown + ":1: invalid: unknown model 'meta-llama/Llama-3.1-9B'", 0) == 0);
 }
 
@@ -138,39 +127,39 @@ TEST_CASE("check: --max-utilization turns a config that fits but is too full int
   const Bytes tb = Bytes::of(1'000'000'000'000'000);
   const Bytes pf = predicted(fits);
   // Any prediction above 10 MB is above 0.000001% of 1000 TB.
-  Run r = run_cli({"check", fits, "--max-utilization", "0.000001"});
-  CHECK(r.rc == 1);
+  CliRun r = run_cli({"check", fits, "--max-utilization", "0.000001"});
+  CHECK(r.code == 1);
   CHECK(r.out == fmt::format("{}:3: fits, but above --max-utilization 1e-06%: predicted {:.2f} GiB <= budget {:.2f} "
                              "GiB ({} of {:.2f} GiB)\n"
                              "checked 1 config: 0 fit, 0 do not fit, 1 above 1e-06%, 0 invalid (predicted peak vs. "
                              "GPU memory less the safety margin and headroom)\n",
                              fits, pf.as_gib(), budget_of(tb).as_gib(), pct(pf, tb), tb.as_gib()));
-  CHECK(run_cli({"check", fits, "--max-utilization", "95"}).rc == 0);
+  CHECK(run_cli({"check", fits, "--max-utilization", "95"}).code == 0);
 }
 
 TEST_CASE("check: usage errors have their own exit codes") {
   Dir d;
   const std::string nobudget = d.write("n.yaml", kNoBudget);
   memplan::testing::StandInMachine no_gpu(std::nullopt);
-  Run r = run_cli({"check", nobudget});
-  CHECK(r.rc == 64);
+  CliRun r = run_cli({"check", nobudget});
+  CHECK(r.code == 64);
   CHECK(r.out == nobudget + ":2: error: no GPU to check against: no GPU found (NVML skipped: "
                             "MEMPLAN_NVIDIA_SMI=/nonexistent/nvidia-smi; /nonexistent/nvidia-smi: not found; "
                             "/nonexistent/rocm-smi: not found); give --gpu NAME or --gpu-memory SIZE, or name it in "
                             "the config with # memplan: gpu=NAME\n"
                             "checked 1 config: 0 fit, 0 do not fit, 0 invalid, 1 without a GPU to check against "
                             "(predicted peak vs. GPU memory less the safety margin and headroom)\n");
-  Run pct = run_cli({"check", nobudget, "--max-utilization", "150"});
-  CHECK(pct.rc == 64);
+  CliRun pct = run_cli({"check", nobudget, "--max-utilization", "150"});
+  CHECK(pct.code == 64);
   CHECK(pct.err == "memplan: error: --max-utilization = 150 must be a percentage between 0 and 100\n");
-  Run size = run_cli({"check", nobudget, "--gpu-memory", "10x"});
-  CHECK(size.rc == 64);
+  CliRun size = run_cli({"check", nobudget, "--gpu-memory", "10x"});
+  CHECK(size.code == 64);
   CHECK(size.err == "memplan: error: --gpu-memory: invalid size unit in \"10x\"; use B, KB, MB, GB, TB (decimal) or "
                     "KiB, MiB, GiB, TiB (binary)\n");
-  Run fmt_ = run_cli({"check", nobudget, "--format", "xml"});
-  CHECK(fmt_.rc == 64);
-  Run none = run_cli({"check"});
-  CHECK(none.rc >= 100);  // CLI11: a required argument is missing
+  CliRun fmt_ = run_cli({"check", nobudget, "--format", "xml"});
+  CHECK(fmt_.code == 64);
+  CliRun none = run_cli({"check"});
+  CHECK(none.code >= 100);  // CLI11: a required argument is missing
 }
 
 TEST_CASE("check --format json") {
@@ -178,8 +167,8 @@ TEST_CASE("check --format json") {
   const std::string fits = d.write("fits.yaml", kFits);
   const std::string big = d.write("big.yaml", kTooBig);
   const std::string broken = d.write("broken.yaml", kBroken);
-  Run r = run_cli({"check", fits, big, broken, "--format", "json"});
-  CHECK(r.rc == 2);
+  CliRun r = run_cli({"check", fits, big, broken, "--format", "json"});
+  CHECK(r.code == 2);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["command"] == "check");
   CHECK(j["exit_code"] == 2);
@@ -210,8 +199,8 @@ TEST_CASE("check --format github: annotations at the batch-size line, escaped") 
   const std::string broken = d.write("broken.yaml", kBroken);
   const Bytes tb = Bytes::of(1'000'000'000'000'000), gib4 = Bytes::gib(4);
   const Bytes pf = predicted(fits), pb = predicted(big);
-  Run r = run_cli({"check", fits, big, broken, "--format", "github"});
-  CHECK(r.rc == 2);
+  CliRun r = run_cli({"check", fits, big, broken, "--format", "github"});
+  CHECK(r.code == 2);
   CHECK(r.out ==
         fmt::format("{}:3: fits: predicted {:.2f} GiB <= budget {:.2f} GiB ({} of {:.2f} GiB)\n", fits, pf.as_gib(),
                     budget_of(tb).as_gib(), pct(pf, tb), tb.as_gib()) +
@@ -235,8 +224,8 @@ TEST_CASE("check: --config files are layered under each FILE (a main config and 
                                    "training:\n  trainer:\n    accumulate_grad_batches: 2\n    precision: bf16-mixed\n");
   const std::string s1 = d.write("01.yaml", "data_loader:\n  batch_size: 2\n");
   const std::string s2 = d.write("02.yaml", "data_loader:\n  batch_sise: 2\n");
-  Run r = run_cli({"check", "--config", main, s1, s2});
-  CHECK(r.rc == 0);
+  CliRun r = run_cli({"check", "--config", main, s1, s2});
+  CHECK(r.code == 0);
   CHECK(r.out.find(s1 + ":2: fits: ") == 0);  // the batch of stage 01 is its own
   CHECK(r.out.find("\n" + main + ":5: fits: ") != std::string::npos);  // stage 02 keeps the main file's
   CHECK(r.out.find("  warning: " + s2 + ":2: unknown key 'data_loader.batch_sise'; did you mean "
@@ -251,8 +240,8 @@ TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or
   const std::string plain = d.write("plain.yaml", small);
   const std::int64_t h100 = 81559LL * 1048576;  // the h100-sxm profile, as nvidia-smi reports it
 
-  Run r = run_cli({"check", named, typo, "--format", "json"});
-  CHECK(r.rc == 2);
+  CliRun r = run_cli({"check", named, typo, "--format", "json"});
+  CHECK(r.code == 2);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["results"][0]["status"] == "fits");
   CHECK(j["results"][0]["capacity_bytes"] == h100);
@@ -265,19 +254,19 @@ TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or
   CHECK(j["results"][1]["message"] == "unknown GPU 'h100-sxn'; did you mean 'h100-sxm'?");
 
   // --gpu wins over the file's comment and is checked once, as a usage error.
-  Run t4 = run_cli({"check", named, "--gpu", "t4", "--format", "json"});
+  CliRun t4 = run_cli({"check", named, "--gpu", "t4", "--format", "json"});
   auto jt = nlohmann::json::parse(t4.out);
   CHECK(jt["results"][0]["budget_source"] == "--gpu t4");
   CHECK(jt["results"][0]["capacity_bytes"] == 15360LL * 1048576);
   CHECK(jt["results"][0]["notes"][0].get<std::string>().rfind("Tesla T4 (t4) has no hardware bf16", 0) == 0);
-  Run bad = run_cli({"check", named, "--gpu", "t5"});
-  CHECK(bad.rc == 64);
+  CliRun bad = run_cli({"check", named, "--gpu", "t5"});
+  CHECK(bad.code == 64);
   CHECK(bad.err == "memplan: error: --gpu: unknown GPU 't5'; did you mean 't4'?\n");
 
   // A file that names no GPU is checked on the one detected (here the stand-in's idle H100).
   memplan::testing::StandInMachine machine("nvidia-smi-h100.csv");
-  Run det = run_cli({"check", plain, "--format", "json"});
-  CHECK(det.rc == 0);
+  CliRun det = run_cli({"check", plain, "--format", "json"});
+  CHECK(det.code == 0);
   auto jd = nlohmann::json::parse(det.out);
   CHECK(jd["results"][0]["budget_source"] == "detected");
   CHECK(jd["results"][0]["capacity_bytes"] == 81080LL * 1048576);  // free memory

@@ -6,25 +6,17 @@
 
 #include "cli/app.hpp"
 #include "cli/exit_codes.hpp"
+#include "cli_harness.hpp"
+
+using memplan::testing::CliRun;
+using memplan::testing::run_cli;
 
 namespace {
-
-struct Run {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Run run_cli(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  const int code = memplan::cli::run(args, out, err);
-  return {code, out.str(), err.str()};
-}
 
 }  // namespace
 
 TEST_CASE("memplan models: the whole catalog as a table") {
-  const Run r = run_cli({"models"});
+  const CliRun r = run_cli({"models"});
   CHECK(r.code == memplan::cli::kExitOk);
   CHECK(r.err.empty());
   CHECK(r.out.rfind("name ", 0) == 0);
@@ -34,7 +26,7 @@ TEST_CASE("memplan models: the whole catalog as a table") {
 }
 
 TEST_CASE("memplan models FILTER --format markdown") {
-  const Run r = run_cli({"models", "mixtral", "--format", "markdown"});
+  const CliRun r = run_cli({"models", "mixtral", "--format", "markdown"});
   CHECK(r.code == memplan::cli::kExitOk);
   // Active parameters by hand: the total less 6 idle experts of 3 x h x width per layer.
   CHECK(r.out ==
@@ -45,7 +37,7 @@ TEST_CASE("memplan models FILTER --format markdown") {
 }
 
 TEST_CASE("memplan models --format json") {
-  const Run r = run_cli({"models", "GPT2-XL", "--format", "json"});
+  const CliRun r = run_cli({"models", "GPT2-XL", "--format", "json"});
   REQUIRE(r.code == memplan::cli::kExitOk);
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["schema"] == "memplan/1");
@@ -59,7 +51,7 @@ TEST_CASE("memplan models --format json") {
 }
 
 TEST_CASE("memplan models: a filter that matches nothing is an error with a suggestion") {
-  Run r = run_cli({"models", "lamma-3.1-8b"});
+  CliRun r = run_cli({"models", "lamma-3.1-8b"});
   CHECK(r.code == memplan::cli::kExitInvalidInput);
   CHECK(r.out.empty());
   CHECK(r.err == "memplan: error: no catalog model matches 'lamma-3.1-8b'; did you mean 'llama-3.1-8b'?\n");

@@ -13,36 +13,24 @@
 #include "cli/app.hpp"
 #include "cli/exit_codes.hpp"
 #include "memplan/plan.hpp"
+#include "cli_harness.hpp"
 
 using namespace memplan;
 using json = nlohmann::json;
 
+using memplan::testing::CliRun;
+using memplan::testing::run_cli;
+using memplan::testing::with;
+
 namespace {
-
-struct Run {
-  int code = 0;
-  std::string out;
-  std::string err;
-};
-
-Run run(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = cli::run(args, out, err);
-  return {code, out.str(), err.str()};
-}
 
 json run_json(std::vector<std::string> args, int expected_code = cli::kExitOk) {
   args.push_back("--format");
   args.push_back("json");
-  const Run r = run(args);
+  const CliRun r = run_cli(args);
   INFO(r.err);
   REQUIRE(r.code == expected_code);
   return json::parse(r.out);
-}
-
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
 }
 
 // `memplan estimate` for the same model and flags at one micro-batch (and sequence length).
@@ -137,13 +125,13 @@ TEST_CASE("plan --target-global-batch with data parallelism") {
 TEST_CASE("plan: text and markdown") {
   const json j = run_json(with({"plan", "--gpu-memory", "24GB"}, kModel));
   const auto m = j["recommendation"]["micro_batch"].get<std::int64_t>();
-  const Run text = run(with({"plan", "--gpu-memory", "24GB"}, kModel));
+  const CliRun text = run_cli(with({"plan", "--gpu-memory", "24GB"}, kModel));
   CHECK(text.code == cli::kExitOk);
   CHECK(text.err.empty());
   CHECK_THAT(text.out, Catch::Contains(fmt::format("recommended: micro-batch {} x grad-accum 1 x 1 GPU = global batch {}\n", m, m)));
   CHECK_THAT(text.out, Catch::Contains("budget: 22.35 GiB GPU memory - 3.24 GiB safety margin - 0.00 GiB headroom = 19.12 GiB\n"));
   CHECK_THAT(text.out, Catch::Contains(fmt::format("flags: --batch {} --grad-accum 1\n", m)));
-  const Run md = run(with({"plan", "--gpu-memory", "24GB", "--format", "markdown"}, kModel));
+  const CliRun md = run_cli(with({"plan", "--gpu-memory", "24GB", "--format", "markdown"}, kModel));
   CHECK(md.code == cli::kExitOk);
   CHECK_THAT(md.out, Catch::Contains("| tier | limit | micro-batch | grad-accum | global batch | peak | of GPU |\n"));
   CHECK_THAT(md.out, Catch::Contains(fmt::format("- flags: `--batch {} --grad-accum 1`\n", m)));
@@ -170,7 +158,7 @@ TEST_CASE("plan exits 1 when nothing fits, with ranked changes") {
     previous_saved = s["saved_bytes"].get<std::int64_t>();
     CHECK_FALSE(s["flags"].empty());
   }
-  const Run text = run(with({"plan", "--gpu-memory", "16GB", "--seq-len", "4096"}, model));
+  const CliRun text = run_cli(with({"plan", "--gpu-memory", "16GB", "--seq-len", "4096"}, model));
   CHECK(text.code == cli::kExitDoesNotFit);
   CHECK_THAT(text.out, Catch::Contains("does not fit: micro-batch 1 at 4096 tokens needs "));
 }
@@ -235,7 +223,7 @@ TEST_CASE("plan errors are exact and exit 2") {
   for (const Row& row : rows) {
     const std::vector<std::string> args = with(row.args, kModel);
     INFO(row.err);
-    const Run r = run(args);
+    const CliRun r = run_cli(args);
     CHECK(r.code == cli::kExitInvalidInput);
     CHECK(r.err == row.err);
     CHECK(r.out.empty());

@@ -8,31 +8,19 @@
 
 #include "cli/app.hpp"
 #include "cli/exit_codes.hpp"
+#include "cli_harness.hpp"
 
 using namespace memplan;
 using json = nlohmann::json;
 
+using memplan::testing::CliRun;
+using memplan::testing::run_cli;
+using memplan::testing::with;
+
 namespace {
 
-struct Run {
-  int code = 0;
-  std::string out;
-  std::string err;
-};
-
-Run run(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = cli::run(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
-
 json run_json(const std::vector<std::string>& args) {
-  const Run r = run(with(args, {"--format", "json"}));
+  const CliRun r = run_cli(with(args, {"--format", "json"}));
   INFO(r.err);
   REQUIRE(r.code == cli::kExitOk);
   return json::parse(r.out);
@@ -87,13 +75,13 @@ TEST_CASE("sweep keeps the config's global batch in the grad_accum column") {
 }
 
 TEST_CASE("sweep: markdown table of seed 000 and the terminal chart") {
-  const Run md = run(with({"sweep", "--gpu-memory", "24GB", "--batches", "1,2,4", "--format", "markdown"}, kModel));
+  const CliRun md = run_cli(with({"sweep", "--gpu-memory", "24GB", "--batches", "1,2,4", "--format", "markdown"}, kModel));
   CHECK(md.code == cli::kExitOk);
   CHECK_THAT(md.out, Catch::Contains("| batch | grad_accum | seq_len | peak_mem | headroom | status |\n"
                                      "|---:|---:|---:|---:|---:|---|\n| 1 | 1 | 1024 | "));
   CHECK_THAT(md.out, Catch::Contains("```text\npeak memory (GiB) vs micro-batch: a = seq 1024; "));
 
-  const Run text = run(with({"sweep", "--gpu-memory", "24GB", "--batches", "1-8", "--seq-lens", "512,1024"}, kModel));
+  const CliRun text = run_cli(with({"sweep", "--gpu-memory", "24GB", "--batches", "1-8", "--seq-lens", "512,1024"}, kModel));
   CHECK(text.code == cli::kExitOk);
   CHECK_THAT(text.out, Catch::Contains("per extra sample"));
   CHECK_THAT(text.out, Catch::Contains("peak memory (GiB) vs micro-batch: a = seq 512, b = seq 1024; ─ budget 19.12 GiB"));
@@ -119,7 +107,7 @@ TEST_CASE("sweep errors are exact and exit 2") {
   };
   for (const Row& row : rows) {
     INFO(row.err);
-    const Run r = run(with(with({"sweep", "--gpu-memory", "24GB"}, row.args), kModel));
+    const CliRun r = run_cli(with(with({"sweep", "--gpu-memory", "24GB"}, row.args), kModel));
     CHECK(r.code == cli::kExitInvalidInput);
     CHECK(r.err == row.err);
     CHECK(r.out.empty());

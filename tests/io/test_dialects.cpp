@@ -11,25 +11,15 @@
 #include "cli/app.hpp"
 #include "io/config_loader.hpp"
 #include "io/dialects.hpp"
+#include "cli/cli_harness.hpp"
 
 using namespace memplan;
 using namespace memplan::io;
 
+using memplan::testing::CliRun;
+using memplan::testing::run_cli;
+
 namespace {
-
-struct Run {
-  int rc = 0;
-  std::string out, err;
-};
-
-Run run_cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  Run r;
-  r.rc = cli::run(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
 
 const std::string kExamples = std::string(MEMPLAN_SOURCE_DIR) + "/configs/examples/";
 
@@ -73,9 +63,9 @@ nlohmann::json estimate_json(std::vector<std::string> args) {
   args.insert(args.begin(), "estimate");
   args.push_back("--format");
   args.push_back("json");
-  Run r = run_cli(args);
+  CliRun r = run_cli(args);
   INFO(r.err);
-  REQUIRE(r.rc == 0);
+  REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
   return {{"estimate", j["estimate"]}, {"training", j["inputs"]["training"]}, {"model", j["inputs"]["model"]}};
 }
@@ -523,13 +513,13 @@ TEST_CASE("memplan comment directives name the GPU for check") {
 
 TEST_CASE("--config on the command line: dialect flag, flags override files, custom-model advice") {
   const std::string flat = kExamples + "flat-pretrain.yaml";
-  Run r = run_cli({"estimate", "--config", flat});
-  CHECK(r.rc == 2);
+  CliRun r = run_cli({"estimate", "--config", flat});
+  CHECK(r.code == 2);
   CHECK(r.err == "memplan: error: no model given; " + flat +
                      ":6: the model is described by the project's own keys (model: {...}), not a Hugging Face id; "
                      "give --model ID|PATH for an equivalent architecture or --model-params N\n");
-  Run d = run_cli({"estimate", "--dialect", "hf", "--model", "llama-3.1-8b"});
-  CHECK(d.rc == 2);
+  CliRun d = run_cli({"estimate", "--dialect", "hf", "--model", "llama-3.1-8b"});
+  CHECK(d.code == 2);
   CHECK(d.err == "memplan: error: --dialect and --keys describe config files; add --config FILE\n");
   // A flag beats the file.
   auto from_file = estimate_json({"--config", kExamples + "hf-trl-sft-lora.yaml", "--batch", "1"});
@@ -541,9 +531,9 @@ TEST_CASE("torch_dtype: auto takes the checkpoint's dtype once the model is know
   const std::string path = dir + "/memplan-auto-dtype.yaml";
   std::ofstream(path) << "model_name_or_path: meta-llama/Llama-3.1-8B\ntorch_dtype: auto\nbf16: true\n"
                          "gradient_checkpointing: true\n";
-  Run r = run_cli({"estimate", "--config", path, "--show-config", "--format", "json"});
+  CliRun r = run_cli({"estimate", "--config", path, "--show-config", "--format", "json"});
   std::filesystem::remove(path);
-  REQUIRE(r.rc == 0);
+  REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["inputs"][5]["input"] == "torch_dtype");
   CHECK(j["inputs"][5]["value"] == "bfloat16");  // configs/models/llama-3.1-8b.json: "torch_dtype": "bfloat16"
@@ -551,8 +541,8 @@ TEST_CASE("torch_dtype: auto takes the checkpoint's dtype once the model is know
 }
 
 TEST_CASE("--show-config with a custom model prints what the files say, then the error") {
-  Run r = run_cli({"estimate", "--config", kExamples + "flat-pretrain.yaml", "--show-config"});
-  CHECK(r.rc == 2);
+  CliRun r = run_cli({"estimate", "--config", kExamples + "flat-pretrain.yaml", "--show-config"});
+  CHECK(r.code == 2);
   CHECK(r.out.find("\nmodel                   (none)  ") != std::string::npos);
   // The value column is as wide as the longest value, adamw_torch (11), plus 2.
   CHECK(r.out.find("\nbatch" + std::string(19, ' ') + "2" + std::string(12, ' ') + kExamples +
@@ -561,8 +551,8 @@ TEST_CASE("--show-config with a custom model prints what the files say, then the
 }
 
 TEST_CASE("--show-config says where every value came from") {
-  Run r = run_cli({"estimate", "--config", kExamples + "axolotl-qlora.yaml", "--batch", "3", "--show-config"});
-  CHECK(r.rc == 0);
+  CliRun r = run_cli({"estimate", "--config", kExamples + "axolotl-qlora.yaml", "--batch", "3", "--show-config"});
+  CHECK(r.code == 0);
   CHECK(r.out.find("dialect: axolotl (base_model, sequence_len, lora_target_linear, adapter, num_epochs, "
                    "micro_batch_size)\n") == 0);
   // Columns: the longest input name (bnb_4bit_use_double_quant, 25) and value (the model id, 23), plus 2.
@@ -570,7 +560,7 @@ TEST_CASE("--show-config says where every value came from") {
         std::string::npos);
   CHECK(r.out.find("\nseq_len" + std::string(20, ' ') + "4096" + std::string(21, ' ') + kExamples +
                    "axolotl-qlora.yaml:20 (sequence_len)\n") != std::string::npos);
-  Run j = run_cli({"estimate", "--config", kExamples + "axolotl-qlora.yaml", "--show-config", "--format", "json"});
+  CliRun j = run_cli({"estimate", "--config", kExamples + "axolotl-qlora.yaml", "--show-config", "--format", "json"});
   auto js = nlohmann::json::parse(j.out);
   CHECK(js["dialect"] == "axolotl");
   CHECK(js["inputs"][2]["input"] == "batch");
