@@ -79,6 +79,9 @@ class Step {
   int sft_loss(int logits);
   int selective_log_softmax(int logits, const Poly& rows, std::int64_t rows_per_seq_offset);
   int entropy_no_grad(int logits, const Poly& rows);
+  // The no-grad reference forward (frozen copy, or the policy with adapters disabled) up to the
+  // logits the wrapped forward returns; the caller disables grad around it.
+  int reference_logits(const Poly& rows);
   int reference_logps(const Poly& rows, std::int64_t per_seq_offset, std::int64_t keep_offset);
   int dpo_loss();
   int grpo_loss(int ref_logps);
@@ -927,9 +930,7 @@ int Step::entropy_no_grad(int logits, const Poly& rows) {
 
 // The reference model's per-token log-probs: a no-grad forward of the frozen copy, or of the
 // policy with its adapters disabled; TRL keeps the returned outputs until the loss returns.
-int Step::reference_logps(const Poly& rows, std::int64_t, std::int64_t) {
-  const bool prev = g_.grad_enabled();
-  g_.set_grad_enabled(false);
+int Step::reference_logits(const Poly& rows) {
   Weights* saved_w = w_;
   if (sp_.ref == RefKind::kCopy) w_ = &ref_;
   adapters_off_ = sp_.ref == RefKind::kAdaptersDisabled;
@@ -937,12 +938,19 @@ int Step::reference_logps(const Poly& rows, std::int64_t, std::int64_t) {
   g_.set_segment(kSegRefPre);
   const int h = embed_and_layers(false);
   g_.set_segment(kSegRefHead);
-  int logits = head_logits(h, tok(1));
+  int logits = head_logits(h, rows);
   g_.drop(h);
   if (sp_.autocast) ops_.exit_autocast();
   logits = to_output_dtype(logits);
   adapters_off_ = false;
   w_ = saved_w;
+  return logits;
+}
+
+int Step::reference_logps(const Poly& rows, std::int64_t, std::int64_t) {
+  const bool prev = g_.grad_enabled();
+  g_.set_grad_enabled(false);
+  const int logits = reference_logits(tok(1));
   ref_logits_ = logits;  // ref_outputs: alive until _compute_loss returns
   const int v = g_.view(logits, rows * m_.vocab_size);  // ref_shift_logits
   const int lp = selective_log_softmax(v, rows, 0);
@@ -1102,23 +1110,11 @@ ProgramResult Step::run() {
         const Poly rows = tok(1) - per_seq(sp_.prompt_len);
         const bool prev = g_.grad_enabled();
         g_.set_grad_enabled(false);
-        Weights* saved_w = w_;
-        if (sp_.ref == RefKind::kCopy) w_ = &ref_;
-        adapters_off_ = sp_.ref == RefKind::kAdaptersDisabled;
-        if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
-        g_.set_segment(kSegRefPre);
-        const int h = embed_and_layers(false);
-        g_.set_segment(kSegRefHead);
-        int logits = head_logits(h, keep);
-        g_.drop(h);
-        if (sp_.autocast) ops_.exit_autocast();
-        logits = to_output_dtype(logits);
+        const int logits = reference_logits(keep);
         const int v = g_.view(logits, rows * m_.vocab_size);  // slices and in-place div_: views
         ref_lp = selective_log_softmax(v, rows, 0);
         g_.drop(v);
         g_.drop(logits);
-        adapters_off_ = false;
-        w_ = saved_w;
         g_.set_grad_enabled(prev);
       }
       g_.set_segment(kSegFwdPre);
