@@ -130,21 +130,7 @@ Status read_rl(Mapper& m) {
     MEMPLAN_IO_CHECK(m.read("trl.max_completion_length", "max_completion_length", c.grpo.max_completion_length));
     MEMPLAN_IO_CHECK(m.read("max_prompt_len", "max_prompt_length", c.grpo.max_prompt_length));
     MEMPLAN_IO_CHECK(m.read("trl.temperature", "temperature", c.grpo.temperature));
-    MEMPLAN_TRY(auto vllm, m.boolean("trl.use_vllm"));
-    if (vllm) {
-      c.grpo.vllm = *vllm ? VllmMode::kColocate : VllmMode::kNone;
-      m.from_file("use_vllm", *m.node("trl.use_vllm"), "trl.use_vllm");
-    }
-    MEMPLAN_TRY(auto mode, m.text("trl.vllm_mode"));
-    if (mode && c.grpo.vllm != VllmMode::kNone) {
-      const std::string mv = to_lower(*mode);
-      if (mv == "server") c.grpo.vllm = VllmMode::kServer;
-      else if (mv == "colocate") c.grpo.vllm = VllmMode::kColocate;
-      else
-        return m.error_at(*m.node("trl.vllm_mode"), ErrorCode::kUnknownName,
-                          fmt::format("unknown vllm_mode '{}'", *mode), did_you_mean(mv, {"colocate", "server"}));
-      m.from_file("vllm_mode", *m.node("trl.vllm_mode"), "trl.vllm_mode");
-    }
+    MEMPLAN_IO_CHECK(read_vllm(m, "trl.use_vllm", "trl.vllm_mode"));
     MEMPLAN_IO_CHECK(m.read("vllm.gpu_memory_utilization", "vllm_gpu_memory_utilization",
                             c.grpo.vllm_gpu_memory_utilization));
   } else {

@@ -139,6 +139,26 @@ Status read_fsdp(Mapper& m) {
 
 }  // namespace
 
+Status read_vllm(Mapper& m, std::string_view use_vllm_key, std::string_view mode_key) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_TRY(auto vllm, m.boolean(use_vllm_key));
+  if (vllm) {
+    c.grpo.vllm = *vllm ? VllmMode::kColocate : VllmMode::kNone;
+    m.from_file("use_vllm", *m.node(use_vllm_key), use_vllm_key);
+  }
+  MEMPLAN_TRY(auto mode, m.text(mode_key));
+  if (mode && c.grpo.vllm != VllmMode::kNone) {
+    const std::string v = to_lower(*mode);
+    if (v == "colocate") c.grpo.vllm = VllmMode::kColocate;
+    else if (v == "server") c.grpo.vllm = VllmMode::kServer;
+    else
+      return m.error_at(*m.node(mode_key), ErrorCode::kUnknownName, fmt::format("unknown vllm_mode '{}'", *mode),
+                        did_you_mean(v, {"colocate", "server"}));
+    m.from_file("vllm_mode", *m.node(mode_key), mode_key);
+  }
+  return Ok{};
+}
+
 Status read_training_arguments_batch(Mapper& m) {
   TrainingConfig& c = m.config();
   MEMPLAN_IO_CHECK(m.read_or("per_device_train_batch_size", "batch", c.micro_batch, 8,
@@ -162,21 +182,7 @@ Status map_hf_trl(Mapper& m) {
     MEMPLAN_IO_CHECK(m.read("max_completion_length", "max_completion_length", c.grpo.max_completion_length));
     MEMPLAN_IO_CHECK(m.read("beta", "beta", c.grpo.beta));
     MEMPLAN_IO_CHECK(m.read("temperature", "temperature", c.grpo.temperature));
-    MEMPLAN_TRY(auto vllm, m.boolean("use_vllm"));
-    if (vllm) {
-      c.grpo.vllm = *vllm ? VllmMode::kColocate : VllmMode::kNone;
-      m.from_file("use_vllm", *m.node("use_vllm"), "use_vllm");
-    }
-    MEMPLAN_TRY(auto mode, m.text("vllm_mode"));
-    if (mode && c.grpo.vllm != VllmMode::kNone) {
-      const std::string v = to_lower(*mode);
-      if (v == "colocate") c.grpo.vllm = VllmMode::kColocate;
-      else if (v == "server") c.grpo.vllm = VllmMode::kServer;
-      else
-        return m.error_at(*m.node("vllm_mode"), ErrorCode::kUnknownName, fmt::format("unknown vllm_mode '{}'", *mode),
-                          did_you_mean(v, {"colocate", "server"}));
-      m.from_file("vllm_mode", *m.node("vllm_mode"), "vllm_mode");
-    }
+    MEMPLAN_IO_CHECK(read_vllm(m, "use_vllm", "vllm_mode"));
     MEMPLAN_IO_CHECK(m.read("vllm_gpu_memory_utilization", "vllm_gpu_memory_utilization",
                                c.grpo.vllm_gpu_memory_utilization));
     m.site(Knob::kSeqLen, "max_length", {},

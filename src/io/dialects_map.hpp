@@ -104,6 +104,8 @@ class Mapper {
 // TrainingArguments' per_device_train_batch_size (default 8) and gradient_accumulation_steps
 // (default 1) with their sites: HF/TRL and LLaMA-Factory configs share these keys.
 Status read_training_arguments_batch(Mapper& m);
+// TRL's use_vllm and vllm_mode (colocate or server) at these keys (axolotl nests them under trl.).
+Status read_vllm(Mapper& m, std::string_view use_vllm_key, std::string_view mode_key);
 Status map_hf_trl(Mapper& m);
 Status map_axolotl(Mapper& m);
 Status map_llamafactory(Mapper& m);
