@@ -64,6 +64,54 @@ void BM_Plan(benchmark::State& state) {
 }
 BENCHMARK(BM_Plan)->Unit(benchmark::kMicrosecond);
 
+// DeepSeek-V3 (671,026,419,200 parameters; configs/models/deepseek-v3.json): MLA with 61 layers,
+// 58 of them MoE with 256 routed experts. The same plan as above, full fine-tuning under ZeRO-3
+// on 8 nodes x 8 GPUs: the engine's cost must not grow with the number of experts or layers.
+ModelSpec deepseek_v3() {
+  ModelSpec m;
+  m.name = "deepseek-ai/DeepSeek-V3";
+  m.model_type = "deepseek_v3";
+  m.vocab_size = 129280;
+  m.hidden_size = 7168;
+  m.intermediate_size = 18432;
+  m.num_layers = 61;
+  m.num_heads = m.num_kv_heads = 128;
+  m.q_lora_rank = 1536;
+  m.kv_lora_rank = 512;
+  m.qk_nope_head_dim = 128;
+  m.qk_rope_head_dim = 64;
+  m.v_head_dim = 128;
+  m.head_dim = 192;
+  m.torch_dtype = "bfloat16";
+  m.moe.num_experts = 256;
+  m.moe.experts_per_token = 8;
+  m.moe.expert_intermediate_size = 2048;
+  m.moe.num_shared_experts = 1;
+  m.moe.shared_intermediate_size = 2048;
+  m.moe.first_dense_layers = 3;
+  m.moe.router_bias = true;
+  return m;
+}
+
+void BM_PlanDeepseekV3(benchmark::State& state) {
+  const ModelSpec m = deepseek_v3();
+  TrainingConfig c = bf16_sft();
+  c.seq_len = 4096;
+  c.micro_batch = 1;
+  c.parallel.num_gpus = 8;
+  c.parallel.nodes = 8;
+  c.parallel.sharding = ShardingStrategy::kZero3;
+  PlanRequest req;
+  req.budget = budget(80);
+  req.target_global_batch = 256;
+  for (auto _ : state) {
+    auto p = plan(m, c, req);
+    if (!p) std::abort();
+    benchmark::DoNotOptimize(p);
+  }
+}
+BENCHMARK(BM_PlanDeepseekV3)->Unit(benchmark::kMicrosecond);
+
 // The nothing-fits path: every suggestion re-runs the engine on a changed config (ZeRO-3 tries
 // GPU counts), then the best micro-batch after each change that fits.
 void BM_PlanNothingFits(benchmark::State& state) {

@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Second command of the README (and what .ci/run calls): the whole test suite, then again
-# under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Second command of the README (and what .ci/run calls): the whole test suite (unit tests, the
+# accuracy checks), then again under AddressSanitizer + UndefinedBehaviorSanitizer built with clang,
+# whose build also holds the libFuzzer targets: each runs for MEMPLAN_FUZZ_SECONDS (default 20) on
+# its committed seed corpus, and a crash fails the suite (tools/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/deps.sh
-memplan_install_deps
+# python3 runs the stand-in training commands of memplan profile's tests; clang-14 and its
+# libFuzzer runtime build the sanitizer and fuzzing targets.
+memplan_install_deps python3 clang-14 libclang-rt-14-dev
 jobs="$(nproc)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMEMPLAN_SANITIZE=ON >/dev/null
+# A build-asan left by an older gcc configuration cannot switch compilers in place.
+if [ -f build-asan/CMakeCache.txt ] && ! grep -q "^MEMPLAN_BUILD_FUZZ:BOOL=ON" build-asan/CMakeCache.txt; then
+  rm -rf build-asan
+fi
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMEMPLAN_SANITIZE=ON -DMEMPLAN_BUILD_FUZZ=ON \
+  -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+MEMPLAN_FUZZ_BUILD=build-asan MEMPLAN_FUZZ_SECONDS="${MEMPLAN_FUZZ_SECONDS:-20}" MEMPLAN_FUZZ_CXX=clang++-14 \
+  bash tools/fuzz.sh

@@ -14,6 +14,13 @@ namespace memplan {
 enum class Activation { kSilu, kGelu, kGeluTanh, kRelu };
 enum class NormKind { kRmsNorm, kLayerNorm };
 
+// The head on top of an encoder (docs/formulas.md#encoders): which AutoModel class is trained.
+enum class EncoderHead {
+  kPooling,                 // AutoModel (BertModel) as sentence-transformers loads it: no vocabulary head
+  kMaskedLm,                // *ForMaskedLM: transform (dense, GELU, LayerNorm) + decoder tied to the embedding
+  kSequenceClassification,  // *ForSequenceClassification: pooler/head + classifier (num_labels)
+};
+
 // Mixture-of-experts layout. num_experts == 0 means a dense model.
 struct MoeSpec {
   int num_experts = 0;                          // routed experts per MoE layer
@@ -66,6 +73,30 @@ struct ModelSpec {
   std::int64_t sliding_window = 0;     // 0: none
   std::string torch_dtype;             // dtype the checkpoint is stored in, e.g. "bfloat16"
   MoeSpec moe;
+  // ---- Bidirectional encoders (BERT, RoBERTa, XLM-R, ModernBERT; docs/formulas.md#encoders).
+  // Decoders leave these at their defaults.
+  bool encoder = false;                // a bidirectional encoder: no causal mask, no causal LM head
+  EncoderHead head = EncoderHead::kPooling;
+  std::int64_t type_vocab_size = 0;    // BERT token_type embeddings (2; RoBERTa/XLM-R 1; ModernBERT 0)
+  bool pooler = false;                 // BertPooler (dense + tanh on [CLS]) is part of the model
+  int num_labels = 2;                  // sequence classification: classifier outputs
+  int global_attn_every_n_layers = 0;  // ModernBERT: global attention every n layers, local otherwise
+  std::int64_t local_attention = 0;    // ModernBERT: local attention window (tokens)
+  // Tied MLM decoder bias (BERT cls.predictions.bias, RoBERTa lm_head.bias): vocab_size values.
+  bool decoder_bias = true;
+  // ---- Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; docs/formulas.md#mla). Other
+  // models leave kv_lora_rank at 0. head_dim holds qk_head_dim = qk_nope_head_dim + qk_rope_head_dim.
+  std::int64_t q_lora_rank = 0;        // 0 (config null): a plain q_proj, as DeepSeek-V2-Lite
+  std::int64_t kv_lora_rank = 0;       // width of the compressed K/V latent (kv_a_proj_with_mqa)
+  std::int64_t qk_rope_head_dim = 0;   // rotary part of q/k per head; k's is shared by all heads
+  std::int64_t qk_nope_head_dim = 0;   // non-rotary part of q/k per head
+  std::int64_t v_head_dim = 0;
+  // DeepSeek-V3 num_nextn_predict_layers: the MTP module is in the checkpoint (layer 61) but
+  // transformers' DeepseekV3ForCausalLM does not load it, so it is not counted.
+  int mtp_layers = 0;
+
+  bool is_encoder() const { return encoder; }
+  bool is_mla() const { return kv_lora_rank > 0; }
 };
 
 enum class LinearRole { kAttention, kMlp, kRoutedExpert, kSharedExpert, kRouter };
@@ -89,11 +120,11 @@ struct LinearModule {
 
 struct ParameterCounts {
   std::int64_t embedding = 0;           // token embedding (vocab x hidden)
-  std::int64_t position_embedding = 0;  // learned positions (GPT-2)
+  std::int64_t position_embedding = 0;  // learned positions (GPT-2); encoders: positions + token types
   std::int64_t attention = 0;           // all layers: projections, biases, q/k norms
   std::int64_t mlp = 0;                 // all layers: dense MLP, experts, shared experts, routers
   std::int64_t norms = 0;               // all layers' layer norms plus the final norm
-  std::int64_t lm_head = 0;             // 0 when tied to the embedding
+  std::int64_t lm_head = 0;             // 0 when tied to the embedding; encoders: pooler and head
   std::int64_t total = 0;
   std::int64_t layer_linear_weights = 0;  // weights of decoder-layer Linear modules (quantizable)
   std::int64_t active_per_token = 0;      // MoE: parameters one token actually uses
@@ -109,7 +140,18 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer);
 // Exact parameter count as PyTorch's sum(p.numel() for p in model.parameters()).
 ParameterCounts count_parameters(const ModelSpec& m);
 
+// Encoders (src/core/model_encoders.cpp, docs/formulas.md#encoder-parameters): the Linear modules
+// of one encoder layer under the names PEFT matches, and the exact parameter count of the model
+// with its head.
+std::vector<LinearModule> encoder_layer_linears(const ModelSpec& m);
+ParameterCounts count_encoder_parameters(const ModelSpec& m);
+// Whether the encoder carries BertPooler: AutoModel (sentence-transformers) and BERT's
+// sequence classifier do; *ForMaskedLM and RoBERTa's classifier are built without it.
+bool encoder_has_pooler(const ModelSpec& m);
+
 std::string to_string(Activation a);
 std::string to_string(NormKind n);
+std::string to_string(EncoderHead h);  // pooling, mlm, classification
+Result<EncoderHead> parse_encoder_head(const std::string& s);
 
 }  // namespace memplan

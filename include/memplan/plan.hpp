@@ -32,7 +32,31 @@ namespace memplan {
 // docs/plan.md#safety-margin
 Bytes default_safety_margin(Bytes capacity);
 
-// "2GiB", "1.5GB" (a size, see parse_size) or "10%" (of capacity, 0 <= p < 100).
+// PYTORCH_CUDA_ALLOC_CONF as PyTorch's CUDACachingAllocator parses it: comma-separated
+// key:value pairs (c10/cuda/CUDAAllocatorConfig.cpp). Only the keys that change how much of the
+// GPU a step can use are kept; the rest are listed in `other`.
+struct AllocatorConf {
+  std::string text;                               // as given ("" = PyTorch's defaults)
+  bool expandable_segments = false;               // expandable_segments:True
+  std::optional<std::int64_t> max_split_size_mb;  // max_split_size_mb:N
+  std::optional<double> garbage_collection_threshold;  // garbage_collection_threshold:0.6
+  std::vector<std::string> other;                 // other keys, kept for the message
+};
+
+// Errors quote the bad pair: "PYTORCH_CUDA_ALLOC_CONF: expandable_segments must be True or
+// False, got 'yes'".
+Result<AllocatorConf> parse_allocator_conf(std::string_view text);
+
+// The margin a plan keeps for this allocator setting (docs/plan.md#safety-margin):
+// expandable_segments:True: 1 GiB + 2% (freed pages are unmapped and re-mapped into one growing
+// segment, so a large tensor no longer needs one free contiguous block; measured on an H100:
+// peaks of 98% of the allocator's memory ran); otherwise default_safety_margin(capacity).
+// max_split_size_mb and garbage_collection_threshold keep the default: they limit, not remove,
+// fragmentation, and no measurement supports a smaller margin with them.
+Bytes safety_margin_for(Bytes capacity, const AllocatorConf& conf);
+
+// "2GiB", "1.5GB" (a size with a unit, see parse_size) or "10%" (of capacity, 0 <= p < 100).
+// A bare number is an error: "80" could be 80% or 80 GB, so it suggests both spellings.
 Result<Bytes> parse_safety_margin(std::string_view text, Bytes capacity);
 
 // capacity - safety_margin (default_safety_margin when absent) - headroom. Errors when the
@@ -91,31 +115,61 @@ std::int64_t current_global_batch(const TrainingConfig& c);
 std::int64_t best_grad_accum(std::int64_t micro_batch, std::int64_t target, int data_parallel);
 
 // The rule (docs/plan.md#global-batch): among micro-batches m in [1, max_micro_batch], each with
-// best_grad_accum(m), take the largest m whose global batch is within `tolerance` (a fraction of
-// the target) of the target; when none is, the m with the smallest error (ties: larger m).
-// tolerance 0 asks for the best match regardless of micro-batch size. max_micro_batch >= 1.
+// best_grad_accum(m), the largest m that reaches the target exactly; when none does, with a
+// tolerance > 0 the largest m whose global batch is within `tolerance` (a fraction of the
+// target), else the m with the smallest error (ties: larger m). max_micro_batch >= 1.
 GlobalBatch match_global_batch(std::int64_t max_micro_batch, std::int64_t target, int data_parallel,
-                               double tolerance);
+                               double tolerance = 0);
+
+// TRL GRPOTrainer's batch arithmetic (trl/trainer/grpo_config.py __post_init__, TRL 1.9): with
+// steps_per_generation and generation_batch_size unset, steps_per_generation =
+// gradient_accumulation_steps and generation_batch_size = per_device_train_batch_size x
+// num_processes x steps_per_generation, which must be divisible by num_generations.
+// docs/plan.md#grpo
+struct GenerationBatch {
+  int num_generations = 8;
+  int processes = 1;                        // accelerate's num_processes: every GPU
+  std::int64_t steps_per_generation = 1;    // = grad_accum
+  std::int64_t generation_batch = 1;        // completions generated at once, all GPUs
+  std::int64_t prompts = 0;                 // generation_batch / num_generations (0: not whole)
+  bool valid() const { return generation_batch % num_generations == 0; }
+};
+
+GenerationBatch generation_batch(const TrainingConfig& c, std::int64_t micro_batch, std::int64_t grad_accum);
+
+// Why the plan chose its micro-batch (docs/plan.md#global-batch).
+enum class BatchChoice {
+  kLargest,          // the largest micro-batch that fits (no target; the config's grad_accum)
+  kExact,            // the largest micro-batch that reaches the target global batch exactly
+  kWithinTolerance,  // --global-batch-tolerance let a larger micro-batch miss the target
+  kNearest,          // no fitting micro-batch reaches the target: the nearest global batch
+  kGrpoDivisible,    // GRPO: the largest whose generation batch divides into num_generations groups
+  kNone,             // nothing fits
+};
 
 // ---------------------------------------------------------------------------------------------
 // Tiers (seed 001's safe / medium / aggressive): docs/plan.md#tiers
+//
+// Defined on what the plan can actually spend: the room between the memory that does not depend
+// on the micro-batch (`fixed`: weights, optimizer states, gradients, workspaces) and the budget.
+// A tier's limit is fixed + room_fraction x (budget - fixed).
 
 struct TierSpec {
   std::string name;
-  int percent = 0;  // of capacity; the tier's limit is min(percent% x capacity, budget)
+  int percent = 0;  // of the room above the fixed memory
 };
 
-// safe 70%, balanced 85%, aggressive 95% of capacity.
+// safe 50%, balanced 75%, aggressive 100% (= the budget: the recommendation).
 std::vector<TierSpec> default_tiers();
 
 struct Tier {
   std::string name;
-  double max_utilization = 0;
-  Bytes limit;              // min(floor(max_utilization x capacity), budget)
-  bool fits = false;        // micro-batch 1 fits the limit
-  GlobalBatch batch;        // micro-batch 1 when nothing fits
-  Bytes peak;               // peak at batch.micro_batch
-  double utilization = 0;   // peak / capacity
+  double room_fraction = 0;  // percent / 100
+  Bytes limit;               // fixed + room_fraction x (budget - fixed)
+  bool fits = false;         // micro-batch 1 fits the limit
+  GlobalBatch batch;         // micro-batch 1 when nothing fits
+  Bytes peak;                // peak at batch.micro_batch
+  double utilization = 0;    // peak / capacity
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -127,8 +181,10 @@ enum class ChangeKind {
   kLora,                   // --use-peft --lora-target-modules all-linear --lora-r 16
   kQlora,                  // LoRA on a 4-bit base (--load-in-4bit)
   kShorterSeqLen,          // the longest sequence that fits (batch plans only)
+  kShorterCompletion,      // GRPO: the longest --max-completion-length that fits
+  kVllmServer,             // GRPO: generate on another GPU (--use-vllm --vllm-mode server)
   kZero3,                  // ZeRO-3 / FSDP full_shard over the fewest GPUs that fit (at most 64)
-  kCpuOffloadOptimizer,    // optimizer states in CPU memory (ZeRO-Offload)
+  kCpuOffloadOptimizer,    // optimizer states in CPU memory (ZeRO-Offload); never on unified memory
   kMoreGpus,               // the current sharding over more GPUs
 };
 
@@ -165,8 +221,9 @@ struct PlanRequest {
   // set --batch or --grad-accum, or --target-global-batch.
   std::optional<std::int64_t> target_global_batch;
   // How far (a fraction of the target) the global batch may miss the target to keep a larger
-  // micro-batch. 0.05: 252 for a target of 256 is fine; 1 x 97 for a target of 97 is not.
-  double global_batch_tolerance = 0.05;
+  // micro-batch. 0 (the default): the target exactly whenever a fitting micro-batch divides it,
+  // since learning rate and schedule are tuned for a global batch; 0.05 accepts 252 for 256.
+  double global_batch_tolerance = 0;
   // The search never goes above this micro-batch (nor above ceil(target / data-parallel)).
   std::int64_t max_micro_batch = 65536;
 };
@@ -180,10 +237,17 @@ enum class PlanLimit {
 struct Recommendation {
   bool fits = false;     // false: even micro-batch 1 exceeds the budget (then micro_batch = 1)
   GlobalBatch batch;
-  std::int64_t seq_len = 0;
+  BatchChoice choice = BatchChoice::kNone;
+  // What the largest fitting micro-batch would give with its best accumulation, when the
+  // recommendation is smaller (the output says why not the largest).
+  std::optional<GlobalBatch> largest;
+  std::int64_t seq_len = 0;  // tokens per sequence (GRPO: prompt + completion)
   Bytes peak;            // Estimator::peak_bytes(batch.micro_batch, seq_len): what estimate reports
   Bytes budget;
   double utilization = 0;  // peak / capacity
+  // Micro-batch 1 does not fit the budget but fits capacity - headroom: only the safety margin
+  // rejects it (the output names --safety-margin and PYTORCH_CUDA_ALLOC_CONF).
+  bool margin_only = false;
 };
 
 struct Plan {
@@ -192,6 +256,8 @@ struct Plan {
   std::int64_t max_micro_batch = 0;  // the largest micro-batch that fits (within the cap); 0: none
   PlanLimit limited_by = PlanLimit::kBudget;
   FitSearch search;                  // the micro-batch search: next_peak, evaluations, monotonicity
+  std::optional<GenerationBatch> generation;  // GRPO: TRL's generation batch at the recommendation
+  Bytes fixed;                       // memory that does not grow with the micro-batch (tiers)
   std::vector<Tier> tiers;
   std::vector<Suggestion> suggestions;  // only when nothing fits; ranked by saved, descending
   std::optional<Combination> combination;
@@ -272,6 +338,7 @@ Result<std::vector<std::int64_t>> parse_grid(std::string_view spec, std::string_
 
 std::string to_string(ChangeKind k);   // stable keys: "gradient_checkpointing", "optimizer_8bit", ...
 std::string to_string(PlanLimit l);    // "budget", "max_micro_batch", "target_global_batch"
+std::string to_string(BatchChoice c);  // "largest", "exact", "within_tolerance", "nearest", "grpo_divisible", "none"
 std::string to_string(SweepStatus s);  // "fits", "over_budget", "oom"
 
 }  // namespace memplan

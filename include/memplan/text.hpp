@@ -24,6 +24,11 @@ std::optional<std::string> closest_match(std::string_view name, const std::vecto
 std::string did_you_mean(std::string_view name, const std::vector<std::string>& candidates);
 
 std::string to_lower(std::string_view s);
+
+// `s` safe to print on a terminal: control characters (ESC and the rest of C0 except newline
+// and tab, DEL, C1) and bytes that are not UTF-8 become \xNN / \u00NN, so a value quoted from
+// a file cannot move the cursor, recolour or retitle the terminal.
+std::string escape_control(std::string_view s);
 std::string trim(std::string_view s);
 
 // "24GB" (decimal), "24GiB"/"24G" (binary), "24000MiB", "1.5TB", "512" (bytes). Case-insensitive.

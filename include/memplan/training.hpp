@@ -49,6 +49,9 @@ struct LoraConfig {
   std::vector<std::string> target_modules;  // empty: PEFT's default for the model type
   bool all_linear = false;                  // "all-linear": every Linear in the layers
   std::vector<std::string> modules_to_save; // e.g. embed_tokens, lm_head: trained in full
+  // dtype of lora_A/lora_B. Default: fp32 (get_peft_model's autocast_adapter_dtype), bf16 when
+  // TRL casts the adapters of a quantized model (KbitPrepare::kTrlLegacy, or current TRL's QLoRA).
+  std::optional<DType> adapter_dtype;
 
   bool operator==(const LoraConfig&) const = default;
 };
@@ -59,6 +62,18 @@ struct QuantConfig {
   std::string quant_type = "nf4";           // bnb_4bit_quant_type: nf4 | fp4 (same storage)
   bool double_quant = false;                // bnb_4bit_use_double_quant (TRL: use_bnb_nested_quant)
   std::optional<DType> compute_dtype;       // bnb_4bit_compute_dtype; default: torch_dtype
+  // bnb_4bit_quant_storage: the dtype Params4bit packs its 4-bit values in (same bytes). A 16-bit
+  // storage is what lets FSDP flatten and shard the quantized weights with the others
+  // (FSDP-QLoRA); the default uint8 cannot be sharded, so they stay whole on every GPU.
+  std::optional<DType> quant_storage;
+  // How the quantized model was prepared for training (docs/formulas.md#qlora):
+  //  kFreezeOnly   freeze the parameters, nothing cast (current TRL; fms-acceleration's plugin)
+  //  kPeftUpcast   PEFT prepare_model_for_kbit_training: every non-4-bit parameter to fp32
+  //  kTrlLegacy    TRL <= 0.x SFTTrainer: prepare_model_for_kbit_training, then
+  //                peft_module_casting_to_bf16 (adapters and embeddings/lm_head back to bf16,
+  //                norms stay fp32)
+  enum class KbitPrepare { kFreezeOnly, kPeftUpcast, kTrlLegacy };
+  KbitPrepare kbit_prepare = KbitPrepare::kFreezeOnly;
 
   bool operator==(const QuantConfig&) const = default;
 };
@@ -90,6 +105,25 @@ struct GrpoConfig {
   double vllm_gpu_memory_utilization = 0.3; // colocate: fraction of the GPU vLLM reserves
 
   bool operator==(const GrpoConfig&) const = default;
+};
+
+// How the language-model loss is computed (docs/formulas.md#fused-cross-entropy).
+enum class LossKernel {
+  kEager,    // lm_head -> full logits -> .float() -> cross_entropy (transformers ForCausalLMLoss)
+  kLiger,    // Liger's fused linear cross-entropy (use_liger_kernel): chunked logits, grads in forward
+  kChunked,  // torchtune LinearCrossEntropyLoss (num_output_chunks = 8): logits per chunk, fp32 log-probs kept
+  kCce,      // Apple's cut cross-entropy: no logits in memory, backward recomputes them blockwise
+};
+
+// Contrastive training of an embedding model (sentence-transformers, seed 002's n_positives /
+// n_negatives): each example is an anchor and texts_per_example - 1 candidate texts.
+struct ContrastiveConfig {
+  int texts_per_example = 0;   // 0: not contrastive; else 1 + n_positives + n_negatives (>= 2)
+  bool cached = false;         // CachedMultipleNegativesRankingLoss (GradCache)
+  int mini_batch_size = 32;    // cached: sequences per forward/backward chunk (its default 32)
+
+  bool enabled() const { return texts_per_example > 0; }
+  bool operator==(const ContrastiveConfig&) const = default;
 };
 
 enum class ShardingStrategy { kNone, kZero1, kZero2, kZero3, kFsdpFullShard, kFsdpShardGradOp, kFsdpHybridShard };
@@ -127,6 +161,16 @@ struct TrainingConfig {
   DpoConfig dpo;
   GrpoConfig grpo;
   ParallelConfig parallel;
+  // transformers' causal-LM loss (docs/formulas.md#logits-and-loss): >= 4.49 pads the labels;
+  // 4.46-4.48 ForCausalLMLoss shifts the fp32 logits with a contiguous copy; <= 4.45 does the same
+  // inside the model forward after rebinding `logits = logits.float()` (the 16-bit logits go).
+  enum class LossShift { kPadLabels, kShiftLogitsCopy, kUpcastInModel };
+  LossShift loss_shift = LossShift::kPadLabels;
+  // Loss kernel for decoders' cross-entropy (default eager). use_liger_kernel sets kLiger and
+  // liger_kernels (Liger's RMSNorm, SwiGLU and RoPE replace the eager modules; CUDA only).
+  LossKernel loss_kernel = LossKernel::kEager;
+  bool liger_kernels = false;
+  ContrastiveConfig contrastive;
 
   // Tokens per sequence in the trained forward: GRPO's prompt + completion, else seq_len.
   std::int64_t sequence_length() const {
@@ -149,6 +193,7 @@ Result<AttnImpl> parse_attn_impl(const std::string& s);
 Result<OptimizerKind> parse_optimizer(const std::string& s); // HF optim names and their aliases
 Result<Device> parse_device(const std::string& s);
 Result<ShardingStrategy> parse_fsdp(const std::string& s);
+Result<LossKernel> parse_loss_kernel(const std::string& s);  // eager, liger, chunked, cce
 
 std::string to_string(Method m);
 std::string to_string(DType d);
@@ -156,6 +201,7 @@ std::string to_string(AttnImpl a);
 std::string to_string(OptimizerKind o);  // canonical HF name
 std::string to_string(Device d);
 std::string to_string(ShardingStrategy s);
+std::string to_string(LossKernel k);
 std::int64_t dtype_size(DType d);
 
 // Range and consistency checks on a config (batch >= 1, lora r >= 1, 4-bit needs LoRA...).

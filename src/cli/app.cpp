@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
+#include "cli/training_flags.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::cli {
@@ -41,12 +42,14 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         {"estimate", register_estimate}, {"plan", register_plan},   {"sweep", register_sweep},
         {"check", register_check},       {"models", register_models}, {"gpus", register_gpus},
         {"preflight", register_preflight}, {"auto", register_auto},
+        {"profile", register_profile},     {"calibrate", register_calibrate},
     };
     const bool named = !argv.empty() && std::any_of(std::begin(kCommands), std::end(kCommands),
                                                     [&](const auto& c) { return argv[0] == c.first; });
     std::vector<Command> commands;
     for (const auto& [name, reg] : kCommands)
       if (!named || argv[0] == name) commands.push_back(reg(app));
+    for (auto& c : commands) read_integers_as_decimal(*c.app);
     app.footer("Run `memplan --auto` (or `memplan auto`) before training: it detects the GPU, reads the training\n"
                "config (--config FILE, or train.yaml / config.yaml / conf/config.yaml here) and prints the\n"
                "memory breakdown with the recommended micro-batch and grad-accum; --apply writes them back.");
@@ -72,7 +75,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         err << "memplan: error: unknown command '" << argv[0] << "'"
             << (hint.empty() ? fmt::format("; the commands are {}", fmt::join(names, ", ")) : "; " + hint) << "\n";
       } else {
-        err << "memplan: error: " << e.what() << "\n";
+        err << "memplan: error: " << escape_control(e.what()) << "\n";
       }
       err << "Run with --help for more information.\n";
       return e.get_exit_code();

@@ -59,7 +59,9 @@ Command register_auto(CLI::App& root) {
             MEMPLAN_TRY(auto format, report::parse_format(opts->format));
             TrainingFlags flags = opts->flags;
             std::optional<std::string> found;
-            if (flags.configs.empty() && flags.model.empty() && flags.model_params.empty()) {
+            // The training settings come from the project's config even when --model or
+            // --model-params names the model (a flag then beats the config's model).
+            if (flags.configs.empty()) {
               found = discover_config();
               if (found) flags.configs.push_back(*found);
             }
@@ -72,6 +74,7 @@ Command register_auto(CLI::App& root) {
                                 "no training config given, and none found in the current directory",
                                 fmt::format("give --config FILE (or --model ID); memplan looks for {}",
                                             fmt::join(kConfigCandidates, ", ")));
+            MEMPLAN_TRY(auto locks, lock_for_apply(opts->search, flags.configs));
             MEMPLAN_TRY(auto loaded, load_inputs(flags));
             io::ResolvedInputs& inputs = loaded.resolved;
             if (found)

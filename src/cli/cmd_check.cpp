@@ -304,7 +304,8 @@ Command register_check(CLI::App& root) {
             if (*format == report::Format::kMarkdown)
               return usage(make_error(ErrorCode::kInvalidArgument, "check: --format markdown is not supported",
                                       "use text, json or github"));
-            if (opts->max_utilization < 0 || opts->max_utilization > 100)
+            // Written so that NaN fails too (every comparison with NaN is false).
+            if (!(opts->max_utilization >= 0 && opts->max_utilization <= 100))
               return usage(make_error(ErrorCode::kInvalidArgument,
                                       fmt::format("--max-utilization = {:g} must be a percentage between 0 and 100",
                                                   opts->max_utilization)));

@@ -30,7 +30,7 @@ std::string gb(Bytes b) { return fmt::format("{:.2f}", b.as_gb()); }
 std::string yes_no(bool b) { return b ? "yes" : "no"; }
 
 std::string unified_cell(const GpuProfile& g) {
-  return g.unified ? fmt::format("yes, {} GiB kept for the OS", gib(g.system_reserve)) : "no";
+  return g.unified ? fmt::format("yes, OS {} GiB", gib(g.system_reserve)) : "no";
 }
 
 std::string names_cell(const GpuProfile& g) {
@@ -54,14 +54,22 @@ std::string render_profiles(const std::vector<GpuProfile>& profiles, report::For
     }
     return json{{"schema", report::kSchema}, {"gpus", list}}.dump(2) + "\n";
   }
-  report::TextTable t({"name", "GiB", "GB", "bf16", "unified", "driver name, aliases"},
+  if (format == report::Format::kMarkdown || format == report::Format::kGithub) {
+    report::TextTable t({"name", "GiB", "GB", "bf16", "unified", "driver name, aliases"},
+                        {Align::kLeft, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft, Align::kLeft});
+    for (const auto& g : profiles)
+      t.add_row({g.name, gib(g.memory), gb(g.memory), yes_no(g.bf16), unified_cell(g), names_cell(g)});
+    return t.render_markdown();
+  }
+  // Text fits 100 columns: the driver's name only (aliases: --format json or markdown).
+  report::TextTable t({"name", "GiB", "GB", "bf16", "unified", "driver name"},
                       {Align::kLeft, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft, Align::kLeft});
   for (const auto& g : profiles)
-    t.add_row({g.name, gib(g.memory), gb(g.memory), yes_no(g.bf16), unified_cell(g), names_cell(g)});
-  if (format == report::Format::kMarkdown || format == report::Format::kGithub) return t.render_markdown();
+    t.add_row({g.name, gib(g.memory), gb(g.memory), yes_no(g.bf16), unified_cell(g), g.display_name});
   return t.render() +
          fmt::format("{} GPU profiles. Memory as the driver reports it; GiB = 2^30 bytes, GB = 10^9 bytes.\n"
-                     "--gpu accepts any name above, ignoring case, spaces and '-'; --gpu-memory SIZE any other GPU.\n",
+                     "--gpu accepts any name above, the driver's name or an alias (--format markdown lists them),\n"
+                     "ignoring case, spaces and '-'; --gpu-memory SIZE any other GPU.\n",
                      profiles.size());
 }
 

@@ -62,8 +62,10 @@ std::string render_table(const std::vector<const io::CatalogEntry*>& entries, re
                c->spec.moe.enabled() ? io::group_digits(counts.active_per_token) : ""});
   }
   if (format == report::Format::kText) {
-    return t.render() + fmt::format("{} model{}. Pass a name, id or alias to --model; --format json lists the "
-                                    "aliases and where each count comes from.\n",
+    return t.render() + fmt::format("{} model{}. Pass a name, id or alias to --model; their mirrors and re-uploads "
+                                    "(NousResearch/..., unsloth/...-bnb-4bit, TheBloke/...-GPTQ) and -Instruct, -it, "
+                                    "-chat and -Base variants are recognised too. --format json lists the aliases "
+                                    "and where each count comes from.\n",
                                     entries.size(), entries.size() == 1 ? "" : "s");
   }
   return t.render_markdown();
@@ -82,6 +84,18 @@ Command register_models(CLI::App& root) {
             std::vector<const io::CatalogEntry*> shown;
             for (const auto& c : catalog)
               if (matches_filter(c, opts->filter)) shown.push_back(&c);
+            // A re-upload or variant of a catalog model ("unsloth/llama-3-8b-bnb-4bit") lists the
+            // entry it resolves to, and says why.
+            std::string via;
+            if (shown.empty() && !opts->filter.empty()) {
+              MEMPLAN_TRY(auto ruled, io::resolve_by_name_rules(opts->filter));
+              if (ruled) {
+                if (const auto* c = io::find_catalog_entry(catalog, ruled->spec.name)) {
+                  shown.push_back(c);
+                  via = ruled->via;
+                }
+              }
+            }
             if (shown.empty()) {
               std::vector<std::string> names;
               for (const auto& c : catalog) names.push_back(c.short_name);
@@ -93,6 +107,7 @@ Command register_models(CLI::App& root) {
                                              : hint);
             }
             ctx.out << (format == report::Format::kJson ? render_json(shown) : render_table(shown, format));
+            if (!via.empty() && format == report::Format::kText) ctx.out << "note: " << via << "\n";
             return kExitOk;
           }};
 }

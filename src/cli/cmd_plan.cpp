@@ -48,6 +48,9 @@ Command register_plan(CLI::App& root) {
             if (solve != "batch" && solve != "seq-len" && solve != "seq_len")
               return make_error(ErrorCode::kUnknownName, fmt::format("--solve: unknown '{}'", opts->solve),
                                 did_you_mean(solve, {"batch", "seq-len"}));
+            // --show-config: the inputs and where each came from, not the plan.
+            if (opts->flags.show_config) return show_config(ctx.out, opts->flags, format);
+            MEMPLAN_TRY(auto locks, lock_for_apply(opts->search, opts->flags.configs));
             MEMPLAN_TRY(auto loaded, load_inputs(opts->flags));
             MEMPLAN_TRY(auto budget, resolve_budget(opts->budget, loaded.resolved));
             const io::ResolvedInputs& inputs = loaded.resolved;

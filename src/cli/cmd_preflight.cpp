@@ -130,9 +130,18 @@ Command register_preflight(CLI::App& root) {
             const auto probe = io::SystemProbe::from_process();
             io::DetectOptions options;
             options.processes = true;
-            MEMPLAN_TRY(auto sys, io::detect_gpus(*probe, options));
-            ctx.out << render(sys, min_free, format);
-            for (const auto& g : sys.gpus)
+            auto sys = io::detect_gpus(*probe, options);
+            if (!sys) {
+              // Detection's advice names --gpu and --gpu-memory, which preflight does not take:
+              // preflight measures this machine, so say what it can do instead.
+              Error e = sys.error();
+              if (e.code == ErrorCode::kNoGpu)
+                e.suggestion = "preflight checks the GPUs of this machine; to plan for another GPU run "
+                               "memplan plan --gpu NAME (memplan gpus lists them) or --gpu-memory SIZE";
+              return e;
+            }
+            ctx.out << render(*sys, min_free, format);
+            for (const auto& g : sys->gpus)
               if (min_free && g.free < *min_free) return kExitDoesNotFit;
             return kExitOk;
           }};

@@ -41,6 +41,8 @@ Command register_sweep(CLI::App& root) {
   sub->add_option("--format", opts->format, "text (default), json, markdown");
   return {sub, [opts, seq_lens](Context& ctx) -> Result<int> {
             MEMPLAN_TRY(auto format, report::parse_format(opts->format));
+            // --show-config: the inputs and where each came from, not the plan.
+            if (opts->flags.show_config) return show_config(ctx.out, opts->flags, format);
             MEMPLAN_TRY(auto loaded, load_inputs(opts->flags));
             MEMPLAN_TRY(auto budget, resolve_budget(opts->budget, loaded.resolved));
             const io::ResolvedInputs& inputs = loaded.resolved;

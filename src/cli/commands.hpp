@@ -16,6 +16,8 @@ Command register_models(CLI::App& root);
 Command register_gpus(CLI::App& root);
 Command register_preflight(CLI::App& root);
 Command register_auto(CLI::App& root);
+Command register_profile(CLI::App& root);
+Command register_calibrate(CLI::App& root);
 
 // `memplan --auto ...` without a subcommand runs `memplan auto ...`.
 bool is_top_level_auto(const std::vector<std::string>& args);

@@ -1,11 +1,13 @@
 #include "cli/plan_flags.hpp"
 
+#include <cstdlib>
 #include <ostream>
 
 #include <CLI/CLI.hpp>
 
 #include <fmt/format.h>
 
+#include "cli/calibration_hook.hpp"
 #include "io/gpu_detect.hpp"
 #include "io/gpu_profiles.hpp"
 #include "memplan/plan.hpp"
@@ -26,7 +28,83 @@ Error flag_error(const std::string& flag, Error e) {
   return e;
 }
 
+bool bare_number(const std::string& t) {
+  if (t.empty()) return false;
+  bool digit = false;
+  for (char c : t) {
+    if (c >= '0' && c <= '9') digit = true;
+    else if (c != '.') return false;
+  }
+  return digit;
+}
+
 }  // namespace
+
+Result<Bytes> parse_gpu_memory(const std::string& text) {
+  const std::string t = trim(text);
+  if (bare_number(t)) {
+    // nvidia-smi's product names and every vendor say "24 GB": decimal gigabytes.
+    auto v = parse_double(t, "--gpu-memory");
+    if (!v) return v.error();
+    if (*v > 1e9)
+      return make_error(ErrorCode::kInvalidArgument, fmt::format("GPU memory \"{}\" is out of range", t),
+                        "give the GPU's memory, e.g. --gpu-memory 24 (GB) or 24GiB");
+    return Bytes::gb(*v);
+  }
+  return parse_size(t);
+}
+
+Result<Bytes> parse_headroom(const std::string& text, Bytes capacity) {
+  const std::string t = trim(text);
+  if (!t.empty() && t.back() == '%') {
+    auto pct = parse_double(std::string_view(t).substr(0, t.size() - 1), "headroom");
+    if (!pct || !(*pct >= 0 && *pct < 100))
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("invalid headroom: \"{}\" (a percentage must be at least 0 and below 100)", t));
+    return Bytes::of(static_cast<std::int64_t>(static_cast<double>(capacity.count()) * *pct / 100.0));
+  }
+  if (bare_number(t)) {
+    if (auto v = parse_double(t, "headroom"); v && *v == 0) return Bytes::zero();
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("headroom \"{}\" has no unit", t),
+                      fmt::format("write {}GB or {}GiB for a size, or {}% for a share of GPU memory", t, t, t));
+  }
+  return parse_size(t);
+}
+
+Result<AllocatorMargin> allocator_margin(Bytes capacity, const io::ResolvedInputs* in) {
+  AllocatorMargin out;
+  if (in && !in->allocator_conf_source.empty()) {
+    out.source = in->allocator_conf_source;
+    auto c = parse_allocator_conf(in->allocator_conf);
+    if (!c) {
+      Error e = c.error();
+      e.message = out.source + ": " + e.message;
+      return e;
+    }
+    out.conf = *c;
+  } else if (const char* env = std::getenv("PYTORCH_CUDA_ALLOC_CONF"); env != nullptr && *env != '\0') {
+    out.source = "the environment";
+    auto c = parse_allocator_conf(env);
+    if (!c) {
+      Error e = c.error();
+      e.message = "environment: " + e.message;
+      return e;
+    }
+    out.conf = *c;
+  }
+  out.margin = safety_margin_for(capacity, out.conf);
+  if (out.source.empty()) return out;
+  const std::string what = fmt::format("PYTORCH_CUDA_ALLOC_CONF={} ({})", out.conf.text, out.source);
+  if (out.conf.expandable_segments)
+    out.note = fmt::format("safety margin 1 GiB + 2% = {:.2f} GiB: {} lets freed pages be re-mapped, so "
+                           "fragmentation no longer needs the default 10%",
+                           out.margin.as_gib(), what);
+  else
+    out.note = fmt::format("{}: the default safety margin is kept (1 GiB + 10% = {:.2f} GiB); only "
+                           "expandable_segments:True lowers it",
+                           what, out.margin.as_gib());
+  return out;
+}
 
 void add_gpu_flags(CLI::App& app, BudgetFlags& f) {
   f.app = &app;
@@ -34,13 +112,17 @@ void add_gpu_flags(CLI::App& app, BudgetFlags& f) {
       ->group("Budget");
   app.add_flag("--auto", f.auto_detect, "Detect the GPU and its free memory (NVML, nvidia-smi, rocm-smi, /proc/meminfo)")
       ->group("Budget");
-  app.add_option("--gpu-memory", f.gpu_memory, "GPU memory as the driver reports it: 80GB, 81920MiB, 24GiB")
+  app.add_option("--gpu-memory", f.gpu_memory,
+                 "GPU memory: a bare number is GB as vendors state it (24 = 24 GB = 22.35 GiB); or 24GiB, 24564MiB")
       ->group("Budget");
   app.add_option("--safety-margin", f.safety_margin,
                  "Memory kept free for the CUDA context and allocator fragmentation: a size (2GiB) or a "
-                 "percentage (10%); default 1 GiB + 10% of GPU memory")
+                 "percentage (10%); default 1 GiB + 10% of GPU memory, 1 GiB + 2% with "
+                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
       ->group("Budget");
-  app.add_option("--headroom", f.headroom, "Memory kept free for other processes or the OS (default 0)")
+  app.add_option("--headroom", f.headroom,
+                 "Memory kept free for other processes or the OS: a size (4GB) or a percentage (10%); default 0, "
+                 "a unified-memory device's OS reserve")
       ->group("Budget");
 }
 
@@ -54,9 +136,13 @@ void add_budget_flags(CLI::App& app, BudgetFlags& f) {
 
 GpuTarget gpu_target(const GpuProfile& p) {
   GpuTarget t;
-  t.capacity = p.memory;
+  t.capacity = p.capacity();
   t.profile = p;
-  t.description = fmt::format("{} ({:.2f} GiB)", p.display_name.empty() ? p.name : p.display_name, p.memory.as_gib());
+  t.description =
+      p.usable > Bytes::zero()
+          ? fmt::format("{} ({:.2f} GiB usable as CUDA reports it; nvidia-smi: {:.2f} GiB)",
+                        p.display_name.empty() ? p.name : p.display_name, p.usable.as_gib(), p.memory.as_gib())
+          : fmt::format("{} ({:.2f} GiB)", p.display_name.empty() ? p.name : p.display_name, p.memory.as_gib());
   return t;
 }
 
@@ -77,9 +163,11 @@ Result<std::optional<GpuTarget>> resolve_gpu(const BudgetFlags& f, bool detect_b
     return std::optional<GpuTarget>(gpu_target(*p));
   }
   if (given(f, "--gpu-memory")) {
-    auto c = parse_size(f.gpu_memory);
+    auto c = parse_gpu_memory(f.gpu_memory);
     if (!c) return flag_error("--gpu-memory", c.error());
-    return std::optional<GpuTarget>(gpu_target(*c, "--gpu-memory"));
+    const std::string t = trim(f.gpu_memory);
+    return std::optional<GpuTarget>(
+        gpu_target(*c, bare_number(t) ? fmt::format("--gpu-memory {} = {} GB", t, t) : "--gpu-memory"));
   }
   if (!f.auto_detect && !detect_by_default) return std::optional<GpuTarget>();
   GpuTarget t;
@@ -90,8 +178,15 @@ Result<std::optional<GpuTarget>> resolve_gpu(const BudgetFlags& f, bool detect_b
   t.capacity = g.total;
   t.profile = sys->chosen_profile();
   t.detected = io::detected_budget(g, default_safety_margin(g.total));
-  t.description = fmt::format("{}, detected by {}: {:.2f} GiB free of {:.2f} GiB{}{}", g.name, g.source,
-                              g.free.as_gib(), g.total.as_gib(), g.unified ? " (unified memory)" : "",
+  t.detected->unified = g.unified;
+  // A unified device has no GPU memory of its own: say whose memory the figures are.
+  const std::string name =
+      g.profile && !g.profile->display_name.empty() && g.unified
+          ? fmt::format("{} ({}, CPU and GPU share its memory)", g.name, g.profile->name)
+          : g.name;
+  t.description = fmt::format("{}, detected by {}: {:.2f} GiB {}free of {:.2f} GiB{}{}", name, g.source,
+                              g.free.as_gib(), g.unified ? "system memory " : "", g.total.as_gib(),
+                              g.unified ? " (unified memory)" : "",
                               sys->gpus.size() > 1 ? fmt::format(" (smallest of {} GPUs)", sys->gpus.size()) : "");
   return std::optional<GpuTarget>(t);
 }
@@ -102,6 +197,7 @@ Result<Budget> budget_for(const GpuTarget& gpu, const BudgetFlags& f, const Trai
   // share), else the profile's (its system reserve), else the bare size.
   Bytes capacity = gpu.capacity;
   Bytes headroom;
+  Bytes vllm_reserve;
   if (gpu.detected) {
     capacity = gpu.detected->capacity;
     headroom = gpu.detected->headroom;
@@ -111,7 +207,7 @@ Result<Budget> budget_for(const GpuTarget& gpu, const BudgetFlags& f, const Trai
     headroom = shape.headroom;
   }
   if (given(f, "--headroom")) {
-    auto h = parse_size(f.headroom);
+    auto h = parse_headroom(f.headroom, gpu.capacity);
     if (!h) return flag_error("--headroom", h.error());
     headroom = *h;
   }
@@ -120,6 +216,7 @@ Result<Budget> budget_for(const GpuTarget& gpu, const BudgetFlags& f, const Trai
     const Bytes vllm = Bytes::of(static_cast<std::int64_t>(static_cast<double>(gpu.capacity.count()) *
                                                            c.grpo.vllm_gpu_memory_utilization));
     headroom += vllm;
+    vllm_reserve = vllm;
     if (in)
       in->notes.push_back(fmt::format("vLLM colocate reserves {:.2f} GiB ({:g} of the GPU) for generation",
                                    vllm.as_gib(), c.grpo.vllm_gpu_memory_utilization));
@@ -134,9 +231,15 @@ Result<Budget> budget_for(const GpuTarget& gpu, const BudgetFlags& f, const Trai
     if (!m) return flag_error("--safety-margin", m.error());
     margin = *m;
   } else {
-    margin = default_safety_margin(gpu.capacity);
+    MEMPLAN_TRY(auto am, allocator_margin(gpu.capacity, in));
+    margin = am.margin;
+    if (in && !am.note.empty()) in->notes.push_back(am.note);
   }
-  return make_budget(capacity, margin, headroom);
+  MEMPLAN_TRY(Budget b, make_budget(capacity, margin, headroom));
+  b.unified = (gpu.profile && gpu.profile->unified) || (gpu.detected && gpu.detected->unified);
+  b.vllm_reserve = vllm_reserve;
+  if (in) return apply_calibration(gpu, b, *in);  // this machine's fit, when there is one
+  return b;
 }
 
 Result<Budget> resolve_budget(const BudgetFlags& f, io::ResolvedInputs& in) {
@@ -160,7 +263,8 @@ std::optional<std::int64_t> resolve_target_global_batch(const BudgetFlags& f, co
 
 void add_search_flags(CLI::App& app, SearchFlags& f) {
   app.add_option("--global-batch-tolerance", f.tolerance,
-                 "How far the global batch may miss the target to keep a larger micro-batch (default 5%)")
+                 "How far (a percentage of the target) the global batch may miss the target to keep a larger "
+                 "micro-batch; default 0%: the target exactly when a fitting micro-batch divides it")
       ->group("Budget");
   app.add_option("--max-micro-batch", f.max_micro_batch, "Largest micro-batch the search tries (default 65536)")
       ->group("Budget");
@@ -200,6 +304,19 @@ Result<int> write_back(std::ostream& report, const std::optional<io::LoadedConfi
   MEMPLAN_TRY(auto result, io::commit_apply(plan, io::real_file_system()));
   report << io::render_apply_result(plan, result);
   return exit_code;
+}
+
+Result<std::vector<std::shared_ptr<io::FileLock>>> lock_for_apply(const SearchFlags& flags,
+                                                                   const std::vector<std::string>& files) {
+  std::vector<std::shared_ptr<io::FileLock>> locks;
+  if (!flags.apply) return locks;
+  for (const auto& f : files) {
+    auto info = io::real_file_system().stat(f);
+    if (!info || !info->exists || !info->regular) continue;  // reading it reports the problem
+    MEMPLAN_TRY(auto lock, io::real_file_system().lock(f));
+    locks.push_back(std::move(lock));
+  }
+  return locks;
 }
 
 }  // namespace memplan::cli

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -47,6 +48,25 @@ struct GpuTarget {
   std::string description;
 };
 
+// --gpu-memory: a bare number is GB (10^9 bytes), as vendors and nvidia-smi's product names
+// state it ("24" = 22.35 GiB); with a unit, parse_size ("24GiB", "24564MiB").
+Result<Bytes> parse_gpu_memory(const std::string& text);
+
+// --headroom: a size with a unit or a percentage of `capacity`; a bare number other than 0 is an
+// error that suggests both spellings.
+Result<Bytes> parse_headroom(const std::string& text, Bytes capacity);
+
+// The default safety margin for the allocator setting the run will have: PYTORCH_CUDA_ALLOC_CONF
+// from a config file (`in`), else from this process's environment (read here, in the CLI layer,
+// and passed to the engine's safety_margin_for as data). `note` says which and why, for the output.
+struct AllocatorMargin {
+  AllocatorConf conf;
+  std::string source;  // "train.yaml:4", "the environment", or "" when unset
+  Bytes margin;
+  std::string note;
+};
+Result<AllocatorMargin> allocator_margin(Bytes capacity, const io::ResolvedInputs* in);
+
 GpuTarget gpu_target(const GpuProfile& profile);
 GpuTarget gpu_target(Bytes capacity, const std::string& source);  // source: "--gpu-memory", "x.yaml:1"
 
@@ -72,7 +92,7 @@ std::optional<std::int64_t> resolve_target_global_batch(const BudgetFlags& flags
 
 // The batch search's own flags (memplan plan and memplan --auto).
 struct SearchFlags {
-  std::string tolerance = "5%";                                // --global-batch-tolerance
+  std::string tolerance = "0%";                                // --global-batch-tolerance
   std::int64_t max_micro_batch = PlanRequest{}.max_micro_batch;  // --max-micro-batch
   bool apply = false;                                          // --apply
   bool dry_run = false;                                        // --dry-run
@@ -89,5 +109,11 @@ Result<PlanRequest> plan_request(const Budget& budget, const BudgetFlags& budget
 // carries JSON).
 Result<int> write_back(std::ostream& report, const std::optional<io::LoadedConfig>& loaded, const io::Edits& edits,
                        bool dry_run, bool fits, int exit_code);
+
+// --apply: the locks on the config files, taken before they are read and held until the write is
+// done, so that two memplan runs on one file take turns (docs/configs.md#apply-guarantees).
+// Nothing without --apply.
+Result<std::vector<std::shared_ptr<io::FileLock>>> lock_for_apply(const SearchFlags& flags,
+                                                                   const std::vector<std::string>& files);
 
 }  // namespace memplan::cli

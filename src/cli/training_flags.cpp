@@ -1,9 +1,12 @@
 #include "cli/training_flags.hpp"
 
+#include <tuple>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "cli/exit_codes.hpp"
+#include "io/allocator_env.hpp"
 #include "io/model_source.hpp"
 #include "memplan/text.hpp"
 #include "report/estimate_render.hpp"
@@ -43,13 +46,44 @@ bool flag_given(const TrainingFlags& f, const std::string& name) {
   return o != nullptr && o->count() > 0;
 }
 
+void read_integers_as_decimal(CLI::App& app) {
+  static const CLI::Validator decimal(
+      [](std::string& s) -> std::string {
+        const std::string t = trim(s);
+        std::size_t i = t.size() > 0 && (t[0] == '-' || t[0] == '+') ? 1 : 0;
+        if (i == t.size() || t.find_first_not_of("0123456789", i) != std::string::npos)
+          return fmt::format("expected a decimal integer, got \"{}\"", escape_control(s));
+        const std::string sign = t[0] == '-' ? "-" : "";
+        while (i + 1 < t.size() && t[i] == '0') ++i;  // 010 is ten, not octal eight
+        s = sign + t.substr(i);
+        return {};
+      },
+      "", "decimal");
+  for (CLI::Option* o : app.get_options()) {
+    const std::string type = o->get_type_name();
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) o->transform(decimal);
+  }
+  for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) read_integers_as_decimal(*sub);
+}
+
 void add_training_flags(CLI::App& app, TrainingFlags& f) {
   f.app = &app;
   app.add_option("--model", f.model, "Model: HF id, catalog name, path to config.json, or cached HF model")
       ->group("Model");
   app.add_option("--model-params", f.model_params, "Bare parameter count (e.g. 7B): assumes a Llama-style shape")
       ->group("Model");
-  app.add_option("--method", f.method, "Training method: sft (default), dpo, grpo; lora = sft --use-peft, qlora = lora --load-in-4bit")->group("Training");
+  for (const auto& [flag, field, what] :
+       {std::tuple<const char*, std::int64_t*, const char*>{"--hidden-size", &f.hidden_size, "hidden size (d_model)"},
+        {"--num-hidden-layers", &f.num_hidden_layers, "number of layers"},
+        {"--num-attention-heads", &f.num_attention_heads, "attention heads"},
+        {"--num-key-value-heads", &f.num_key_value_heads, "key/value heads (default: attention heads)"},
+        {"--intermediate-size", &f.intermediate_size, "MLP width"},
+        {"--vocab-size", &f.vocab_size, "vocabulary size"},
+        {"--head-dim", &f.head_dim, "head dimension (default: hidden / heads)"}})
+    app.add_option(flag, *field, fmt::format("Custom model (no --model): {}, as in config.json", what))
+        ->group("Model")
+        ->check(CLI::PositiveNumber);
+  app.add_option("--method", f.method, "Training method: sft (default), dpo, grpo; orpo, simpo, cpo (no reference model), kto, ipo (with one); lora = sft --use-peft, qlora = lora --load-in-4bit")->group("Training");
   app.add_option("--batch,--per-device-train-batch-size", f.batch, "Per-device micro-batch (sequences)")
       ->group("Training");
   app.add_option("--seq-len,--max-length,--max-seq-length", f.seq_len, "Tokens per sequence (default 1024)")
@@ -105,6 +139,25 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_flag("--offload-optimizer", f.offload_optimizer, "Offload optimizer states to CPU")->group("Multi-GPU");
   app.add_flag("--offload-params", f.offload_params, "Offload parameters to CPU (ZeRO-3/FSDP)")->group("Multi-GPU");
   app.add_option("--tensor-parallel", f.tensor_parallel, "Tensor-parallel degree (default 1)")->group("Multi-GPU");
+  // Loss kernels, encoders, contrastive training
+  app.add_option("--loss-kernel", f.loss_kernel, "Decoder loss: eager (default), liger (fused linear CE), chunked "
+                                                 "(torchtune, 8 chunks), cce (cut cross-entropy)")
+      ->group("Loss");
+  app.add_flag("--liger,--use-liger-kernel", f.liger,
+               "HF use_liger_kernel: Liger fused linear CE plus RMSNorm, SwiGLU and RoPE kernels (CUDA)")
+      ->group("Loss");
+  app.add_flag("--fused-ce", f.fused_ce, "Liger's fused linear cross-entropy only (= --loss-kernel liger)")->group("Loss");
+  app.add_option("--head", f.head, "Encoder head: pooling (sentence embeddings, default), mlm, classification")
+      ->group("Encoders");
+  app.add_option("--num-labels", f.num_labels, "Classification head outputs (default: the config's id2label, or 2)")
+      ->group("Encoders");
+  app.add_option("--texts-per-example", f.texts_per_example,
+                 "Contrastive: texts per example = 1 anchor + positives + negatives (in-batch negatives)")
+      ->group("Encoders");
+  app.add_flag("--cached-mnrl", f.cached_mnrl, "Contrastive: CachedMultipleNegativesRankingLoss (GradCache)")
+      ->group("Encoders");
+  app.add_option("--mini-batch-size", f.mini_batch_size, "Cached MNRL: sequences per forward/backward (default 32)")
+      ->group("Encoders");
   // Config files
   // One file per --config, so that `check --config main.yaml stage.yaml` leaves stage.yaml positional.
   app.add_option("--config", f.configs, "Training config (YAML/JSON); repeat for stage files that override it")
@@ -131,6 +184,15 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (given("--method")) {
     if (lora_method || method == "full") {
       c.method = Method::kSft;
+    } else if (method == "orpo" || method == "simpo" || method == "cpo") {
+      // Reference-free preference losses (TRL ORPOTrainer, CPOTrainer): DPO's pair, no reference.
+      c.method = Method::kDpo;
+      c.dpo.ref_model = RefModel::kNone;
+      mark("ref_model", "--method");
+    } else if (method == "kto" || method == "ipo") {
+      c.method = Method::kDpo;  // a reference model, as DPO (docs/configs.md#preference-methods)
+      c.dpo.ref_model = RefModel::kAuto;
+      mark("ref_model", "--method");
     } else {
       MEMPLAN_TRY(c.method, parse_method(f.method));
     }
@@ -161,8 +223,14 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   }
   if (given("--optim")) {
     auto o = parse_optimizer(f.optim);
-    if (!o) return flag_error("--optim", o.error());
-    c.optim.kind = *o;
+    if (o) {
+      c.optim.kind = *o;
+    } else if (auto e = io::estimate_optimizer(f.optim)) {
+      c.optim.kind = e->kind;
+      in.warnings.push_back("--optim: " + e->note);
+    } else {
+      return flag_error("--optim", o.error());
+    }
     mark("optim", "--optim");
   }
   if (given("--optim-args")) {
@@ -343,15 +411,87 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     c.parallel.tensor_parallel = f.tensor_parallel;
     mark("tensor_parallel", "--tensor-parallel");
   }
+  // Loss kernels and contrastive training
+  if (given("--loss-kernel")) {
+    auto k = parse_loss_kernel(f.loss_kernel);
+    if (!k) return flag_error("--loss-kernel", k.error());
+    c.loss_kernel = *k;
+    mark("loss_kernel", "--loss-kernel");
+  }
+  if (f.liger || f.fused_ce) {
+    if (given("--loss-kernel") && c.loss_kernel != LossKernel::kLiger)
+      return make_error(ErrorCode::kConflict,
+                        fmt::format("{} uses Liger's fused linear cross-entropy; --loss-kernel says '{}'",
+                                    f.liger ? "--liger" : "--fused-ce", f.loss_kernel));
+    c.loss_kernel = LossKernel::kLiger;
+    c.liger_kernels = c.liger_kernels || f.liger;
+    mark("loss_kernel", f.liger ? "--liger" : "--fused-ce");
+  }
+  if (given("--texts-per-example")) {
+    c.contrastive.texts_per_example = f.texts_per_example;
+    mark("texts_per_example", "--texts-per-example");
+  }
+  if (f.cached_mnrl) {
+    c.contrastive.cached = true;
+    mark("cached_mnrl", "--cached-mnrl");
+  }
+  if (given("--mini-batch-size")) {
+    c.contrastive.mini_batch_size = f.mini_batch_size;
+    mark("mini_batch_size", "--mini-batch-size");
+  }
+  if (c.contrastive.cached && !c.contrastive.enabled())
+    return make_error(ErrorCode::kInvalidArgument, "--cached-mnrl needs --texts-per-example N",
+                      "an anchor and its positives/negatives: N = 1 + positives + negatives");
 
   // The model last: a flag beats a name read from a config file.
   if (given("--model") && given("--model-params"))
     return make_error(ErrorCode::kConflict, "--model and --model-params are mutually exclusive");
-  if (given("--model-params")) {
+  static const char* kArchFlags[] = {"--hidden-size", "--num-hidden-layers", "--num-attention-heads",
+                                     "--num-key-value-heads", "--intermediate-size", "--vocab-size", "--head-dim"};
+  std::vector<std::string> arch_given;
+  for (const char* a : kArchFlags)
+    if (given(a)) arch_given.emplace_back(a);
+  if (!arch_given.empty() && (given("--model") || given("--model-params")))
+    return make_error(ErrorCode::kConflict,
+                      fmt::format("{} describe a custom model; they cannot be combined with {}",
+                                  fmt::join(arch_given, " "), given("--model") ? "--model" : "--model-params"));
+  if (!given("--model") && !given("--model-params") && (in.custom_model || !arch_given.empty())) {
+    // A custom architecture from the config (model: {n_layers: ...}) and/or the flags.
+    io::CustomModel cm = in.custom_model.value_or(io::CustomModel{});
+    if (!in.custom_model) cm.name = "custom model (--hidden-size ...)";
+    auto set = [&](const char* flag, std::int64_t v, std::optional<std::int64_t>& field) {
+      if (given(flag)) field = v;
+    };
+    set("--hidden-size", f.hidden_size, cm.hidden_size);
+    set("--num-hidden-layers", f.num_hidden_layers, cm.num_layers);
+    set("--num-attention-heads", f.num_attention_heads, cm.num_heads);
+    set("--num-key-value-heads", f.num_key_value_heads, cm.num_kv_heads);
+    set("--intermediate-size", f.intermediate_size, cm.intermediate_size);
+    set("--vocab-size", f.vocab_size, cm.vocab_size);
+    set("--head-dim", f.head_dim, cm.head_dim);
+    std::vector<std::string> assumed;
+    MEMPLAN_TRY(in.model, io::build_custom_model(cm, assumed));
+    in.assumptions.insert(in.assumptions.end(), assumed.begin(), assumed.end());
+    in.model_name = cm.name;
+    if (!arch_given.empty()) {
+      io::Origin o = flag_origin(arch_given.front().c_str());
+      if (in.custom_model) {
+        auto it = in.origins.find("model");
+        o.kind = io::OriginKind::kDerived;
+        o.note = fmt::format("{} with {}", it != in.origins.end() ? it->second.to_string() : "config",
+                             fmt::join(arch_given, " "));
+      }
+      in.set_origin("model", std::move(o));
+    }
+  } else if (given("--model-params")) {
     MEMPLAN_TRY(std::int64_t n, parse_count(f.model_params));
     MEMPLAN_TRY(in.model, io::model_from_param_count(n));
     in.model_name = f.model_params;
     in.model_from_param_count = true;
+    in.assumptions.push_back(fmt::format(
+        "architecture assumed from the parameter count {} (a Llama-style decoder: {}); a model with its own "
+        "attention, an encoder or a mixture of experts can differ a lot; give --model ID|PATH for the real one",
+        f.model_params, io::describe_shape(in.model)));
     mark("model", "--model-params");
   } else {
     if (given("--model")) {
@@ -362,14 +502,36 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
       return make_error(ErrorCode::kInvalidArgument, "no model given",
                         in.model_hint.empty() ? "use --model ID|PATH (see 'memplan models') or --model-params N"
                                               : in.model_hint);
-    auto m = io::resolve_model(in.model_name, io::ModelSearchEnv::from_process());
+    auto m = io::resolve_model_source(in.model_name, io::ModelSearchEnv::from_process());
     if (!m) {
       Error e = m.error();
       auto it = in.origins.find("model");
       if (!e.where && it != in.origins.end() && it->second.kind == io::OriginKind::kFile) e.where = it->second.loc;
       return e;
     }
-    in.model = *m;
+    in.model = m->spec;
+    if (!m->via.empty()) in.notes.push_back("model: " + m->via);
+    // from_pretrained applies the checkpoint's own quantization_config, whatever the training
+    // config says: a bitsandbytes 4-bit re-upload loads as Linear4bit layers.
+    if (m->prequantized_4bit && m->quantization == "bitsandbytes" && !c.lora.enabled)
+      return make_error(ErrorCode::kUnsupported,
+                        fmt::format("model '{}' is a pre-quantized bitsandbytes 4-bit checkpoint, whose weights "
+                                    "cannot be trained in full",
+                                    in.model_name),
+                        fmt::format("train LoRA adapters on it (--use-peft or --method lora, which makes it QLoRA), "
+                                    "or pass the unquantized model ({})",
+                                    m->spec.name));
+    if (m->prequantized_4bit && m->quantization == "bitsandbytes" && !c.quant.load_in_4bit) {
+      c.quant.load_in_4bit = true;
+      io::Origin o;
+      o.kind = io::OriginKind::kDerived;
+      o.note = "the checkpoint is pre-quantized (bitsandbytes 4-bit)";
+      in.set_origin("load_in_4bit", std::move(o));
+    } else if (m->prequantized_4bit && m->quantization != "bitsandbytes") {
+      in.warnings.push_back(fmt::format("model '{}' is a {} 4-bit checkpoint; memplan models bitsandbytes 4-bit "
+                                        "weights only, so its weights are counted at the training dtype",
+                                        in.model_name, m->quantization));
+    }
     if (in.model.name.empty()) in.model.name = in.model_name;
     // `torch_dtype: auto` in a config: the dtype the checkpoint is stored in.
     if (in.torch_dtype_from_model && !given("--torch-dtype")) {
@@ -383,10 +545,31 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
       }
     }
   }
+  if (given("--head") || given("--num-labels")) {
+    if (!in.model.is_encoder())
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("{} applies to encoders; {} is a decoder", given("--head") ? "--head" : "--num-labels",
+                                    in.model_name),
+                        "encoders: bert, roberta, xlm-roberta, modernbert models (see 'memplan models')");
+    if (given("--head")) {
+      auto h = parse_encoder_head(f.head);
+      if (!h) return flag_error("--head", h.error());
+      in.model.head = *h;
+      mark("head", "--head");
+    }
+    if (given("--num-labels")) {
+      if (f.num_labels < 1 || f.num_labels > (1 << 20))
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("--num-labels = {} is out of range (1 to 1048576)", f.num_labels));
+      in.model.num_labels = f.num_labels;
+      mark("num_labels", "--num-labels");
+    }
+  }
   static const char* kKeys[] = {"method", "batch", "seq_len", "grad_accum", "torch_dtype", "autocast", "optim",
                                 "gradient_checkpointing", "attn_implementation", "use_peft", "device"};
   for (const char* k : kKeys)
     if (!in.origins.count(k)) in.set_origin(k, io::Origin{});
+  if (auto s = io::check_inputs(in); !s) return s.error();
   if (auto s = validate(c); !s) return s.error();
   return in;
 }
@@ -420,6 +603,10 @@ Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string
   }
   MEMPLAN_TRY(io::LoadedConfig loaded, io::load_config(req, fs));
   MEMPLAN_TRY(out.resolved, apply_training_flags(f, loaded.inputs));
+  if (auto a = io::find_allocator_conf(loaded.files)) {
+    out.resolved.allocator_conf = a->value;
+    out.resolved.allocator_conf_source = a->source;
+  }
   out.loaded = std::move(loaded);
   return out;
 }

@@ -25,6 +25,14 @@ namespace memplan::cli {
 struct TrainingFlags {
   std::string model;
   std::string model_params;
+  // A custom architecture, named like a Hugging Face config.json (0: not given).
+  std::int64_t hidden_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t vocab_size = 0;
+  std::int64_t head_dim = 0;
   std::string method;
   std::int64_t batch = 0;
   std::int64_t seq_len = 0;
@@ -67,6 +75,15 @@ struct TrainingFlags {
   bool offload_optimizer = false;
   bool offload_params = false;
   int tensor_parallel = 0;
+  // Loss kernels, encoders and contrastive training (docs/formulas.md#fused-cross-entropy, #encoders)
+  std::string loss_kernel;       // --loss-kernel eager|liger|chunked|cce
+  bool liger = false;            // --liger / --use-liger-kernel: Liger FLCE + RMSNorm/SwiGLU/RoPE
+  bool fused_ce = false;         // --fused-ce: Liger's fused linear cross-entropy only
+  std::string head;              // --head pooling|mlm|classification (encoders)
+  int num_labels = 0;            // --num-labels (classification head)
+  int texts_per_example = 0;     // --texts-per-example N (contrastive: anchor + positives + negatives)
+  bool cached_mnrl = false;      // --cached-mnrl: CachedMultipleNegativesRankingLoss (GradCache)
+  int mini_batch_size = 0;       // --mini-batch-size (cached MNRL, default 32)
   // Config files (docs/configs.md)
   std::vector<std::string> configs;  // --config FILE, repeatable: later files override earlier ones
   std::string dialect;               // --dialect NAME; empty: detected from the keys
@@ -82,6 +99,11 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags);
 // Applies the flags that were given on top of `base` (defaults or values read from config
 // files), recording each flag's origin. The model is resolved last.
 Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& flags, io::ResolvedInputs base);
+
+// Makes every integer option of `app` and its subcommands read decimal only, the way people
+// write counts: `--batch 010` is 10 and `--batch 08` is 8 (CLI11 alone reads 010 as octal and
+// refuses 08); 0x10, 1e3 and 10.0 are refused.
+void read_integers_as_decimal(CLI::App& app);
 
 // Whether a named flag ("--batch") was given on the command line.
 bool flag_given(const TrainingFlags& flags, const std::string& name);

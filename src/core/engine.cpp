@@ -100,8 +100,20 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
     return names;
   }
   std::vector<std::string> targets = l.target_modules.empty() ? sim::default_lora_targets(m) : l.target_modules;
+  if (targets.empty()) {  // PEFT raises "Please specify `target_modules` in `peft_config`"
+    std::string attn;
+    for (const auto& lin : layer_linears(m, 0))
+      if (lin.role == LinearRole::kAttention) attn += (attn.empty() ? "" : ", ") + lin.name;
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("PEFT has no default LoRA target modules for model_type '{}'", m.model_type),
+                      "set target_modules (its attention projections: " + attn + ") or all-linear");
+  }
   for (const auto& t : targets) {
-    if (std::find(names.begin(), names.end(), t) == names.end()) {
+    // PEFT matches a target as a suffix of the module path: "dense" names three BERT modules.
+    const bool suffix = m.is_encoder() && std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+      return n.size() > t.size() && n.compare(n.size() - t.size(), t.size(), t) == 0 && n[n.size() - t.size() - 1] == '.';
+    });
+    if (!suffix && std::find(names.begin(), names.end(), t) == names.end()) {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
       return make_error(ErrorCode::kInvalidArgument,
@@ -115,6 +127,16 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
 bool deepspeed(const TrainingConfig& c) {
   const auto s = c.parallel.sharding;
   return s == ShardingStrategy::kZero1 || s == ShardingStrategy::kZero2 || s == ShardingStrategy::kZero3;
+}
+
+// docs/formulas.md#fsdp-reshard-only-hook: FSDP1 with PEFT's wrap policy makes every decoder
+// layer a unit of frozen parameters; under reentrant checkpointing the hook that reshards such a
+// unit holds the layer's checkpointed input and its gradient until the end of backward.
+bool fsdp_frozen_layer_units(const TrainingConfig& c) {
+  const auto s = c.parallel.sharding;
+  const bool fsdp = s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
+                    s == ShardingStrategy::kFsdpHybridShard;
+  return fsdp && c.lora.enabled && c.gradient_checkpointing && c.reentrant_checkpointing();
 }
 
 // Which reference model a step holds (docs/formulas.md#dpo): TRL loads a frozen copy, or under
@@ -139,6 +161,23 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
   if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.torch_dtype == DType::kFloat32 && !c.autocast)
     return make_error(ErrorCode::kUnsupported, "flash_attention_2 runs in fp16/bf16 only",
                       "load the model with --torch-dtype bfloat16 or train with --bf16");
+  if (m.is_encoder()) {
+    if (c.method != Method::kSft)
+      return make_error(ErrorCode::kUnsupported,
+                        fmt::format("{} is a decoder method; {} is an encoder", to_string(c.method), m.model_type),
+                        "encoders train with --method sft and a head (--head pooling|mlm|classification)");
+    if (c.quant.load_in_4bit || c.quant.load_in_8bit || c.parallel.tensor_parallel > 1 || !c.lora.modules_to_save.empty())
+      return make_error(ErrorCode::kUnsupported,
+                        "4/8-bit weights, tensor parallelism and modules_to_save are not modelled for encoders");
+    if (c.contrastive.enabled() && m.head != EncoderHead::kPooling)
+      return make_error(ErrorCode::kConflict, "texts-per-example needs the pooling head (sentence embeddings)",
+                        "use --head pooling");
+  } else if (c.contrastive.enabled()) {
+    return make_error(ErrorCode::kUnsupported,
+                      fmt::format("texts-per-example (contrastive training) needs an encoder; {} is a decoder",
+                                  m.model_type.empty() ? "the model" : m.model_type),
+                      "use an encoder such as bert-base-uncased, bge-base-en-v1.5 or all-MiniLM-L6-v2");
+  }
   for (const auto& s : c.lora.modules_to_save)
     if (s != "embed_tokens" && s != "lm_head")
       return make_error(ErrorCode::kUnsupported,
@@ -175,6 +214,13 @@ Timeline by_segment(const sim::ProgramResult& r) {
 }
 
 CatVec lerp(const CatVec& c, const CatVec& d, std::int64_t m) { return add(c, scale(sub(d, c), m)); }
+
+// The two reduced models' timelines of a segment have different event counts: one more middle
+// layer changed the order of frees inside a layer, so events cannot be paired. The caller then
+// simulates every layer (exact, slower) instead of extrapolating.
+struct TimelineMismatch : std::logic_error {
+  using std::logic_error::logic_error;
+};
 
 // Turns the reduced model's timeline into the full model's (docs/formulas.md#extrapolation).
 // r3 simulates layers {first, middle, last}; r4 {first, middle, middle, last}. Every event of
@@ -216,7 +262,9 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
     return it == t.end() ? kEmpty : it->second;
   };
   auto pair_up = [&](const std::vector<const sim::Event*>& c, const std::vector<const sim::Event*>& d, int seg) {
-    if (c.size() != d.size()) throw std::logic_error("reduced-model timelines do not align");
+    if (c.size() != d.size())
+      throw TimelineMismatch(fmt::format("reduced-model timelines do not align (segment {}: {} vs {} events)", seg,
+                                         c.size(), d.size()));
     for (std::size_t i = 0; i < c.size(); ++i) push(seg, *c[i], d[i], nullptr);
   };
   for (const auto& [key, events] : t3) {
@@ -269,6 +317,34 @@ Candidate generation_candidate(const ModelSpec& m, const TrainingConfig& c, cons
       Poly::mono(sim::kB, checked_mul(checked_mul(per_seq_layer, m.num_layers + 1), spg));
   v[static_cast<int>(Cat::kLogits)] += Poly::mono(sim::kB, checked_mul(m.vocab_size * (act + 4), spg));
   return {kSegGeneration, total(v), std::make_shared<const CatVec>(v)};
+}
+
+// Decoder layers whose full parameters ZeRO-3/FSDP hold at an event of `segment`
+// (docs/formulas.md#fsdp-and-lora): the layer computing in forward (no forward prefetch, the
+// accelerate/HF default); none at the loss; in backward the layer computing and the one
+// BACKWARD_PRE prefetches (at the head only the prefetched last layer).
+// Under FSDP with reentrant checkpointing nothing is prefetched in backward
+// (`no_backward_prefetch`): see fsdp_no_backward_prefetch().
+int gathered_layers(int segment, bool no_backward_prefetch = false) {
+  if (segment == sim::kSegHead || segment == sim::kSegRefHead || segment == sim::kSegFwdPre ||
+      segment == sim::kSegRefPre || segment == sim::kSegBwdPre || segment == kSegOptimizer ||
+      segment == kSegGeneration)
+    return 0;
+  if (segment == sim::kSegHeadBwd) return no_backward_prefetch ? 0 : 1;
+  if (segment >= sim::kSegBwdFirst && segment <= sim::kSegBwdLast) return no_backward_prefetch ? 1 : 2;
+  return 1;
+}
+
+// docs/formulas.md#fsdp-reshard-only-hook: torch 2.4 _get_handle_to_prefetch prefetches a unit
+// only if its _needs_pre_backward_unshard is set, which _register_pre_backward_hooks does only
+// when the unit's forward ran with grad. Under reentrant checkpointing the decoder layers' forward
+// runs without grad, so BACKWARD_PRE never prefetches one: each is gathered when its recomputation
+// starts.
+bool fsdp_no_backward_prefetch(const TrainingConfig& c) {
+  const auto s = c.parallel.sharding;
+  const bool fsdp = s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
+                    s == ShardingStrategy::kFsdpHybridShard;
+  return fsdp && c.gradient_checkpointing && c.reentrant_checkpointing();
 }
 
 // Drops candidates another candidate of the same phase dominates coefficient-wise: they can
@@ -349,11 +425,23 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       sp.lora.modules_to_save = config.lora.modules_to_save;
     }
     sp.load_in_4bit = config.quant.load_in_4bit;
+    sp.load_in_8bit = config.quant.load_in_8bit;
     sp.double_quant = config.quant.double_quant;
     sp.compute_dt = to_dt(config.quant.compute_dtype.value_or(config.torch_dtype));
-    // TRL casts trainable parameters of quantized models to bf16 (QLoRA paper); otherwise PEFT's
-    // autocast_adapter_dtype keeps adapters in fp32.
-    sp.adapter_dt = config.quant.load_in_4bit || config.quant.load_in_8bit ? DT::kBF16 : DT::kF32;
+    const bool quantized = config.quant.load_in_4bit || config.quant.load_in_8bit;
+    using KP = QuantConfig::KbitPrepare;
+    // docs/formulas.md#qlora: what the k-bit preparation casts. PEFT's
+    // prepare_model_for_kbit_training upcasts every non-4-bit parameter to fp32; TRL 0.x then
+    // casts embeddings and lm_head back to bf16 (peft_module_casting_to_bf16), norms stay fp32.
+    sp.embed_dt = sp.norm_dt = sp.weight_dt;
+    if (quantized && config.quant.kbit_prepare == KP::kPeftUpcast) sp.embed_dt = sp.norm_dt = DT::kF32;
+    if (quantized && config.quant.kbit_prepare == KP::kTrlLegacy) sp.norm_dt = DT::kF32;
+    // Adapters: PEFT's autocast_adapter_dtype makes them fp32; current TRL casts the trainable
+    // parameters of quantized models to bf16 (QLoRA paper). An explicit dtype wins.
+    sp.adapter_dt = quantized && config.quant.kbit_prepare == KP::kFreezeOnly ? DT::kBF16 : DT::kF32;
+    if (config.lora.adapter_dtype) sp.adapter_dt = to_dt(*config.lora.adapter_dtype);
+    sp.loss_shift_copy = config.loss_shift != TrainingConfig::LossShift::kPadLabels;
+    sp.loss_upcast_in_model = config.loss_shift == TrainingConfig::LossShift::kUpcastInModel;
     switch (config.method) {
       case Method::kSft: sp.method = sim::StepMethod::kSft; break;
       case Method::kDpo: sp.method = sim::StepMethod::kDpo; break;
@@ -365,14 +453,19 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     if (deepspeed(config) && config.autocast) {
       // The DeepSpeed engine casts the model to bf16/fp16 and runs without torch autocast.
       sp.weight_dt = to_dt(*config.autocast);
+      sp.embed_dt = sp.norm_dt = sp.weight_dt;  // every floating parameter
       sp.autocast.reset();
     }
     sp.ref = reference_kind(config);
     sp.prompt_len = config.grpo.max_prompt_length;
     sp.gradient_checkpointing = config.gradient_checkpointing;
     sp.checkpoint_reentrant = config.reentrant_checkpointing();
+    sp.fsdp_frozen_units = fsdp_frozen_layer_units(config);
     sp.ops.inplace_accumulation = config.device == Device::kCuda;
     sp.attn = config.attn_impl();
+    sp.loss_kernel = model.is_encoder() || config.method != Method::kSft ? LossKernel::kEager : config.loss_kernel;
+    sp.liger_kernels = config.liger_kernels && !model.is_encoder();
+    sp.contrastive = config.contrastive;
     sp.ops.cuda = config.device == Device::kCuda;
     sp.ops.trivial_slices_are_ops = config.device == Device::kCpu;
     sp.ops.mean_saves_input = config.device == Device::kCpu;
@@ -384,6 +477,18 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     } else {
       layers3 = {0, 1, L - 1};
       layers4 = {0, 1, 2, L - 1};
+      // The middle simulated layer stands for layers 1..L-2: when layer 1 is not of their
+      // majority kind (DeepSeek-V3's first_k_dense_replace = 3: layer 1 dense, 56 of the 59 MoE),
+      // simulate one that is (docs/formulas.md#mla-parameters).
+      int moe_mid = 0;
+      for (int l = 1; l < L - 1; ++l) moe_mid += model.moe.is_moe_layer(l) ? 1 : 0;
+      const bool want_moe = 2 * moe_mid > L - 2;
+      for (int l = 1; l < L - 1 && model.moe.is_moe_layer(1) != want_moe; ++l)
+        if (model.moe.is_moe_layer(l) == want_moe) {
+          layers3 = {0, l, L - 1};
+          layers4 = {0, l, l, L - 1};
+          break;
+        }
     }
     std::int64_t trainable = 0;
     // Batch 1 changes the program only where a reshape becomes a view: eager attention's
@@ -424,6 +529,18 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         for (const auto& p : r3.params)
           if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
         impl->shard = make_shard_plan(model, config, trainable, tbytes, layer_bytes);
+        for (const auto& p : r3.params)
+          if (p.sim_layer < 0) impl->shard.root_param_bytes += p.numel * sim::esize(p.dt);
+        if (config.quant.load_in_4bit) {
+          // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
+          for (int layer = 0; layer < model.num_layers; ++layer)
+            for (const auto& mod : layer_linears(sp.model, layer)) {
+              if (!mod.nn_linear) continue;
+              const std::int64_t blocks = (mod.weight_params() + 63) / 64;
+              impl->shard.quant_state_bytes +=
+                  config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
+            }
+        }
       }
       // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
       CatVec base{}, opt_extra{};
@@ -433,9 +550,21 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       for (const auto& p : impl->opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
       opt_extra[static_cast<int>(Cat::kGradients)] = grads;
       opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(impl->opt.temp_bytes);
-      auto cands = extrapolate(r3, r4 ? &*r4 : nullptr, extra, base, opt_extra);
+      std::vector<Candidate> cands;
+      std::optional<sim::ProgramResult> full;
+      try {
+        cands = extrapolate(r3, r4 ? &*r4 : nullptr, extra, base, opt_extra);
+      } catch (const TimelineMismatch&) {
+        // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
+        sp.model_layers.clear();
+        for (int l = 0; l < L; ++l) sp.model_layers.push_back(l);
+        full = sim::run_step(sp);
+        if (!full->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+        cands = extrapolate(*full, nullptr, 0, base, opt_extra);
+      }
       if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
-        const CatVec persistent = add(r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
+        const CatVec persistent =
+            add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
         cands.push_back(generation_candidate(model, config, persistent));
       }
       const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
@@ -445,7 +574,8 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         for (auto& cand : cands) {
           materialize(cand, base);
           auto sharded = std::make_shared<const CatVec>(
-              apply_sharding(impl->shard, *cand.cats, cand.segment == kSegOptimizer));
+              apply_sharding(impl->shard, *cand.cats, cand.segment == kSegOptimizer,
+                             gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config))));
           cand.total = total(*sharded);
           cand.cats = std::move(sharded);
         }
@@ -461,6 +591,26 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     impl->params.trainable = trainable;
     if (config.device == Device::kCpu)
       impl->assumptions.push_back("cpu: PyTorch 1.13 behaviour (single-tensor optimizers, eager attention)");
+    if (config.quant.load_in_4bit && impl->shard.fsdp && impl->shard.shard_params &&
+        (!config.quant.quant_storage || dtype_size(*config.quant.quant_storage) != dtype_size(config.torch_dtype)))
+      impl->assumptions.push_back(
+          "FSDP cannot flatten bitsandbytes' uint8 4-bit storage with the model's other parameters; memplan assumes "
+          "bnb_4bit_quant_storage = torch_dtype (the FSDP-QLoRA setup), which shards the 4-bit weights");
+    if (config.loss_kernel != LossKernel::kEager && sp.loss_kernel == LossKernel::kEager)
+      impl->warnings.push_back(fmt::format(
+          "loss kernel '{}' is modelled for SFT of decoders only; the {} loss is estimated as eager "
+          "(TRL's Liger DPO/GRPO losses are not modelled)",
+          to_string(config.loss_kernel), model.is_encoder() ? "encoder" : to_string(config.method)));
+    if (model.is_encoder()) {
+      impl->assumptions.push_back(fmt::format(
+          "encoder: {} head{}; batches without padding (no SDPA mask)", to_string(model.head),
+          config.contrastive.enabled()
+              ? fmt::format(", {} texts per example in one forward{}", config.contrastive.texts_per_example,
+                            config.contrastive.cached
+                                ? fmt::format(" (cached: mini-batches of {})", config.contrastive.mini_batch_size)
+                                : "")
+              : ""));
+    }
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the model or batch is far too large");
   } catch (const std::logic_error& ex) {
@@ -526,6 +676,17 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
       if (v != 0) e.components.push_back({name, Bytes::of(v), placement_of(impl_->shard, name), ""});
     }
     add_runtime_overhead(impl_->config, e);
+    if (impl_->opt.paged_bytes > 0 && impl_->config.device == Device::kCuda) {
+      // bitsandbytes paged states: unified memory outside the allocator, so outside the peak;
+      // resident on the GPU while there is room, evicted to the CPU under pressure.
+      std::int64_t paged = impl_->opt.paged_bytes;
+      if (impl_->shard.shard_optim) paged = (paged + impl_->shard.shard_over - 1) / impl_->shard.shard_over;
+      if (impl_->shard.offload_optimizer) paged = 0;
+      e.overhead.push_back({"paged_optimizer_states", Bytes::of(paged), placement_of(impl_->shard, "optimizer_states"),
+                            "bitsandbytes paged optimizer states (cudaMallocManaged): not in max_memory_allocated, "
+                            "evicted to CPU memory when the GPU runs out"});
+      e.total += Bytes::of(paged);
+    }
     e.params = impl_->params;
     e.assumptions = impl_->assumptions;
     e.warnings = impl_->warnings;

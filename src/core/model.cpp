@@ -44,7 +44,15 @@ std::int64_t norm_params(const ModelSpec& m, std::int64_t width) {
   return m.norm == NormKind::kLayerNorm && m.norm_bias ? 2 * width : width;
 }
 
+// DeepSeek families whose MoEGate / TopkRouter weight is a bare Parameter.
+bool is_deepseek_family(const ModelSpec& m) {
+  return m.model_type == "deepseek" || m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3" ||
+         m.model_type == "kimi_k2";
+}
+
 std::int64_t qk_norm_params(const ModelSpec& m) {
+  // MLA: q_a_layernorm (q_lora_rank, absent without q LoRA) and kv_a_layernorm (kv_lora_rank).
+  if (m.is_mla()) return m.q_lora_rank + m.kv_lora_rank;
   if (!m.qk_norm) return 0;
   if (m.qk_norm_per_head) return 2 * m.head_dim;
   return (static_cast<std::int64_t>(m.num_heads) + m.num_kv_heads) * m.head_dim;
@@ -75,12 +83,29 @@ Status validate(const ModelSpec& m) {
   if (m.vocab_size <= 0) return field_error("vocab_size", m.vocab_size, "must be positive");
   if (m.hidden_size <= 0) return field_error("hidden_size", m.hidden_size, "must be positive");
   if (m.num_layers <= 0) return field_error("num_hidden_layers", m.num_layers, "must be positive");
+  // Before any per-layer loop below: 2^40 layers must not take seconds to refuse.
+  if (m.num_layers > 4096) return field_error("num_hidden_layers", m.num_layers, "must be at most 4096");
   if (m.num_heads <= 0) return field_error("num_attention_heads", m.num_heads, "must be positive");
   if (m.num_kv_heads <= 0) return field_error("num_key_value_heads", m.num_kv_heads, "must be positive");
   if (m.num_heads % m.num_kv_heads != 0)
     return field_error("num_key_value_heads", m.num_kv_heads,
                        fmt::format("must divide num_attention_heads ({})", m.num_heads));
   if (m.head_dim <= 0) return field_error("head_dim", m.head_dim, "must be positive");
+  if (m.is_mla()) {  // docs/formulas.md#mla
+    if (m.qk_rope_head_dim <= 0 || m.qk_rope_head_dim % 2 != 0)
+      return field_error("qk_rope_head_dim", m.qk_rope_head_dim, "must be positive and even");
+    if (m.qk_nope_head_dim < 0) return field_error("qk_nope_head_dim", m.qk_nope_head_dim, "must not be negative");
+    if (m.v_head_dim <= 0) return field_error("v_head_dim", m.v_head_dim, "must be positive");
+    if (m.q_lora_rank < 0) return field_error("q_lora_rank", m.q_lora_rank, "must not be negative");
+    if (m.head_dim != m.qk_nope_head_dim + m.qk_rope_head_dim)
+      return field_error("head_dim", m.head_dim,
+                         fmt::format("must be qk_nope_head_dim + qk_rope_head_dim ({})",
+                                     m.qk_nope_head_dim + m.qk_rope_head_dim));
+    if (m.kv_lora_rank > (1 << 20) || m.q_lora_rank > (1 << 20) || m.v_head_dim > (1 << 16) ||
+        m.qk_rope_head_dim > (1 << 16) || m.qk_nope_head_dim > (1 << 16))
+      return make_error(ErrorCode::kInvalidConfig, "model MLA dimensions are implausibly large",
+                        "check q_lora_rank, kv_lora_rank and the head dimensions");
+  }
   bool any_dense = !m.moe.enabled() || m.moe.first_dense_layers > 0 || !m.moe.dense_layers.empty();
   for (int l = 0; l < m.num_layers && !any_dense; ++l) any_dense = !m.moe.is_moe_layer(l);
   if (any_dense && m.intermediate_size <= 0)
@@ -113,6 +138,7 @@ Status validate(const ModelSpec& m) {
 }
 
 std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
+  if (m.is_encoder()) return encoder_layer_linears(m);
   std::vector<LinearModule> out;
   const std::int64_t h = m.hidden_size;
   const std::int64_t q = static_cast<std::int64_t>(m.num_heads) * m.head_dim;
@@ -125,14 +151,29 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     out.push_back({"c_proj", m.intermediate_size, h, true, 1, LinearRole::kMlp});
     return out;
   }
-  if (m.fused_qkv) {
+  if (m.is_mla()) {
+    // DeepseekV3Attention / DeepseekV2Attention (docs/formulas.md#mla); attention_bias gives
+    // q_a_proj, kv_a_proj_with_mqa and o_proj a bias, never q_proj, q_b_proj or kv_b_proj.
+    const std::int64_t heads = m.num_heads;
+    if (m.q_lora_rank > 0) {
+      out.push_back({"q_a_proj", h, m.q_lora_rank, m.qkv_bias, 1, LinearRole::kAttention});
+      out.push_back({"q_b_proj", m.q_lora_rank, q, false, 1, LinearRole::kAttention});
+    } else {
+      out.push_back({"q_proj", h, q, false, 1, LinearRole::kAttention});
+    }
+    out.push_back({"kv_a_proj_with_mqa", h, m.kv_lora_rank + m.qk_rope_head_dim, m.qkv_bias, 1,
+                   LinearRole::kAttention});
+    out.push_back({"kv_b_proj", m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), false, 1,
+                   LinearRole::kAttention});
+    out.push_back({"o_proj", heads * m.v_head_dim, h, m.o_bias, 1, LinearRole::kAttention});
+  } else if (m.fused_qkv) {
     out.push_back({"qkv_proj", h, q + 2 * kv, m.qkv_bias, 1, LinearRole::kAttention});
   } else {
     out.push_back({"q_proj", h, q, m.qkv_bias, 1, LinearRole::kAttention});
     out.push_back({"k_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
     out.push_back({"v_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
   }
-  out.push_back({"o_proj", q, h, m.o_bias, 1, LinearRole::kAttention});
+  if (!m.is_mla()) out.push_back({"o_proj", q, h, m.o_bias, 1, LinearRole::kAttention});
 
   if (!m.moe.is_moe_layer(layer)) {
     if (m.gated_mlp) {
@@ -145,7 +186,7 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   }
   const bool mixtral = is_mixtral_naming(m);
   LinearModule router{"gate", h, m.moe.num_experts, m.moe.router_bias, 1, LinearRole::kRouter};
-  router.nn_linear = m.model_type != "deepseek";
+  router.nn_linear = !is_deepseek_family(m);
   out.push_back(router);
   add_gated_mlp(out, m, m.moe.expert_intermediate_size, m.moe.num_experts, LinearRole::kRoutedExpert, mixtral);
   if (m.moe.num_shared_experts > 0) {
@@ -158,6 +199,7 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
 }
 
 ParameterCounts count_parameters(const ModelSpec& m) {
+  if (m.is_encoder()) return count_encoder_parameters(m);
   ParameterCounts c;
   const std::int64_t h = m.hidden_size;
   c.embedding = m.vocab_size * h;

@@ -59,6 +59,10 @@ std::int64_t bnb8_state(const OptParam& p, int states) {
   return checked_mul((p.numel + blocks * 4) * states, p.count);
 }
 
+// bitsandbytes Optimizer8bit.get_state_buffer (0.43-0.49): with is_paged, a state buffer of a
+// tensor with at least 1e5 values is F.get_paged (cudaMallocManaged), otherwise zeros_like.
+bool paged_buffer(const OptParam& p) { return p.numel >= 100000; }
+
 }  // namespace
 
 Status validate_optim_args(const OptimizerConfig& o) {
@@ -105,14 +109,28 @@ OptimizerFootprint optimizer_footprint(const OptimizerConfig& o, Device device, 
       break;
     }
     case OptimizerKind::kPagedAdamW32bit:
-      f.state_bytes = sum_bytes(ps, 4) * 2;  // bitsandbytes 32-bit states are fp32 whatever the param dtype
+      // bitsandbytes 32-bit states are fp32 whatever the param dtype; large ones are paged.
+      for (const auto& p : ps) {
+        const std::int64_t b = checked_mul(checked_mul(p.numel, 8), p.count);
+        if (paged_buffer(p)) f.paged_bytes = checked_add(f.paged_bytes, b);
+        else f.state_bytes = checked_add(f.state_bytes, b);
+      }
       f.paged = true;
       f.implementation = "bitsandbytes paged 32-bit";
       break;
     case OptimizerKind::kAdamW8bit:
     case OptimizerKind::kPagedAdamW8bit:
-      for (const auto& p : ps) f.state_bytes = checked_add(f.state_bytes, bnb8_state(p, 2));
       f.paged = o.kind == OptimizerKind::kPagedAdamW8bit;
+      for (const auto& p : ps) {
+        if (f.paged && p.numel >= 4096 && paged_buffer(p)) {
+          // the two uint8 buffers are paged; the fp32 absmax per block stays in the allocator
+          const std::int64_t q = checked_mul(checked_mul(p.numel, 2), p.count);
+          f.paged_bytes = checked_add(f.paged_bytes, q);
+          f.state_bytes = checked_add(f.state_bytes, bnb8_state(p, 2) - q);
+        } else {
+          f.state_bytes = checked_add(f.state_bytes, bnb8_state(p, 2));
+        }
+      }
       f.implementation = f.paged ? "bitsandbytes paged 8-bit blockwise" : "bitsandbytes 8-bit blockwise";
       break;
     case OptimizerKind::kLion8bit:
@@ -169,6 +187,10 @@ OptimizerFootprint optimizer_footprint(const OptimizerConfig& o, Device device, 
       f.implementation = "transformers Adafactor";
       break;
     }
+  }
+  if (!cuda) {  // no unified memory without CUDA: the buffers are ordinary tensors
+    f.state_bytes = checked_add(f.state_bytes, f.paged_bytes);
+    f.paged_bytes = 0;
   }
   return f;
 }

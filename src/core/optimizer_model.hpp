@@ -23,6 +23,10 @@ struct OptimizerFootprint {
   std::int64_t state_bytes = 0;    // persistent state after the first step
   std::int64_t temp_bytes = 0;     // peak extra bytes inside step()
   bool paged = false;              // states live in CUDA unified memory (bitsandbytes paged_*)
+  // Paged optimizers: the state buffers of tensors with >= 1e5 values are cudaMallocManaged
+  // pages outside PyTorch's allocator (not in max_memory_allocated, evictable to the CPU under
+  // pressure); state_bytes then holds only what the allocator sees (docs/formulas.md#optimizer-states).
+  std::int64_t paged_bytes = 0;
   std::string implementation;      // "single-tensor (foreach=False)", "foreach", "fused", "bitsandbytes 8-bit"
 };
 

@@ -91,6 +91,20 @@ Bytes default_safety_margin(Bytes capacity) {
   return Bytes::gib(1) + proportional;
 }
 
+namespace {
+
+bool is_bare_number(const std::string& t) {
+  if (t.empty()) return false;
+  bool digit = false;
+  for (char c : t) {
+    if (c >= '0' && c <= '9') digit = true;
+    else if (c != '.' && c != '+' && c != '-' && c != 'e' && c != 'E') return false;
+  }
+  return digit;
+}
+
+}  // namespace
+
 Result<Bytes> parse_safety_margin(std::string_view text, Bytes capacity) {
   const std::string t = trim(text);
   const std::string suggestion = "write a size such as 2GiB or a percentage of GPU memory such as 10%";
@@ -102,9 +116,67 @@ Result<Bytes> parse_safety_margin(std::string_view text, Bytes capacity) {
                         suggestion);
     return Bytes::of(static_cast<std::int64_t>(std::llround(static_cast<double>(capacity.count()) * *pct / 100.0)));
   }
+  // "0" is unambiguous; any other bare number could be a percentage or gigabytes.
+  if (is_bare_number(t)) {
+    auto v = parse_double(t, "safety margin");
+    if (v && *v == 0) return Bytes::zero();
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("safety margin \"{}\" has no unit", t),
+                      fmt::format("write {}% for a percentage of GPU memory, or {}GiB / {}GB for a size", t, t, t));
+  }
   auto size = parse_size(t);
   if (!size) return make_error(ErrorCode::kInvalidArgument, fmt::format("invalid safety margin: \"{}\"", t), suggestion);
   return *size;
+}
+
+Result<AllocatorConf> parse_allocator_conf(std::string_view text) {
+  AllocatorConf conf;
+  conf.text = trim(text);
+  const std::string& all = conf.text;
+  std::size_t start = 0;
+  while (start <= all.size() && !all.empty()) {
+    const std::size_t comma = all.find(',', start);
+    const std::string item = trim(std::string_view(all).substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    start = comma == std::string::npos ? all.size() + 1 : comma + 1;
+    if (item.empty()) continue;
+    const std::size_t colon = item.find(':');
+    if (colon == std::string::npos)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("PYTORCH_CUDA_ALLOC_CONF: \"{}\" is not key:value", item),
+                        "write e.g. expandable_segments:True,max_split_size_mb:128");
+    const std::string key = trim(std::string_view(item).substr(0, colon));
+    const std::string value = trim(std::string_view(item).substr(colon + 1));
+    if (key == "expandable_segments") {
+      // PyTorch accepts exactly True or False here (CUDAAllocatorConfig::parseExpandableSegments).
+      if (value != "True" && value != "False")
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("PYTORCH_CUDA_ALLOC_CONF: expandable_segments must be True or False, got '{}'", value),
+                          "write expandable_segments:True");
+      conf.expandable_segments = value == "True";
+    } else if (key == "max_split_size_mb") {
+      auto v = parse_int(value, "max_split_size_mb");
+      if (!v || *v < 1)
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb must be a positive integer, got '{}'", value));
+      conf.max_split_size_mb = *v;
+    } else if (key == "garbage_collection_threshold") {
+      auto v = parse_double(value, "garbage_collection_threshold");
+      if (!v || !(*v > 0 && *v < 1))
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("PYTORCH_CUDA_ALLOC_CONF: garbage_collection_threshold must be between 0 and 1, got '{}'",
+                                      value));
+      conf.garbage_collection_threshold = *v;
+    } else {
+      conf.other.push_back(item);
+    }
+  }
+  return conf;
+}
+
+Bytes safety_margin_for(Bytes capacity, const AllocatorConf& conf) {
+  // docs/plan.md#safety-margin
+  if (!conf.expandable_segments) return default_safety_margin(capacity);
+  const Bytes proportional = capacity.count() > 0 ? capacity / 50 : Bytes::zero();
+  return Bytes::gib(1) + proportional;
 }
 
 Result<Budget> make_budget(Bytes capacity, std::optional<Bytes> safety_margin, Bytes headroom) {
@@ -220,14 +292,26 @@ GlobalBatch match_global_batch(std::int64_t max_micro_batch, std::int64_t target
     g.target = target;
     return g;
   };
-  std::optional<GlobalBatch> closest;
+  std::optional<GlobalBatch> within, closest;
   for (std::int64_t m = upper; m >= 1; --m) {
     GlobalBatch g = make(m);
     const std::int64_t err = std::llabs(g.diff());
+    // With a tolerance, the largest m within it; without, the largest exact m.
     if (static_cast<double>(err) <= allowed) return g;
+    if (!within && err == 0) within = g;
     if (!closest || err < std::llabs(closest->diff())) closest = g;
   }
-  return *closest;
+  return within ? *within : *closest;
+}
+
+GenerationBatch generation_batch(const TrainingConfig& c, std::int64_t micro_batch, std::int64_t grad_accum) {
+  GenerationBatch g;
+  g.num_generations = std::max(1, c.grpo.num_generations);
+  g.processes = std::max(1, c.parallel.world_size());
+  g.steps_per_generation = std::max<std::int64_t>(1, grad_accum);
+  g.generation_batch = checked_mul(checked_mul(micro_batch, g.processes), g.steps_per_generation);
+  g.prompts = g.valid() ? g.generation_batch / g.num_generations : 0;
+  return g;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -235,7 +319,7 @@ GlobalBatch match_global_batch(std::int64_t max_micro_batch, std::int64_t target
 
 std::vector<TierSpec> default_tiers() {
   // docs/plan.md#tiers
-  return {{"safe", 70}, {"balanced", 85}, {"aggressive", 95}};
+  return {{"safe", 50}, {"balanced", 75}, {"aggressive", 100}};
 }
 
 namespace {
@@ -290,12 +374,15 @@ struct SuggestContext {
   std::int64_t seq_len = 1;
   std::int64_t cap = 1;          // the search cap for `best`
   EstimatorCache* estimators = nullptr;
+  bool unified = false;          // no CPU offload: CPU memory is this memory
+  Bytes vllm_reserve;            // the colocated vLLM share in the headroom (GRPO)
 };
 
 struct Change {
   TrainingConfig config;
   std::string description;
   std::vector<std::string> flags;
+  Bytes budget_gain;  // memory the change gives back to the budget (vLLM's colocated share)
 };
 
 Result<Bytes> peak_at(const SuggestContext& ctx, const TrainingConfig& c, std::int64_t b, std::int64_t s) {
@@ -304,14 +391,14 @@ Result<Bytes> peak_at(const SuggestContext& ctx, const TrainingConfig& c, std::i
 }
 
 // The largest micro-batch (batch mode) or sequence (seq-len mode) that fits after a change.
-Result<std::int64_t> best_after(const SuggestContext& ctx, const TrainingConfig& c) {
+Result<std::int64_t> best_after(const SuggestContext& ctx, const TrainingConfig& c, Bytes budget) {
   MEMPLAN_TRY(const Estimator* est, ctx.estimators->get(c));
   PeakFn fn;
   if (ctx.mode == Mode::kBatch)
-    fn = [&](std::int64_t b) { return est->peak_bytes(b, c.seq_len); };
+    fn = [&](std::int64_t b) { return est->peak_bytes(b, c.sequence_length()); };
   else
     fn = [&](std::int64_t s) { return est->peak_bytes(ctx.micro_batch, s); };
-  MEMPLAN_TRY(auto r, find_largest_fitting(fn, ctx.budget, ctx.cap));
+  MEMPLAN_TRY(auto r, find_largest_fitting(fn, budget, ctx.cap));
   return r.largest;
 }
 
@@ -365,7 +452,7 @@ bool fsdp_family(ShardingStrategy s) {
 // The config after applying `kind` to `c`; nullopt when the change is already in the config or
 // does not apply.
 Result<std::optional<Change>> make_change(ChangeKind kind, const TrainingConfig& c, const SuggestContext& ctx) {
-  Change ch{c, {}, {}};
+  Change ch{c, {}, {}, {}};
   TrainingConfig& n = ch.config;
   switch (kind) {
     case ChangeKind::kGradientCheckpointing:
@@ -396,7 +483,7 @@ Result<std::optional<Change>> make_change(ChangeKind kind, const TrainingConfig&
                                             : "QLoRA: LoRA on a 4-bit (nf4) base model";
       return std::optional<Change>(ch);
     case ChangeKind::kShorterSeqLen: {
-      if (ctx.mode != Mode::kBatch || c.seq_len <= 1) return std::optional<Change>{};
+      if (ctx.mode != Mode::kBatch || c.seq_len <= 1 || c.method == Method::kGrpo) return std::optional<Change>{};
       MEMPLAN_TRY(const Estimator* est, ctx.estimators->get(c));
       PeakFn fn = [&](std::int64_t s) { return est->peak_bytes(ctx.micro_batch, s); };
       MEMPLAN_TRY(auto r, find_largest_fitting(fn, ctx.budget, c.seq_len - 1));
@@ -404,6 +491,36 @@ Result<std::optional<Change>> make_change(ChangeKind kind, const TrainingConfig&
       n.seq_len = r.largest;
       ch.description = fmt::format("shorter sequences: {} tokens, the longest that fits", r.largest);
       ch.flags = {fmt::format("--seq-len {}", r.largest)};
+      return std::optional<Change>(ch);
+    }
+    case ChangeKind::kShorterCompletion: {
+      // The generation phase's cache is sized by max_completion_length, so each length is its own
+      // estimator (docs/plan.md#grpo).
+      if (ctx.mode != Mode::kBatch || c.method != Method::kGrpo || c.grpo.max_completion_length <= 1)
+        return std::optional<Change>{};
+      PeakFn fn = [&](std::int64_t len) -> Result<Bytes> {
+        TrainingConfig t = c;
+        t.grpo.max_completion_length = len;
+        MEMPLAN_TRY(const Estimator* est, ctx.estimators->get(t));
+        return est->peak_bytes(ctx.micro_batch, t.sequence_length());
+      };
+      MEMPLAN_TRY(auto r, find_largest_fitting(fn, ctx.budget, c.grpo.max_completion_length - 1));
+      if (r.largest == 0) return std::optional<Change>{};
+      n.grpo.max_completion_length = r.largest;
+      ch.description = fmt::format("shorter completions: {} tokens, the longest that fits", r.largest);
+      ch.flags = {fmt::format("--max-completion-length {}", r.largest)};
+      return std::optional<Change>(ch);
+    }
+    case ChangeKind::kVllmServer: {
+      if (c.method != Method::kGrpo || c.grpo.vllm == VllmMode::kServer) return std::optional<Change>{};
+      n.grpo.vllm = VllmMode::kServer;
+      ch.flags = {"--use-vllm", "--vllm-mode server"};
+      if (c.grpo.vllm == VllmMode::kColocate) {
+        ch.budget_gain = ctx.vllm_reserve;
+        ch.description = "vLLM on another GPU (trl vllm-serve) instead of its colocated share of this one";
+      } else {
+        ch.description = "generate with vLLM on another GPU (trl vllm-serve): no generation KV cache here";
+      }
       return std::optional<Change>(ch);
     }
     case ChangeKind::kZero3: {
@@ -419,7 +536,7 @@ Result<std::optional<Change>> make_change(ChangeKind kind, const TrainingConfig&
       return fewest_gpus(ctx, ch, counts);
     }
     case ChangeKind::kCpuOffloadOptimizer:
-      if (c.parallel.offload_optimizer) return std::optional<Change>{};
+      if (c.parallel.offload_optimizer || ctx.unified) return std::optional<Change>{};
       n.parallel.offload_optimizer = true;
       if (c.parallel.sharding == ShardingStrategy::kNone) {
         n.parallel.sharding = ShardingStrategy::kZero2;
@@ -444,9 +561,10 @@ Result<std::optional<Change>> make_change(ChangeKind kind, const TrainingConfig&
 }
 
 constexpr ChangeKind kAllChanges[] = {
-    ChangeKind::kGradientCheckpointing, ChangeKind::kOptimizer8bit, ChangeKind::kLora,
-    ChangeKind::kQlora,                 ChangeKind::kShorterSeqLen, ChangeKind::kZero3,
-    ChangeKind::kCpuOffloadOptimizer,   ChangeKind::kMoreGpus,
+    ChangeKind::kGradientCheckpointing, ChangeKind::kOptimizer8bit,     ChangeKind::kLora,
+    ChangeKind::kQlora,                 ChangeKind::kShorterSeqLen,     ChangeKind::kShorterCompletion,
+    ChangeKind::kVllmServer,            ChangeKind::kZero3,             ChangeKind::kCpuOffloadOptimizer,
+    ChangeKind::kMoreGpus,
 };
 
 // "--num-gpus 16" replaces an earlier "--num-gpus 8"; other flags are appended once.
@@ -471,19 +589,22 @@ Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& 
     MEMPLAN_TRY(auto ch, make_change(kind, config, ctx));
     if (!ch) continue;
     // Shorter sequences are evaluated at their own length; everything else at the same point.
-    const std::int64_t s = kind == ChangeKind::kShorterSeqLen ? ch->config.seq_len : ctx.seq_len;
+    const std::int64_t s = kind == ChangeKind::kShorterSeqLen || kind == ChangeKind::kShorterCompletion
+                               ? ch->config.sequence_length()
+                               : ctx.seq_len;
     auto p = peak_at(ctx, ch->config, ctx.micro_batch, s);
-    if (!p || *p >= base) continue;  // the engine cannot model it, or it saves nothing
+    // The engine cannot model it, or it saves nothing (memory given back to the budget counts).
+    if (!p || *p >= base + ch->budget_gain) continue;
     Suggestion sg;
     sg.kind = kind;
     sg.description = std::move(ch->description);
     sg.flags = std::move(ch->flags);
     sg.config = std::move(ch->config);
     sg.peak = *p;
-    sg.saved = base - *p;
-    sg.fits = *p <= ctx.budget;
+    sg.saved = base + ch->budget_gain - *p;
+    sg.fits = *p <= ctx.budget + ch->budget_gain;
     if (sg.fits) {
-      MEMPLAN_TRY(sg.best, best_after(ctx, sg.config));
+      MEMPLAN_TRY(sg.best, best_after(ctx, sg.config, ctx.budget + ch->budget_gain));
     }
     out.ranked.push_back(std::move(sg));
   }
@@ -496,41 +617,175 @@ Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& 
   Combination comb;
   comb.config = config;
   comb.peak = base;
+  Bytes gain;
   for (const Suggestion& s : out.ranked) {
-    if (s.kind == ChangeKind::kShorterSeqLen) continue;  // changes the data, not the setup
+    // Shorter sequences or completions change the data, not the setup.
+    if (s.kind == ChangeKind::kShorterSeqLen || s.kind == ChangeKind::kShorterCompletion) continue;
     if (s.kind == ChangeKind::kMoreGpus &&
         std::find(comb.kinds.begin(), comb.kinds.end(), ChangeKind::kZero3) != comb.kinds.end())
       continue;  // ZeRO-3 already chose its GPU count
     MEMPLAN_TRY(auto ch, make_change(s.kind, comb.config, ctx));
     if (!ch) continue;
     auto p = peak_at(ctx, ch->config, ctx.micro_batch, ctx.seq_len);
-    if (!p || *p >= comb.peak) continue;
+    if (!p || *p >= comb.peak + ch->budget_gain) continue;
     comb.config = std::move(ch->config);
     comb.peak = *p;
+    gain += ch->budget_gain;
     comb.kinds.push_back(s.kind);
     merge_flags(comb.flags, ch->flags);
-    if (comb.peak <= ctx.budget) break;
+    if (comb.peak <= ctx.budget + gain) break;
   }
   if (comb.kinds.size() >= 2) {
-    comb.fits = comb.peak <= ctx.budget;
+    comb.fits = comb.peak <= ctx.budget + gain;
     if (comb.fits) {
-      MEMPLAN_TRY(comb.best, best_after(ctx, comb.config));
+      MEMPLAN_TRY(comb.best, best_after(ctx, comb.config, ctx.budget + gain));
     }
     out.combination = std::move(comb);
   }
   return out;
 }
 
-GlobalBatch batch_for(std::int64_t micro, const TrainingConfig& c, const PlanRequest& req) {
-  const int dp = c.parallel.data_parallel_size();
-  if (req.target_global_batch)
-    return match_global_batch(micro, *req.target_global_batch, dp, req.global_batch_tolerance);
+// The peak at (micro-batch, accumulation) for the plan's sequence. The accumulation matters only
+// for GRPO generating with model.generate: TRL generates steps_per_generation = grad_accum
+// micro-batches at once, and the KV cache holds all of them (docs/formulas.md#grpo-generation).
+// Then each accumulation has its own estimator, built once (EstimatorCache).
+class BatchPeaks {
+ public:
+  BatchPeaks(const Estimator& est, EstimatorCache& cache)
+      : est_(est), cache_(cache), seq_(est.config().sequence_length()),
+        by_accum_(est.config().method == Method::kGrpo && est.config().grpo.vllm == VllmMode::kNone) {}
+
+  bool depends_on_accum() const { return by_accum_; }
+  std::int64_t seq() const { return seq_; }
+
+  Result<Bytes> operator()(std::int64_t m, std::int64_t accum) const {
+    if (!by_accum_ || accum == est_.config().grad_accum) return saturating(est_.peak_bytes(m, seq_));
+    TrainingConfig c = est_.config();
+    c.grad_accum = accum;
+    MEMPLAN_TRY(const Estimator* e, cache_.get(c));
+    return saturating(e->peak_bytes(m, seq_));
+  }
+
+ private:
+  const Estimator& est_;
+  EstimatorCache& cache_;
+  std::int64_t seq_;
+  bool by_accum_;
+};
+
+struct Choice {
+  bool fits = false;
+  GlobalBatch batch;
+  Bytes peak;
+  BatchChoice why = BatchChoice::kNone;
+  std::optional<GlobalBatch> largest;  // the largest fitting micro-batch's own best, when not chosen
+  std::int64_t largest_micro_batch = 0;
+};
+
+std::int64_t gcd(std::int64_t a, std::int64_t b) {
+  while (b != 0) {
+    const std::int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+// GRPO: the accumulations that keep the generation batch (m x processes x accum) a whole number of
+// num_generations groups, nearest the target first; without a target, the config's accumulation
+// rounded up to the next such value.
+std::vector<std::int64_t> grpo_accums(const TrainingConfig& c, std::int64_t m, const std::optional<std::int64_t>& target,
+                                      int dp) {
+  const std::int64_t ng = std::max(1, c.grpo.num_generations);
+  const std::int64_t per_step = checked_mul(m, std::max(1, c.parallel.world_size()));
+  const std::int64_t k = ng / gcd(ng, per_step);  // accum must be a multiple of k
+  if (!target) return {std::min(kMaxGradAccum, (std::max<std::int64_t>(1, c.grad_accum) + k - 1) / k * k)};
+  const std::int64_t step_total = checked_mul(m, dp);
+  const std::int64_t lo = std::max(k, *target / step_total / k * k);
+  const std::int64_t hi = lo + k;
+  const std::int64_t elo = std::llabs(lo * step_total - *target), ehi = std::llabs(hi * step_total - *target);
+  std::vector<std::int64_t> out = ehi < elo ? std::vector<std::int64_t>{hi, lo} : std::vector<std::int64_t>{lo, hi};
+  out.erase(std::remove_if(out.begin(), out.end(), [](std::int64_t a) { return a > kMaxGradAccum; }), out.end());
+  return out;
+}
+
+GlobalBatch make_batch(std::int64_t m, std::int64_t accum, int dp, const std::optional<std::int64_t>& target) {
   GlobalBatch g;
-  g.micro_batch = micro;
-  g.grad_accum = c.grad_accum;
+  g.micro_batch = m;
+  g.grad_accum = accum;
   g.data_parallel = dp;
-  g.global_batch = checked_mul(checked_mul(micro, c.grad_accum), dp);
+  g.global_batch = checked_mul(checked_mul(m, accum), dp);
+  g.target = target;
   return g;
+}
+
+// The batch the plan recommends under `limit`, given the largest micro-batch `max_fit` that fits
+// it at the lowest accumulation (every accumulation, outside GRPO). docs/plan.md#global-batch
+Result<Choice> choose_batch(const TrainingConfig& c, const PlanRequest& req, const BatchPeaks& peaks, Bytes limit,
+                            std::int64_t max_fit) {
+  Choice out;
+  if (max_fit < 1) return out;
+  const int dp = c.parallel.data_parallel_size();
+  const auto& target = req.target_global_batch;
+  if (c.method != Method::kGrpo) {
+    out.largest_micro_batch = max_fit;
+    if (!target) {
+      out.batch = make_batch(max_fit, c.grad_accum, dp, target);
+      out.why = BatchChoice::kLargest;
+    } else {
+      out.batch = match_global_batch(max_fit, *target, dp, req.global_batch_tolerance);
+      out.why = out.batch.diff() == 0 ? BatchChoice::kExact
+                : static_cast<double>(std::llabs(out.batch.diff())) <=
+                        req.global_batch_tolerance * static_cast<double>(*target)
+                    ? BatchChoice::kWithinTolerance
+                    : BatchChoice::kNearest;
+      if (out.batch.micro_batch < max_fit) {
+        GlobalBatch l = make_batch(max_fit, best_grad_accum(max_fit, *target, dp), dp, target);
+        out.largest = l;
+      }
+    }
+    out.fits = true;
+    MEMPLAN_TRY(out.peak, peaks(out.batch.micro_batch, out.batch.grad_accum));
+    return out;
+  }
+  // GRPO: every (m, accum) is checked, since the accumulation is part of the peak.
+  std::optional<std::pair<GlobalBatch, Bytes>> exact, within, nearest, first;
+  for (std::int64_t m = max_fit; m >= 1; --m) {
+    for (const std::int64_t a : grpo_accums(c, m, target, dp)) {
+      MEMPLAN_TRY(const Bytes p, peaks(m, a));
+      if (p > limit) continue;
+      const GlobalBatch g = make_batch(m, a, dp, target);
+      if (!first) first = {g, p};
+      if (!target) break;
+      const std::int64_t err = std::llabs(g.diff());
+      if (err == 0 && !exact) exact = {g, p};
+      if (!within && static_cast<double>(err) <= req.global_batch_tolerance * static_cast<double>(*target))
+        within = {g, p};
+      if (!nearest || err < std::llabs(nearest->first.diff())) nearest = {g, p};
+      break;  // the accumulations come nearest first
+    }
+    if (first && (!target || within)) break;
+  }
+  if (!first) return out;
+  out.fits = true;
+  out.largest_micro_batch = first->first.micro_batch;
+  const auto& pick = !target ? first : within ? within : exact ? exact : nearest;
+  out.batch = pick->first;
+  out.peak = pick->second;
+  if (!target)
+    out.why = out.batch.micro_batch == max_fit && out.batch.grad_accum == c.grad_accum ? BatchChoice::kLargest
+                                                                                       : BatchChoice::kGrpoDivisible;
+  else
+    out.why = pick->first.diff() == 0 ? BatchChoice::kExact
+              : &pick == &within      ? BatchChoice::kWithinTolerance
+                                      : BatchChoice::kNearest;
+  if (out.batch.micro_batch < max_fit) {
+    // What the largest micro-batch would give: with a target, its nearest accumulation (TRL may
+    // reject it, which the output says separately); without, the config's rounded for TRL.
+    const std::int64_t a = target ? best_grad_accum(max_fit, *target, dp) : grpo_accums(c, max_fit, target, dp).front();
+    out.largest = make_batch(max_fit, a, dp, target);
+  }
+  return out;
 }
 
 Status check_request(const PlanRequest& r) {
@@ -549,12 +804,27 @@ Status check_request(const PlanRequest& r) {
   return Ok{};
 }
 
+// The memory that does not grow with the micro-batch: peak(1) minus the growth from 1 to 2,
+// within [0, peak(1)]. Tiers divide the room above it (docs/plan.md#tiers).
+Result<Bytes> fixed_memory(const BatchPeaks& peaks, std::int64_t accum) {
+  MEMPLAN_TRY(const Bytes p1, peaks(1, accum));
+  MEMPLAN_TRY(const Bytes p2, peaks(2, accum));
+  if (p1 == kUnbounded || p2 == kUnbounded || p2 <= p1) return p1;
+  const Bytes growth = p2 - p1;
+  return growth >= p1 ? Bytes::zero() : p1 - growth;
+}
+
 Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   if (auto s = check_request(req); !s) return s.error();
   const TrainingConfig& c = est.config();
-  const std::int64_t seq = c.seq_len;
   const int dp = c.parallel.data_parallel_size();
   const Bytes budget = req.budget.budget();
+  EstimatorCache estimators(est.model(), &est);
+  const BatchPeaks peaks(est, estimators);
+  const std::int64_t seq = peaks.seq();
+  // GRPO: the smallest generation batch a micro-batch can have is one micro-batch (accum 1),
+  // a lower bound on every accumulation's peak.
+  const std::int64_t search_accum = peaks.depends_on_accum() ? 1 : c.grad_accum;
 
   Plan out;
   out.budget = req.budget;
@@ -567,49 +837,82 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
       target_caps = true;
     }
   }
-  const PeakFn at_batch = [&](std::int64_t b) { return est.peak_bytes(b, seq); };
+  const PeakFn at_batch = [&](std::int64_t b) { return peaks(b, search_accum); };
   MEMPLAN_TRY(out.search, find_largest_fitting(at_batch, budget, cap));
-  out.max_micro_batch = out.search.largest;
+  MEMPLAN_TRY(Choice choice, choose_batch(c, req, peaks, budget, out.search.largest));
+  out.max_micro_batch = choice.largest_micro_batch;
   out.limited_by = !out.search.hit_cap ? PlanLimit::kBudget
                     : target_caps        ? PlanLimit::kTargetGlobalBatch
                                          : PlanLimit::kMaxMicroBatch;
+  if (out.max_micro_batch < out.search.largest) {
+    // GRPO: the larger micro-batches fit only at an accumulation TRL rejects or that misses
+    // the target; the next one's peak is what it needs at its accumulation.
+    out.limited_by = PlanLimit::kBudget;
+    const auto accums = grpo_accums(c, out.max_micro_batch + 1, req.target_global_batch, dp);
+    if (!accums.empty()) {
+      MEMPLAN_TRY(const Bytes np, peaks(out.max_micro_batch + 1, accums.front()));
+      out.search.next_peak = bounded(np);
+    }
+  }
 
   Recommendation& rec = out.recommendation;
-  rec.fits = out.max_micro_batch > 0;
-  rec.batch = batch_for(std::max<std::int64_t>(1, out.max_micro_batch), c, req);
+  rec.fits = choice.fits;
   rec.seq_len = seq;
   rec.budget = budget;
-  if (rec.batch.micro_batch == out.search.largest || !rec.fits) {
-    rec.peak = out.search.peak;
+  rec.choice = choice.why;
+  rec.largest = choice.largest;
+  const std::int64_t config_accum = c.grad_accum;  // nothing fits: micro-batch 1 as the config has it
+  if (rec.fits) {
+    rec.batch = choice.batch;
+    rec.peak = choice.peak;
   } else {
-    MEMPLAN_TRY(rec.peak, saturating(est.peak_bytes(rec.batch.micro_batch, seq)));
+    // Micro-batch 1 with the accumulation the target (or TRL's divisibility) asks for.
+    const std::int64_t accum =
+        c.method == Method::kGrpo ? grpo_accums(c, 1, req.target_global_batch, dp).front()
+        : req.target_global_batch ? best_grad_accum(1, *req.target_global_batch, dp)
+                                  : config_accum;
+    rec.batch = make_batch(1, accum, dp, req.target_global_batch);
+    MEMPLAN_TRY(rec.peak, peaks(1, accum));
+    // Only the margin rejects it: it fits what the GPU leaves after the headroom.
+    rec.margin_only = rec.peak <= req.budget.capacity - req.budget.headroom;
   }
   rec.utilization = utilization(rec.peak, req.budget.capacity);
+  if (c.method == Method::kGrpo) out.generation = generation_batch(c, rec.batch.micro_batch, rec.batch.grad_accum);
 
+  // Tiers: the same choice under lower limits, on the room above the fixed memory.
+  MEMPLAN_TRY(out.fixed, fixed_memory(peaks, rec.batch.grad_accum));
+  const Bytes room = budget > out.fixed ? budget - out.fixed : Bytes::zero();
   for (const TierSpec& spec : default_tiers()) {
     Tier t;
     t.name = spec.name;
-    t.max_utilization = spec.percent / 100.0;
-    // floor(capacity x percent / 100) without overflow or rounding
-    const std::int64_t cap_bytes = req.budget.capacity.count();
-    const auto frac = Bytes::of(cap_bytes / 100 * spec.percent + cap_bytes % 100 * spec.percent / 100);
-    t.limit = std::min(frac, budget);
-    std::int64_t largest = 0;
-    if (out.max_micro_batch > 0) {
-      MEMPLAN_TRY(auto r, find_largest_fitting(at_batch, t.limit, out.max_micro_batch));
-      largest = r.largest;
+    t.room_fraction = spec.percent / 100.0;
+    // floor(room x percent / 100) without overflow
+    const std::int64_t r = room.count();
+    t.limit = std::min(budget, out.fixed + Bytes::of(r / 100 * spec.percent + r % 100 * spec.percent / 100));
+    Choice tc;
+    if (out.search.largest > 0) {
+      MEMPLAN_TRY(auto fr, find_largest_fitting(at_batch, t.limit, out.search.largest));
+      MEMPLAN_TRY(tc, choose_batch(c, req, peaks, t.limit, fr.largest));
     }
-    t.fits = largest > 0;
-    t.batch = batch_for(std::max<std::int64_t>(1, largest), c, req);
-    MEMPLAN_TRY(t.peak, saturating(est.peak_bytes(t.batch.micro_batch, seq)));
+    t.fits = tc.fits;
+    if (t.fits) {
+      t.batch = tc.batch;
+      t.peak = tc.peak;
+    } else {
+      t.batch = rec.batch;
+      t.batch.micro_batch = 1;
+      MEMPLAN_TRY(t.peak, peaks(1, t.batch.grad_accum));
+    }
     t.utilization = utilization(t.peak, req.budget.capacity);
     out.tiers.push_back(std::move(t));
   }
 
   if (!rec.fits) {
-    EstimatorCache estimators(est.model(), &est);
-    SuggestContext ctx{est.model(), budget, Mode::kBatch, 1, seq, req.max_micro_batch, &estimators};
-    MEMPLAN_TRY(auto s, suggest(c, ctx));
+    SuggestContext ctx{est.model(), budget, Mode::kBatch, 1, seq, req.max_micro_batch, &estimators,
+                       req.budget.unified, req.budget.vllm_reserve};
+    TrainingConfig at = c;
+    at.grad_accum = config_accum;
+    MEMPLAN_TRY(auto s, suggest(at, ctx));
     out.suggestions = std::move(s.ranked);
     out.combination = std::move(s.combination);
   }
@@ -662,7 +965,8 @@ Result<SeqLenPlan> solve_seq_len(const ModelSpec& model, const TrainingConfig& c
     out.utilization = utilization(out.peak, request.budget.capacity);
     if (!out.fits) {
       EstimatorCache estimators(model, &est);
-      SuggestContext ctx{model, budget, Mode::kSeqLen, config.micro_batch, 1, out.cap, &estimators};
+      SuggestContext ctx{model, budget, Mode::kSeqLen, config.micro_batch, 1, out.cap, &estimators,
+                         request.budget.unified, Bytes::zero()};
       MEMPLAN_TRY(auto s, suggest(config, ctx));
       out.suggestions = std::move(s.ranked);
       out.combination = std::move(s.combination);
@@ -813,6 +1117,8 @@ std::string to_string(ChangeKind k) {
     case ChangeKind::kLora: return "lora";
     case ChangeKind::kQlora: return "qlora";
     case ChangeKind::kShorterSeqLen: return "shorter_seq_len";
+    case ChangeKind::kShorterCompletion: return "shorter_completion";
+    case ChangeKind::kVllmServer: return "vllm_server";
     case ChangeKind::kZero3: return "zero3";
     case ChangeKind::kCpuOffloadOptimizer: return "cpu_offload_optimizer";
     case ChangeKind::kMoreGpus: return "more_gpus";
@@ -825,6 +1131,18 @@ std::string to_string(PlanLimit l) {
     case PlanLimit::kBudget: return "budget";
     case PlanLimit::kMaxMicroBatch: return "max_micro_batch";
     case PlanLimit::kTargetGlobalBatch: return "target_global_batch";
+  }
+  return "?";
+}
+
+std::string to_string(BatchChoice c) {
+  switch (c) {
+    case BatchChoice::kLargest: return "largest";
+    case BatchChoice::kExact: return "exact";
+    case BatchChoice::kWithinTolerance: return "within_tolerance";
+    case BatchChoice::kNearest: return "nearest";
+    case BatchChoice::kGrpoDivisible: return "grpo_divisible";
+    case BatchChoice::kNone: return "none";
   }
   return "?";
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "memplan/text.hpp"
+
 namespace memplan {
 
 std::string SourceLocation::to_string() const {
@@ -14,7 +16,7 @@ std::string Error::to_string() const {
   if (where && !where->file.empty()) s = where->to_string() + ": ";
   s += message;
   if (!suggestion.empty()) s += "; " + suggestion;
-  return s;
+  return escape_control(s);  // messages quote values from files and flags
 }
 
 Error make_error(ErrorCode code, std::string message, std::string suggestion) {

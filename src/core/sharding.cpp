@@ -73,16 +73,28 @@ ModelSpec tensor_parallel_rank(const ModelSpec& m, int t) {
   return r;
 }
 
-CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step) {
+CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gathered_layers) {
   const int n = p.shard_over;
   if (p.shard_params) {
-    // Parameters live as 1/n shards; the layers being computed are gathered whole (the current
-    // one and one prefetched: FSDP's backward prefetch, ZeRO-3's prefetch bucket).
+    // Parameters live as 1/n shards; the layers being computed are gathered whole (in backward
+    // the current one and one prefetched: FSDP's BACKWARD_PRE, ZeRO-3's prefetch bucket). After
+    // backward every unit is resharded: the optimizer step sees shards only.
     for (Cat c : {Cat::kWeights, Cat::kAdapterWeights, Cat::kReference}) {
       Poly& x = at(v, c);
-      x = p.offload_params ? Poly{} : shard(x, n);
+      if (c == Cat::kWeights && p.fsdp && !p.offload_params) {
+        const Poly q = Poly::constant(p.quant_state_bytes);
+        x = shard(x - q, n) + q;
+      } else {
+        x = p.offload_params ? Poly{} : shard(x, n);
+      }
     }
-    at(v, Cat::kGathered) += Poly::constant(2 * p.layer_param_bytes);
+    if (!optimizer_step) {
+      at(v, Cat::kGathered) += Poly::constant(gathered_layers * p.layer_param_bytes);
+      // FSDP's _post_forward_reshard keeps the root unit (embeddings, final norm, lm_head)
+      // unsharded from its forward until the end of backward.
+      if (p.fsdp && !p.offload_params)
+        at(v, Cat::kGathered) += Poly::constant(p.root_param_bytes - (p.root_param_bytes + n - 1) / n);
+    }
   } else if (p.deepspeed) {
     // ZeRO-0/1/2 keep a full 16-bit replica of the model (and of a DPO/GRPO reference).
   }

@@ -27,6 +27,12 @@ struct ShardPlan {
   std::int64_t trainable_bytes = 0;  // bytes of trainable parameters in their dtype (full model)
   std::int64_t trainable_params = 0;
   std::int64_t layer_param_bytes = 0;  // one decoder layer's parameters, for the gathered working set
+  // Parameters outside the decoder layers (embeddings, final norm, lm_head): FSDP's root unit,
+  // which FULL_SHARD does not reshard after the forward (docs/formulas.md#fsdp-and-lora).
+  std::int64_t root_param_bytes = 0;
+  // bitsandbytes quant state (absmax, nested absmax, code tables) of every 4-bit weight: not a
+  // parameter, so FSDP neither flattens nor shards it; each GPU keeps all of it.
+  std::int64_t quant_state_bytes = 0;
   std::int64_t bucket_bytes = 0;       // DeepSpeed reduce bucket bytes (x2 with overlap_comm)
 };
 
@@ -37,8 +43,11 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
 ModelSpec tensor_parallel_rank(const ModelSpec& m, int t);
 
 // Applies the plan to one timeline event (categories in, categories out). `optimizer_step`
-// marks the optimizer-step event, which holds DeepSpeed's fp32 gradient partition.
-sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step);
+// marks the optimizer-step event, which holds DeepSpeed's fp32 gradient partition and no
+// gathered parameters; `gathered_layers` is how many decoder layers' full parameters are live at
+// that event under ZeRO-3/FSDP (one in forward, the current one and the prefetched one in
+// backward, none at the loss).
+sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step, int gathered_layers = 2);
 
 // Whether a component is replicated on every GPU, sharded, or offloaded.
 Placement placement_of(const ShardPlan& p, const std::string& component);

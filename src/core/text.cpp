@@ -16,6 +16,37 @@ std::string to_lower(std::string_view s) {
   return r;
 }
 
+std::string escape_control(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence passes unless it encodes a C1 control (U+0080 to U+009F).
+    const std::size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    bool ok = len > 0 && c < 0xf5 && i + len <= s.size();
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (!ok) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+      continue;
+    }
+    if (len == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(s[i + 1]));
+    } else {
+      out.append(s.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
+}
+
 std::string trim(std::string_view s) {
   std::size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;

@@ -90,6 +90,17 @@ const NameTable<ShardingStrategy>& fsdp_strategies() {
   return t;
 }
 
+const NameTable<LossKernel>& loss_kernels() {
+  static const NameTable<LossKernel> t{{{"eager", LossKernel::kEager},
+                                        {"liger", LossKernel::kLiger},
+                                        {"chunked", LossKernel::kChunked},
+                                        {"cce", LossKernel::kCce},
+                                        {"fused_linear_cross_entropy", LossKernel::kLiger},
+                                        {"cut_cross_entropy", LossKernel::kCce},
+                                        {"linear_cross_entropy", LossKernel::kChunked}}};
+  return t;
+}
+
 Error range_error(const char* what, std::int64_t v, const char* range) {
   return make_error(ErrorCode::kInvalidArgument, fmt::format("{} = {} is out of range ({})", what, v, range));
 }
@@ -102,6 +113,9 @@ Result<AttnImpl> parse_attn_impl(const std::string& s) { return attn_impls().par
 Result<OptimizerKind> parse_optimizer(const std::string& s) { return optimizers().parse(s, "optimizer"); }
 Result<Device> parse_device(const std::string& s) { return devices().parse(s, "device"); }
 Result<ShardingStrategy> parse_fsdp(const std::string& s) { return fsdp_strategies().parse(s, "fsdp strategy"); }
+
+Result<LossKernel> parse_loss_kernel(const std::string& s) { return loss_kernels().parse(s, "loss kernel"); }
+std::string to_string(LossKernel k) { return loss_kernels().name(k); }
 
 std::string to_string(Method m) { return methods().name(m); }
 std::string to_string(DType d) { return dtypes().name(d); }
@@ -147,6 +161,25 @@ Status validate(const TrainingConfig& c) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("tensor-parallel = {} must divide the number of GPUs ({})",
                                   c.parallel.tensor_parallel, c.parallel.world_size()));
+  if (c.contrastive.enabled()) {
+    const auto& k = c.contrastive;
+    if (k.texts_per_example < 2 || k.texts_per_example > 4096)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("texts-per-example = {} is out of range (2 to 4096: an anchor and at least one "
+                                    "positive)",
+                                    k.texts_per_example));
+    if (k.cached && (k.mini_batch_size < 1 || k.mini_batch_size > (1 << 20)))
+      return range_error("mini-batch-size", k.mini_batch_size, "1 to 1048576");
+    if (c.method != Method::kSft)
+      return make_error(ErrorCode::kConflict, "contrastive training (texts-per-example) is a sentence-transformers "
+                                              "loss; it does not combine with DPO or GRPO");
+  }
+  if ((c.liger_kernels || c.loss_kernel == LossKernel::kLiger || c.loss_kernel == LossKernel::kCce) &&
+      c.device == Device::kCpu)
+    return make_error(ErrorCode::kUnsupported,
+                      fmt::format("loss kernel '{}' is a Triton GPU kernel; it does not run with --device cpu",
+                                  c.liger_kernels ? "liger" : to_string(c.loss_kernel)),
+                      "use --loss-kernel eager or chunked, or estimate for --device cuda");
   if (c.method == Method::kGrpo) {
     const auto& g = c.grpo;
     if (g.num_generations < 1) return range_error("num-generations", g.num_generations, ">= 1");

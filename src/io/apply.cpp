@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -140,6 +141,43 @@ Status replace_file(FileSystem& fs, const std::string& target, std::string_view 
   return fs.sync_dir(parent_dir(target));
 }
 
+// Replaces `target`, which must still be the file with identity `expected_ino` (memplan's own),
+// with `content`. The swap is an exchange, so when another program saved in the meantime its file
+// is swapped back and false is returned: a put-back never overwrites a newer save.
+Result<bool> put_back(FileSystem& fs, const std::string& target, std::string_view content, const FileInfo& like,
+                      std::uint64_t expected_ino) {
+  MEMPLAN_TRY(std::string tmp, fs.write_temp(parent_dir(target), file_name(target), content, like));
+  auto now = fs.stat(target);
+  if (!now || now->ino != expected_ino) {
+    (void)fs.remove(tmp);
+    return false;
+  }
+  auto swapped = fs.exchange(tmp, target);
+  if (!swapped && swapped.error().code == ErrorCode::kUnsupported) {
+    if (auto r = fs.rename(tmp, target); !r) {
+      (void)fs.remove(tmp);
+      return r.error();
+    }
+    MEMPLAN_TRY(auto synced, fs.sync_dir(parent_dir(target)));
+    (void)synced;
+    return true;
+  }
+  if (!swapped) {
+    (void)fs.remove(tmp);
+    return swapped.error();
+  }
+  auto displaced = fs.stat(tmp);
+  if (displaced && displaced->ino != expected_ino) {
+    (void)fs.exchange(tmp, target);  // a newer save: it goes back in place
+    (void)fs.remove(tmp);
+    return false;
+  }
+  (void)fs.remove(tmp);
+  MEMPLAN_TRY(auto synced, fs.sync_dir(parent_dir(target)));
+  (void)synced;
+  return true;
+}
+
 // The backup for `path`: the first of FILE.backup, FILE.backup.1, ... that is free or already
 // holds `content`. Returns the name and whether it must be written.
 Result<std::pair<std::string, bool>> choose_backup(FileSystem& fs, const std::string& path, const std::string& content) {
@@ -156,6 +194,82 @@ Result<std::pair<std::string, bool>> choose_backup(FileSystem& fs, const std::st
                  "remove old backups");
 }
 
+
+// Replaces the locked file `target` with `after`, never losing another program's write:
+//  - the new file is written and locked first, so the name stays locked once it is in place;
+//  - right before the swap, the file must still be the one read (same identity, same content);
+//  - the swap is an atomic exchange, so the file it displaced can be checked: when another
+//    program saved in between, its file is swapped back and memplan's change is dropped;
+//  - a program that wrote in place into the old file (through a descriptor opened earlier)
+//    after the check is seen through the lock's descriptor, and its content is put back.
+// `written_ino` is set once memplan's file is in place; `new_lock` keeps it locked until the
+// caller is done with every file.
+Status replace_verified(FileSystem& fs, const std::string& target, const std::string& shown,
+                        const std::string& before, const std::string& after, const FileInfo& info, FileLock& lock,
+                        std::uint64_t& written_ino, std::shared_ptr<FileLock>& new_lock) {
+  const std::string dir = parent_dir(target);
+  MEMPLAN_TRY(std::string tmp, fs.write_temp(dir, file_name(target), after, info));
+  auto fail = [&](Error e) -> Error {
+    (void)fs.remove(tmp);
+    return e;
+  };
+  auto locked = fs.lock(tmp);
+  if (!locked) return fail(locked.error());
+  new_lock = *locked;
+  auto mine = fs.stat(tmp);
+  if (!mine) return fail(mine.error());
+  const Error changed = located(ErrorCode::kConflict, shown, 0,
+                                "another program changed the file while memplan was writing it; its change is kept "
+                                "and memplan's was not written",
+                                "run memplan again");
+  {
+    auto current = fs.read_file(target);
+    auto now = fs.stat(target);
+    if (!current || !now) return fail(!current ? current.error() : now.error());
+    if (*current != before || now->ino != info.ino || now->dev != info.dev) return fail(changed);
+  }
+  auto swapped = fs.exchange(tmp, target);
+  if (swapped) {
+    // `tmp` now names whatever was at `target` at the instant of the swap.
+    auto displaced = fs.read_file(tmp);
+    auto dinfo = fs.stat(tmp);
+    if (!displaced || !dinfo || *displaced != before || dinfo->ino != info.ino) {
+      if (auto back = fs.exchange(tmp, target); !back) {
+        // memplan's file stays in place; the other program's is kept, under the temporary name.
+        Error e = changed;
+        e.message = fmt::format("another program changed the file while memplan was writing it, and putting its "
+                                "version back failed ({}); its version is in {}",
+                                back.error().message, tmp);
+        return e;
+      }
+      // `tmp` holds memplan's file again, unless yet another program saved in between: then its
+      // file is the newest and goes back in place.
+      auto again = fs.stat(tmp);
+      if (again && again->exists && again->ino != mine->ino) {
+        if (auto r = fs.rename(tmp, target); !r) return r.error();
+        return changed;
+      }
+      return fail(changed);
+    }
+    (void)fs.remove(tmp);  // the old content (the backup has it too)
+  } else if (swapped.error().code == ErrorCode::kUnsupported) {
+    if (auto r = fs.rename(tmp, target); !r) return fail(r.error());
+  } else {
+    return fail(swapped.error());
+  }
+  written_ino = mine->ino;
+  MEMPLAN_TRY(auto synced, fs.sync_dir(dir));
+  (void)synced;
+  // An in-place write into the old file after the check (it is no longer reachable by name).
+  auto late = lock.read_locked();
+  if (late && *late != before) {
+    MEMPLAN_TRY(bool replaced, put_back(fs, target, *late, info, mine->ino));
+    (void)replaced;  // false: an even newer save is in place, which is as good
+    written_ino = 0;
+    return changed;
+  }
+  return Ok{};
+}
 }  // namespace
 
 Result<ApplyPlan> plan_apply(const LoadedConfig& config, const Edits& edits) {
@@ -321,19 +435,41 @@ std::string render_dry_run(const ApplyPlan& plan) {
 Result<ApplyResult> commit_apply(const ApplyPlan& plan, FileSystem& fs, const ApplyOptions& options) {
   ApplyResult result;
   struct Target {
-    std::string path;
-    FileInfo info;
+    std::string path;                  // the file that really changes (symlinks followed)
+    FileInfo info;                     // as read, under the lock
+    std::shared_ptr<FileLock> lock;    // held until the end: other memplan runs wait
+    std::uint64_t written_ino = 0;     // our replacement, once it is in place
+    std::shared_ptr<FileLock> new_lock;  // ... locked too, so the name stays locked throughout
   };
   std::vector<Target> targets;
-  // 1. Every file must still hold what was read; nothing is written otherwise.
+  // 1. Under the lock (the CLI took it before reading; taking it again returns the same lock):
+  //    every file may be replaced by us and still holds what was read; nothing is written otherwise.
   for (const auto& f : plan.files) {
     MEMPLAN_TRY(std::string target, fs.resolve_symlinks(f.path));
+    MEMPLAN_TRY(std::shared_ptr<FileLock> lock, fs.lock(target));
+    MEMPLAN_TRY(FileInfo info, fs.stat(target));
+    if (!info.writable)
+      return located(ErrorCode::kIoError, f.path, 0,
+                     fmt::format("the file is read-only for you (mode {:04o}); nothing was written", info.mode),
+                     "memplan never replaces a file you cannot write: make it writable, or make the change yourself "
+                     "(--dry-run shows it)");
+    if (!info.keeps_owner)
+      return located(ErrorCode::kIoError, f.path, 0,
+                     fmt::format("the file belongs to another user or group (uid {}, gid {}); a replacement written "
+                                 "by you would change that, so nothing was written",
+                                 info.uid, info.gid),
+                     "run memplan as the file's owner, or make the change yourself (--dry-run shows it)");
+    if (info.nlink > 1)
+      return located(ErrorCode::kUnsupported, f.path, 0,
+                     fmt::format("the file has {} hard links; replacing it would leave the other names with the old "
+                                 "content, so nothing was written",
+                                 info.nlink),
+                     "make the change yourself (--dry-run shows it)");
     MEMPLAN_TRY(std::string current, fs.read_file(target));
     if (current != f.before)
       return located(ErrorCode::kConflict, f.path, 0, "the file changed since memplan read it; nothing was written",
                      "run memplan again");
-    MEMPLAN_TRY(FileInfo info, fs.stat(target));
-    targets.push_back(Target{target, info});
+    targets.push_back(Target{target, info, std::move(lock), 0, nullptr});
   }
   // 2. Backups of the content being replaced.
   for (std::size_t i = 0; i < plan.files.size(); ++i) {
@@ -356,41 +492,43 @@ Result<ApplyResult> commit_apply(const ApplyPlan& plan, FileSystem& fs, const Ap
   // 3. The files themselves; on failure, put back the ones already written.
   for (std::size_t i = 0; i < plan.files.size(); ++i) {
     const auto& f = plan.files[i];
-    const Target& t = targets[i];
-    Status s = [&]() -> Status {
-      MEMPLAN_TRY(std::string tmp, fs.write_temp(parent_dir(t.path), file_name(t.path), f.after, t.info));
-      auto current = fs.read_file(t.path);
-      if (!current || *current != f.before) {
-        (void)fs.remove(tmp);
-        return located(ErrorCode::kConflict, f.path, 0, "the file changed while memplan was writing it");
-      }
-      if (auto r = fs.rename(tmp, t.path); !r) {
-        (void)fs.remove(tmp);
-        return r.error();
-      }
-      return fs.sync_dir(parent_dir(t.path));
-    }();
+    Target& t = targets[i];
+    Status s = replace_verified(fs, t.path, f.path, f.before, f.after, t.info, *t.lock, t.written_ino, t.new_lock);
     if (s) {
       result.written.push_back(f.path);
       continue;
     }
     Error e = s.error();
     if (!e.where) e.where = SourceLocation{f.path, 0, 0};
-    // Put back every file already replaced (this one too, when only the final sync failed).
-    std::vector<std::string> restored, lost;
+    // Put back every file memplan replaced (this one too, when only the final sync failed), but
+    // only while it still holds memplan's own replacement: a file another program wrote since
+    // keeps that program's content.
+    std::vector<std::string> restored, lost, kept;
     for (std::size_t j = i + 1; j-- > 0;) {
-      auto current = fs.read_file(targets[j].path);
-      if (current && *current == plan.files[j].before) continue;
-      if (current && *current == plan.files[j].after &&
-          replace_file(fs, targets[j].path, plan.files[j].before, targets[j].info))
+      const Target& tj = targets[j];
+      if (tj.written_ino == 0) continue;
+      auto now = fs.stat(tj.path);
+      auto current = fs.read_file(tj.path);
+      if (!now || !current || now->ino != tj.written_ino || *current != plan.files[j].after) {
+        kept.push_back(plan.files[j].path);
+        continue;
+      }
+      auto back = put_back(fs, tj.path, plan.files[j].before, tj.info, tj.written_ino);
+      if (back && *back)
         restored.push_back(plan.files[j].path);
+      else if (back)
+        kept.push_back(plan.files[j].path);
       else
         lost.push_back(plan.files[j].path);
     }
-    if (restored.empty() && lost.empty()) e.message += "; nothing was written";
+    if (restored.empty() && lost.empty() && kept.empty()) e.message += "; nothing was written";
     if (!restored.empty()) e.message += fmt::format("; restored {}", fmt::join(restored, ", "));
+    if (!kept.empty())
+      e.message += fmt::format("; left {} as another program wrote it after memplan did", fmt::join(kept, ", "));
     if (!lost.empty())
-      e.message += fmt::format("; could not restore {} (the backups hold the old content)", fmt::join(lost, ", "));
+      e.message += fmt::format("; could not put back the original of {}: it holds memplan's change{}",
+                               fmt::join(lost, ", "),
+                               options.backup ? ", and its backup holds the original" : "");
     return e;
   }
   return result;

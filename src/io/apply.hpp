@@ -2,10 +2,14 @@
 // config files they were read from, changing only those values' characters (comments, order,
 // quoting, indentation, line endings stay byte for byte). The guarantees, in docs/configs.md:
 //   - nothing changes when nothing needs to (no write, no backup);
-//   - every file is rewritten through a temporary file in its directory renamed over it, so a
-//     crash leaves the old or the new file, never a mix; symlinks are followed to their target
-//     and permissions are kept;
-//   - a file that changed since it was read is not written;
+//   - every file is rewritten through a temporary file in its directory swapped in atomically, so
+//     a crash leaves the old or the new file, never a mix; symlinks are followed to their target
+//     and permissions, owner and group are kept (files whose owner cannot be kept, read-only
+//     files and hard-linked files are refused);
+//   - no write is lost (docs/configs.md#apply-guarantees): the file is locked (flock) from before
+//     it is read (the CLI takes the lock) to after it is replaced, so memplan runs take turns; it
+//     is checked under the lock right before the swap; and a writer that does not lock, caught
+//     by the post-swap verification, keeps its content (memplan's change is dropped);
 //   - FILE.backup keeps the previous content; an existing backup that differs is never
 //     overwritten: the next free FILE.backup.1, FILE.backup.2... is used instead;
 //   - when one of several files cannot be written, the ones already written are restored.
@@ -65,8 +69,9 @@ struct ApplyResult {
   std::vector<std::string> backups;  // the backup of each written file, same order ("" when none)
 };
 
-// Writes the plan. Every file is checked against the text that was read before anything is
-// written; on failure the files already written are restored and the error says so.
+// Writes the plan. Every file is locked and checked against the text that was read before
+// anything is written; on failure the files memplan replaced (and nobody changed since) are put
+// back, and the error says what each file holds.
 Result<ApplyResult> commit_apply(const ApplyPlan& plan, FileSystem& fs, const ApplyOptions& options = {});
 // What --apply prints after writing.
 std::string render_apply_result(const ApplyPlan& plan, const ApplyResult& result);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -27,12 +29,19 @@ void merge_into(YamlNode& base, const YamlNode& over) {
     base = over;
     return;
   }
+  // The last entry of each key in `base`, indexed: large layers merge in n log n, not n^2.
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < base.entries.size(); ++i)
+    if (base.entries[i].key.is_scalar()) index[base.entries[i].key.value] = i;
   for (const auto& e : over.entries) {
     YamlEntry* target = nullptr;
-    for (auto& b : base.entries)
-      if (b.key.is_scalar() && e.key.is_scalar() && b.key.value == e.key.value) target = &b;
+    if (e.key.is_scalar()) {
+      auto it = index.find(e.key.value);
+      if (it != index.end()) target = &base.entries[it->second];
+    }
     if (target == nullptr) {
       base.entries.push_back(e);
+      if (e.key.is_scalar()) index[e.key.value] = base.entries.size() - 1;
     } else if (target->value.is_map() && e.value.is_map()) {
       merge_into(target->value, e.value);
     } else {
@@ -141,6 +150,10 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kLightning: return map_lightning(m);
     case Dialect::kFlat: return map_flat(m);
     case Dialect::kDeepSpeed: return map_deepspeed(m, /*primary=*/true);
+    case Dialect::kAccelerate: return map_accelerate(m, /*primary=*/true);
+    case Dialect::kLitgpt: return map_litgpt(m);
+    case Dialect::kAutomodel: return map_automodel(m);
+    case Dialect::kLlmFoundry: return map_llm_foundry(m);
     case Dialect::kKeyMap: return Ok{};
   }
   return Ok{};
@@ -305,8 +318,8 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   LoadedConfig out;
 
   // Read and parse everything first: DeepSpeed JSON files go after the layered YAML files.
-  std::vector<YamlDoc> layers, deepspeed;
-  std::vector<ConfigFile> layer_files, ds_files;
+  std::vector<YamlDoc> layers, deepspeed, launchers;
+  std::vector<ConfigFile> layer_files, ds_files, launcher_files;
   for (const auto& path : req.files) {
     MEMPLAN_TRY(std::string text, fs.read_file(path));
     MEMPLAN_TRY(FileInfo info, fs.stat(path));
@@ -318,8 +331,20 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
       return e;
     }
     const bool ds = looks_like_deepspeed(doc.root);
+    const bool launcher = !ds && looks_like_accelerate(doc.root);
+    if (launcher) {
+      launcher_files.push_back(ConfigFile{path, std::move(text), info, false});
+      launchers.push_back(std::move(doc));
+      continue;
+    }
     (ds ? ds_files : layer_files).push_back(ConfigFile{path, std::move(text), info, ds});
     (ds ? deepspeed : layers).push_back(std::move(doc));
+  }
+  // Launcher configs alone: the accelerate file is the config. DeepSpeed files alone: the JSON is.
+  const bool launcher_only = layers.empty() && !launchers.empty();
+  if (launcher_only) {
+    std::swap(layers, launchers);
+    std::swap(layer_files, launcher_files);
   }
   const bool deepspeed_only = layers.empty();
   if (deepspeed_only) {
@@ -327,11 +352,13 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
     std::swap(layer_files, ds_files);
   }
   for (auto& f : layer_files) out.files.push_back(std::move(f));
+  for (auto& f : launcher_files) out.files.push_back(std::move(f));
   for (auto& f : ds_files) out.files.push_back(std::move(f));
   int source = 0;
   for (auto& d : layers) set_source(d.root, source++);
+  for (auto& d : launchers) set_source(d.root, source++);
   for (auto& d : deepspeed) set_source(d.root, source++);
-  for (const auto* docs : {&layers, &deepspeed})
+  for (const auto* docs : {&layers, &launchers, &deepspeed})
     for (const auto& d : *docs)
       for (const auto& w : d.warnings) {
         out.inputs.warnings.push_back(w.to_string());
@@ -340,10 +367,14 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
 
   YamlNode merged = layers.front().root;
   for (std::size_t i = 1; i < layers.size(); ++i) merge_into(merged, layers[i].root);
+  MEMPLAN_IO_CHECK(resolve_interpolations(merged, out));
 
   if (!req.dialect.empty()) {
     MEMPLAN_TRY(out.dialect, parse_dialect(req.dialect));
     out.evidence = {"named with --dialect"};
+  } else if (launcher_only) {
+    out.dialect = Dialect::kAccelerate;
+    out.evidence = {"an accelerate launcher config (distributed_type, num_processes)"};
   } else if (deepspeed_only) {
     out.dialect = Dialect::kDeepSpeed;
     out.evidence = {"a DeepSpeed config on its own"};
@@ -364,14 +395,31 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   MEMPLAN_IO_CHECK(map_primary(out.dialect, m));
   if (!req.key_map.empty()) MEMPLAN_IO_CHECK(map_key_map(m, req.key_map));
 
-  // DeepSpeed next to the trainer config: given with --config, or named by a `deepspeed:` key.
+  // Launcher settings next to the trainer config (accelerate launch --config_file X).
+  YamlNode launcher_tree;
+  std::optional<Mapper> lm;
+  if (!launcher_only && !launchers.empty()) {
+    launcher_tree = launchers.front().root;
+    for (std::size_t i = 1; i < launchers.size(); ++i) merge_into(launcher_tree, launchers[i].root);
+    lm.emplace(launcher_tree, out);
+    MEMPLAN_IO_CHECK(map_accelerate(*lm, /*primary=*/false));
+  }
+
+  // DeepSpeed next to the trainer config: given with --config, or named by a `deepspeed:` key
+  // (or by an accelerate config's deepspeed_config_file).
   if (!deepspeed_only && !deepspeed.empty()) {
     YamlNode ds = deepspeed.front().root;
     for (std::size_t i = 1; i < deepspeed.size(); ++i) merge_into(ds, deepspeed[i].root);
     Mapper dm(ds, out);
     MEMPLAN_IO_CHECK(map_deepspeed(dm, /*primary=*/false));
   }
-  if (const YamlNode* ref = m.deepspeed_ref(); ref != nullptr && !ref->is_null()) {
+  const YamlNode* ref = m.deepspeed_ref();
+  bool ref_from_launcher = false;
+  if ((ref == nullptr || ref->is_null()) && lm) {
+    ref = lm->deepspeed_ref();
+    ref_from_launcher = true;
+  }
+  if (ref != nullptr && !ref->is_null()) {
     if (ref->is_map()) {
       Mapper dm(*ref, out);
       MEMPLAN_IO_CHECK(map_deepspeed(dm, /*primary=*/false));
@@ -379,14 +427,23 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
       const std::string& yaml = out.files[static_cast<std::size_t>(ref->source)].path;
       std::vector<std::string> tried;
       MEMPLAN_TRY(std::string path, find_deepspeed_file(yaml, ref->value, fs, tried));
-      if (path.empty()) {
+      Mapper& owner = ref_from_launcher ? *lm : m;
+      if (path.empty() && (ref_from_launcher || out.dialect == Dialect::kAccelerate)) {
+        // accelerate resolves the file from the launch directory, which memplan does not know:
+        // the ZeRO settings in it are then missing, which the user must hear about.
+        owner.warn_at(*ref, fmt::format("DeepSpeed config '{}' not found (looked for {}); its ZeRO settings are not "
+                                        "read",
+                                        ref->value, fmt::join(tried, ", ")),
+                      "pass the JSON with another --config");
+      } else if (path.empty()) {
         Error e = make_error(ErrorCode::kIoError,
                              fmt::format("DeepSpeed config '{}' not found (looked for {})", ref->value,
                                          fmt::join(tried, ", ")),
                              "fix the path, or pass the JSON with another --config");
-        e.where = m.where(*ref);
+        e.where = owner.where(*ref);
         return e;
       }
+      if (!path.empty()) {
       MEMPLAN_TRY(std::string text, fs.read_file(path));
       MEMPLAN_TRY(FileInfo info, fs.stat(path));
       MEMPLAN_TRY(YamlDoc doc, parse_yaml(text, path));
@@ -403,10 +460,13 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
       }
       Mapper dm(doc.root, out);
       MEMPLAN_IO_CHECK(map_deepspeed(dm, /*primary=*/false));
+      }
     }
   }
 
-  if (out.inputs.config.parallel.sharding != ShardingStrategy::kNone && out.inputs.config.parallel.world_size() == 1)
+  // Not world_size(): the product of two unvalidated file values may overflow int.
+  if (out.inputs.config.parallel.sharding != ShardingStrategy::kNone && out.inputs.config.parallel.num_gpus == 1 &&
+      out.inputs.config.parallel.nodes == 1)
     m.warn_file(0, fmt::format("{} shards across GPUs, but the config does not say how many; memplan assumes 1 "
                                "unless --num-gpus says otherwise",
                                to_string(out.inputs.config.parallel.sharding)));

@@ -26,6 +26,10 @@ constexpr DialectName kNames[] = {
     {Dialect::kLightning, "lightning"},
     {Dialect::kFlat, "flat"},
     {Dialect::kDeepSpeed, "deepspeed"},
+    {Dialect::kAccelerate, "accelerate"},
+    {Dialect::kLitgpt, "litgpt"},
+    {Dialect::kAutomodel, "nemo-automodel"},
+    {Dialect::kLlmFoundry, "llm-foundry"},
     {Dialect::kKeyMap, "keys"},
     {Dialect::kHfTrl, "trl"},
     {Dialect::kHfTrl, "transformers"},
@@ -36,6 +40,10 @@ constexpr DialectName kNames[] = {
     {Dialect::kLightning, "pytorch-lightning"},
     {Dialect::kDeepSpeed, "ds"},
     {Dialect::kKeyMap, "keymap"},
+    {Dialect::kAutomodel, "automodel"},
+    {Dialect::kAutomodel, "nemo"},
+    {Dialect::kLlmFoundry, "llmfoundry"},
+    {Dialect::kLlmFoundry, "composer"},
 };
 
 struct Signal {
@@ -86,6 +94,18 @@ constexpr Signal kSignals[] = {
     {Dialect::kFlat, "gradient_accumulation_steps", 1},
     {Dialect::kFlat, "precision", 1},
     {Dialect::kFlat, "batch_size", 1},
+    {Dialect::kLitgpt, "checkpoint_dir", 5},
+    {Dialect::kLitgpt, "train.micro_batch_size", 5},
+    {Dialect::kLitgpt, "train.global_batch_size", 3},
+    {Dialect::kLitgpt, "out_dir", 1},
+    {Dialect::kAutomodel, "step_scheduler.local_batch_size", 7},
+    {Dialect::kAutomodel, "step_scheduler.global_batch_size", 3},
+    {Dialect::kAutomodel, "model._target_", 3},
+    {Dialect::kAutomodel, "recipe", 1},
+    {Dialect::kLlmFoundry, "device_train_microbatch_size", 7},
+    {Dialect::kLlmFoundry, "global_train_batch_size", 4},
+    {Dialect::kLlmFoundry, "train_loader", 3},
+    {Dialect::kLlmFoundry, "max_duration", 1},
     {Dialect::kDeepSpeed, "train_micro_batch_size_per_gpu", 6},
     {Dialect::kDeepSpeed, "zero_optimization", 6},
     {Dialect::kDeepSpeed, "train_batch_size", 2},
@@ -186,6 +206,16 @@ void Mapper::warn_at(const YamlNode& n, std::string message, std::string suggest
   out_.diagnostics.push_back(std::move(w));
 }
 
+void Mapper::set_loss_kernel(const YamlNode& n, std::string_view key, LossKernel kernel, bool liger_kernels) {
+  TrainingConfig& c = config();
+  c.loss_kernel = kernel;
+  from_file("loss_kernel", n, key);
+  if (liger_kernels) {
+    c.liger_kernels = true;
+    from_file("liger_kernels", n, key);
+  }
+}
+
 void Mapper::warn_file(std::size_t file, std::string message) {
   Error w = make_error(ErrorCode::kInvalidConfig, std::move(message));
   if (file < out_.files.size()) w.where = SourceLocation{out_.files[file].path, 0, 0};
@@ -220,22 +250,67 @@ const YamlNode* Mapper::first_of(std::initializer_list<std::string_view> paths, 
 
 Error Mapper::bad_value(const YamlNode& n, std::string_view path, std::string_view expected) const {
   const std::string key(split_key_path(path).back());
-  if (n.is_scalar())
-    return error_at(n, ErrorCode::kInvalidConfig, fmt::format("{} must be {}, got \"{}\"", key, expected, n.value));
+  if (n.is_scalar()) {
+    // PyYAML (YAML 1.1), which the trainers parse with, reads 500_000 as 500000.
+    std::string digits;
+    for (char ch : n.value)
+      if (ch != '_') digits += ch;
+    std::string suggestion;
+    if (digits != n.value && parse_int(digits, "").has_value())
+      suggestion = fmt::format("the trainer reads it as {} (YAML 1.1 digit separators); write {} for memplan", digits,
+                               digits);
+    return error_at(n, ErrorCode::kInvalidConfig, fmt::format("{} must be {}, got \"{}\"", key, expected, n.value),
+                    suggestion);
+  }
   return error_at(n, ErrorCode::kInvalidConfig,
                   fmt::format("{} must be {}, got a {}", key, expected, n.is_map() ? "mapping" : "list"));
+}
+
+namespace {
+
+bool is_json_path(std::string_view path) {
+  return path.size() >= 5 && to_lower(path.substr(path.size() - 5)) == ".json";
+}
+
+// Why a scalar is not the number it may look like, for messages: "; PyYAML reads 08 as the string '08'...".
+std::string not_a_number_note(const ScalarNumber& r, const YamlNode& n) {
+  if (r.kind != ScalarNumber::Kind::kOther || n.style != ScalarStyle::kPlain || r.yaml12_differs.empty()) return {};
+  return fmt::format(" (YAML 1.1, which PyYAML and so the trainer use, reads it as the string '{}'; {})", n.value,
+                     r.yaml12_differs);
+}
+
+}  // namespace
+
+ScalarNumber Mapper::scalar_number(const YamlNode& n) {
+  if (!n.is_scalar()) return ScalarNumber{};
+  if (n.style != ScalarStyle::kPlain) return convert_quoted(n.value);
+  const NumberGrammar grammar = is_json_path(file_of(n)) ? NumberGrammar::kJson : NumberGrammar::kYaml11;
+  ScalarNumber r = resolve_number(n.value, grammar);
+  if (r.kind != ScalarNumber::Kind::kOther && !r.yaml12_differs.empty()) {
+    std::string in11 = r.kind == ScalarNumber::Kind::kInt ? std::to_string(r.integer) : fmt::format("{:g}", r.real);
+    warn_at(n,
+            fmt::format("'{}' is read as {} (YAML 1.1, as PyYAML and so the trainer read it); {}", n.value, in11,
+                        r.yaml12_differs),
+            fmt::format("write {} to say the same thing in every YAML version", in11));
+  }
+  return r;
 }
 
 Result<std::optional<std::int64_t>> Mapper::integer(std::string_view path, std::int64_t min) {
   const YamlNode* n = node(path);
   if (n == nullptr || n->is_null()) return std::optional<std::int64_t>{};
   if (!n->is_scalar()) return bad_value(*n, path, "an integer");
-  auto v = parse_int(n->value, "");
-  if (!v) return bad_value(*n, path, "an integer");
-  if (*v < min)
+  const ScalarNumber r = scalar_number(*n);
+  const std::string key(split_key_path(path).back());
+  if (r.kind != ScalarNumber::Kind::kInt)
     return error_at(*n, ErrorCode::kInvalidConfig,
-                    fmt::format("{} = {} is out of range (>= {})", split_key_path(path).back(), *v, min));
-  return std::optional<std::int64_t>(*v);
+                    fmt::format("{} must be an integer, got \"{}\"{}", key, n->value, not_a_number_note(r, *n)));
+  if (r.out_of_range)
+    return error_at(*n, ErrorCode::kInvalidConfig,
+                    fmt::format("{} = {} is out of range (-2^63 to 2^63-1)", key, n->value));
+  if (r.integer < min)
+    return error_at(*n, ErrorCode::kInvalidConfig, fmt::format("{} = {} is out of range (>= {})", key, r.integer, min));
+  return std::optional<std::int64_t>(r.integer);
 }
 
 Result<std::optional<bool>> Mapper::boolean(std::string_view path) {
@@ -251,9 +326,27 @@ Result<std::optional<double>> Mapper::number(std::string_view path) {
   const YamlNode* n = node(path);
   if (n == nullptr || n->is_null()) return std::optional<double>{};
   if (!n->is_scalar()) return bad_value(*n, path, "a number");
-  auto v = parse_double(n->value, "");
-  if (!v) return bad_value(*n, path, "a number");
-  return std::optional<double>(*v);
+  ScalarNumber r = scalar_number(*n);
+  const std::string key(split_key_path(path).back());
+  if (r.kind == ScalarNumber::Kind::kOther && n->style == ScalarStyle::kPlain) {
+    // `1e-5`: a string to PyYAML (YAML 1.1 floats need a dot), a float to trainers that pass
+    // strings through float() (TRL's argument parser); accepted, with a warning.
+    ScalarNumber as_text = convert_quoted(n->value);
+    if (as_text.kind != ScalarNumber::Kind::kOther) {
+      warn_at(*n,
+              fmt::format("{}: PyYAML reads '{}' as a string (YAML 1.1 floats need a dot and a signed exponent); "
+                          "trainers that convert strings read {:g}, others fail",
+                          key, n->value, as_text.real),
+              fmt::format("write {} as {:e}", key, as_text.real));
+      r = as_text;
+    }
+  }
+  if (r.kind == ScalarNumber::Kind::kOther)
+    return error_at(*n, ErrorCode::kInvalidConfig,
+                    fmt::format("{} must be a number, got \"{}\"{}", key, n->value, not_a_number_note(r, *n)));
+  // NaN and infinities pass through: io::check_inputs refuses them with the same message and
+  // range whether they come from here or from a flag.
+  return std::optional<double>(r.real);
 }
 
 Result<std::optional<std::string>> Mapper::text(std::string_view path) {
@@ -347,12 +440,96 @@ Result<bool> Mapper::read_dtype(std::string_view path, const std::string& input,
   return true;
 }
 
+namespace {
+
+struct OptimEstimate {
+  const char* name;
+  OptimizerKind as;
+  const char* why;
+};
+
+// transformers OptimizerNames (training_args.py, 4.45-4.57) and axolotl's extra names that the
+// engine has no exact model for: the nearest modelled optimizer and how the estimate differs.
+constexpr OptimEstimate kOptimEstimates[] = {
+    {"adamw_torch_xla", OptimizerKind::kAdamWTorchFused, "two fp32 states, like the fused kernel"},
+    {"adamw_torch_npu_fused", OptimizerKind::kAdamWTorchFused, "two fp32 states, like the fused kernel"},
+    {"adamw_apex_fused", OptimizerKind::kAdamWTorchFused, "two fp32 states, like the fused kernel"},
+    {"adamw_anyprecision", OptimizerKind::kAdamWTorch, "states in fp32; bf16 states would need half"},
+    {"adamw_torch_8bit", OptimizerKind::kAdamW8bit, "torchao 8-bit states, about the size of bitsandbytes'"},
+    {"adamw_torch_4bit", OptimizerKind::kAdamW8bit, "torchao keeps 4-bit states: an overestimate"},
+    {"ao_adamw_8bit", OptimizerKind::kAdamW8bit, "torchao 8-bit states, about the size of bitsandbytes'"},
+    {"ao_adamw_4bit", OptimizerKind::kAdamW8bit, "torchao keeps 4-bit states: an overestimate"},
+    {"ao_adamw_fp8", OptimizerKind::kAdamW8bit, "fp8 states, one byte each"},
+    {"ademamix", OptimizerKind::kAdamWTorch, "AdEMAMix keeps a third state (a slow EMA): an underestimate"},
+    {"ademamix_8bit", OptimizerKind::kAdamW8bit, "AdEMAMix keeps a third 8-bit state: an underestimate"},
+    {"paged_ademamix_8bit", OptimizerKind::kPagedAdamW8bit, "AdEMAMix keeps a third 8-bit state"},
+    {"paged_ademamix_32bit", OptimizerKind::kPagedAdamW32bit, "AdEMAMix keeps a third fp32 state"},
+    {"paged_lion_8bit", OptimizerKind::kLion8bit, "the same one 8-bit state, paged"},
+    {"paged_lion_32bit", OptimizerKind::kLion32bit, "the same one fp32 state, paged"},
+    {"rmsprop_bnb", OptimizerKind::kRmsprop, "bitsandbytes RMSprop, one fp32 state"},
+    {"rmsprop_bnb_32bit", OptimizerKind::kRmsprop, "bitsandbytes RMSprop, one fp32 state"},
+    {"rmsprop_bnb_8bit", OptimizerKind::kRmsprop, "an 8-bit state counted as fp32: an overestimate"},
+    {"galore_adamw", OptimizerKind::kAdamWTorch, "GaLore keeps low-rank states for its target modules: an overestimate"},
+    {"galore_adamw_8bit", OptimizerKind::kAdamW8bit, "GaLore keeps low-rank states: an overestimate"},
+    {"galore_adafactor", OptimizerKind::kAdafactor, "GaLore keeps low-rank states: an overestimate"},
+    {"galore_adamw_layerwise", OptimizerKind::kAdamWTorch,
+     "layer-wise GaLore steps each layer in backward and keeps low-rank states: an overestimate"},
+    {"galore_adamw_8bit_layerwise", OptimizerKind::kAdamW8bit, "layer-wise GaLore: an overestimate"},
+    {"galore_adafactor_layerwise", OptimizerKind::kAdafactor, "layer-wise GaLore: an overestimate"},
+    {"apollo_adamw", OptimizerKind::kAdamWTorch, "APOLLO keeps low-rank states: an overestimate"},
+    {"apollo_adamw_layerwise", OptimizerKind::kAdamWTorch, "APOLLO keeps low-rank states: an overestimate"},
+    {"lomo", OptimizerKind::kSgd, "LOMO fuses the update into backward: no state, and no full gradient kept"},
+    {"adalomo", OptimizerKind::kSgd, "AdaLomo fuses the update into backward and keeps factored states"},
+    {"grokadamw", OptimizerKind::kAdamWTorch, "GrokAdamW keeps a gradient EMA as well: an underestimate"},
+    {"schedule_free_adamw", OptimizerKind::kAdamWTorch, "schedule-free AdamW keeps z and the second moment"},
+    {"schedule_free_radam", OptimizerKind::kAdamWTorch, "schedule-free RAdam keeps z and the second moment"},
+    {"schedule_free_sgd", OptimizerKind::kSgd, "schedule-free SGD keeps one state (z): an underestimate"},
+    {"stable_adamw", OptimizerKind::kAdamWTorch, "two fp32 states"},
+    {"adopt_adamw", OptimizerKind::kAdamWTorch, "two fp32 states"},
+    {"optimi_adamw", OptimizerKind::kAdamWTorch, "two states"},
+    {"came_pytorch", OptimizerKind::kAdafactor, "CAME keeps factored states like Adafactor, plus a confidence term"},
+    {"muon", OptimizerKind::kAdamWTorch, "Muon keeps one momentum for matrices (AdamW for the rest): an overestimate"},
+    {"dion", OptimizerKind::kAdamWTorch, "Dion keeps low-rank momentum: an overestimate"},
+    {"adamw_sapiens_8bit", OptimizerKind::kAdamW8bit, "8-bit states"},
+};
+
+}  // namespace
+
+std::optional<OptimizerEstimate> estimate_optimizer(const std::string& name) {
+  const std::string n = to_lower(trim(name));
+  for (const auto& x : kOptimEstimates)
+    if (n == x.name)
+      return OptimizerEstimate{x.as, fmt::format("optimizer '{}' is not modelled; estimated as {} ({})", name,
+                                                 to_string(x.as), x.why)};
+  return std::nullopt;
+}
+
 Result<bool> Mapper::read_optimizer(std::string_view path, const std::string& input, OptimizerKind& field) {
   MEMPLAN_TRY(auto v, text(path));
   if (!v) return false;
   const YamlNode& n = *root_.at(split_key_path(path));
   auto o = parse_optimizer(*v);
-  if (!o) return error_at(n, o.error().code, o.error().message, o.error().suggestion);
+  if (!o) {
+    // Every optimizer the trainers accept is accepted; one the engine has no model for is
+    // estimated as the nearest one, and the output says so.
+    const std::string name = to_lower(trim(*v));
+    if (auto e = estimate_optimizer(name)) {
+      field = e->kind;
+      warn_at(n, e->note);
+    } else {
+      field = OptimizerKind::kAdamWTorch;
+      std::vector<std::string> known;
+      for (const auto& x : kOptimEstimates) known.emplace_back(x.name);
+      for (const char* k : {"adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit",
+                            "paged_adamw_32bit", "adafactor", "sgd", "adagrad", "rmsprop", "lion_8bit", "lion_32bit"})
+        known.emplace_back(k);
+      const std::string close = did_you_mean(name, known);
+      warn_at(n, fmt::format("unknown optimizer '{}'; estimated as adamw_torch (two fp32 states)", *v),
+              close.empty() ? o.error().suggestion : close);
+    }
+    from_file(input, n, path);
+    return true;
+  }
   field = *o;
   from_file(input, n, path);
   return true;
@@ -407,8 +584,12 @@ void Mapper::site(Knob knob, std::string_view path, std::string insert_after, st
     s.file = static_cast<std::size_t>(e->value.source);
     s.line = e->key.line;
     if (e->value.is_scalar()) {
-      auto v = parse_int(e->value.value, "");
-      if (v) s.value = *v;
+      const ScalarNumber v = e->value.style == ScalarStyle::kPlain
+                                 ? resolve_number(e->value.value, is_json_path(file_of(e->value))
+                                                                      ? NumberGrammar::kJson
+                                                                      : NumberGrammar::kYaml11)
+                                 : convert_quoted(e->value.value);
+      if (v.kind == ScalarNumber::Kind::kInt && !v.out_of_range) s.value = v.integer;
     }
   } else {
     std::vector<std::string> parent(s.path.begin(), s.path.end() - 1);
@@ -433,14 +614,37 @@ void Mapper::mirror_site(Knob knob, std::string_view path, std::int64_t world_si
   s.world_size = world_size;
   const YamlEntry* e = entry_at(root_, s.path);
   if (e == nullptr || !e->value.is_scalar()) return;
-  auto v = parse_int(e->value.value, "");
-  if (!v) return;  // "auto": follows the other config, nothing to keep in step
+  const ScalarNumber v = e->value.style == ScalarStyle::kPlain
+                             ? resolve_number(e->value.value,
+                                              is_json_path(file_of(e->value)) ? NumberGrammar::kJson : NumberGrammar::kYaml11)
+                             : convert_quoted(e->value.value);
+  if (v.kind != ScalarNumber::Kind::kInt || v.out_of_range) return;  // "auto": follows the other config
   s.present = true;
-  s.value = *v;
+  s.value = v.integer;
   s.file = static_cast<std::size_t>(e->value.source);
   s.line = e->key.line;
   out_.sites.push_back(std::move(s));
 }
+
+namespace {
+
+// The key a typo was meant to be. Closer than names in general (closest_match): an edit distance
+// of at most a quarter of the length, or a third when both share their first four characters
+// (`lora_rnak` -> `lora_r`), so that a different key with a common suffix (`model_config`,
+// `fsdp_config`) is not offered.
+std::optional<std::string> near_key(const std::string& k, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  std::size_t best_d = static_cast<std::size_t>(-1);
+  for (const auto& c : candidates) {
+    const bool same_start = k.size() >= 4 && c.size() >= 4 && k.compare(0, 4, c, 0, 4) == 0;
+    const std::size_t limit = std::max<std::size_t>(2, k.size() / (same_start ? 3 : 4));
+    const std::size_t d = edit_distance(k, c);
+    if (d <= limit && d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+}  // namespace
 
 void Mapper::check_unknown(std::string_view ns, const std::vector<std::string>& known, bool strict) {
   const YamlNode* map = ns.empty() ? &root_ : root_.at(split_key_path(ns));
@@ -454,30 +658,32 @@ void Mapper::check_unknown(std::string_view ns, const std::vector<std::string>& 
   }
   const std::vector<std::string> read_here = candidates;
   if (strict) candidates.insert(candidates.end(), known.begin(), known.end());
+  const std::set<std::string> read_set(read_here.begin(), read_here.end());
+  const std::set<std::string> known_set(known.begin(), known.end());
+  // Near-match suggestions cost an edit distance per candidate; a mapping with thousands of
+  // unknown keys is not a config with a typo, and must not take seconds (issue 11 item 9).
+  constexpr int kMaxChecked = 1000;
+  int checked = 0, unchecked = 0;
   for (const auto& e : map->entries) {
     if (!e.key.is_scalar() || e.key.alias_line > 0) continue;
     const std::string& k = e.key.value;
-    if (std::find(read_here.begin(), read_here.end(), k) != read_here.end()) continue;
-    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
+    if (read_set.count(k) != 0 || known_set.count(k) != 0) continue;
+    if (++checked > kMaxChecked) {
+      ++unchecked;
+      continue;
+    }
     const std::string shown = prefix + k;
     // A near-miss of a key memplan reads is the typo that would silently leave a default.
-    std::optional<std::string> best;
-    if (strict) {
-      best = closest_match(k, candidates);
-    } else {
-      const std::size_t limit = std::max<std::size_t>(2, k.size() / 3);
-      std::size_t best_d = limit + 1;
-      for (const auto& c : read_here) {
-        const std::size_t d = edit_distance(k, c);
-        if (d < best_d) best_d = d, best = c;
-      }
-    }
+    const std::optional<std::string> best = near_key(k, strict ? candidates : read_here);
     if (best) {
       warn_at(e.key, fmt::format("unknown key '{}'", shown), fmt::format("did you mean '{}{}'?", prefix, *best));
     } else if (strict) {
       warn_at(e.key, fmt::format("unknown key '{}' (ignored)", shown));
     }
   }
+  if (unchecked > 0)
+    warn_at(*map, fmt::format("{} more keys {}that memplan does not read were not checked for typos", unchecked,
+                              ns.empty() ? "" : "under '" + std::string(ns) + "' "));
 }
 
 // ---- shared helpers ----

@@ -3,11 +3,13 @@
 // the micro-batch, gradient accumulation and sequence length live, for --apply.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "io/yaml_edit.hpp"
 #include "memplan/result.hpp"
+#include "memplan/training.hpp"
 
 namespace memplan::io {
 
@@ -19,6 +21,10 @@ enum class Dialect {
   kLightning,     // PyTorch Lightning / Hydra nested configs (trainer.accumulate_grad_batches, data_loader.batch_size)
   kFlat,          // flat in-house configs (micro_batch_size, gradient_accumulation_steps, max_seq_len)
   kDeepSpeed,     // a DeepSpeed JSON config on its own
+  kAccelerate,    // an accelerate launcher config on its own (num_processes, distributed_type)
+  kLitgpt,        // litgpt config_hub finetune YAML (checkpoint_dir, train.micro_batch_size)
+  kAutomodel,     // NeMo Automodel Hydra recipes (_target_, step_scheduler.local_batch_size)
+  kLlmFoundry,    // LLM Foundry / Composer YAML (device_train_microbatch_size)
   kKeyMap,        // only what --keys maps
 };
 
@@ -39,5 +45,15 @@ Result<Detection> detect_dialect(const YamlNode& root, const std::string& label)
 
 // Whether a parsed file is a DeepSpeed config (train_micro_batch_size_per_gpu, zero_optimization...).
 bool looks_like_deepspeed(const YamlNode& root);
+// An optimizer name the trainers accept (transformers OptimizerNames, axolotl) that the engine
+// has no exact model for: the modelled optimizer it is estimated as, and a sentence saying so.
+struct OptimizerEstimate {
+  OptimizerKind kind;
+  std::string note;  // "optimizer 'ademamix' is not modelled; estimated as adamw_torch (...)"
+};
+std::optional<OptimizerEstimate> estimate_optimizer(const std::string& name);
+
+// Whether a parsed file is an accelerate launcher config (distributed_type, num_processes...).
+bool looks_like_accelerate(const YamlNode& root);
 
 }  // namespace memplan::io

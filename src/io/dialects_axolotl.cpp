@@ -105,9 +105,11 @@ Status read_rl(Mapper& m) {
   }
   const YamlNode& n = *m.node("rl");
   const std::string v = to_lower(*rl);
-  if (v == "dpo" || v == "ipo") {
+  if (v == "dpo" || v == "ipo" || v == "kto") {
+    // KTO (TRL KTOTrainer) keeps a reference model like DPO; its step runs each completion and a
+    // mismatched "KL" completion, two sequences per example like DPO's chosen/rejected pair.
     c.method = Method::kDpo;
-  } else if (v == "orpo" || v == "simpo") {
+  } else if (v == "orpo" || v == "simpo" || v == "cpo") {
     c.method = Method::kDpo;
     c.dpo.ref_model = RefModel::kNone;
     m.from_file("ref_model", n, "rl");
@@ -115,7 +117,7 @@ Status read_rl(Mapper& m) {
     c.method = Method::kGrpo;
   } else {
     return m.error_at(n, ErrorCode::kUnsupported, fmt::format("rl: {} is not modelled", *rl),
-                      "memplan models SFT, DPO (dpo, ipo, orpo, simpo) and GRPO");
+                      "memplan models SFT, DPO (dpo, ipo, kto, orpo, simpo, cpo) and GRPO");
   }
   m.from_file("method", n, "rl");
   if (c.method == Method::kGrpo) {
@@ -162,6 +164,76 @@ Status read_fsdp(Mapper& m) {
       m.from_file("offload_optimizer", *m.node(key), key);
     }
   }
+  return Ok{};
+}
+
+// Keys that change memory in ways memplan does not model: a located warning each, never silence.
+Status warn_unmodelled_axolotl(Mapper& m) {
+  // The loss kernels the engine models for SFT (docs/formulas.md#fused-cross-entropy): Liger's fused
+  // linear cross-entropy (with its RMSNorm/SwiGLU kernels when both are on) and Cut Cross-Entropy,
+  // as a key or as axolotl's plugin. For preference/RL methods they stay warnings.
+  const bool sft = m.config().method == Method::kSft;
+  auto on = [&](const char* key) -> const YamlNode* {
+    const YamlNode* n = m.node(key);
+    if (n == nullptr || n->is_null() || !n->is_scalar()) return nullptr;
+    const std::string v = to_lower(n->value);
+    return (v == "false" || v == "0" || v == "none") ? nullptr : n;
+  };
+  const YamlNode* flce = on("liger_fused_linear_cross_entropy");
+  const YamlNode* cce = on("cut_cross_entropy");
+  MEMPLAN_TRY(auto plugins, m.list("plugins"));
+  std::string cce_plugin;
+  if (plugins)
+    for (const auto& p : *plugins)
+      if (p.find("cut_cross_entropy") != std::string::npos) cce_plugin = p;
+  const bool liger_modules = on("liger_rms_norm") != nullptr && on("liger_glu_activation") != nullptr;
+  if (sft && flce != nullptr) {
+    m.set_loss_kernel(*flce, "liger_fused_linear_cross_entropy", LossKernel::kLiger, liger_modules);
+  } else if (sft && (cce != nullptr || !cce_plugin.empty())) {
+    m.set_loss_kernel(cce != nullptr ? *cce : *m.node("plugins"), cce != nullptr ? "cut_cross_entropy" : "plugins",
+                      LossKernel::kCce, false);
+  } else {
+    if (flce != nullptr)
+      m.warn_at(*flce, "liger_fused_linear_cross_entropy is not modelled for this method; Liger's fused loss never "
+                       "holds the full logits: the estimate is too high by about the logits");
+    if (cce != nullptr)
+      m.warn_at(*cce, "cut_cross_entropy is not modelled for this method; Cut Cross-Entropy never holds the full "
+                      "logits: the estimate is too high by about the logits");
+    if (!cce_plugin.empty())
+      m.warn_at(*m.node("plugins"), fmt::format("plugin {} (Cut Cross-Entropy) is not modelled for this method: it "
+                                                "never holds the full logits, so the estimate is too high by about "
+                                                "the logits",
+                                                cce_plugin));
+  }
+  struct Feature {
+    const char* key;
+    const char* why;
+  };
+  static constexpr Feature kFeatures[] = {
+      {"tiled_mlp", "the tiled MLP computes the MLP in chunks: its activations are overestimated"},
+      {"activation_offloading", "offloaded activations are counted on the GPU: an overestimate"},
+      {"relora", "ReLoRA is estimated as LoRA"},
+      {"lisa_n_layers", "LISA trains a few layers at a time: estimated as full fine-tuning"},
+  };
+  for (const auto& f : kFeatures)
+    if (const YamlNode* n = on(f.key)) m.warn_at(*n, fmt::format("{} is not modelled; {}", f.key, f.why));
+  // Liger's RMSNorm/SwiGLU without its fused loss, or only one of the two: not modelled.
+  if (!(sft && flce != nullptr && liger_modules))
+    for (const char* k : {"liger_rms_norm", "liger_glu_activation"})
+      if (const YamlNode* n = on(k))
+        m.warn_at(*n, fmt::format("{} is not modelled on its own; Liger's fused kernels keep less for backward: a "
+                                  "small overestimate",
+                                  k));
+  for (const char* k : {"context_parallel_size", "sequence_parallel_degree"}) {
+    MEMPLAN_TRY(auto cp, m.integer(k));
+    if (cp.value_or(1) > 1)
+      m.warn_at(*m.node(k), fmt::format("{} = {} is not modelled: each GPU holds 1/{} of every sequence, but memplan "
+                                        "estimates whole sequences per GPU (activations too high about {}x)",
+                                        k, *cp, *cp, *cp));
+  }
+  if (const YamlNode* n = m.node("unfrozen_parameters"); n != nullptr && !n->is_null())
+    m.warn_at(*n, "unfrozen_parameters trains only the parameters it matches; memplan estimates training all of them "
+                  "(gradients and optimizer states too high)");
   return Ok{};
 }
 
@@ -256,6 +328,7 @@ Status map_axolotl(Mapper& m) {
   MEMPLAN_IO_CHECK(read_attention(m));
   MEMPLAN_IO_CHECK(read_fsdp(m));
   m.set_deepspeed_ref(m.node("deepspeed"));
+  MEMPLAN_IO_CHECK(warn_unmodelled_axolotl(m));
 
   m.check_unknown("", axolotl_known_keys(), /*strict=*/true);
   m.check_unknown("trl", axolotl_known_keys(), /*strict=*/true);

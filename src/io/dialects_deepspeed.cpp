@@ -62,14 +62,38 @@ Status map_deepspeed(Mapper& m, bool primary) {
   if (!is_auto(gnode)) {
     MEMPLAN_TRY(global, m.integer("train_batch_size"));
   }
+  // Only when the micro-batch and the accumulation are both written somewhere: with either left
+  // at a default, the quotient is not a GPU count (a DeepSpeedExamples config with
+  // train_batch_size 16 and no micro-batch is not a 16-GPU run).
+  auto written = [&](const char* input) {
+    const auto& o = m.out().inputs.origins;
+    auto it = o.find(input);
+    return it != o.end() && it->second.kind == OriginKind::kFile;
+  };
+  if (global && !(written("batch") && written("grad_accum"))) {
+    m.warn_at(*gnode, fmt::format("train_batch_size = {} is micro-batch x accumulation x GPUs, but {} is not written; "
+                                  "memplan does not derive the GPU count from it (give --num-gpus)",
+                                  *global, written("batch") ? "the accumulation" : "the micro-batch"));
+    global.reset();
+  }
   if (global) {
-    const std::int64_t per_gpu = c.micro_batch * c.grad_accum;
+    // Checked: both factors come from files unbounded (2^32 x 2^32 wraps to 0).
+    std::int64_t per_gpu = 0;
+    if (c.micro_batch < 1 || c.grad_accum < 1 || __builtin_mul_overflow(c.micro_batch, c.grad_accum, &per_gpu))
+      return m.error_at(*gnode, ErrorCode::kInvalidConfig,
+                        fmt::format("micro-batch x accumulation = {} x {} is out of range", c.micro_batch,
+                                    c.grad_accum));
     if (*global % per_gpu != 0) {
       m.warn_at(*gnode, fmt::format("train_batch_size = {} is not a multiple of micro-batch x accumulation = {} x {}; "
                                     "DeepSpeed refuses this",
                                     *global, c.micro_batch, c.grad_accum));
     } else {
       const std::int64_t world = *global / per_gpu;
+      if (world > 1024 * 65536)  // validate()'s GPUs x nodes
+        return m.error_at(*gnode, ErrorCode::kInvalidConfig,
+                          fmt::format("train_batch_size = {} means {} GPUs (micro-batch x accumulation x GPUs = {} x "
+                                      "{} x {}); memplan models at most 1024 GPUs per node x 65536 nodes",
+                                      *global, world, c.micro_batch, c.grad_accum, world));
       if (!m.has_origin("num_gpus") || m.out().inputs.origins["num_gpus"].kind == OriginKind::kDefault) {
         c.parallel.num_gpus = static_cast<int>(std::min<std::int64_t>(world, 1024));
         m.derived("num_gpus", fmt::format("train_batch_size {} / ({} x {}) at {}", *global, c.micro_batch,
@@ -147,6 +171,11 @@ Status map_deepspeed(Mapper& m, bool primary) {
     }
   }
 
+  if (primary && m.out().inputs.model_hint.empty() && !m.out().files.empty())
+    m.out().inputs.model_hint =
+        fmt::format("{} is a DeepSpeed config, which names no model; give the training config with another "
+                    "--config, or --model ID|PATH",
+                    m.out().files[0].path);
   m.check_unknown("", deepspeed_known_keys(), /*strict=*/true);
   m.check_unknown("zero_optimization", deepspeed_zero_keys(), /*strict=*/true);
   return Ok{};

@@ -29,7 +29,92 @@ Result<std::string> read_spellings(Mapper& m, std::initializer_list<std::string_
   return used;
 }
 
+// LoRA in a flat config: a section (`LoRA:`, `lora:`, `peft:`) with r/rank/lora_r and alpha, or
+// top-level lora_r / lora_rank; `enabled: false` or `use_lora: false` turns it off.
+Status read_lora_section(Mapper& m) {
+  TrainingConfig& c = m.config();
+  std::string section;
+  for (const auto& e : m.root().entries) {
+    const std::string k = to_lower(e.key.value);
+    if ((k == "lora" || k == "peft" || k == "lora_config" || k == "peft_config") && e.value.is_map())
+      section = e.key.value;
+  }
+  const std::string p = section.empty() ? "" : section + ".";
+  std::string which;
+  const YamlNode* r = m.first_of({p + "r", p + "rank", p + "lora_r", p + "lora_rank", "lora_r", "lora_rank"}, &which);
+  if (section.empty() && r == nullptr) return Ok{};
+  for (const std::string& k : std::vector<std::string>{p + "enabled", p + "enable", "use_lora", "use_peft"}) {
+    MEMPLAN_TRY(auto on, m.boolean(k));
+    if (on && !*on) return Ok{};
+  }
+  if (section.empty() && r == nullptr) return Ok{};
+  c.lora.enabled = true;
+  const YamlNode* at = r != nullptr ? r : m.node(section);
+  m.from_file("use_peft", *at, section.empty() ? which : section);
+  if (r != nullptr) MEMPLAN_IO_CHECK(m.read(which, "lora_r", c.lora.r));
+  const YamlNode* a = m.first_of({p + "alpha", p + "lora_alpha", "lora_alpha"}, &which);
+  if (a != nullptr) MEMPLAN_IO_CHECK(m.read(which, "lora_alpha", c.lora.alpha));
+  const YamlNode* d = m.first_of({p + "dropout", p + "lora_dropout", "lora_dropout"}, &which);
+  if (d != nullptr) MEMPLAN_IO_CHECK(m.read(which, "lora_dropout", c.lora.dropout));
+  const YamlNode* t = m.first_of({p + "target_modules", p + "targets", "lora_target_modules"}, &which);
+  if (t != nullptr) {
+    MEMPLAN_TRY(auto targets, m.list(which));
+    if (targets) set_lora_targets(c, *targets);
+    m.from_file("lora_target_modules", *t, which);
+  }
+  return Ok{};
+}
+
 }  // namespace
+
+Status read_custom_model(Mapper& m, std::string_view section) {
+  const YamlNode* sec = m.node(section);
+  if (sec == nullptr || !sec->is_map()) return Ok{};
+  CustomModel cm;
+  const std::string p = std::string(section) + ".";
+  auto get = [&](std::initializer_list<const char*> keys, std::optional<std::int64_t>& field) -> Status {
+    for (const char* k : keys) {
+      if (m.node(p + k) == nullptr) continue;
+      MEMPLAN_TRY(auto v, m.integer(p + k));
+      field = v;
+      return Ok{};
+    }
+    return Ok{};
+  };
+  MEMPLAN_IO_CHECK(get({"n_layers", "num_layers", "num_hidden_layers", "n_layer", "depth"}, cm.num_layers));
+  MEMPLAN_IO_CHECK(get({"d_model", "hidden_size", "n_embd", "dim", "hidden_dim", "embed_dim"}, cm.hidden_size));
+  if (!cm.num_layers || !cm.hidden_size) return Ok{};
+  MEMPLAN_IO_CHECK(get({"n_heads", "num_attention_heads", "n_head", "num_heads"}, cm.num_heads));
+  MEMPLAN_IO_CHECK(get({"n_kv_heads", "num_key_value_heads", "n_kv_head", "num_kv_heads", "kv_n_heads"},
+                       cm.num_kv_heads));
+  MEMPLAN_IO_CHECK(get({"d_ffn", "intermediate_size", "ffn_dim", "d_ff", "ffn_hidden_size", "n_inner", "mlp_dim"},
+                       cm.intermediate_size));
+  MEMPLAN_IO_CHECK(get({"vocab_size", "n_vocab", "padded_vocab_size"}, cm.vocab_size));
+  MEMPLAN_IO_CHECK(get({"head_dim"}, cm.head_dim));
+  MEMPLAN_IO_CHECK(get({"max_seq_len", "max_position_embeddings", "n_positions", "block_size", "context_length"},
+                       cm.max_position_embeddings));
+  for (const char* k : {"expansion_ratio", "mlp_ratio"}) {
+    MEMPLAN_TRY(auto r, m.number(p + k));
+    if (r) {
+      cm.expansion_ratio = *r;
+      break;
+    }
+  }
+  for (const char* k : {"tie_word_embeddings", "tie_embeddings", "weight_tying"}) {
+    MEMPLAN_TRY(auto t, m.boolean(p + k));
+    if (t) {
+      cm.tie_word_embeddings = *t;
+      break;
+    }
+  }
+  MEMPLAN_TRY(auto name, m.text(p + "name"));
+  if (name && to_lower(*name).find("mpt") != std::string::npos) cm.family = "mpt";
+  cm.name = fmt::format("custom model ({})", m.where_text(*sec));
+  // Not built here: --hidden-size and friends may still override parts of it.
+  m.out().inputs.custom_model = cm;
+  m.from_file("model", *sec, std::string(section));
+  return Ok{};
+}
 
 Status map_flat(Mapper& m) {
   TrainingConfig& c = m.config();
@@ -40,11 +125,15 @@ Status map_flat(Mapper& m) {
   m.first_of({"model_name_or_path", "model_name", "base_model", "pretrained_model_name_or_path"}, &model_key);
   if (model != nullptr && model->is_scalar()) model_key = "model";
   if (!model_key.empty()) MEMPLAN_IO_CHECK(m.read_model(model_key));
-  if (m.out().inputs.model_name.empty() && model != nullptr && model->is_map())
-    m.out().inputs.model_hint = fmt::format(
-        "{}: the model is described by the project's own keys (model: {{...}}), not a Hugging Face id; give --model "
-        "ID|PATH for an equivalent architecture or --model-params N",
-        m.where_text(*model));
+  if (m.out().inputs.model_name.empty() && model != nullptr && model->is_map()) {
+    MEMPLAN_IO_CHECK(read_custom_model(m, "model"));
+    if (!m.out().inputs.custom_model)
+      m.out().inputs.model_hint = fmt::format(
+          "{}: the model is described by the project's own keys (model: {{...}}), not a Hugging Face id, and memplan "
+          "did not find its shape there (n_layers, d_model, n_heads); give --model ID|PATH for an equivalent "
+          "architecture, --model-params N, or --hidden-size --num-hidden-layers --num-attention-heads",
+          m.where_text(*model));
+  }
 
   MEMPLAN_TRY(std::string batch_key,
               read_spellings(m, {"micro_batch_size", "batch_size", "per_device_train_batch_size", "train_batch_size"},
@@ -105,6 +194,8 @@ Status map_flat(Mapper& m) {
       MEMPLAN_IO_CHECK(m.read(k, "num_gpus", c.parallel.num_gpus));
       break;
     }
+
+  MEMPLAN_IO_CHECK(read_lora_section(m));
 
   // The keys are the project's own: only near-misses of the keys above are reported.
   m.check_unknown("", {}, /*strict=*/false);

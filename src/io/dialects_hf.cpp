@@ -1,6 +1,8 @@
 // Hugging Face TrainingArguments / TRL configs as YAML (`trl sft --config train.yaml`): one flat
 // mapping holding TrainingArguments, the trainer's config (SFTConfig, DPOConfig, GRPOConfig) and
 // TRL's ModelConfig. Defaults are TRL >= 0.22's where they differ from transformers'.
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
@@ -20,14 +22,56 @@ constexpr std::string_view kDpoKeys[] = {"precompute_ref_log_probs", "reference_
                                          "force_use_ref_model", "f_divergence_type", "use_weighting", "ld_alpha",
                                          "label_smoothing", "beta", "max_prompt_length"};
 
+// Keys only the CPO trainer has (SimPO is CPO with loss_type simpo): no reference model.
+constexpr std::string_view kCpoKeys[] = {"cpo_alpha", "simpo_gamma"};
+// Keys only the KTO trainer has: a reference model, like DPO.
+constexpr std::string_view kKtoKeys[] = {"desirable_weight", "undesirable_weight"};
+
+// Sets DPO-family `name` (orpo, cpo, simpo, kto, ipo, dpo) with the reference model it needs
+// (TRL: ORPOTrainer and CPOTrainer have none; KTOTrainer and DPOTrainer keep one).
+void set_preference(Mapper& m, const std::string& name, std::string why) {
+  TrainingConfig& c = m.config();
+  c.method = Method::kDpo;
+  const bool reference_free = name == "orpo" || name == "cpo" || name == "simpo";
+  if (reference_free) c.dpo.ref_model = RefModel::kNone;
+  std::string label = name;
+  for (auto& ch : label) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  m.derived("method", fmt::format("{} ({}): {}", label,
+                                  reference_free ? "no reference model" : "policy + reference model, as DPO",
+                                  std::move(why)));
+  if (reference_free) m.derived("ref_model", fmt::format("none: {} has no reference model", label));
+}
+
 Status read_method(Mapper& m) {
   TrainingConfig& c = m.config();
+  const std::string from_path = m.out().files.empty() ? std::string() : method_from_path(m.out().files[0].path);
   for (auto k : kGrpoKeys) {
+    if (k == "max_completion_length" && !from_path.empty() && from_path != "grpo") continue;  // ORPO/CPO have it too
     if (const YamlNode* n = m.node(k)) {
       c.method = Method::kGrpo;
       m.derived("method", fmt::format("GRPOConfig key {} at {}", k, m.where_text(*n)));
       return Ok{};
     }
+  }
+  MEMPLAN_TRY(auto loss, m.text("loss_type"));
+  const std::string loss_type = to_lower(loss.value_or(""));
+  for (auto k : kCpoKeys)
+    if (const YamlNode* n = m.node(k)) {
+      set_preference(m, loss_type == "simpo" ? "simpo" : "cpo", fmt::format("CPOConfig key {} at {}", k, m.where_text(*n)));
+      return Ok{};
+    }
+  for (auto k : kKtoKeys)
+    if (const YamlNode* n = m.node(k)) {
+      set_preference(m, "kto", fmt::format("KTOConfig key {} at {}", k, m.where_text(*n)));
+      return Ok{};
+    }
+  if (loss_type == "simpo") {
+    set_preference(m, "simpo", fmt::format("loss_type simpo at {}", m.where_text(*m.node("loss_type"))));
+    return Ok{};
+  }
+  if (from_path == "orpo" || from_path == "simpo" || from_path == "cpo" || from_path == "kto" || from_path == "ipo") {
+    set_preference(m, from_path, fmt::format("the recipe's path {} names the trainer", m.out().files[0].path));
+    return Ok{};
   }
   for (auto k : kDpoKeys) {
     if (const YamlNode* n = m.node(k)) {
@@ -138,6 +182,54 @@ Status read_fsdp(Mapper& m) {
 }
 
 }  // namespace
+
+// The preference method a recipe's path names (alignment-handbook recipes/<model>/orpo/...,
+// open-r1 recipes/<model>/grpo/...): the trainer is chosen by the script it is passed to, which
+// the YAML does not say.
+std::string method_from_path(const std::string& path) {
+  std::string token;
+  std::vector<std::string> tokens;
+  for (char ch : path + "/") {
+    if (ch == '/' || ch == '\\' || ch == '-' || ch == '_' || ch == '.') {
+      if (!token.empty()) tokens.push_back(to_lower(token));
+      token.clear();
+    } else {
+      token += ch;
+    }
+  }
+  for (auto it = tokens.rbegin(); it != tokens.rend(); ++it)
+    for (const char* m : {"orpo", "simpo", "cpo", "kto", "ipo", "dpo", "grpo", "sft"})
+      if (*it == m) return m;
+  return {};
+}
+
+Status warn_unmodelled_hf(Mapper& m) {
+  // transformers' use_liger_kernel (TRL's older use_liger) patches the model with Liger's fused
+  // linear cross-entropy, RMSNorm, SwiGLU and RoPE: modelled for SFT. TRL's DPO/GRPO trainers use
+  // Liger's own preference/GRPO losses instead, which are not.
+  const Method method = m.config().method;
+  for (const char* k : {"use_liger_kernel", "use_liger", "use_liger_loss"}) {
+    MEMPLAN_TRY(auto on, m.boolean(k));
+    if (!on.value_or(false)) continue;
+    if (method == Method::kSft && std::string_view(k) != "use_liger_loss") {
+      m.set_loss_kernel(*m.node(k), k, LossKernel::kLiger, /*liger_kernels=*/true);
+      continue;
+    }
+    m.warn_at(*m.node(k), fmt::format("{}: TRL's Liger {} loss is not modelled; the loss is estimated as eager "
+                                      "(the full logits), so the estimate is too high by about the logits",
+                                      k, to_string(method)));
+  }
+  MEMPLAN_TRY(auto offload, m.boolean("activation_offloading"));
+  if (offload.value_or(false))
+    m.warn_at(*m.node("activation_offloading"),
+              "activation_offloading is not modelled: memplan keeps activations on the GPU (an overestimate)");
+  MEMPLAN_TRY(auto optim_target, m.list("optim_target_modules"));
+  if (optim_target)
+    m.warn_at(*m.node("optim_target_modules"),
+              "optim_target_modules (GaLore/APOLLO projection) is not modelled: optimizer states are estimated for "
+              "the full matrices (an overestimate)");
+  return Ok{};
+}
 
 Status read_vllm(Mapper& m, std::string_view use_vllm_key, std::string_view mode_key) {
   TrainingConfig& c = m.config();
@@ -252,6 +344,7 @@ Status map_hf_trl(Mapper& m) {
   MEMPLAN_IO_CHECK(read_fsdp(m));
   m.set_deepspeed_ref(m.node("deepspeed"));
 
+  MEMPLAN_IO_CHECK(warn_unmodelled_hf(m));
   m.check_unknown("", hf_known_keys(), /*strict=*/true);
   return Ok{};
 }

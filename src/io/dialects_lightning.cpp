@@ -49,7 +49,62 @@ Status read_devices(Mapper& m, const std::string& key) {
   return Ok{};
 }
 
+// LightningCLI writes a strategy object as {class_path: ..., init_args: {...}} (jsonargparse).
+Status read_strategy_object(Mapper& m, const std::string& key) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_TRY(auto cls, m.text(key + ".class_path"));
+  const YamlNode& n = *m.node(key);
+  if (!cls) {
+    m.warn_at(n, fmt::format("{} is a mapping without class_path; memplan estimates plain data parallelism", key));
+    return Ok{};
+  }
+  const std::string v = to_lower(*cls);
+  const YamlNode& at = *m.node(key + ".class_path");
+  const std::string args = key + ".init_args.";
+  if (v.find("fsdpstrategy") != std::string::npos) {
+    MEMPLAN_TRY(auto ss, m.text(args + "sharding_strategy"));
+    const std::string st = to_lower(ss.value_or("FULL_SHARD"));
+    if (st == "no_shard") {
+      c.parallel.sharding = ShardingStrategy::kNone;
+    } else {
+      auto parsed = parse_fsdp(st);
+      if (!parsed) return m.error_at(*m.node(args + "sharding_strategy"), parsed.error().code, parsed.error().message,
+                                     parsed.error().suggestion);
+      c.parallel.sharding = *parsed;
+    }
+    MEMPLAN_TRY(auto offload, m.boolean(args + "cpu_offload"));
+    if (offload.value_or(false)) {
+      c.parallel.offload_params = c.parallel.offload_optimizer = true;
+      m.from_file("offload_params", *m.node(args + "cpu_offload"), args + "cpu_offload");
+    }
+    if (const YamlNode* ac = m.node(args + "activation_checkpointing_policy"); ac != nullptr && !ac->is_null()) {
+      c.gradient_checkpointing = true;
+      m.from_file("gradient_checkpointing", *ac, args + "activation_checkpointing_policy");
+    }
+  } else if (v.find("deepspeedstrategy") != std::string::npos) {
+    MEMPLAN_TRY(auto stage, m.integer(args + "stage", 0));
+    const std::int64_t st = stage.value_or(2);  // DeepSpeedStrategy(stage=2)
+    constexpr ShardingStrategy kStages[] = {ShardingStrategy::kNone, ShardingStrategy::kZero1,
+                                            ShardingStrategy::kZero2, ShardingStrategy::kZero3};
+    if (st > 3) return m.error_at(*m.node(args + "stage"), ErrorCode::kInvalidConfig,
+                                  fmt::format("stage = {} must be 0, 1, 2 or 3", st));
+    c.parallel.sharding = kStages[st];
+    MEMPLAN_TRY(auto oo, m.boolean(args + "offload_optimizer"));
+    MEMPLAN_TRY(auto op, m.boolean(args + "offload_parameters"));
+    if (oo.value_or(false)) c.parallel.offload_optimizer = true, m.from_file("offload_optimizer", at, key);
+    if (op.value_or(false)) c.parallel.offload_params = true, m.from_file("offload_params", at, key);
+  } else if (v.find("ddpstrategy") != std::string::npos || v.find("singledevicestrategy") != std::string::npos) {
+    return Ok{};
+  } else {
+    m.warn_at(at, fmt::format("strategy {} is not modelled; memplan estimates plain data parallelism", *cls));
+    return Ok{};
+  }
+  m.from_file("sharding", at, key + ".class_path");
+  return Ok{};
+}
+
 Status read_strategy(Mapper& m, const std::string& key) {
+  if (const YamlNode* obj = m.node(key); obj != nullptr && obj->is_map()) return read_strategy_object(m, key);
   MEMPLAN_TRY(auto s, m.text(key));
   if (!s) return Ok{};
   const YamlNode& n = *m.node(key);

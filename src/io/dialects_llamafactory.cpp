@@ -11,6 +11,11 @@ namespace memplan::io {
 
 Status map_llamafactory(Mapper& m) {
   TrainingConfig& c = m.config();
+  // LLaMA-Factory v1 (examples/v1): model:, micro_batch_size, peft_config:, dist_config:.
+  const YamlNode* v1_model = m.node("model");
+  const bool v1 = (v1_model != nullptr && v1_model->is_scalar()) || m.node("peft_config") != nullptr ||
+                  m.node("dist_config") != nullptr || m.node("model_class") != nullptr;
+  if (v1) return map_llamafactory_v1(m);
   MEMPLAN_IO_CHECK(m.read_model("model_name_or_path"));
 
   MEMPLAN_TRY(auto stage, m.text("stage"));
@@ -18,10 +23,11 @@ Status map_llamafactory(Mapper& m) {
     const YamlNode& n = *m.node("stage");
     const std::string s = to_lower(*stage);
     if (s == "sft" || s == "pt") c.method = Method::kSft;
-    else if (s == "dpo") c.method = Method::kDpo;
+    // KTO keeps a reference model and runs each completion with a mismatched KL completion: DPO's shape.
+    else if (s == "dpo" || s == "kto") c.method = Method::kDpo;
     else
       return m.error_at(n, ErrorCode::kUnsupported, fmt::format("stage: {} is not modelled", *stage),
-                        "memplan models stage: pt, sft and dpo");
+                        "memplan models stage: pt, sft, dpo and kto");
     m.from_file("method", n, "stage");
   } else {
     m.from_default("method", "LLaMA-Factory stage = sft");
@@ -159,12 +165,121 @@ Status map_llamafactory(Mapper& m) {
     }
   }
   MEMPLAN_TRY(auto liger, m.boolean("enable_liger_kernel"));
-  if (liger.value_or(false))
-    m.warn_at(*m.node("enable_liger_kernel"),
-              "Liger kernels (fused loss without materialized logits) are not modelled; the estimate is high");
+  if (liger.value_or(false)) {
+    if (c.method == Method::kSft)
+      m.set_loss_kernel(*m.node("enable_liger_kernel"), "enable_liger_kernel", LossKernel::kLiger, true);
+    else
+      m.warn_at(*m.node("enable_liger_kernel"),
+                "enable_liger_kernel: Liger's fused cross-entropy is not used for preference stages (they need the "
+                "logits); its RMSNorm/SwiGLU/RoPE kernels are not modelled there: a small overestimate");
+  }
+  for (const auto& [key, what] : {std::pair<const char*, const char*>{"use_galore", "GaLore"},
+                                   {"use_apollo", "APOLLO"}, {"use_badam", "BAdam"}, {"use_adam_mini", "Adam-mini"},
+                                   {"use_muon", "Muon"}, {"use_llama_pro", "LLaMA Pro"}}) {
+    MEMPLAN_TRY(auto on, m.boolean(key));
+    if (on.value_or(false))
+      m.warn_at(*m.node(key), fmt::format("{}: {} changes the optimizer states (or which layers train) and is not "
+                                          "modelled; memplan estimates {} over every trained parameter",
+                                          key, what, to_string(c.optim.kind)));
+  }
+  MEMPLAN_IO_CHECK(warn_unmodelled_hf(m));
   m.set_deepspeed_ref(m.node("deepspeed"));
 
   m.check_unknown("", llamafactory_known_keys(), /*strict=*/true);
+  return Ok{};
+}
+
+Status map_llamafactory_v1(Mapper& m) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_IO_CHECK(m.read_model(m.node("model") != nullptr ? "model" : "model_name_or_path"));
+  // v1 picks the trainer from the dataset (a preference dataset means DPO); the file says it
+  // through pref_loss or, in the shipped examples, its name (train_lora_dpo.yaml).
+  MEMPLAN_TRY(auto pref, m.text("pref_loss"));
+  const std::string from_path = m.out().files.empty() ? std::string() : method_from_path(m.out().files[0].path);
+  if (pref) {
+    c.method = Method::kDpo;
+    const std::string l = to_lower(*pref);
+    if (l == "orpo" || l == "simpo") c.dpo.ref_model = RefModel::kNone;
+    m.from_file("method", *m.node("pref_loss"), "pref_loss");
+  } else if (from_path == "dpo" || from_path == "orpo" || from_path == "simpo") {
+    c.method = Method::kDpo;
+    if (from_path != "dpo") c.dpo.ref_model = RefModel::kNone;
+    m.derived("method", fmt::format("{}: the file's name {} (v1 takes the trainer from the dataset)", from_path,
+                                    m.out().files[0].path));
+  } else {
+    m.from_default("method", "LLaMA-Factory v1 SFT trainer (the dataset decides; say --method dpo for preferences)");
+  }
+  // v1 TrainingArguments: bf16 = True and enable_activation_checkpointing = True by default.
+  MEMPLAN_TRY(auto bf16, m.boolean("bf16"));
+  if (bf16.value_or(true)) {
+    c.torch_dtype = DType::kBFloat16;
+    c.autocast = DType::kBFloat16;
+  }
+  if (bf16) {
+    m.from_file("torch_dtype", *m.node("bf16"), "bf16");
+    m.from_file("autocast", *m.node("bf16"), "bf16");
+  } else {
+    m.from_default("torch_dtype", "LLaMA-Factory v1 bf16 = true");
+    m.from_default("autocast", "LLaMA-Factory v1 bf16 = true");
+  }
+  MEMPLAN_TRY(bool gc, m.read("enable_activation_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
+  if (!gc) {
+    c.gradient_checkpointing = true;
+    m.from_default("gradient_checkpointing", "LLaMA-Factory v1 enable_activation_checkpointing = true");
+  }
+  MEMPLAN_TRY(auto cp, m.integer("cp_size"));
+  if (cp.value_or(1) > 1)
+    m.warn_at(*m.node("cp_size"), fmt::format("cp_size = {} (context parallelism) is not modelled: memplan estimates "
+                                              "whole sequences per GPU",
+                                              *cp));
+  MEMPLAN_IO_CHECK(m.read_or("micro_batch_size", "batch", c.micro_batch, 1, "LLaMA-Factory v1 micro_batch_size = 1"));
+  m.site(Knob::kBatch, "micro_batch_size");
+  MEMPLAN_IO_CHECK(m.read_or("cutoff_len", "seq_len", c.seq_len, 2048, "LLaMA-Factory cutoff_len = 2048"));
+  m.site(Knob::kSeqLen, "cutoff_len", "micro_batch_size");
+  MEMPLAN_TRY(auto peft, m.text("peft_config.name"));
+  if (peft) {
+    const std::string p = to_lower(*peft);
+    const YamlNode& n = *m.node("peft_config.name");
+    if (p != "lora") return m.error_at(n, ErrorCode::kUnsupported, fmt::format("peft_config.name: {} is not modelled", *peft),
+                                       "memplan models lora and full fine-tuning");
+    c.lora.enabled = true;
+    m.from_file("use_peft", n, "peft_config.name");
+    MEMPLAN_IO_CHECK(m.read("peft_config.r", "lora_r", c.lora.r));
+    MEMPLAN_IO_CHECK(m.read("peft_config.lora_alpha", "lora_alpha", c.lora.alpha));
+    MEMPLAN_IO_CHECK(m.read("peft_config.lora_dropout", "lora_dropout", c.lora.dropout));
+    MEMPLAN_TRY(auto targets, m.list("peft_config.target_modules"));
+    if (targets) {
+      set_lora_targets(c, *targets);
+      m.from_file("lora_target_modules", *m.node("peft_config.target_modules"), "peft_config.target_modules");
+    }
+  } else {
+    m.from_default("use_peft", "no peft_config: full fine-tuning");
+  }
+  MEMPLAN_TRY(auto dist, m.text("dist_config.name"));
+  if (dist) {
+    const std::string d = to_lower(*dist);
+    const YamlNode& n = *m.node("dist_config.name");
+    if (d == "fsdp2" || d == "fsdp") {
+      c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+      m.from_file("sharding", n, "dist_config.name");
+    } else if (d == "deepspeed") {
+      m.set_deepspeed_ref(m.node("dist_config.config_file"));
+    } else if (d != "ddp") {
+      m.warn_at(n, fmt::format("dist_config.name {} is not modelled; memplan estimates plain data parallelism", *dist));
+    }
+  }
+  MEMPLAN_IO_CHECK(warn_unmodelled_hf(m));
+  // src/llamafactory/v1/config/{model,data,training,sample}_args.py
+  static const std::vector<std::string> v1_keys = {
+      "batching_strategy", "batching_workers", "bf16", "cp_mode", "cp_size", "custom_chat_template", "cutoff_len",
+      "dist_config", "dist_timeout", "dp_size", "dpo_label_smoothing", "enable_activation_checkpointing",
+      "eval_dataset", "flash_attn", "full_determinism", "global_batch_size", "init_config", "kernel_config",
+      "ld_alpha", "learning_rate", "logging_steps", "lr_scheduler_config", "max_grad_norm", "max_new_tokens",
+      "max_steps", "micro_batch_size", "model", "model_class", "mp_replicate_size", "mp_shard_size",
+      "num_train_epochs", "optim_config", "output_dir", "peft_config", "pref_beta", "pref_ftx", "pref_loss",
+      "quant_config", "resume_from_checkpoint", "sample_backend", "save_ckpt_as_hf", "save_epochs", "save_steps",
+      "save_total_limit", "seed", "simpo_gamma", "train_dataset", "trust_remote_code"};
+  m.check_unknown("", v1_keys, /*strict=*/true);
   return Ok{};
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/config_loader.hpp"
+#include "io/numbers.hpp"
 #include "io/yaml_edit.hpp"
 #include "memplan/training.hpp"
 
@@ -71,6 +72,9 @@ class Mapper {
   Error error_at(const YamlNode& n, ErrorCode code, std::string message, std::string suggestion = {}) const;
   void warn_at(const YamlNode& n, std::string message, std::string suggestion = {});
   void warn_file(std::size_t file, std::string message);
+  // A key turns on a loss kernel the engine models (docs/formulas.md#fused-cross-entropy): sets
+  // the kernel (and Liger's RMSNorm/SwiGLU/RoPE when `liger_kernels`) with the key as origin.
+  void set_loss_kernel(const YamlNode& n, std::string_view key, LossKernel kernel, bool liger_kernels);
   // Two keys that say different things; the first one wins.
   void contradiction(const YamlNode& used, std::string_view used_key, const YamlNode& ignored,
                      std::string_view ignored_key);
@@ -88,6 +92,11 @@ class Mapper {
   // Unknown keys in the mapping at `ns` ("" is the top level). Strict: every key outside
   // `known` and the keys read is reported; otherwise only near-misses of keys read.
   void check_unknown(std::string_view ns, const std::vector<std::string>& known, bool strict);
+
+  // The number a scalar holds as the trainer reads it (io/numbers.hpp: PyYAML's YAML 1.1 for YAML
+  // files, JSON's grammar for .json files; quoted values as Python's int()/float()). Warns, at
+  // the value's line, when YAML 1.2 would read the text differently.
+  ScalarNumber scalar_number(const YamlNode& n);
 
  private:
   std::string file_of(const YamlNode& n) const;
@@ -107,8 +116,14 @@ Status read_training_arguments_batch(Mapper& m);
 // TRL's use_vllm and vllm_mode (colocate or server) at these keys (axolotl nests them under trl.).
 Status read_vllm(Mapper& m, std::string_view use_vllm_key, std::string_view mode_key);
 Status map_hf_trl(Mapper& m);
+// Warnings for the TrainingArguments/TRL keys that change memory but are not modelled
+// (use_liger_kernel, activation_offloading, optim_target_modules). LLaMA-Factory shares them.
+Status warn_unmodelled_hf(Mapper& m);
+// The training method a config's path names ("recipes/x/orpo/config.yaml" -> "orpo"), or "".
+std::string method_from_path(const std::string& path);
 Status map_axolotl(Mapper& m);
 Status map_llamafactory(Mapper& m);
+Status map_llamafactory_v1(Mapper& m);  // the newer layout (model:, peft_config:, dist_config:)
 Status map_torchtune(Mapper& m);
 Status map_lightning(Mapper& m);
 Status map_flat(Mapper& m);
@@ -116,6 +131,17 @@ Status map_flat(Mapper& m);
 // whose values it must agree with.
 Status map_deepspeed(Mapper& m, bool primary);
 Status map_key_map(Mapper& m, const std::vector<KeyMapEntry>& entries);
+// accelerate launcher configs (dialects_accelerate.cpp): alone (`primary`) or next to a trainer config.
+Status map_accelerate(Mapper& m, bool primary);
+Status map_litgpt(Mapper& m);
+Status map_automodel(Mapper& m);
+Status map_llm_foundry(Mapper& m);
+// OmegaConf `${a.b}` interpolation in a merged tree (dialects_interpolation.cpp), resolved as
+// OmegaConf resolves it; `${oc.env:X,default}` takes the default and is a warning.
+Status resolve_interpolations(YamlNode& root, LoadedConfig& out);
+// A custom architecture written in a config (`model: {n_layers, d_model, n_heads, ...}`) with its
+// key map: fills out.inputs.model and the assumptions made for what is not written.
+Status read_custom_model(Mapper& m, std::string_view section);
 
 // Known keys per dialect (dialects_keys.cpp).
 const std::vector<std::string>& hf_known_keys();

@@ -209,6 +209,15 @@ Status map_torchtune(Mapper& m) {
     m.from_file("ref_model", *m.node("loss._component_"), "loss._component_");
   } else {
     m.from_default("method", "the loss is not a preference loss: SFT");
+    // torchtune's LinearCrossEntropyLoss (older: CEWithChunkedOutputLoss) computes the output
+    // projection and the loss chunk by chunk, never holding the whole logits.
+    if (loss && loss->find("LinearCrossEntropyLoss") != std::string::npos)
+      m.set_loss_kernel(*m.node("loss._component_"), "loss._component_", LossKernel::kChunked, false);
+    else if (loss && loss->find("ChunkedOutputLoss") != std::string::npos)
+      m.warn_at(*m.node("loss._component_"),
+                fmt::format("{} is not modelled: it never holds the full logits, so the estimate is too high by about "
+                            "the fp32 logits (batch x seq_len x vocab x 4 bytes)",
+                            *loss));
   }
 
   MEMPLAN_IO_CHECK(m.read_or("batch_size", "batch", c.micro_batch, 1, "no batch_size: 1"));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <utility>
 #include <set>
 
 #include <fmt/format.h>
@@ -19,7 +20,8 @@ constexpr std::string_view kProfilesPath = "gpus.yaml";  // relative to configs/
 
 const std::vector<std::string>& known_keys() {
   static const std::vector<std::string> k = {"name",   "display_name", "aliases", "vendor",
-                                             "memory", "bf16",         "unified", "system_reserve"};
+                                             "memory", "bf16",         "unified", "system_reserve",
+                                             "usable"};
   return k;
 }
 
@@ -161,6 +163,13 @@ Result<GpuProfile> parse_entry(const YAML::Node& entry, std::size_t index, const
                             format_human(g.system_reserve), format_human(g.memory)));
   } else if (g.unified) {
     g.system_reserve = default_system_reserve(g.memory);
+  }
+  if (const YAML::Node usable = entry["usable"]) {
+    MEMPLAN_TRY(g.usable, size(usable, "usable", who, origin));
+    if (g.usable > g.memory || g.usable < Bytes::gib(1))
+      return at(usable, origin, ErrorCode::kInvalidConfig,
+                fmt::format("usable memory of {} ({}) must be at most its memory ({})", who, format_human(g.usable),
+                            format_human(g.memory)));
   }
   return g;
 }
@@ -307,17 +316,36 @@ Result<GpuProfile> find_gpu(const std::vector<GpuProfile>& profiles, const std::
                       fmt::format("GPU name '{}' is shared by {}", name, fmt::join(names, " and ")),
                       "give one of those names, or --gpu-memory SIZE");
   }
-  // Suggest the canonical name of the profile whose name, display name or alias is nearest.
+  // Suggest the canonical name of the profile whose name, display name or alias is nearest,
+  // among spellings whose numbers do not contradict the name's: "rtx-3060" is not a misspelt
+  // "rtx-3090" (12 GB vs 24 GB), nor "a100-90gb" an "a100-80gb". A suggestion must never hand
+  // the user a GPU with a different memory size.
+  const auto numbers = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s + " ") {
+      if (c >= '0' && c <= '9') cur += c;
+      else if (!cur.empty()) out.push_back(std::exchange(cur, std::string()));
+    }
+    return out;
+  };
+  const std::vector<std::string> asked = numbers(name);
+  const auto compatible = [&](const std::string& spelling) {
+    const std::vector<std::string> have = numbers(spelling);
+    if (have.size() != asked.size()) return true;
+    for (std::size_t i = 0; i < have.size(); ++i)
+      if (have[i].size() == asked[i].size() && have[i] != asked[i]) return false;
+    return true;
+  };
   std::vector<std::string> spellings;
   std::map<std::string, std::string> canonical;
   for (const auto& g : profiles) {
-    for (const std::string& s : std::vector<std::string>{g.name, g.display_name}) {
+    std::vector<std::string> all{g.name, g.display_name};
+    all.insert(all.end(), g.aliases.begin(), g.aliases.end());
+    for (const std::string& s : all) {
+      if (!compatible(s)) continue;
       spellings.push_back(s);
       canonical.emplace(s, g.name);
-    }
-    for (const auto& a : g.aliases) {
-      spellings.push_back(a);
-      canonical.emplace(a, g.name);
     }
   }
   const auto near = name.empty() ? std::nullopt : closest_match(name, spellings);
@@ -393,7 +421,7 @@ std::optional<std::string> bf16_warning(const GpuProfile& gpu, bool uses_bf16) {
 
 Budget profile_budget(const GpuProfile& gpu, Bytes safety_margin) {
   Budget b;
-  b.capacity = gpu.memory;
+  b.capacity = gpu.capacity();
   b.safety_margin = safety_margin;
   b.headroom = gpu.unified ? gpu.system_reserve : Bytes::zero();
   return b;

@@ -1,5 +1,8 @@
 #include "io/inputs.hpp"
 
+#include <cmath>
+#include <cstdint>
+
 #include <fmt/format.h>
 
 namespace memplan::io {
@@ -13,6 +16,73 @@ std::string Origin::to_string() const {
     case OriginKind::kDerived: return fmt::format("derived ({})", note);
   }
   return "?";
+}
+
+namespace {
+
+struct RangeCheck {
+  const char* input;  // the origins key
+  double value;       // compared in double: every bound is exact in it
+  bool integer;       // then `exact` holds the value (an int64 near 2^63 is not exact as a double)
+  double lo, hi;
+  bool lo_open, hi_open;  // the bound itself is outside the range
+  const char* range;      // as the message says it
+  std::int64_t exact = 0;
+};
+
+}  // namespace
+
+Status check_inputs(const ResolvedInputs& in) {
+  const TrainingConfig& c = in.config;
+  const double inf = HUGE_VAL;
+  auto d = [](auto v) { return static_cast<double>(v); };
+  auto i = [](auto v) { return static_cast<std::int64_t>(v); };
+  // The integer bounds are validate()'s (core/training.cpp): far inside int64 for every product.
+  const RangeCheck checks[] = {
+      {"batch", d(c.micro_batch), true, 1, 1 << 20, false, false, "1 to 1048576", i(c.micro_batch)},
+      {"seq_len", d(c.seq_len), true, 1, 1 << 24, false, false, "1 to 16777216", i(c.seq_len)},
+      {"grad_accum", d(c.grad_accum), true, 1, 1 << 24, false, false, "1 to 16777216", i(c.grad_accum)},
+      {"lora_r", d(c.lora.r), true, 1, 65536, false, false, "1 to 65536", i(c.lora.r)},
+      {"lora_alpha", c.lora.alpha, false, 0, inf, true, true, "> 0"},
+      {"lora_dropout", c.lora.dropout, false, 0, 1, false, true, "0 <= p < 1"},
+      {"num_gpus", d(c.parallel.num_gpus), true, 1, 1024, false, false, "1 to 1024", i(c.parallel.num_gpus)},
+      {"nodes", d(c.parallel.nodes), true, 1, 65536, false, false, "1 to 65536", i(c.parallel.nodes)},
+      {"num_generations", d(c.grpo.num_generations), true, 1, 1 << 20, false, false, "1 to 1048576",
+       i(c.grpo.num_generations)},
+      {"max_prompt_length", d(c.grpo.max_prompt_length), true, 1, 1 << 24, false, false, "1 to 16777216",
+       i(c.grpo.max_prompt_length)},
+      {"max_completion_length", d(c.grpo.max_completion_length), true, 1, 1 << 24, false, false, "1 to 16777216",
+       i(c.grpo.max_completion_length)},
+      {"beta", c.grpo.beta, false, 0, inf, false, true, ">= 0"},
+      {"temperature", c.grpo.temperature, false, 0, inf, true, true, "> 0"},
+      {"vllm_gpu_memory_utilization", c.grpo.vllm_gpu_memory_utilization, false, 0, 1, true, true, "0 < x < 1"},
+  };
+  for (const auto& k : checks) {
+    // Written so that NaN fails: every comparison with it is false.
+    const bool above_lo = k.lo_open ? k.value > k.lo : k.value >= k.lo;
+    const bool below_hi = k.hi_open ? k.value < k.hi : k.value <= k.hi;
+    if (above_lo && below_hi && std::isfinite(k.value)) continue;
+    const auto it = in.origins.find(k.input);
+    const Origin o = it != in.origins.end() ? it->second : Origin{};
+    std::string name = k.input;
+    std::string from;
+    if ((o.kind == OriginKind::kFlag || o.kind == OriginKind::kFile) && !o.note.empty()) name = o.note;
+    if (o.kind == OriginKind::kDefault || o.kind == OriginKind::kDerived || o.kind == OriginKind::kDetected)
+      from = " (" + o.to_string() + ")";
+    const std::string value = !std::isfinite(k.value) ? fmt::format("{}", k.value)
+                              : k.integer             ? fmt::format("{}", k.exact)
+                                                      : fmt::format("{:g}", k.value);
+    Error e = make_error(ErrorCode::kInvalidArgument,
+                         std::isfinite(k.value)
+                             ? fmt::format("{} = {} is out of range ({}){}", name, value, k.range, from)
+                             : fmt::format("{} = {} is not a finite number ({}){}", name, value, k.range, from));
+    if (o.kind == OriginKind::kFile) {
+      e.code = ErrorCode::kInvalidConfig;
+      e.where = o.loc;
+    }
+    return e;
+  }
+  return Ok{};
 }
 
 }  // namespace memplan::io

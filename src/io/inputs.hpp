@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include "io/custom_model.hpp"
 #include "memplan/model.hpp"
 #include "memplan/result.hpp"
 #include "memplan/training.hpp"
@@ -24,6 +27,11 @@ struct Origin {
 struct ResolvedInputs {
   std::string model_name;  // as the user wrote it
   bool model_from_param_count = false;
+  // What memplan assumed rather than read, one sentence each, shown at the top of every output
+  // and in JSON (`inputs.assumptions`): an architecture built from a parameter count, a custom
+  // model shape (`model: {n_layers, d_model, ...}`) whose attention and MLP are taken to be a
+  // decoder LLM's. Anything that infers part of the model pushes a line here.
+  std::vector<std::string> assumptions;
   ModelSpec model;
   TrainingConfig config;
   std::map<std::string, Origin> origins;  // keyed by the canonical input name: "batch", "seq_len", ...
@@ -38,8 +46,23 @@ struct ResolvedInputs {
   // (e.g. a custom architecture given as `model: {n_layers: ...}`): shown instead of the
   // generic "no model given" advice.
   std::string model_hint;
+  // The config describes the model's architecture itself (`model: {n_layers, d_model, ...}`):
+  // what it says (the CLI's --hidden-size ... flags may override it), built into `model` once the
+  // flags are applied.
+  std::optional<CustomModel> custom_model;
+
+  // PYTORCH_CUDA_ALLOC_CONF as a config file sets it for the run ("" when none does) and where.
+  std::string allocator_conf;
+  std::string allocator_conf_source;
 
   void set_origin(const std::string& key, Origin o) { origins[key] = std::move(o); }
 };
+
+// The one range check of the numeric inputs, wherever a value came from (a flag, a file, a
+// default, a derivation): the same ranges and the same message, and NaN or infinity never
+// passes. The error names the value's origin: the flag ("--lora-dropout = nan is out of range
+// (0 <= p < 1)") or the key with its file:line ("train.yaml:7: lora_dropout = nan is out of
+// range (0 <= p < 1)").
+Status check_inputs(const ResolvedInputs& in);
 
 }  // namespace memplan::io

@@ -30,6 +30,10 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   MEMPLAN_TRY(c.model, parse_hf_config(model.dump(), path + ":" + c.id));
   c.model.name = c.id;
   const json& t = j["training"];
+  if (c.model.is_encoder()) {  // encoder cases: head and contrastive texts (docs/formulas.md#encoders)
+    MEMPLAN_TRY(c.model.head, parse_encoder_head(t.value("head", std::string("pooling"))));
+    c.config.contrastive.texts_per_example = t.value("texts_per_example", 0);
+  }
   TrainingConfig& cfg = c.config;
   MEMPLAN_TRY(cfg.device, parse_device(t.value("device", std::string("cpu"))));
   cfg.micro_batch = t.value("batch", 1);
@@ -68,9 +72,44 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
     if (l.contains("modules_to_save"))
       for (const auto& m : l["modules_to_save"]) cfg.lora.modules_to_save.push_back(m.get<std::string>());
   }
+  if (t.contains("lora") && t["lora"].is_object() && t["lora"].contains("adapter_dtype")) {
+    MEMPLAN_TRY(DType a, parse_dtype(t["lora"]["adapter_dtype"].get<std::string>()));
+    cfg.lora.adapter_dtype = a;
+  }
+  // Published cases (tests/data/published/) also name quantization, multi-GPU and library paths.
+  if (t.contains("quant") && t["quant"].is_object()) {
+    const json& q = t["quant"];
+    cfg.quant.load_in_4bit = q.value("load_in_4bit", false);
+    cfg.quant.load_in_8bit = q.value("load_in_8bit", false);
+    cfg.quant.quant_type = q.value("quant_type", std::string("nf4"));
+    cfg.quant.double_quant = q.value("double_quant", false);
+    if (q.contains("compute_dtype")) {
+      MEMPLAN_TRY(DType d, parse_dtype(q["compute_dtype"].get<std::string>()));
+      cfg.quant.compute_dtype = d;
+    }
+    const std::string storage = q.value("quant_storage", std::string("uint8"));
+    if (storage != "uint8") {
+      MEMPLAN_TRY(DType d, parse_dtype(storage));
+      cfg.quant.quant_storage = d;
+    }
+    const std::string prep = q.value("kbit_prepare", std::string("freeze_only"));
+    if (prep == "peft_upcast") cfg.quant.kbit_prepare = QuantConfig::KbitPrepare::kPeftUpcast;
+    else if (prep == "trl_legacy") cfg.quant.kbit_prepare = QuantConfig::KbitPrepare::kTrlLegacy;
+    else if (prep != "freeze_only") return case_error(path, c.id, "quant.kbit_prepare must be freeze_only, peft_upcast or trl_legacy");
+  }
+  cfg.parallel.num_gpus = t.value("num_gpus", 1);
+  if (t.contains("fsdp")) {
+    MEMPLAN_TRY(cfg.parallel.sharding, parse_fsdp(t["fsdp"].get<std::string>()));
+  }
+  const std::string loss = t.value("transformers_loss", std::string("pad_labels"));
+  if (loss == "shift_contiguous") cfg.loss_shift = TrainingConfig::LossShift::kShiftLogitsCopy;
+  else if (loss == "upcast_in_model") cfg.loss_shift = TrainingConfig::LossShift::kUpcastInModel;
+  else if (loss != "pad_labels")
+    return case_error(path, c.id, "transformers_loss must be pad_labels, shift_contiguous or upcast_in_model");
   const json& m = j["measured"];
   c.peak_bytes = m.value("peak_bytes", std::int64_t{0});
   c.peak_phase = m.value("peak_phase", std::string());
+  c.known_gap = j.value("known_gap", std::string());
   if (m.contains("phases"))
     for (const auto& [k, v] : m["phases"].items())
       if (v.is_number()) c.phase_peaks[k] = v.get<std::int64_t>();
@@ -91,6 +130,8 @@ Result<json> read_json_list(const std::string& path) {
     err.where = SourceLocation{path, 0, 0};
     return err;
   }
+  // A published-data file (tests/data/published/) keeps its cases under "cases" with its source.
+  if (j.is_object() && j.contains("cases")) j = json(j["cases"]);
   if (!j.is_array()) return case_error(path, "-", "the file must hold a JSON list of cases");
   return j;
 }

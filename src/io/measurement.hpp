@@ -20,6 +20,9 @@ struct MeasuredCase {
   std::int64_t peak_bytes = 0;
   std::string peak_phase;
   std::map<std::string, std::int64_t> phase_peaks;
+  // Published cases only: why memplan is known to miss this case (docs/accuracy.md#published);
+  // memplan-accuracy reports it but keeps it out of the thresholds.
+  std::string known_gap;
 };
 
 // Reads a JSON list of cases; errors name the file and the case.

@@ -1,5 +1,7 @@
 #include "io/model_source.hpp"
 
+#include "io/fs.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -14,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "io/embedded.hpp"
+#include "io/model_names.hpp"
+#include "io/model_source_encoders.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::io {
@@ -68,6 +72,21 @@ Result<json> parse_json(std::string_view text, const std::string& origin) {
     return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     return json_parse_error(text, origin, e);
+  } catch (const json::exception& e) {
+    // A number beyond a double (1e400: out_of_range.406 "number overflow parsing '1e400'") or
+    // nesting too deep: no byte offset, so the line is that of the token quoted in the message.
+    std::string what = e.what();
+    if (const std::size_t close = what.find("] "); close != std::string::npos) what = what.substr(close + 2);
+    int line = 0;
+    const std::size_t q1 = what.find('\''), q2 = q1 == std::string::npos ? q1 : what.find('\'', q1 + 1);
+    if (q2 != std::string::npos) {
+      const std::size_t at = text.find(what.substr(q1 + 1, q2 - q1 - 1));
+      if (at != std::string_view::npos)
+        line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+    }
+    Error err = make_error(ErrorCode::kParseError, "invalid JSON: " + what, "fix the value at that line");
+    err.where = SourceLocation{origin, line, 0};
+    return err;
   }
 }
 
@@ -177,10 +196,9 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
 
 // Architectures people ask about that memplan does not count, with the reason.
 std::optional<std::string> unsupported_reason(const std::string& type) {
-  if (type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2")
-    return "its multi-head latent attention (MLA) is not modelled";
   if (type == "phi" || type == "phimoe" || type == "falcon" || type == "gpt_neox" || type == "opt" ||
-      type == "bloom" || type == "gptj" || type == "mpt")
+      type == "bloom" || type == "gptj" || type == "mpt" || type == "starcoder2" || type == "gpt_bigcode" ||
+      type == "internlm2" || type == "cohere" || type == "olmo")
     return std::string("its module layout is not modelled");
   return std::nullopt;
 }
@@ -205,6 +223,27 @@ void apply_gemma3_text_defaults(json& t) {
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
 
+// DeepSeek-V2/V3 and Kimi K2 (docs/formulas.md#mla): the latent attention's widths, with
+// DeepseekV3Config's defaults where a key is absent. q_lora_rank null means a plain q_proj.
+Status parse_mla_fields(const Fields& f, ModelSpec& m, const std::string& origin) {
+  const bool v2 = m.model_type == "deepseek_v2";
+  MEMPLAN_TRY(m.q_lora_rank, f.integer({"q_lora_rank"}, 0));
+  MEMPLAN_TRY(m.kv_lora_rank, f.integer({"kv_lora_rank"}, 512));
+  MEMPLAN_TRY(m.qk_rope_head_dim, f.integer({"qk_rope_head_dim"}, 64));
+  MEMPLAN_TRY(m.qk_nope_head_dim, f.integer({"qk_nope_head_dim"}, 128));
+  MEMPLAN_TRY(m.v_head_dim, f.integer({"v_head_dim"}, 128));
+  if (m.kv_lora_rank == 0) return config_error(origin, "\"kv_lora_rank\" must be positive, got 0");
+  // The heads' q/k width; hidden_size / num_attention_heads plays no part in MLA.
+  m.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  MEMPLAN_TRY(std::int64_t mtp, f.integer({"num_nextn_predict_layers"}, 0));
+  m.mtp_layers = narrow(mtp);
+  // DeepSeek-V3's router carries e_score_correction_bias (one value per routed expert; a buffer
+  // in transformers, a Parameter in DeepSeek's own code, stored in the checkpoint): counted
+  // like a router bias. V2's softmax router has none.
+  m.moe.router_bias = !v2 && m.moe.enabled();
+  return Ok{};
+}
+
 Result<ModelSpec> parse_config(json j, const std::string& origin) {
   if (!j.is_object())
     return config_error(origin, fmt::format("config.json must be a JSON object, got {}", describe(j)), kWrongFileHint);
@@ -227,6 +266,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   Fields f(j, origin);
   MEMPLAN_TRY(m.model_type, f.string("model_type"));
   if (m.model_type.empty()) return config_error(origin, "missing \"model_type\"", kWrongFileHint);
+  if (is_encoder_model_type(m.model_type)) return parse_encoder_config(j, origin);
   const auto& types = supported_model_types();
   if (std::find(types.begin(), types.end(), m.model_type) == types.end()) {
     Error e = make_error(ErrorCode::kUnsupported, fmt::format("model_type '{}' is not supported", m.model_type));
@@ -245,24 +285,30 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   const bool gpt2 = t == "gpt2";
   const bool gemma = starts_with(t, "gemma");
   const bool qwen2_family = t == "qwen2" || t == "qwen2_moe";
-  const bool moe_type = t == "mixtral" || t == "qwen2_moe" || t == "qwen3_moe" || t == "deepseek";
+  const bool mla_type = t == "deepseek_v2" || t == "deepseek_v3" || t == "kimi_k2";
+  const bool deepseek_moe = t == "deepseek" || mla_type;
+  const bool moe_type = t == "mixtral" || t == "qwen2_moe" || t == "qwen3_moe" || deepseek_moe;
 
   MEMPLAN_TRY(m.vocab_size, f.integer({"vocab_size"}));
   MEMPLAN_TRY(m.hidden_size, f.integer({"hidden_size", "n_embd"}));
   MEMPLAN_TRY(std::int64_t layers, f.integer({"num_hidden_layers", "n_layer"}));
   MEMPLAN_TRY(std::int64_t heads, f.integer({"num_attention_heads", "n_head"}));
   MEMPLAN_TRY(std::int64_t kv, f.integer({"num_key_value_heads"}, heads));
+  if (layers > 4096)  // before narrowing, so the message quotes the value written
+    return config_error(origin, fmt::format("\"num_hidden_layers\" = {} must be at most 4096", layers),
+                        "check the config");
   m.num_layers = narrow(layers);
   m.num_heads = narrow(heads);
   m.num_kv_heads = narrow(kv);
-  if (heads > 0 && !f.has("head_dim") && m.hidden_size % heads != 0)
+  if (heads > 0 && !f.has("head_dim") && !mla_type && m.hidden_size % heads != 0)
     return config_error(origin,
                         fmt::format("\"hidden_size\" {} is not divisible by \"num_attention_heads\" {}",
                                     m.hidden_size, heads),
                         "set \"head_dim\" when heads do not split hidden_size evenly");
   MEMPLAN_TRY(m.head_dim, f.integer({"head_dim"}, heads > 0 ? m.hidden_size / heads : 0));
   std::optional<std::int64_t> inter_fallback;
-  if (gpt2) inter_fallback = 4 * m.hidden_size;  // n_inner null means 4 x n_embd
+  // n_inner null means 4 x n_embd (checked: n_embd is not validated yet; validate() refuses the huge ones).
+  if (gpt2) inter_fallback = m.hidden_size <= (std::int64_t{1} << 40) ? 4 * m.hidden_size : m.hidden_size;
   if (t == "qwen2_moe" || t == "qwen3_moe") inter_fallback = 0;  // all-MoE models may omit the dense width
   MEMPLAN_TRY(m.intermediate_size, f.integer({"intermediate_size", "n_inner"}, inter_fallback));
   MEMPLAN_TRY(m.max_position_embeddings, f.integer({"max_position_embeddings", "n_positions"}, 0));
@@ -336,7 +382,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
       m.moe.layer_freq_offset = 1;
       MEMPLAN_TRY(m.moe.dense_layers, f.int_list("mlp_only_layers"));
     }
-    if (t == "deepseek") {
+    if (deepseek_moe) {
       MEMPLAN_TRY(std::int64_t shared, f.integer({"n_shared_experts"}, 0));
       m.moe.num_shared_experts = narrow(shared);
       m.moe.shared_intermediate_size = m.moe.expert_intermediate_size;
@@ -346,6 +392,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
       m.moe.layer_freq = narrow(freq);
     }
   }
+  if (mla_type)
+    if (auto mla = parse_mla_fields(f, m, origin); !mla) return mla.error();
   if (auto s = validate(m); !s) {
     Error e = s.error();
     e.where = SourceLocation{origin, 0, 0};
@@ -360,7 +408,7 @@ const std::vector<std::string>& supported_model_types() {
   static const std::vector<std::string> t = {"llama",   "mistral",     "mixtral",  "qwen2",     "qwen2_moe",
                                              "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
                                              "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2",
-                                             "granite", "smollm3"};
+                                             "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2"};
   return t;
 }
 
@@ -447,20 +495,42 @@ Result<std::vector<CatalogEntry>> load_catalog() {
   return catalog;
 }
 
+namespace {
+
+// The embedded catalog files with a lower-case copy of their text, made once per process, so
+// that the name lookups below are plain substring searches.
+struct CatalogText {
+  std::string_view path;
+  std::string_view content;
+  std::string lower;
+};
+
+const std::vector<CatalogText>& catalog_texts() {
+  static const std::vector<CatalogText> texts = [] {
+    std::vector<CatalogText> out;
+    for (const auto& file : embedded_files())
+      if (file.path.rfind("models/", 0) == 0) {
+        std::string lower(file.content);
+        for (char& c : lower)  // ASCII: ids are; std::tolower per character costs several times more
+          if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+        out.push_back({file.path, file.content, std::move(lower)});
+      }
+    return out;
+  }();
+  return texts;
+}
+
+}  // namespace
+
 std::optional<CatalogEntry> find_catalog_entry_fast(std::string_view name) {
-  // Parsing all 57 entries is most of a command's start-up; the entry a name belongs to holds
+  // Parsing all 78 entries is most of a command's start-up; the entry a name belongs to holds
   // that name as a JSON string (its id, short name or an alias), so only entries whose text
   // contains "name" (any case) are parsed. A miss falls back to the whole catalog.
   if (name.empty() || name.find('"') != std::string_view::npos) return std::nullopt;
   const std::string quoted = "\"" + to_lower(name) + "\"";
-  auto same = [](char a, char b) {
-    return std::tolower(static_cast<unsigned char>(a)) == static_cast<unsigned char>(b);
-  };
-  for (const auto& file : embedded_files()) {
-    if (file.path.rfind("models/", 0) != 0) continue;
-    const std::string_view text = file.content;
-    if (std::search(text.begin(), text.end(), quoted.begin(), quoted.end(), same) == text.end()) continue;
-    auto entry = parse_catalog_entry(text, "configs/" + std::string(file.path));
+  for (const auto& file : catalog_texts()) {
+    if (file.lower.find(quoted) == std::string::npos) continue;
+    auto entry = parse_catalog_entry(file.content, "configs/" + std::string(file.path));
     if (entry && entry->matches(name)) return std::move(*entry);
   }
   return std::nullopt;
@@ -503,14 +573,8 @@ std::vector<std::string> ModelSearchEnv::hub_dirs() const {
 
 namespace {
 
-Result<std::string> read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}'", p.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}'", p.string()));
-  return ss.str();
-}
+// Through the bounded reader: a FIFO or /dev/zero given as --model is refused, not read forever.
+Result<std::string> read_file(const fs::path& p) { return RealFileSystem().read_file(p.string()); }
 
 // An "org/name" id as the Hub spells them: two non-empty parts, no path syntax.
 bool looks_like_hub_id(const std::string& s) {
@@ -556,11 +620,349 @@ std::optional<fs::path> pick_snapshot(const fs::path& model_dir) {
   return best;
 }
 
-Result<ModelSpec> load_config_file(const fs::path& cfg, const std::string& name) {
+// A checkpoint's quantization_config, as transformers writes it: bitsandbytes with
+// load_in_4bit (or the private _load_in_4bit of newer versions), GPTQ or AWQ with bits 4.
+void read_quantization(std::string_view text, ResolvedModel& r) {
+  const json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (!j.is_object()) return;
+  const auto q = j.find("quantization_config");
+  if (q == j.end() || !q->is_object()) return;
+  auto flag = [&](const char* k) {
+    const auto it = q->find(k);
+    return it != q->end() && it->is_boolean() && it->get<bool>();
+  };
+  const auto method = q->find("quant_method");
+  const std::string m = method != q->end() && method->is_string() ? to_lower(method->get<std::string>()) : "";
+  const auto bits = q->find("bits");
+  const bool four = bits != q->end() && bits->is_number_integer() && bits->get<std::int64_t>() == 4;
+  if ((m == "bitsandbytes" || m.empty()) && (flag("load_in_4bit") || flag("_load_in_4bit"))) {
+    r.prequantized_4bit = true;
+    r.quantization = "bitsandbytes";
+  } else if ((m == "gptq" || m == "awq") && four) {
+    r.prequantized_4bit = true;
+    r.quantization = m == "gptq" ? "GPTQ" : "AWQ";
+  }
+}
+
+Result<ResolvedModel> resolve_impl(const std::string& name, const ModelSearchEnv& env, int depth);
+
+// A config.json, or a PEFT adapter_config.json: an adapter has no architecture of its own
+// (no model_type) but names its base model, which is resolved in turn.
+Result<ResolvedModel> load_model_file(const fs::path& cfg, const std::string& name, const ModelSearchEnv& env,
+                                      int depth) {
   MEMPLAN_TRY(std::string text, read_file(cfg));
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_object() && !j.contains("model_type") && j.contains("base_model_name_or_path")) {
+    const json& b = j["base_model_name_or_path"];
+    Error where = make_error(ErrorCode::kInvalidConfig, "");
+    where.where = SourceLocation{cfg.string(), 0, 0};
+    if (!b.is_string() || trim(b.get<std::string>()).empty()) {
+      where.message = fmt::format("a PEFT adapter config whose \"base_model_name_or_path\" is {}", describe(b));
+      where.suggestion = "pass the base model with --model BASE_ID";
+      return where;
+    }
+    const std::string base = b.get<std::string>();
+    // An adapter whose base is another adapter is legal; a loop of them is not.
+    if (depth >= 4) {
+      where.message = fmt::format("base_model_name_or_path '{}': adapters nest more than 4 deep", base);
+      where.suggestion = "pass the base model with --model BASE_ID";
+      return where;
+    }
+    auto inner = resolve_impl(base, env, depth + 1);
+    if (!inner) {
+      Error e = inner.error();
+      e.message = fmt::format("base_model_name_or_path '{}': {}", base, e.message);
+      if (!e.where) e.where = SourceLocation{cfg.string(), 0, 0};
+      return e;
+    }
+    ResolvedModel r = std::move(*inner);
+    const std::string inner_via = r.via;
+    r.via = fmt::format("{}: a PEFT adapter; its base model '{}' is what is counted", cfg.string(), base);
+    if (!inner_via.empty()) r.via += "; " + inner_via;
+    return r;
+  }
   MEMPLAN_TRY(ModelSpec m, parse_hf_config(text, cfg.string()));
   m.name = name;
-  return m;
+  ResolvedModel r;
+  r.spec = std::move(m);
+  read_quantization(text, r);
+  return r;
+}
+
+// The checkpoint-N subdirectory with the largest N that holds a config: a Trainer output
+// directory before (or without) its final save.
+std::optional<fs::path> latest_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  std::optional<fs::path> best;
+  std::uint64_t best_step = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.rfind("checkpoint-", 0) != 0 || n.size() == 11 || n.size() > 30) continue;
+    const std::string digits = n.substr(11);
+    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    std::error_code ec2;
+    if (!fs::is_regular_file(it->path() / "config.json", ec2) &&
+        !fs::is_regular_file(it->path() / "adapter_config.json", ec2))
+      continue;
+    const std::uint64_t step = std::stoull(digits);
+    if (!best || step > best_step) {
+      best = it->path();
+      best_step = step;
+    }
+  }
+  return best;
+}
+
+Result<ResolvedModel> resolve_path(const fs::path& p, const std::string& name, const ModelSearchEnv& env, int depth) {
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) return load_model_file(p, name, env, depth);
+  for (const char* file : {"config.json", "adapter_config.json"})
+    if (fs::is_regular_file(p / file, ec)) return load_model_file(p / file, name, env, depth);
+  if (auto ckpt = latest_checkpoint(p)) {
+    MEMPLAN_TRY(ResolvedModel r, resolve_path(*ckpt, name, env, depth));
+    const std::string inner = r.via;
+    r.via = fmt::format("{}: the latest checkpoint in '{}'", ckpt->filename().string(), name);
+    if (!inner.empty()) r.via += "; " + inner;
+    return r;
+  }
+  return make_error(ErrorCode::kIoError,
+                    fmt::format("no config.json, adapter_config.json or checkpoint-N in directory '{}'", name),
+                    "point --model at a model directory or at its config.json; for the output of a training stage "
+                    "that has not saved yet, pass the model that stage trains (--model BASE_ID)");
+}
+
+// ---- the name rules (model_names.hpp) over the catalog
+
+struct IndexedName {
+  NameKey key;
+  std::size_t entry = 0;  // index into NameIndex::catalog: the entry the name has the architecture of
+  int rule = -1;          // index into NameIndex::rules.rules; -1 for the catalog's own names
+  std::string id;         // the name as written in the catalog or the rules
+};
+
+// Owns its copies of the catalog and the rules: load_catalog() and load_name_rules() return values.
+struct NameIndex {
+  std::vector<CatalogEntry> catalog;
+  NameRules rules;
+  std::vector<IndexedName> names;
+  bool mirror(const std::string& org) const {
+    return std::find(rules.mirror_orgs.begin(), rules.mirror_orgs.end(), org) != rules.mirror_orgs.end();
+  }
+  const NameRule* rule_of(const IndexedName& n) const {
+    return n.rule < 0 ? nullptr : &rules.rules[static_cast<std::size_t>(n.rule)];
+  }
+};
+
+Result<NameIndex> build_name_index(std::vector<CatalogEntry> catalog, NameRules rules) {
+  NameIndex idx;
+  idx.catalog = std::move(catalog);
+  idx.rules = std::move(rules);
+  for (std::size_t i = 0; i < idx.catalog.size(); ++i) {
+    const CatalogEntry& c = idx.catalog[i];
+    idx.names.push_back({name_key(c.short_name), i, -1, c.short_name});
+    idx.names.push_back({name_key(c.id), i, -1, c.id});
+    for (const auto& a : c.aliases) idx.names.push_back({name_key(a), i, -1, a});
+  }
+  for (std::size_t r = 0; r < idx.rules.rules.size(); ++r) {
+    const NameRule& rule = idx.rules.rules[r];
+    if (rule.kind == NameRule::Kind::kNotModelled) continue;  // no catalog entry: see not_modelled()
+    const CatalogEntry* target = find_catalog_entry(idx.catalog, rule.target);
+    if (!target)
+      return make_error(ErrorCode::kInvalidConfig,
+                        fmt::format("configs/model_names.json: '{}' names '{}', which is not in the catalog", rule.id,
+                                    rule.target));
+    idx.names.push_back({name_key(rule.id), static_cast<std::size_t>(target - idx.catalog.data()),
+                         static_cast<int>(r), rule.id});
+  }
+  return idx;
+}
+
+// The index for one query key, over the catalog entries that can hold a name with that key: every
+// token of a key is a lower-cased piece of the name it came from, so an entry whose text lacks one
+// cannot match. Parsing only those keeps a rule lookup near the exact-name fast path instead of
+// parsing the whole catalog (docs/models.md#lookup-cost).
+Result<NameIndex> name_index_for(const NameKey& q) {
+  MEMPLAN_TRY(auto rules, load_name_rules());
+  std::vector<std::string> tokens;
+  for (std::size_t start = 0; start <= q.key.size();) {
+    const std::size_t dash = std::min(q.key.find('-', start), q.key.size());
+    if (dash > start) tokens.push_back(q.key.substr(start, dash - start));
+    start = dash + 1;
+  }
+  std::vector<CatalogEntry> subset;
+  for (const auto& file : catalog_texts()) {
+    if (!std::all_of(tokens.begin(), tokens.end(),
+                     [&](const std::string& t) { return file.lower.find(t) != std::string::npos; }))
+      continue;
+    MEMPLAN_TRY(CatalogEntry c, parse_catalog_entry(file.content, "configs/" + std::string(file.path)));
+    subset.push_back(std::move(c));
+  }
+  for (const auto& r : rules.rules) {
+    if (name_key(r.id).key != q.key || find_catalog_entry(subset, r.target)) continue;
+    if (auto target = find_catalog_entry_fast(r.target)) subset.push_back(std::move(*target));
+  }
+  // Rows that cannot match are dropped so that the index names only entries it holds.
+  rules.rules.erase(std::remove_if(rules.rules.begin(), rules.rules.end(),
+                                   [&](const NameRule& r) {
+                                     return r.kind == NameRule::Kind::kNotModelled ||
+                                            !find_catalog_entry(subset, r.target);
+                                   }),
+                    rules.rules.end());
+  return build_name_index(std::move(subset), std::move(rules));
+}
+
+std::string catalog_ref(const CatalogEntry& c) { return fmt::format("{} (catalog {})", c.id, c.short_name); }
+
+// The catalog entry `name` has the architecture of by the name rules, nullopt when none applies,
+// or an error when the name is a known variant whose architecture differs.
+Result<std::optional<ResolvedModel>> match_name_rules(const std::string& name) {
+  const NameKey q = name_key(name);
+  if (q.key.empty()) return std::optional<ResolvedModel>();
+  MEMPLAN_TRY(const NameIndex idx, name_index_for(q));
+  const std::string lname = to_lower(name);
+  std::vector<const IndexedName*> hits;
+  for (const auto& n : idx.names) {
+    if (n.rule >= 0 && to_lower(n.id) == lname) {  // a row of the table, spelled out
+      hits = {&n};
+      break;
+    }
+    if (n.key.key != q.key) continue;
+    // A name's own organisation, a mirror's, or none; never another maker's. A table row is
+    // one organisation's upload, so a bare name does not reach it.
+    const bool org_ok = q.org == n.key.org || (!q.org.empty() && idx.mirror(q.org)) || (q.org.empty() && n.rule < 0);
+    if (org_ok) hits.push_back(&n);
+  }
+  if (hits.empty()) return std::optional<ResolvedModel>();
+  for (const auto* h : hits) {
+    const NameRule* rule = idx.rule_of(*h);
+    if (rule && rule->kind == NameRule::Kind::kDifferentArchitecture) {
+      Error e = make_error(ErrorCode::kUnknownName,
+                           fmt::format("model '{}' is not in the catalog: {} differs from {}: {}", name, h->id,
+                                       catalog_ref(idx.catalog[h->entry]), rule->why),
+                           fmt::format("pass the path to its config.json ('huggingface-cli download {} config.json' "
+                                       "fetches it)",
+                                       h->id));
+      return e;
+    }
+  }
+  const std::size_t entry_index = hits.front()->entry;
+  for (const auto* h : hits)
+    if (h->entry != entry_index) return std::optional<ResolvedModel>();  // ambiguous: no guess
+  const CatalogEntry& entry = idx.catalog[entry_index];
+  // The most specific explanation: a table row over a catalog name.
+  const NameRule* best = nullptr;
+  for (const auto* h : hits)
+    if (const NameRule* rule = idx.rule_of(*h)) best = rule;
+  ResolvedModel r;
+  r.spec = entry.spec;
+  if (best && best->kind == NameRule::Kind::kFineTune)
+    r.via = fmt::format("{}: {}; counted as its base {}", name, best->why, catalog_ref(entry));
+  else if (best)
+    r.via = fmt::format("{}: {}; counted as {}", name, best->why, catalog_ref(entry));
+  else
+    r.via = fmt::format("{}: the same architecture as {}", name, catalog_ref(entry));
+  const NameQuantization nq = name_quantization(name);
+  r.prequantized_4bit = nq.prequantized_4bit;
+  r.quantization = nq.method;
+  return std::optional<ResolvedModel>(std::move(r));
+}
+
+// A popular model whose architecture memplan does not count (configs/model_names.json
+// not_modelled): said plainly, instead of a did-you-mean that would offer a different model
+// (phi-4 for phi-2).
+Result<std::optional<Error>> not_modelled(const std::string& name) {
+  MEMPLAN_TRY(const auto rules, load_name_rules());
+  const NameKey q = name_key(name);
+  const bool mirror =
+      std::find(rules.mirror_orgs.begin(), rules.mirror_orgs.end(), q.org) != rules.mirror_orgs.end();
+  for (const auto& r : rules.rules) {
+    if (r.kind != NameRule::Kind::kNotModelled) continue;
+    const NameKey k = name_key(r.id);
+    if (to_lower(r.id) != to_lower(name) && !(!q.key.empty() && k.key == q.key && (q.org == k.org || mirror)))
+      continue;
+    Error e = make_error(ErrorCode::kUnsupported,
+                         fmt::format("model '{}' is a '{}' model, whose module layout memplan does not model", name,
+                                     r.target),
+                         r.params > 0 ? fmt::format("use --model-params {} (its published total: {}) for a "
+                                                    "Llama-shaped estimate of the same size",
+                                                    r.params, r.why)
+                                      : "use --model-params with its parameter count for a Llama-shaped estimate "
+                                        "of the same size");
+    return std::optional<Error>(std::move(e));
+  }
+  return std::optional<Error>();
+}
+
+// Did-you-mean over the catalog's names, keeping to the size the name asks for: a 7B that is not
+// in the catalog is not a 1.5B that is.
+std::string suggest(const std::string& name, const std::vector<CatalogEntry>& catalog) {
+  std::vector<std::string> names;
+  for (const auto& c : catalog) names.push_back(c.short_name);
+  for (const auto& c : catalog) {
+    names.push_back(c.id);
+    names.insert(names.end(), c.aliases.begin(), c.aliases.end());
+  }
+  const std::string size = size_token(name);
+  if (!size.empty())
+    names.erase(std::remove_if(names.begin(), names.end(), [&](const std::string& n) { return size_token(n) != size; }),
+                names.end());
+  // A name that starts a catalog name ("mistral-7b" of "mistral-7b-v0.1") is a truncation, not a
+  // typo; edit distance alone would prefer "mixtral-8x7b".
+  std::string hint;
+  const std::string lname = to_lower(name);
+  for (const auto& n : names)
+    if (to_lower(n).rfind(lname, 0) == 0 && (hint.empty() || n.size() < hint.size())) hint = n;
+  return hint.empty() ? did_you_mean(name, names) : fmt::format("did you mean '{}'?", hint);
+}
+
+Result<ResolvedModel> resolve_impl(const std::string& name, const ModelSearchEnv& env, int depth) {
+  if (trim(name).empty())
+    return make_error(ErrorCode::kInvalidArgument, "empty model name",
+                      "give a catalog name (memplan models), a Hugging Face id, or a path to a config.json");
+  std::error_code ec;
+  const fs::path p(name);
+  if (fs::exists(p, ec)) return resolve_path(p, name, env, depth);
+  if (auto hit = find_catalog_entry_fast(name)) {
+    ResolvedModel r;
+    r.spec = hit->spec;
+    return r;
+  }
+  // find_catalog_entry_fast's miss is definitive (every catalog name is a JSON string in its
+  // entry's text; tested), so the whole catalog is parsed only for an error's suggestion.
+  if (!looks_like_path(name) || looks_like_hub_id(name)) {
+    MEMPLAN_TRY(auto ruled, match_name_rules(name));
+    if (ruled) return std::move(*ruled);
+  }
+  const std::string cached = find_in_hf_cache(name, env);
+  if (!cached.empty()) return load_model_file(cached, name, env, depth);
+  if (!looks_like_path(name) || looks_like_hub_id(name)) {
+    MEMPLAN_TRY(auto refused, not_modelled(name));
+    if (refused) return std::move(*refused);
+  }
+
+  if (looks_like_path(name) && !looks_like_hub_id(name)) {
+    const bool json_file = name.size() > 5 && to_lower(name.substr(name.size() - 5)) == ".json";
+    return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}': no such file or directory", name),
+                      json_file ? "check the path, or give a catalog name (memplan models)"
+                                : "if it is the output of an earlier training stage, pass the model that stage "
+                                  "trains (--model BASE_ID) or the path to its config.json once it exists");
+  }
+  MEMPLAN_TRY(const auto& catalog, load_catalog());
+  std::string hint = suggest(name, catalog);
+  if (hint.empty() && looks_like_hub_id(name)) {
+    std::string dirs;
+    for (const auto& d : env.hub_dirs()) dirs += (dirs.empty() ? "" : ", ") + d;
+    hint = fmt::format(
+        "it is not in the catalog (memplan models) nor in the local Hugging Face cache ({}); if it is a fine-tune, "
+        "pass the model it was trained from (--model BASE_ID: fine-tunes keep their base's architecture), "
+        "otherwise the path to its config.json ('huggingface-cli download {} config.json' fetches it) or "
+        "--model-params",
+        dirs.empty() ? "no cache directory is set" : dirs, name);
+  }
+  if (hint.empty())
+    hint = "give a catalog name (memplan models), a Hugging Face id in the local cache, a path to a config.json, "
+           "or --model-params";
+  return make_error(ErrorCode::kUnknownName, fmt::format("unknown model '{}'", name), hint);
 }
 
 }  // namespace
@@ -582,55 +984,15 @@ std::string find_in_hf_cache(const std::string& id, const ModelSearchEnv& env) {
   return {};
 }
 
-Result<ModelSpec> resolve_model(const std::string& name, const ModelSearchEnv& env) {
-  if (trim(name).empty())
-    return make_error(ErrorCode::kInvalidArgument, "empty model name",
-                      "give a catalog name (memplan models), a Hugging Face id, or a path to a config.json");
-  std::error_code ec;
-  const fs::path p(name);
-  if (fs::exists(p, ec)) {
-    if (fs::is_directory(p, ec)) {
-      const fs::path cfg = p / "config.json";
-      if (!fs::exists(cfg, ec))
-        return make_error(ErrorCode::kIoError, fmt::format("no config.json in directory '{}'", name),
-                          "point --model at a model directory or at its config.json");
-      return load_config_file(cfg, name);
-    }
-    return load_config_file(p, name);
-  }
-  if (auto hit = find_catalog_entry_fast(name)) return hit->spec;
-  MEMPLAN_TRY(const auto& catalog, load_catalog());
-  if (const CatalogEntry* c = find_catalog_entry(catalog, name)) return c->spec;
-  const std::string cached = find_in_hf_cache(name, env);
-  if (!cached.empty()) return load_config_file(cached, name);
+Result<std::optional<ResolvedModel>> resolve_by_name_rules(const std::string& name) { return match_name_rules(name); }
 
-  if (looks_like_path(name) && !looks_like_hub_id(name))
-    return make_error(ErrorCode::kIoError, fmt::format("cannot read '{}': no such file or directory", name),
-                      "check the path, or give a catalog name (memplan models)");
-  std::vector<std::string> names;
-  for (const auto& c : catalog) names.push_back(c.short_name);
-  for (const auto& c : catalog) {
-    names.push_back(c.id);
-    names.insert(names.end(), c.aliases.begin(), c.aliases.end());
-  }
-  // A name that starts a catalog name ("mistral-7b" of "mistral-7b-v0.1") is a truncation, not a
-  // typo; edit distance alone would prefer "mixtral-8x7b".
-  std::string hint;
-  const std::string lname = to_lower(name);
-  for (const auto& n : names)
-    if (to_lower(n).rfind(lname, 0) == 0 && (hint.empty() || n.size() < hint.size())) hint = n;
-  hint = hint.empty() ? did_you_mean(name, names) : fmt::format("did you mean '{}'?", hint);
-  if (hint.empty() && looks_like_hub_id(name)) {
-    std::string dirs;
-    for (const auto& d : env.hub_dirs()) dirs += (dirs.empty() ? "" : ", ") + d;
-    hint = fmt::format("it is not in the catalog (memplan models) nor in the local Hugging Face cache ({}); "
-                       "fetch its config with 'huggingface-cli download {} config.json' or use --model-params",
-                       dirs.empty() ? "no cache directory is set" : dirs, name);
-  }
-  if (hint.empty())
-    hint = "give a catalog name (memplan models), a Hugging Face id in the local cache, a path to a config.json, "
-           "or --model-params";
-  return make_error(ErrorCode::kUnknownName, fmt::format("unknown model '{}'", name), hint);
+Result<ResolvedModel> resolve_model_source(const std::string& name, const ModelSearchEnv& env) {
+  return resolve_impl(name, env, 0);
+}
+
+Result<ModelSpec> resolve_model(const std::string& name, const ModelSearchEnv& env) {
+  MEMPLAN_TRY(ResolvedModel r, resolve_model_source(name, env));
+  return std::move(r.spec);
 }
 
 // ---------------------------------------------------------------------------------------------

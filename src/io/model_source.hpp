@@ -58,9 +58,36 @@ struct ModelSearchEnv {
   std::vector<std::string> hub_dirs() const;
 };
 
-// `name` is a path to a config.json (or a directory holding one), a catalog id / short name /
-// alias, or a model id found in the local HF cache, tried in that order. Unknown names suggest
-// the nearest catalog entry.
+// A resolved --model: the architecture and how it was found.
+struct ResolvedModel {
+  ModelSpec spec;
+  // How the name was resolved when it was not a catalog name or a config.json read directly, one
+  // sentence for the user: "unsloth/llama-3-8b-bnb-4bit: a re-upload of meta-llama/Meta-Llama-3-8B
+  // (catalog llama-3-8b)". Empty otherwise.
+  std::string via;
+  // The checkpoint stores 4-bit weights: a bitsandbytes/GPTQ/AWQ re-upload (-bnb-4bit, -GPTQ,
+  // -AWQ), or a config.json with a 4-bit quantization_config. Loading it gives 4-bit base
+  // weights whatever the training config asks for, so only QLoRA-style training applies.
+  bool prequantized_4bit = false;
+  std::string quantization;  // "bitsandbytes", "GPTQ", "AWQ"; empty when not pre-quantized
+};
+
+// Resolves `name` in this order (docs/models.md#resolution):
+//   1. a path: a config.json, a PEFT adapter_config.json (its base_model_name_or_path is
+//      resolved in turn), or a directory holding either, or a training output directory whose
+//      latest checkpoint-N holds either;
+//   2. the catalog, by id, short name or alias, any case;
+//   3. the name rules (model_names.hpp): mirrors, re-uploads, variant suffixes, fine-tunes;
+//   4. the local Hugging Face cache.
+// Unknown names get a did-you-mean of the same size, or say exactly what to pass instead; a
+// popular model of a type memplan does not count (model_names.json not_modelled) says so.
+Result<ResolvedModel> resolve_model_source(const std::string& name, const ModelSearchEnv& env);
+
+// Step 3 of resolve_model_source alone: the catalog entry a name reaches through the name rules
+// (never a path or the cache), nullopt when none; an error for a known different architecture.
+Result<std::optional<ResolvedModel>> resolve_by_name_rules(const std::string& name);
+
+// resolve_model_source(name, env).spec.
 Result<ModelSpec> resolve_model(const std::string& name, const ModelSearchEnv& env);
 
 // The config.json of model `id` ("org/name") in the local Hugging Face cache: the snapshot that

@@ -9,6 +9,8 @@
 #include <yaml-cpp/mark.h>
 #include <yaml-cpp/parser.h>
 
+#include "memplan/text.hpp"
+
 namespace memplan::io {
 
 namespace {
@@ -112,6 +114,24 @@ void mark_alias(YamlNode& n, int line) {
   for (auto& i : n.items) mark_alias(i, line);
 }
 
+// Bounds on what one document may build: a config has hundreds of nodes; these stop a few
+// hundred bytes of nested aliases ("billion laughs") or merge keys from taking minutes and
+// gigabytes. Thrown from the event handler, caught in parse_yaml.
+constexpr std::size_t kMaxNodes = 1'000'000;       // every node built, copies included
+constexpr std::size_t kMaxExpandedNodes = 100'000;  // nodes copied by aliases and merge keys
+constexpr std::size_t kMaxDepth = 256;              // nested collections
+struct LimitExceeded {
+  int line;
+  std::string message;
+};
+
+std::size_t subtree_size(const YamlNode& n) {
+  std::size_t size = 1;
+  for (const auto& e : n.entries) size += subtree_size(e.key) + subtree_size(e.value);
+  for (const auto& i : n.items) size += subtree_size(i);
+  return size;
+}
+
 // Builds YamlNodes from yaml-cpp's events, locating every node in the original text.
 class TreeBuilder : public YAML::EventHandler {
  public:
@@ -145,6 +165,8 @@ class TreeBuilder : public YAML::EventHandler {
 
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
     const int line = line_of(starts_, offset(mark));
+    auto size = anchor_sizes_.find(anchor);
+    expand(size != anchor_sizes_.end() ? size->second : 1, line);
     auto it = anchors_.find(anchor);
     YamlNode n = it != anchors_.end() ? it->second : YamlNode{};
     mark_alias(n, line);
@@ -190,10 +212,25 @@ class TreeBuilder : public YAML::EventHandler {
     return std::min(doc_.text.size(), static_cast<std::size_t>(std::max(m.pos, 0)) + bom_);
   }
 
+  // Counts `n` new nodes copied by an alias or merge key at `line`; throws past the limits.
+  void expand(std::size_t n, int line) {
+    expanded_ += n;
+    nodes_ += n;
+    if (expanded_ > kMaxExpandedNodes)
+      throw LimitExceeded{line, fmt::format("aliases and merge keys expand to more than {} nodes (nested aliases "
+                                            "that multiply, like a 'billion laughs' document); memplan refuses it",
+                                            kMaxExpandedNodes)};
+    if (nodes_ > kMaxNodes)
+      throw LimitExceeded{line, fmt::format("more than {} nodes; a training config is far smaller", kMaxNodes)};
+  }
+
   // A node at the mark, past any `&anchor` and `!tag` properties.
   YamlNode located(const YAML::Mark& mark) {
     const std::string_view t = doc_.text;
     std::size_t b = offset(mark);
+    if (++nodes_ > kMaxNodes)
+      throw LimitExceeded{line_of(starts_, std::min(b, t.size())),
+                          fmt::format("more than {} nodes; a training config is far smaller", kMaxNodes)};
     while (b < t.size() && (t[b] == '&' || t[b] == '!')) {
       while (b < t.size() && !is_blank(t[b]) && !is_eol(t[b])) ++b;
       while (b < t.size() && (is_blank(t[b]) || is_eol(t[b]))) ++b;
@@ -256,6 +293,8 @@ class TreeBuilder : public YAML::EventHandler {
     const bool opens_flow = style == YAML::EmitterStyle::Flow;
     n.flow = flow_depth_ > 0 || opens_flow;
     if (opens_flow) ++flow_depth_;
+    if (stack_.size() >= kMaxDepth)
+      throw LimitExceeded{n.line, fmt::format("collections nested more than {} deep; memplan refuses it", kMaxDepth)};
     stack_.push_back(Frame{std::move(n), anchor, opens_flow, false, {}});
   }
 
@@ -274,7 +313,10 @@ class TreeBuilder : public YAML::EventHandler {
       if (e.key.is_scalar() && e.key.value == "<<" && e.key.style == ScalarStyle::kPlain) {
         auto take = [&](const YamlNode& src) {
           if (!src.is_map()) return;
-          for (const auto& m : src.entries) merged.push_back(m);
+          for (const auto& m : src.entries) {
+            expand(subtree_size(m.key) + subtree_size(m.value), e.key.line);
+            merged.push_back(m);
+          }
         };
         if (e.value.kind == YamlKind::kSeq) {
           for (const auto& i : e.value.items) take(i);
@@ -312,6 +354,9 @@ class TreeBuilder : public YAML::EventHandler {
 
   void finish(YamlNode n, YAML::anchor_t anchor) {
     if (anchor != 0) {
+      const std::size_t size = subtree_size(n);
+      expand(size, n.line);  // the copy kept for aliases
+      anchor_sizes_[anchor] = size;
       anchors_[anchor] = n;
       if (!n.anchor.empty()) anchor_names_[anchor] = n.anchor;
     }
@@ -343,7 +388,10 @@ class TreeBuilder : public YAML::EventHandler {
   std::vector<std::size_t> starts_;
   std::vector<Frame> stack_;
   std::map<YAML::anchor_t, YamlNode> anchors_;
+  std::map<YAML::anchor_t, std::size_t> anchor_sizes_;
   std::map<YAML::anchor_t, std::string> anchor_names_;
+  std::size_t nodes_ = 0;
+  std::size_t expanded_ = 0;
   std::string pending_anchor_;
   int flow_depth_ = 0;
   YamlNode root_;
@@ -490,6 +538,8 @@ Result<YamlDoc> parse_yaml(std::string text, std::string file) {
       if (parser.HandleNextDocument(second))
         return fail(0, 0, "the file holds more than one YAML document (---); memplan reads a single document");
     }
+  } catch (const LimitExceeded& e) {
+    return fail(e.line, 0, e.message);
   } catch (const YAML::Exception& e) {
     const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
     const int col = e.mark.is_null() ? 0 : e.mark.column + 1;
@@ -529,8 +579,14 @@ Result<TextEdit> replace_scalar(const YamlDoc& doc, const YamlNode& node, std::s
   if (node.begin == npos || node.end == npos || node.end > doc.text.size())
     return located_error(ErrorCode::kUnsupported, doc, node,
                          "the value's text could not be located exactly (it is empty, spans lines or uses escapes)");
-  return TextEdit{node.begin, node.end, quote_as(node.kind == YamlKind::kNull ? ScalarStyle::kPlain : node.style,
-                                                 new_value)};
+  // A quoted placeholder ("auto" in a DeepSpeed JSON) replaced by a number becomes a number: the
+  // quotes kept the placeholder a string, not the number a string. A quoted number ("4") stays
+  // quoted: that was the user's choice of type.
+  ScalarStyle style = node.kind == YamlKind::kNull ? ScalarStyle::kPlain : node.style;
+  const bool new_is_number = parse_double(new_value, "").has_value();
+  if (new_is_number && style != ScalarStyle::kPlain && !parse_double(node.value, "").has_value())
+    style = ScalarStyle::kPlain;
+  return TextEdit{node.begin, node.end, quote_as(style, new_value)};
 }
 
 Result<TextEdit> insert_entry(const YamlDoc& doc, const YamlNode& map, std::string_view key, std::string_view value,
@@ -564,6 +620,10 @@ Result<TextEdit> insert_entry(const YamlDoc& doc, const YamlNode& map, std::stri
     return located_error(ErrorCode::kUnsupported, doc, map, "the mapping has no entry of its own to add a line next to");
 
   const YamlNode& first = map.entries.front().key;
+  // An empty key (`: value`) has no position of its own (found by fuzz_yaml_edit).
+  if (first.line < 1 || first.column < 1 || anchor_entry->key.line < 1 || anchor_entry->key.column < 1 ||
+      static_cast<std::size_t>(first.line) > starts.size())
+    return located_error(ErrorCode::kUnsupported, doc, map, "the mapping's keys could not be located in the text");
   const std::size_t first_line_begin = starts[static_cast<std::size_t>(first.line - 1)];
   const std::size_t key_col = static_cast<std::size_t>(first.column - 1);
   std::string indent(t.substr(first_line_begin, key_col));

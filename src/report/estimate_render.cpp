@@ -19,8 +19,14 @@ std::string describe_inputs(const io::ResolvedInputs& in) {
   const TrainingConfig& c = in.config;
   std::string precision = to_string(c.torch_dtype) + " weights";
   if (c.autocast) precision += fmt::format(", {} autocast", *c.autocast == DType::kBFloat16 ? "bf16" : "fp16");
-  std::string s = fmt::format("{} · {} · batch {} × {} tokens · {} · {}", in.model.name, to_string(c.method),
-                              c.micro_batch, c.seq_len, precision, to_string(c.optim.kind));
+  // GRPO trains on prompt + completion, counted in completions (docs/plan.md#grpo).
+  const std::string shape =
+      c.method == Method::kGrpo
+          ? fmt::format("batch {} completion{} × ({} prompt + {} completion) tokens, {} generations per prompt",
+                        c.micro_batch, c.micro_batch == 1 ? "" : "s", c.grpo.max_prompt_length, c.grpo.max_completion_length, c.grpo.num_generations)
+          : fmt::format("batch {} × {} tokens", c.micro_batch, c.seq_len);
+  std::string s = fmt::format("{} · {} · {} · {} · {}", in.model.name, to_string(c.method), shape, precision,
+                              to_string(c.optim.kind));
   if (c.lora.enabled) s += fmt::format(" · {}LoRA r={}", c.quant.load_in_4bit ? "Q" : "", c.lora.r);
   if (c.gradient_checkpointing) s += " · gradient checkpointing";
   s += fmt::format(" · {} attention · {}", to_string(c.attn_impl()), to_string(c.device));
@@ -61,7 +67,7 @@ namespace {
 
 std::string render_text(const io::ResolvedInputs& in, const Estimate& e) {
   std::string out = describe_inputs(in) + "\n";
-  if (in.model_from_param_count) out += "model shape assumed: " + io::describe_shape(in.model) + "\n";
+  for (const auto& a : in.assumptions) out += "assumed: " + a + "\n";
   out += '\n';
   out += breakdown_text(e);
   for (const auto& w : in.warnings) out += "warning: " + w + "\n";
@@ -70,6 +76,8 @@ std::string render_text(const io::ResolvedInputs& in, const Estimate& e) {
 
 std::string render_markdown(const io::ResolvedInputs& in, const Estimate& e) {
   std::string out = "**" + describe_inputs(in) + "**\n\n";
+  for (const auto& a : in.assumptions) out += "- assumed: " + a + "\n";
+  if (!in.assumptions.empty()) out += "\n";
   TextTable t({"component", "GiB", "%"}, {Align::kLeft, Align::kRight, Align::kRight});
   const double peak = static_cast<double>(e.peak.count());
   for (const auto& c : e.components)
@@ -79,10 +87,11 @@ std::string render_markdown(const io::ResolvedInputs& in, const Estimate& e) {
   t.add_row({"reserved (allocator)", fmt::format("{:.2f}", e.reserved.as_gib()), ""});
   t.add_row({"total (nvidia-smi)", fmt::format("{:.2f}", e.total.as_gib()), ""});
   out += t.render_markdown();
+  for (const auto& a : in.assumptions) out += "\n- model assumption: " + a;
   for (const auto& a : e.assumptions) out += "\n- assumption: " + a;
   for (const auto& w : in.warnings) out += "\n- warning: " + w;
   for (const auto& w : e.warnings) out += "\n- warning: " + w;
-  if (!e.assumptions.empty() || !e.warnings.empty() || !in.warnings.empty()) out += "\n";
+  if (!e.assumptions.empty() || !e.warnings.empty() || !in.warnings.empty() || !in.assumptions.empty()) out += "\n";
   return out;
 }
 
@@ -199,6 +208,7 @@ std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, For
     case Format::kJson: {
       nlohmann::ordered_json j = {{"schema", kSchema}, {"command", "estimate"}, {"inputs", inputs_json(in)},
                           {"estimate", to_json(e)}};
+      j["warnings"] = in.warnings;
       return j.dump(2) + "\n";
     }
     case Format::kMarkdown: return render_markdown(in, e);

@@ -114,7 +114,10 @@ json inputs_json(const io::ResolvedInputs& in) {
   for (const auto& [k, o] : in.origins) sources[k] = o.to_string();
   json j = {{"model", to_json(in.model)}, {"training", to_json(in.config)}, {"sources", sources}};
   if (in.model_from_param_count) j["model"]["assumed_shape"] = true;
+  j["assumptions"] = in.assumptions;
   if (!in.notes.empty()) j["notes"] = in.notes;
+  if (!in.assumptions.empty()) j["assumptions"] = in.assumptions;
+  j["warnings"] = in.warnings;
   return j;
 }
 

@@ -32,8 +32,10 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 }
 
 std::string budget_line(const Budget& b) {
-  return fmt::format("budget: {} GPU memory - {} safety margin - {} headroom = {}", gib(b.capacity),
-                     gib(b.safety_margin), gib(b.headroom), gib(b.budget()));
+  // A unified device has no GPU memory of its own: name what the capacity is.
+  return fmt::format("budget: {} {} - {} safety margin - {} {} = {}", gib(b.capacity),
+                     b.unified ? "system memory (shared by CPU and GPU)" : "GPU memory", gib(b.safety_margin),
+                     gib(b.headroom), b.unified ? "OS reserve and headroom" : "headroom", gib(b.budget()));
 }
 
 // "global batch 36 (target 32, +4)" / "global batch 36".
@@ -60,11 +62,20 @@ std::string violation_text(const std::optional<MonotoneViolation>& v, const char
                      what, what, v->lower_x, gib(v->lower_peak), what, v->higher_x, gib(v->higher_peak));
 }
 
+// The three tiers pick the same batch (or none fits): one line says so instead of a table.
+bool tiers_coincide(const Plan& p) {
+  for (const Tier& t : p.tiers)
+    if (t.fits != p.tiers.front().fits || t.batch.micro_batch != p.tiers.front().batch.micro_batch ||
+        t.batch.grad_accum != p.tiers.front().batch.grad_accum)
+      return false;
+  return true;
+}
+
 TextTable tiers_table(const Plan& p) {
   TextTable t({"tier", "limit", "micro-batch", "grad-accum", "global batch", "peak", "of GPU"},
               {Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
   for (const Tier& tier : p.tiers) {
-    const std::string limit = fmt::format("<= {:.0f}% ({})", 100 * tier.max_utilization, gib(tier.limit));
+    const std::string limit = fmt::format("{:.0f}% of room ({})", 100 * tier.room_fraction, gib(tier.limit));
     if (!tier.fits) {
       t.add_row({tier.name, limit, "-", "-", "-", "does not fit", ""});
       continue;
@@ -114,7 +125,7 @@ struct Lines {
 
 void header(const io::ResolvedInputs& in, const Budget& b, Lines& l) {
   l.raw(l.markdown ? "**" + describe_inputs(in) + "**\n\n" : describe_inputs(in) + "\n");
-  if (in.model_from_param_count) l.add("model shape assumed: " + io::describe_shape(in.model));
+  for (const auto& a : in.assumptions) l.add("assumed: " + a);
   for (const auto& n : in.notes) l.add(n);
   l.add(budget_line(b));
   l.blank();
@@ -122,33 +133,116 @@ void header(const io::ResolvedInputs& in, const Budget& b, Lines& l) {
 
 std::string code(const std::string& s, bool markdown) { return markdown ? "`" + s + "`" : s; }
 
+bool is_grpo(const io::ResolvedInputs& in) { return in.config.method == Method::kGrpo; }
+
+// "8 x 1024 tokens" / GRPO: "8 completions x (512 prompt + 256 completion) tokens".
+std::string batch_shape(const io::ResolvedInputs& in, std::int64_t micro_batch, std::int64_t seq_len) {
+  const TrainingConfig& c = in.config;
+  if (c.method == Method::kGrpo)
+    return fmt::format("{} completion{} x ({} prompt + {} completion) tokens", micro_batch, micro_batch == 1 ? "" : "s",
+                       c.grpo.max_prompt_length, c.grpo.max_completion_length);
+  return fmt::format("{} x {} tokens", micro_batch, seq_len);
+}
+
+// Why this micro-batch and not the largest that fits (docs/plan.md#global-batch).
+std::string why_text(const io::ResolvedInputs& in, const Plan& p) {
+  const Recommendation& r = p.recommendation;
+  const GlobalBatch& g = r.batch;
+  auto product = [](const GlobalBatch& b) {
+    return b.data_parallel == 1 ? fmt::format("{} x {} = {}", b.micro_batch, b.grad_accum, b.global_batch)
+                                : fmt::format("{} x {} x {} = {}", b.micro_batch, b.grad_accum, b.data_parallel,
+                                              b.global_batch);
+  };
+  std::string s;
+  switch (r.choice) {
+    case BatchChoice::kLargest: break;
+    case BatchChoice::kExact:
+      if (!r.largest) break;
+      s = fmt::format("why micro-batch {} and not {} (the largest that fits): {} is the target exactly, {} is not "
+                      "(--global-batch-tolerance lets a near miss keep a larger micro-batch)",
+                      g.micro_batch, r.largest->micro_batch, product(g), product(*r.largest));
+      break;
+    case BatchChoice::kWithinTolerance:
+      s = fmt::format("why micro-batch {}: {} misses the target {} by {:+d}, within --global-batch-tolerance",
+                      g.micro_batch, product(g), *g.target, g.diff());
+      break;
+    case BatchChoice::kNearest:
+      s = fmt::format("why micro-batch {}: no micro-batch that fits reaches the target {} exactly; {} is the nearest",
+                      g.micro_batch, *g.target, product(g));
+      break;
+    case BatchChoice::kGrpoDivisible:
+    case BatchChoice::kNone: break;
+  }
+  if (is_grpo(in) && p.generation) {
+    const GenerationBatch& gen = *p.generation;
+    if (!s.empty()) s += "; ";
+    s += fmt::format("TRL needs the generation batch (micro-batch x {} x steps_per_generation = grad-accum) "
+                     "divisible by num_generations {}: {} x {} x {} = {} = {} prompt{} x {}",
+                     gen.processes == 1 ? "1 GPU" : fmt::format("{} GPUs", gen.processes), gen.num_generations,
+                     g.micro_batch, gen.processes, gen.steps_per_generation, gen.generation_batch, gen.prompts,
+                     gen.prompts == 1 ? "" : "s", gen.num_generations);
+    if (r.choice == BatchChoice::kGrpoDivisible && r.largest)
+      s += fmt::format(" (micro-batch {} fits but would need grad-accum {})", r.largest->micro_batch,
+                       r.largest->grad_accum);
+  }
+  return s;
+}
+
+AllocatorConf expandable() {
+  AllocatorConf c;
+  c.expandable_segments = true;
+  return c;
+}
+
+// Micro-batch 1 fits the GPU but not the safety margin: name the two ways to spend the margin.
+std::string margin_only_text(const Plan& p) {
+  const Recommendation& r = p.recommendation;
+  const Bytes usable = p.budget.capacity - p.budget.headroom;
+  return fmt::format("only the safety margin rejects it: micro-batch 1 needs {} of the {} the GPU leaves, and the "
+                     "margin keeps {} free. With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the default margin is "
+                     "1 GiB + 2% ({}); or set --safety-margin SIZE|PCT if this run has measured headroom",
+                     gib(r.peak), gib(usable), gib(p.budget.safety_margin),
+                     gib(safety_margin_for(p.budget.capacity, expandable())));
+}
+
 std::string render_plan_text(const io::ResolvedInputs& in, const Plan& p, bool markdown,
                              const Estimate* breakdown = nullptr) {
   const Recommendation& r = p.recommendation;
   Lines l{markdown, {}};
   header(in, p.budget, l);
   if (breakdown) {
-    l.raw(fmt::format("{}memory at micro-batch {} x {} tokens{}:\n", markdown ? "**" : "", r.fits ? r.batch.micro_batch : 1,
-                      r.seq_len, markdown ? "**" : ""));
+    l.raw(fmt::format("{}memory at micro-batch {}{}:\n", markdown ? "**" : "",
+                      batch_shape(in, r.fits ? r.batch.micro_batch : 1, r.seq_len), markdown ? "**" : ""));
     l.raw(markdown ? "\n```text\n" + breakdown_text(*breakdown) + "```\n\n" : breakdown_text(*breakdown) + "\n");
   }
   if (!r.fits) {
-    l.add(fmt::format("does not fit: micro-batch 1 at {} tokens needs {}, {} over the {} budget", r.seq_len,
+    l.add(fmt::format("does not fit: micro-batch {} needs {}, {} over the {} budget", batch_shape(in, 1, r.seq_len),
                       gib(r.peak), unbounded(r.peak) ? "far" : gib(r.peak - r.budget), gib(r.budget)));
+    if (r.margin_only) l.add(margin_only_text(p));
     l.blank();
     l.raw(suggestions_text(p.suggestions, p.combination, "at micro-batch 1", "max micro-batch", "micro-batch",
                            markdown));
   } else {
     const GlobalBatch& g = r.batch;
-    l.add(fmt::format("recommended: micro-batch {} x grad-accum {} x {} = {}", g.micro_batch, g.grad_accum,
-                      gpus(g.data_parallel), global_text(g)));
+    l.add(fmt::format("recommended: micro-batch {} x grad-accum {} x {} = {}{}", g.micro_batch, g.grad_accum,
+                      gpus(g.data_parallel), global_text(g), is_grpo(in) ? " completions" : ""));
     l.add(fmt::format("predicted peak {} of the {} budget ({} of GPU memory)", gib(r.peak), gib(r.budget),
                       pct(r.utilization)));
     l.add(fmt::format("largest micro-batch that fits: {}; {}", p.max_micro_batch, limit_text(p)));
+    if (const std::string why = why_text(in, p); !why.empty()) l.add(why);
     l.add("flags: " + code(fmt::format("--batch {} --grad-accum {}", g.micro_batch, g.grad_accum), markdown));
     l.blank();
-    const TextTable t = tiers_table(p);
-    l.raw(markdown ? t.render_markdown() : t.render());
+    if (tiers_coincide(p)) {
+      l.add(fmt::format("tiers: safe, balanced and aggressive are all micro-batch {} (the room above the {} that "
+                        "does not grow with the batch holds no second size)",
+                        p.tiers.front().batch.micro_batch, gib(p.fixed)));
+    } else {
+      l.add(fmt::format("tiers divide the {} of room above the {} that does not grow with the micro-batch:",
+                        gib(r.budget > p.fixed ? r.budget - p.fixed : Bytes::zero()), gib(p.fixed)));
+      if (markdown) l.blank();
+      const TextTable t = tiers_table(p);
+      l.raw(markdown ? t.render_markdown() : t.render());
+    }
   }
   l.raw(violation_text(p.search.violation, "micro-batch"));
   for (const auto& w : in.warnings) l.raw("warning: " + w + "\n");
@@ -246,11 +340,25 @@ json plan_json(const Plan& p) {
               {"utilization", r.utilization},
               {"max_micro_batch", p.max_micro_batch},
               {"next_peak_bytes", optional_bytes(p.search.next_peak)},
-              {"limited_by", r.fits ? json(to_string(p.limited_by)) : json(nullptr)}};
+              {"limited_by", r.fits ? json(to_string(p.limited_by)) : json(nullptr)},
+              {"choice", to_string(r.choice)},
+              {"largest", r.largest ? json{{"micro_batch", r.largest->micro_batch},
+                                           {"grad_accum", r.largest->grad_accum},
+                                           {"global_batch", r.largest->global_batch}}
+                                    : json(nullptr)},
+              {"margin_only", r.margin_only}};
+  json generation = nullptr;
+  if (p.generation)
+    generation = {{"num_generations", p.generation->num_generations},
+                  {"processes", p.generation->processes},
+                  {"steps_per_generation", p.generation->steps_per_generation},
+                  {"generation_batch", p.generation->generation_batch},
+                  {"prompts", p.generation->prompts},
+                  {"valid", p.generation->valid()}};
   json tiers = json::array();
   for (const Tier& t : p.tiers)
     tiers.push_back({{"name", t.name},
-                     {"max_utilization", t.max_utilization},
+                     {"room_fraction", t.room_fraction},
                      {"limit_bytes", t.limit.count()},
                      {"fits", t.fits},
                      {"micro_batch", t.batch.micro_batch},
@@ -260,6 +368,8 @@ json plan_json(const Plan& p) {
                      {"utilization", t.utilization}});
   return {{"recommendation", rec},
           {"search", search_json(p.search)},
+          {"generation", generation},
+          {"fixed_bytes", p.fixed.count()},
           {"tiers", tiers},
           {"suggestions", suggestions_json(p.suggestions, "max_micro_batch")},
           {"combination", combination_json(p.combination, "max_micro_batch")}};
@@ -304,6 +414,7 @@ std::string render_plan(const io::ResolvedInputs& in, const Plan& p, Format f) {
       json j = {{"schema", kSchema}, {"command", "plan"}, {"solve", "batch"}, {"inputs", inputs_json(in)},
                 {"budget", budget_json(p.budget)}};
       j.update(plan_json(p));
+      j["warnings"] = in.warnings;
       return j.dump(2) + "\n";
     }
     case Format::kMarkdown: return render_plan_text(in, p, true);
@@ -320,6 +431,7 @@ std::string render_auto(const io::ResolvedInputs& in, const Plan& p, const Estim
                 {"budget", budget_json(p.budget)}};
       j.update(plan_json(p));
       j["estimate"] = to_json(breakdown);
+      j["warnings"] = in.warnings;
       return j.dump(2) + "\n";
     }
     case Format::kMarkdown: return render_plan_text(in, p, true, &breakdown);
@@ -335,6 +447,7 @@ std::string render_seq_len_plan(const io::ResolvedInputs& in, const SeqLenPlan& 
       json j = {{"schema", kSchema}, {"command", "plan"}, {"solve", "seq_len"}, {"inputs", inputs_json(in)},
                 {"budget", budget_json(p.budget)}};
       j.update(seq_len_plan_json(p));
+      j["warnings"] = in.warnings;
       return j.dump(2) + "\n";
     }
     case Format::kMarkdown: return render_seq_text(in, p, true);
@@ -501,6 +614,7 @@ std::string render_sweep(const io::ResolvedInputs& in, const Sweep& s, Format f)
     case Format::kJson: {
       json j = {{"schema", kSchema}, {"command", "sweep"}, {"inputs", inputs_json(in)}, {"budget", budget_json(s.budget)}};
       j.update(sweep_json(s));
+      j["warnings"] = in.warnings;
       return j.dump(2) + "\n";
     }
     case Format::kMarkdown: {
@@ -512,7 +626,7 @@ std::string render_sweep(const io::ResolvedInputs& in, const Sweep& s, Format f)
     case Format::kText:
     case Format::kGithub: {
       std::string out = describe_inputs(in) + "\n";
-      if (in.model_from_param_count) out += "model shape assumed: " + io::describe_shape(in.model) + "\n";
+      for (const auto& a : in.assumptions) out += "assumed: " + a + "\n";
       for (const auto& n : in.notes) out += n + "\n";
       out += budget_line(s.budget) + "\n\n";
       out += sweep_table(s, true).render() + "\n" + sweep_chart(s);

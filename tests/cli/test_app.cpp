@@ -33,7 +33,7 @@ TEST_CASE("a mistyped command gets the nearest one; an unknown flag is named") {
   const auto far = run_cli({"frobnicate"});
   CHECK(far.err ==
         "memplan: error: unknown command 'frobnicate'; the commands are estimate, plan, sweep, check, models, gpus, "
-        "preflight, auto\nRun with --help for more information.\n");
+        "preflight, auto, profile, calibrate\nRun with --help for more information.\n");
   const auto flag = run_cli({"plan", "--gpu-memroy", "80GB"});
   CHECK(flag.code >= 100);
   CHECK_THAT(flag.err, Catch::Contains("--gpu-memroy"));

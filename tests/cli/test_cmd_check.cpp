@@ -1,8 +1,10 @@
 // memplan check on a mix of fitting, non-fitting and malformed configs: one line per file, the
 // summary, exit codes, JSON and GitHub annotations. Budgets are chosen far from any plausible
 // prediction (1 GiB and 1000 TB for an 8B model), and predicted figures come from the engine.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -238,7 +240,7 @@ TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or
   const std::string named = d.write("named.yaml", "# memplan: gpu=h100-sxm\n" + small);
   const std::string typo = d.write("typo.yaml", small + "# memplan: gpu=h100-sxn\n");
   const std::string plain = d.write("plain.yaml", small);
-  const std::int64_t h100 = 81559LL * 1048576;  // the h100-sxm profile, as nvidia-smi reports it
+  const std::int64_t h100 = 85'017'493'504;  // the h100-sxm profile's usable memory, as CUDA reports it
 
   CliRun r = run_cli({"check", named, typo, "--format", "json"});
   CHECK(r.code == 2);
@@ -247,7 +249,7 @@ TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or
   CHECK(j["results"][0]["capacity_bytes"] == h100);
   CHECK(j["results"][0]["safety_margin_bytes"] == 1073741824 + h100 / 10);
   CHECK(j["results"][0]["budget_source"] == named + ":1");
-  CHECK(j["results"][0]["gpu"] == "NVIDIA H100 80GB HBM3 (79.65 GiB)");
+  CHECK(j["results"][0]["gpu"] == "NVIDIA H100 80GB HBM3 (79.18 GiB usable as CUDA reports it; nvidia-smi: 79.65 GiB)");
   CHECK(j["results"][0]["peak_bytes"] == predicted(named).count());
   CHECK(j["results"][1]["status"] == "invalid");
   CHECK(j["results"][1]["location"] == typo + ":4");
@@ -261,7 +263,7 @@ TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or
   CHECK(jt["results"][0]["notes"][0].get<std::string>().rfind("Tesla T4 (t4) has no hardware bf16", 0) == 0);
   CliRun bad = run_cli({"check", named, "--gpu", "t5"});
   CHECK(bad.code == 64);
-  CHECK(bad.err == "memplan: error: --gpu: unknown GPU 't5'; did you mean 't4'?\n");
+  CHECK(bad.err == "memplan: error: --gpu: unknown GPU 't5'; run 'memplan gpus' for the known GPUs, or give --gpu-memory SIZE\n");
 
   // A file that names no GPU is checked on the one detected (here the stand-in's idle H100).
   memplan::testing::StandInMachine machine("nvidia-smi-h100.csv");
@@ -270,5 +272,26 @@ TEST_CASE("check: the GPU comes from --gpu, the config's # memplan: gpu=NAME, or
   auto jd = nlohmann::json::parse(det.out);
   CHECK(jd["results"][0]["budget_source"] == "detected");
   CHECK(jd["results"][0]["capacity_bytes"] == 81080LL * 1048576);  // free memory
-  CHECK(jd["results"][0]["budget_bytes"] == 81080LL * 1048576 - 1073741824 - h100 / 10);
+  CHECK(jd["results"][0]["budget_bytes"] == 81080LL * 1048576 - 1073741824 - 81559LL * 1048576 / 10);
+}
+
+TEST_CASE("check (issue 11 item 8): a FIFO as the checked file, --config, --keys or --model fails at once") {
+  memplan::testing::TempDir dir;
+  const std::string fifo = dir.path() + "/pipe.yaml";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const std::string cfg = dir.write("train.yaml", "model_name_or_path: m\nper_device_train_batch_size: 1\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string refused = fifo + ": cannot read: a FIFO (named pipe), not a regular file";
+  auto r = memplan::testing::run_cli({"check", fifo, "--model-params", "125M", "--gpu-memory", "80GiB"});
+  CHECK(r.code == 2);
+  CHECK(r.out.find(fifo + ": invalid: cannot read: a FIFO (named pipe), not a regular file\n") != std::string::npos);
+  auto c = memplan::testing::run_cli({"estimate", "--model-params", "125M", "--config", fifo});
+  CHECK(c.err == "memplan: error: " + refused + "\n");
+  auto k = memplan::testing::run_cli({"estimate", "--model-params", "125M", "--config", cfg, "--keys", fifo});
+  CHECK(k.err == "memplan: error: " + refused + "\n");
+  auto m = memplan::testing::run_cli({"estimate", "--model", fifo});
+  CHECK(m.err == "memplan: error: " + refused + "\n");
+  auto z = memplan::testing::run_cli({"estimate", "--model", "/dev/zero"});
+  CHECK(z.err == "memplan: error: /dev/zero: cannot read: a character device, not a regular file\n");
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
 }

@@ -1,5 +1,6 @@
 // Tests src/cli/cmd_gpus.cpp through the whole CLI. Figures are the recorded driver outputs of
 // tests/data/detect converted by hand: 81920 MiB = 80.00 GiB = 85.90 GB, 81559 MiB = 79.65 GiB.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -16,20 +17,25 @@ TEST_CASE("memplan gpus lists every profile with GiB, GB, bf16, unified and name
   REQUIRE(r.code == memplan::cli::kExitOk);
   CHECK(r.err.empty());
   CHECK(r.out.rfind("name ", 0) == 0);
-  CHECK(cells(r.out.substr(0, r.out.find('\n'))) == Cells{"name", "GiB", "GB", "bf16", "unified", "driver name, aliases"});
+  CHECK(cells(r.out.substr(0, r.out.find('\n'))) == Cells{"name", "GiB", "GB", "bf16", "unified", "driver name"});
+  // Fits 100 columns (issue 10).
+  std::size_t widest = 0;
+  for (std::size_t at = 0, nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1)
+    widest = std::max(widest, nl - at);
+  CHECK(widest <= 100);
   CHECK(row(r.out, "a100-80gb") ==
-        Cells{"a100-80gb", "80.00", "85.90", "yes", "no", "NVIDIA A100-SXM4-80GB, a100, a100-sxm4-80gb, a100-80gb-sxm"});
+        Cells{"a100-80gb", "80.00", "85.90", "yes", "no", "NVIDIA A100-SXM4-80GB"});
   CHECK(row(r.out, "h100-sxm") ==
-        Cells{"h100-sxm", "79.65", "85.52", "yes", "no", "NVIDIA H100 80GB HBM3, h100, h100-80gb, h100-sxm5, h100-sxm5-80gb"});
-  CHECK(row(r.out, "t4") == Cells{"t4", "15.00", "16.11", "no", "no", "Tesla T4, nvidia-t4, t4-16gb"});
-  CHECK(row(r.out, "dgx-spark-gb10") == Cells{"dgx-spark-gb10", "121.69", "130.66", "yes", "yes, 28.00 GiB kept for the OS",
-                                              "NVIDIA GB10, gb10, dgx-spark, spark"});
+        Cells{"h100-sxm", "79.65", "85.52", "yes", "no", "NVIDIA H100 80GB HBM3"});
+  CHECK(row(r.out, "t4") == Cells{"t4", "15.00", "16.11", "no", "no", "Tesla T4"});
+  CHECK(row(r.out, "dgx-spark-gb10") == Cells{"dgx-spark-gb10", "121.69", "130.66", "yes", "yes, OS 28.00 GiB",
+                                              "NVIDIA GB10"});
   CHECK(row(r.out, "mi300x") ==
-        Cells{"mi300x", "191.98", "206.14", "yes", "no", "AMD Instinct MI300X, instinct-mi300x, AMD Instinct MI300X OAM"});
+        Cells{"mi300x", "191.98", "206.14", "yes", "no", "AMD Instinct MI300X"});
   const auto n = memplan::io::load_gpu_profiles()->size();
   CHECK(r.out.find(std::to_string(n) + " GPU profiles. Memory as the driver reports it; GiB = 2^30 bytes, GB = 10^9 "
-                                       "bytes.\n--gpu accepts any name above, ignoring case, spaces and '-'; "
-                                       "--gpu-memory SIZE any other GPU.\n") != std::string::npos);
+                                       "bytes.\n--gpu accepts any name above, the driver's name or an alias (--format markdown lists "
+                                       "them),\nignoring case, spaces and '-'; --gpu-memory SIZE any other GPU.\n") != std::string::npos);
 }
 
 TEST_CASE("memplan gpus --format json and markdown") {

@@ -20,9 +20,12 @@ TEST_CASE("memplan models: the whole catalog as a table") {
   CHECK(r.code == memplan::cli::kExitOk);
   CHECK(r.err.empty());
   CHECK(r.out.rfind("name ", 0) == 0);
-  CHECK(r.out.find("llama-3.1-8b       meta-llama/Llama-3.1-8B") != std::string::npos);
+  // The name column is as wide as the longest short name (deepseek-r1-distill-qwen-1.5b, 29).
+  CHECK(r.out.find("\nllama-3.1-8b" + std::string(29 - 12 + 2, ' ') + "meta-llama/Llama-3.1-8B ") != std::string::npos);
   CHECK(r.out.find("8,030,261,248") != std::string::npos);
-  CHECK(r.out.find("57 models. Pass a name, id or alias to --model") != std::string::npos);
+  CHECK(r.out.find("96 models. Pass a name, id or alias to --model; their mirrors and re-uploads (NousResearch/..., "
+                   "unsloth/...-bnb-4bit, TheBloke/...-GPTQ) and -Instruct, -it, -chat and -Base variants are "
+                   "recognised too.") != std::string::npos);
 }
 
 TEST_CASE("memplan models FILTER --format markdown") {
@@ -62,4 +65,16 @@ TEST_CASE("memplan models: a filter that matches nothing is an error with a sugg
   r = run_cli({"models", "--format", "yaml"});
   CHECK(r.code == memplan::cli::kExitInvalidInput);
   CHECK(r.err.rfind("memplan: error: unknown format 'yaml'", 0) == 0);
+}
+
+TEST_CASE("memplan models: a re-upload's name lists the catalog entry it resolves to") {
+  const CliRun r = run_cli({"models", "unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit"});
+  CHECK(r.code == memplan::cli::kExitOk);
+  CHECK(r.out.find("llama-3.1-8b  meta-llama/Llama-3.1-8B") != std::string::npos);
+  CHECK(r.out.find("1 model. ") != std::string::npos);
+  CHECK(r.out.find("note: unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit: the same architecture as "
+                   "meta-llama/Llama-3.1-8B (catalog llama-3.1-8b)\n") != std::string::npos);
+  const CliRun refused = run_cli({"models", "mistralai/Mixtral-8x22B-Instruct-v0.1"});
+  CHECK(refused.code == memplan::cli::kExitInvalidInput);
+  CHECK(refused.err.find("differs from mistralai/Mixtral-8x22B-v0.1") != std::string::npos);
 }

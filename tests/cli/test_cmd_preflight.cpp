@@ -120,5 +120,7 @@ TEST_CASE("preflight errors: a size without a unit, a bad size, no GPU") {
   CHECK(r.code == memplan::cli::kExitNoGpu);
   CHECK(r.out.empty());
   CHECK(r.err.rfind("memplan: error: no GPU found (", 0) == 0);
-  CHECK(r.err.find("; give --gpu NAME (memplan gpus lists them) or --gpu-memory SIZE\n") != std::string::npos);
+  // preflight takes no --gpu: its advice points to plan, which does (issue 10)
+  CHECK(r.err.find("; preflight checks the GPUs of this machine; to plan for another GPU run memplan plan --gpu NAME "
+                   "(memplan gpus lists them) or --gpu-memory SIZE\n") != std::string::npos);
 }

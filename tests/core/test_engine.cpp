@@ -255,3 +255,27 @@ TEST_CASE("SDPA keeps grouped K/V unexpanded (enable_gqa) and its output needs n
   };
   CHECK(forward_peak(mha) - forward_peak(gqa) == 524'288 + 524'288);
 }
+
+TEST_CASE("LoRA on o_proj only: estimated (every layer simulated when the reduced timelines differ), linear in layers") {
+  // A LoRA on o_proj, v_proj or down_proj alone once stopped every method with "internal:
+  // reduced-model timelines do not align": one more middle layer reordered a free inside a layer's
+  // backward. The estimator then simulates every layer. Each middle layer adds the same bytes, so
+  // the exact peaks of 6, 7 and 8 layers step by the same amount.
+  for (const char* target : {"o_proj", "v_proj", "down_proj"}) {
+    INFO(target);
+    std::vector<std::int64_t> peaks;
+    for (int layers : {6, 7, 8}) {
+      TrainingConfig c = cfg(2, 128);
+      c.lora.enabled = true;
+      c.lora.target_modules = {target};
+      auto est = Estimator::create(toy_llama(layers), c);
+      REQUIRE(est.has_value());
+      auto e = est->at(2, 128);
+      REQUIRE(e.has_value());
+      require_consistent(*e);
+      peaks.push_back(e->peak.count());
+    }
+    CHECK(peaks[1] > peaks[0]);
+    CHECK(peaks[2] - peaks[1] == peaks[1] - peaks[0]);
+  }
+}

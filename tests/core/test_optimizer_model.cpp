@@ -42,14 +42,21 @@ TEST_CASE("bitsandbytes 8-bit states: a byte per value plus fp32 absmax per 256,
   CHECK(f.state_bytes == big + small);
   CHECK(f.temp_bytes == 0);
   CHECK_FALSE(f.paged);
-  CHECK(optimizer_footprint(optim(OptimizerKind::kPagedAdamW8bit), Device::kCuda, params(2)).paged);
+  // Paged: the uint8 buffers of tensors with >= 1e5 values are cudaMallocManaged pages outside
+  // the allocator (here both matrices); absmax and the small norm's fp32 states are not.
+  auto paged = optimizer_footprint(optim(OptimizerKind::kPagedAdamW8bit), Device::kCuda, params(2));
+  CHECK(paged.paged);
+  CHECK(paged.paged_bytes == (8000 * 256 + 688 * 256) * 2);
+  CHECK(paged.state_bytes == (8000 * 4 + 688 * 4) * 2 + small);
+  CHECK(paged.state_bytes + paged.paged_bytes == f.state_bytes);
   // Lion keeps one state.
   auto lion = optimizer_footprint(optim(OptimizerKind::kLion8bit), Device::kCuda, params(2));
   CHECK(lion.state_bytes == big / 2 + small / 2);
   // 32-bit bitsandbytes states are fp32 even for bf16 parameters.
   CHECK(optimizer_footprint(optim(OptimizerKind::kLion32bit), Device::kCuda, params(2)).state_bytes == kNumel * 4);
-  CHECK(optimizer_footprint(optim(OptimizerKind::kPagedAdamW32bit), Device::kCuda, params(2)).state_bytes ==
-        kNumel * 4 * 2);
+  auto p32 = optimizer_footprint(optim(OptimizerKind::kPagedAdamW32bit), Device::kCuda, params(2));
+  CHECK(p32.paged_bytes == (8000 * 256 + 688 * 256) * 4 * 2);
+  CHECK(p32.state_bytes == 256 * 4 * 2);
 }
 
 TEST_CASE("SGD, Adagrad, RMSprop states follow their arguments") {

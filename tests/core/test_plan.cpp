@@ -171,6 +171,13 @@ TEST_CASE("parse_safety_margin takes a size or a percentage of capacity") {
   CHECK(junk.error().message == "invalid safety margin: \"lots\"");
   CHECK_FALSE(parse_safety_margin("-5%", Bytes::gib(80)));
   CHECK_FALSE(parse_safety_margin("%", Bytes::gib(80)));
+  // A bare number could be a percentage or gigabytes: an error naming both (seed 002's 0.85
+  // "safety_margin" is a fraction; `--safety-margin 80` was once read as 80 bytes).
+  auto bare = parse_safety_margin("80", Bytes::gib(80));
+  REQUIRE_FALSE(bare);
+  CHECK(bare.error().to_string() ==
+        "safety margin \"80\" has no unit; write 80% for a percentage of GPU memory, or 80GiB / 80GB for a size");
+  CHECK(*parse_safety_margin("0", Bytes::gib(80)) == Bytes::zero());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -313,6 +320,12 @@ TEST_CASE("match_global_batch table") {
       {"nothing within tolerance: the closest, larger micro-batch on ties", 8, 10, 3, 0.05, 3, 1, 9},
       {"8 GPUs, target 512", 6, 512, 8, 0.05, 6, 11, 528},
       {"8 GPUs, target 512, tolerance 0", 6, 512, 8, 0.0, 4, 16, 512},
+      // issue 10: 11 x 3 = 33 is nearer to 15 but 8 x 4 = 32 is what the schedule was tuned for
+      {"target 32, 15 fits: exact 8 x 4, not 11 x 3", 15, 32, 1, 0.0, 8, 4, 32},
+      {"target 512, 268 fits: exact 256 x 2, not 268 x 2 = 536", 268, 512, 1, 0.0, 256, 2, 512},
+      {"a tolerance lets the larger one miss: 11 x 3 = 33 is within 5% of 32", 15, 32, 1, 0.05, 11, 3, 33},
+      {"no fitting micro-batch divides 97 and 1 does: exact 1 x 97", 10, 97, 1, 0.0, 1, 97, 97},
+      {"2 GPUs, odd target 33: nothing exact, the nearest with the larger micro-batch: 8 x 2 x 2 = 32", 8, 33, 2, 0.0, 8, 2, 32},
   };
   for (const Row& r : rows) {
     INFO(r.why);
@@ -461,27 +474,166 @@ TEST_CASE("plan: a small target caps the micro-batch") {
   CHECK(p->recommendation.batch.global_batch == 6);
 }
 
-TEST_CASE("plan: tiers sit at 70, 85 and 95 percent of capacity, capped by the budget") {
-  const ModelSpec m = llama31_8b();
+TEST_CASE("plan: tiers divide the room above the fixed memory at 50, 75 and 100 percent") {
+  const ModelSpec m = small_llama();
   const TrainingConfig c = bf16_config();
+  auto est = Estimator::create(m, c);
+  REQUIRE(est);
+  const Bytes p1 = peak_of(*est, 1, c.seq_len), p2 = peak_of(*est, 2, c.seq_len);
+  // fixed = peak(1) - (peak(2) - peak(1)): what micro-batch 0 would need on the line through 1 and 2
+  const Bytes fixed = p1 - (p2 - p1);
+  for (const std::int64_t k : {3, 4, 7, 16}) {  // budgets where k is the largest micro-batch
+    INFO("largest " << k);
+    PlanRequest req;
+    req.budget = exact_budget(peak_of(*est, k, c.seq_len));
+    auto p = plan(m, c, req);
+    REQUIRE(p);
+    check_plan(m, c, req, *p);
+    CHECK(p->fixed == fixed);
+    const Bytes room = req.budget.budget() - fixed;
+    REQUIRE(p->tiers.size() == 3);
+    CHECK(p->tiers[0].name == "safe");
+    CHECK(p->tiers[0].limit == fixed + Bytes::of(room.count() / 100 * 50 + room.count() % 100 * 50 / 100));
+    CHECK(p->tiers[1].name == "balanced");
+    CHECK(p->tiers[1].limit == fixed + Bytes::of(room.count() / 100 * 75 + room.count() % 100 * 75 / 100));
+    CHECK(p->tiers[2].name == "aggressive");
+    CHECK(p->tiers[2].limit == req.budget.budget());
+    CHECK(p->tiers[2].batch.micro_batch == k);
+    // Above micro-batch 2 the three tiers are three different sizes.
+    CHECK(p->tiers[0].batch.micro_batch < p->tiers[1].batch.micro_batch);
+    CHECK(p->tiers[1].batch.micro_batch < p->tiers[2].batch.micro_batch);
+  }
+}
+
+TEST_CASE("plan: when only the safety margin rejects micro-batch 1, the plan says so") {
+  const ModelSpec m = small_llama();
+  const TrainingConfig c = bf16_config();
+  auto est = Estimator::create(m, c);
+  REQUIRE(est);
+  const Bytes p1 = peak_of(*est, 1, c.seq_len);
   PlanRequest req;
-  req.budget = budget_of(Bytes::gib(100));  // budget 100 - (1 + 10) = 89 GiB
+  req.budget = Budget{p1 + Bytes::gib(1), Bytes::gib(2), Bytes::zero(), false, Bytes::zero()};  // budget p1 - 1 GiB
   auto p = plan(m, c, req);
   REQUIRE(p);
-  check_plan(m, c, req, *p);
-  REQUIRE(p->tiers.size() == 3);
-  CHECK(p->tiers[0].name == "safe");
-  CHECK(p->tiers[0].limit == Bytes::gib(70));
-  CHECK(p->tiers[1].name == "balanced");
-  CHECK(p->tiers[1].limit == Bytes::gib(85));
-  CHECK(p->tiers[2].name == "aggressive");
-  CHECK(p->tiers[2].limit == Bytes::gib(89));  // 95 GiB is above the budget
-  // With no margin the aggressive tier is 95%: floor(capacity x 95 / 100).
-  req.budget = Budget{Bytes::of(1'000'000'007), Bytes::zero(), Bytes::zero()};
-  auto q = plan(small_llama(), c, req);
+  CHECK_FALSE(p->recommendation.fits);
+  CHECK(p->recommendation.margin_only);
+  req.budget.headroom = Bytes::gib(1) + Bytes::of(1);  // now the GPU itself is one byte short
+  req.budget.safety_margin = Bytes::zero();
+  auto q = plan(m, c, req);
   REQUIRE(q);
-  CHECK(q->tiers[0].limit == Bytes::of(700'000'004));
-  CHECK(q->tiers[2].limit == Bytes::of(950'000'006));
+  CHECK_FALSE(q->recommendation.fits);
+  CHECK_FALSE(q->recommendation.margin_only);
+}
+
+TEST_CASE("plan: unified memory gets no CPU-offload suggestion") {
+  const ModelSpec m = llama31_8b();
+  TrainingConfig c = bf16_config();
+  PlanRequest req;
+  req.budget = budget_of(Bytes::gib(24));
+  auto discrete = plan(m, c, req);
+  REQUIRE(discrete);
+  auto has_offload = [](const Plan& p) {
+    return std::any_of(p.suggestions.begin(), p.suggestions.end(),
+                       [](const Suggestion& s) { return s.kind == ChangeKind::kCpuOffloadOptimizer; });
+  };
+  CHECK(has_offload(*discrete));
+  req.budget.unified = true;
+  auto unified = plan(m, c, req);
+  REQUIRE(unified);
+  CHECK_FALSE(unified->suggestions.empty());
+  CHECK_FALSE(has_offload(*unified));
+}
+
+TEST_CASE("generation_batch follows TRL's GRPOConfig arithmetic") {
+  TrainingConfig c;
+  c.method = Method::kGrpo;
+  c.grpo.num_generations = 8;
+  c.parallel.num_gpus = 4;
+  const GenerationBatch g = generation_batch(c, 2, 3);  // 2 x 4 x 3 = 24 = 3 prompts x 8
+  CHECK(g.processes == 4);
+  CHECK(g.steps_per_generation == 3);
+  CHECK(g.generation_batch == 24);
+  CHECK(g.valid());
+  CHECK(g.prompts == 3);
+  const GenerationBatch bad = generation_batch(c, 1, 1);  // 4 completions: half a group
+  CHECK_FALSE(bad.valid());
+  CHECK(bad.prompts == 0);
+}
+
+TEST_CASE("plan: GRPO plans prompt + completion, in completions, with a generation batch TRL accepts") {
+  const ModelSpec m = small_llama();
+  TrainingConfig c = bf16_config();
+  c.method = Method::kGrpo;
+  c.grpo.max_prompt_length = 256;
+  c.grpo.max_completion_length = 512;
+  c.grpo.num_generations = 8;
+  for (const int gpus : {1, 8}) {
+    for (const std::optional<std::int64_t> target : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{64}}) {
+      for (const double gib : {6.0, 12.0, 40.0}) {
+        INFO(gpus << " GPUs, target " << target.value_or(0) << ", " << gib << " GiB");
+        c.parallel.num_gpus = gpus;
+        PlanRequest req;
+        req.budget = budget_of(Bytes::gib(gib));
+        req.target_global_batch = target;
+        auto p = plan(m, c, req);
+        REQUIRE(p);
+        const Recommendation& r = p->recommendation;
+        CHECK(r.seq_len == 768);
+        if (!r.fits) {
+          CHECK_FALSE(p->suggestions.empty());
+          continue;
+        }
+        TrainingConfig at = c;
+        at.micro_batch = r.batch.micro_batch;
+        at.grad_accum = r.batch.grad_accum;
+        // The peak is estimate's at that micro-batch and accumulation (the generation cache holds
+        // micro-batch x steps_per_generation sequences).
+        auto e = estimate(m, at);
+        REQUIRE(e);
+        CHECK(r.peak == e->peak);
+        CHECK(r.peak <= req.budget.budget());
+        REQUIRE(p->generation);
+        CHECK(p->generation->valid());
+        CHECK((r.batch.micro_batch * gpus * r.batch.grad_accum) % 8 == 0);
+        if (target) CHECK(r.batch.global_batch == *target);  // 64 divides into every layout here
+      }
+    }
+  }
+}
+
+TEST_CASE("plan: a GRPO plan that cannot fit answers with suggestions, not an error") {
+  const ModelSpec m = llama31_8b();
+  TrainingConfig c = bf16_config();
+  c.method = Method::kGrpo;
+  c.grpo.max_completion_length = 1024;
+  PlanRequest req;
+  req.budget = budget_of(Bytes::gib(24));
+  auto p = plan(m, c, req);
+  REQUIRE(p);
+  CHECK_FALSE(p->recommendation.fits);
+  CHECK(p->recommendation.seq_len == 512 + 1024);
+  REQUIRE_FALSE(p->suggestions.empty());
+  for (const Suggestion& s : p->suggestions) CHECK(s.kind != ChangeKind::kShorterSeqLen);
+}
+
+TEST_CASE("parse_allocator_conf and the margin it sets") {
+  auto c = parse_allocator_conf("max_split_size_mb:128,expandable_segments:True");
+  REQUIRE(c);
+  CHECK(c->expandable_segments);
+  REQUIRE(c->max_split_size_mb);
+  CHECK(*c->max_split_size_mb == 128);
+  // 1 GiB + 2% of 80 GiB = 2.6 GiB; without expandable segments 1 GiB + 10% = 9 GiB
+  CHECK(safety_margin_for(Bytes::gib(80), *c) == Bytes::gib(1) + Bytes::gib(80) / 50);
+  auto d = parse_allocator_conf("garbage_collection_threshold:0.6,max_split_size_mb:512");
+  REQUIRE(d);
+  CHECK_FALSE(d->expandable_segments);
+  CHECK(*d->garbage_collection_threshold == Approx(0.6));
+  CHECK(safety_margin_for(Bytes::gib(80), *d) == Bytes::gib(9));
+  CHECK(parse_allocator_conf("").value().text.empty());
+  CHECK(parse_allocator_conf("expandable_segments:yes").error().message ==
+        "PYTORCH_CUDA_ALLOC_CONF: expandable_segments must be True or False, got 'yes'");
+  CHECK(parse_allocator_conf("expandable_segments").error().message ==
+        "PYTORCH_CUDA_ALLOC_CONF: \"expandable_segments\" is not key:value");
 }
 
 TEST_CASE("plan: request errors quote the value") {
@@ -498,7 +650,7 @@ TEST_CASE("plan: request errors quote the value") {
   req.max_micro_batch = 0;
   CHECK(plan(m, c, req).error().message == "max-micro-batch = 0 is out of range (1 to 1048576)");
   req.max_micro_batch = 64;
-  req.budget = Budget{Bytes::gib(8), Bytes::gib(4), Bytes::gib(4)};
+  req.budget = Budget{Bytes::gib(8), Bytes::gib(4), Bytes::gib(4), false, Bytes::zero()};
   CHECK(plan(m, c, req).error().message ==
         "budget 0.00 GiB is not positive (GPU memory 8.00 GiB - safety margin 4.00 GiB - headroom 4.00 GiB)");
 }
@@ -543,6 +695,8 @@ void check_suggestions(const ModelSpec& m, const TrainingConfig& c, const Plan& 
         CHECK(peak_of(*est, 1, s.config.seq_len) <= budget);
         CHECK(peak_of(*est, 1, s.config.seq_len + 1) > budget);
         break;
+      case ChangeKind::kShorterCompletion:
+      case ChangeKind::kVllmServer: CHECK(c.method == Method::kGrpo); break;
       case ChangeKind::kZero3:
         CHECK(c.parallel.sharding != ShardingStrategy::kZero3);
         CHECK(c.parallel.sharding != ShardingStrategy::kFsdpFullShard);
@@ -741,7 +895,7 @@ TEST_CASE("sweep: errors") {
   CHECK(sweep(m, c, req).error().message == "4000 batch sizes x 3000 sequence lengths is more than 10000000 points");
   req.micro_batches = {1};
   req.seq_lens = {1};
-  req.budget = Budget{Bytes::zero(), Bytes::zero(), Bytes::zero()};
+  req.budget = Budget{Bytes::zero(), Bytes::zero(), Bytes::zero(), false, Bytes::zero()};
   CHECK(sweep(m, c, req).error().message == "GPU memory must be positive, got 0 B");
 }
 

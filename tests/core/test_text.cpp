@@ -51,3 +51,16 @@ TEST_CASE("strict number parsing") {
   CHECK_FALSE(*parse_bool("off", "x"));
   CHECK(parse_bool("maybe", "bf16").error().message == "bf16 must be true or false, got \"maybe\"");
 }
+
+TEST_CASE("escape_control (issue 11 item 13): control characters cannot reach the terminal") {
+  CHECK(escape_control("plain text, ünïcödé, 中文") == "plain text, ünïcödé, 中文");
+  CHECK(escape_control("a\nb\tc") == "a\nb\tc");
+  CHECK(escape_control("\x1b[2J\x1b]0;title\x07") == "\\x1b[2J\\x1b]0;title\\x07");
+  CHECK(escape_control(std::string("nul\0x", 5)) == "nul\\x00x");
+  CHECK(escape_control("\x7f") == "\\x7f");
+  CHECK(escape_control("\xc2\x9b" "31m") == "\\u009b31m");  // C1 CSI as UTF-8
+  CHECK(escape_control("\x9b" "31m") == "\\x9b31m");        // C1 CSI as a raw byte
+  CHECK(escape_control("\xff\xfe") == "\\xff\\xfe");
+  Error e = make_error(ErrorCode::kInvalidArgument, "unknown model '\x1b[31mred'");
+  CHECK(e.to_string() == "unknown model '\\x1b[31mred'");
+}

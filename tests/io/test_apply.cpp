@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <chrono>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -14,6 +17,7 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "io/apply.hpp"
 #include "io/config_loader.hpp"
@@ -104,6 +108,10 @@ class FailingFileSystem : public MemoryFileSystem {
     if (ops++ == fail_at) return make_error(ErrorCode::kIoError, "injected rename failure");
     return MemoryFileSystem::rename(from, to);
   }
+  Status exchange(const std::string& a, const std::string& b) override {
+    if (ops++ == fail_at) return make_error(ErrorCode::kIoError, "injected exchange failure");
+    return MemoryFileSystem::exchange(a, b);
+  }
   Status sync_dir(const std::string& dir) override {
     if (ops++ == fail_at) return make_error(ErrorCode::kIoError, "injected sync failure");
     return MemoryFileSystem::sync_dir(dir);
@@ -128,6 +136,10 @@ class CrashingFileSystem : public RealFileSystem {
   Status rename(const std::string& from, const std::string& to) override {
     step();
     return RealFileSystem::rename(from, to);
+  }
+  Status exchange(const std::string& a, const std::string& b) override {
+    step();
+    return RealFileSystem::exchange(a, b);
   }
   Status sync_dir(const std::string& dir) override {
     step();
@@ -342,7 +354,7 @@ TEST_CASE("apply: a failure at any step leaves every file as it was") {
   ApplyPlan p = plan(load(ok, {"lightning/config.yaml", "lightning/stages/01_stage.yaml"}), edits(40, 6, std::nullopt));
   REQUIRE(commit_apply(p, ok).has_value());
   const int total = ok.ops;
-  CHECK(total == 12);  // per file: backup (write, rename, sync) and the file itself (write, rename, sync)
+  CHECK(total == 12);  // per file: backup (write, rename, sync) and the file itself (write, exchange, sync)
 
   for (int k = 0; k < total; ++k) {
     INFO("failing operation " << k);
@@ -362,9 +374,9 @@ TEST_CASE("apply: a failure at any step leaves every file as it was") {
   // A failure writing the second file restores the first and says so.
   FailingFileSystem second;
   fresh(second);
-  second.fail_at = 10;  // the rename of the stage file
+  second.fail_at = 10;  // the exchange that puts the stage file in place
   CHECK(commit_apply(p, second).error().to_string() ==
-        "lightning/stages/01_stage.yaml: injected rename failure; restored lightning/config.yaml");
+        "lightning/stages/01_stage.yaml: injected exchange failure; restored lightning/config.yaml");
 }
 
 TEST_CASE("apply on disk: symlinks are followed, permissions kept, the backup sits next to the name given") {
@@ -466,6 +478,332 @@ TEST_CASE("apply on disk: killed at random moments by another process, the file 
   }
 }
 
+// ---- issue 11: --apply as a transaction ----
+
+namespace {
+
+// What the CLI does for `plan --apply`: lock, read, plan, write. Returns 0 on success, 1 on a
+// refusal or conflict (the error on stderr), in a forked child.
+int apply_in_child(const std::string& path, Edits e) {
+  RealFileSystem fs;
+  auto lock = fs.lock(path);
+  if (!lock) return 2;
+  ConfigRequest req;
+  req.files = {path};
+  auto c = load_config(req, fs);
+  if (!c) return 3;
+  auto p = plan_apply(*c, e);
+  if (!p) return 4;
+  auto r = commit_apply(*p, fs, ApplyOptions{/*backup=*/false});
+  return r ? 0 : 1;
+}
+
+pid_t spawn(const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A MemoryFileSystem in which "another program" acts at one chosen moment of commit_apply.
+class RacingFileSystem : public MemoryFileSystem {
+ public:
+  std::function<void(RacingFileSystem&)> before_exchange;  // runs once, just before the first exchange
+  std::function<void(RacingFileSystem&, const std::string&)> before_remove;  // runs before each remove
+
+  // Another program saves `text` the way editors do: a new file renamed over the name.
+  void save_by_rename(const std::string& path, const std::string& text) {
+    files[path + ".editor-tmp"] = text;
+    (void)MemoryFileSystem::rename(path + ".editor-tmp", path);
+  }
+  Status exchange(const std::string& a, const std::string& b) override {
+    if (before_exchange) {
+      auto f = std::move(before_exchange);
+      before_exchange = nullptr;
+      f(*this);
+    }
+    return MemoryFileSystem::exchange(a, b);
+  }
+  Status remove(const std::string& path) override {
+    if (before_remove) before_remove(*this, path);
+    return MemoryFileSystem::remove(path);
+  }
+};
+
+const std::string kHf = "model_name_or_path: m\nper_device_train_batch_size: 2\ngradient_accumulation_steps: 1\n";
+
+}  // namespace
+
+TEST_CASE("apply (issue 11 item 1): hundreds of concurrent pairs of --apply on one file; neither loses the other's change") {
+  TempDir dir;
+  const std::string path = dir / "train.yaml";
+  // One run changes the micro-batch, the other the accumulation: when both report success, the
+  // file must carry both changes (the second run read the first one's result).
+  const std::string both = "model_name_or_path: m\nper_device_train_batch_size: 3\ngradient_accumulation_steps: 7\n";
+  int both_ok = 0;
+  for (int pair = 0; pair < 200; ++pair) {
+    dir.write("train.yaml", kHf);
+    const pid_t a = spawn([&] { return apply_in_child(path, edits(3, std::nullopt, std::nullopt)); });
+    const pid_t b = spawn([&] { return apply_in_child(path, edits(std::nullopt, 7, std::nullopt)); });
+    const int ra = wait_exit(a), rb = wait_exit(b);
+    INFO("pair " << pair << ": exit codes " << ra << " and " << rb);
+    REQUIRE(ra == 0);
+    REQUIRE(rb == 0);
+    REQUIRE(read_file(path) == both);
+    both_ok += 1;
+  }
+  CHECK(both_ok == 200);
+  CHECK(dir.names() == std::vector<std::string>{"train.yaml"});  // no temporary file left
+}
+
+TEST_CASE("apply (issue 11 item 2): an editor saving while --apply runs never loses its last save") {
+  TempDir dir;
+  const std::string path = dir / "train.yaml";
+  auto text = [](int edit) {
+    return fmt::format("model_name_or_path: m\nper_device_train_batch_size: 2\n# edit {}\n", edit);
+  };
+  constexpr int kRounds = 60, kEdits = 12;
+  int memplan_wrote = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    dir.write("train.yaml", text(0));
+    const pid_t editor = spawn([&] {
+      for (int e = 1; e <= kEdits; ++e) {
+        const std::string t = text(e);
+        if (e % 2 == 1 && e != kEdits) {
+          // In place, as `cat > train.yaml` or an editor without backups writes.
+          const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+          if (fd < 0 || ::write(fd, t.data(), t.size()) != static_cast<ssize_t>(t.size())) return 1;
+          ::close(fd);
+        } else {
+          // A new file renamed over the name, as vim, VS Code and git checkout do.
+          const std::string tmp = path + ".editor";
+          std::ofstream(tmp, std::ios::binary) << t;
+          if (::rename(tmp.c_str(), path.c_str()) != 0) return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50 * (e % 4)));
+      }
+      return 0;
+    });
+    const pid_t memplan = spawn([&] {
+      int wrote = 0;
+      for (int i = 0; i < kEdits; ++i) wrote += apply_in_child(path, edits(3 + i % 3, std::nullopt, std::nullopt)) == 0;
+      return wrote > 0 ? 0 : 1;
+    });
+    REQUIRE(wait_exit(editor) == 0);
+    memplan_wrote += wait_exit(memplan) == 0;
+    const std::string now = read_file(path);
+    INFO("round " << round << ":\n" << now);
+    // The editor's last save is in the file: as it wrote it, or with memplan's change made on top.
+    CHECK(now.find("# edit " + std::to_string(kEdits) + "\n") != std::string::npos);
+    for (const auto& n : dir.names()) CHECK(n.find(".memplan-") == std::string::npos);
+  }
+  CHECK(memplan_wrote > 0);  // the race was real: memplan did write in some rounds
+}
+
+TEST_CASE("apply (issue 11 item 2): a save between the last check and the swap is swapped back") {
+  RacingFileSystem fs;
+  fs.files["hf.yaml"] = kHf;
+  ApplyPlan p = plan(load(fs, {"hf.yaml"}), edits(4, std::nullopt, std::nullopt));
+  fs.before_exchange = [](RacingFileSystem& f) { f.save_by_rename("hf.yaml", "saved by an editor\n"); };
+  CHECK(commit_apply(p, fs, ApplyOptions{false}).error().to_string() ==
+        "hf.yaml: another program changed the file while memplan was writing it; its change is kept and memplan's "
+        "was not written; nothing was written; run memplan again");
+  CHECK(fs.files["hf.yaml"] == "saved by an editor\n");
+  CHECK(fs.files.size() == 1);
+}
+
+TEST_CASE("apply (issue 11 item 2): an in-place write into the replaced file is put back") {
+  RacingFileSystem fs;
+  fs.files["hf.yaml"] = kHf;
+  ApplyPlan p = plan(load(fs, {"hf.yaml"}), edits(4, std::nullopt, std::nullopt));
+  // The program had the file open and writes through its descriptor after memplan's swap: the
+  // write lands in the old file, which only memplan's lock still reaches.
+  fs.before_remove = [](RacingFileSystem& f, const std::string& path) {
+    if (path.find(".memplan-") != std::string::npos && f.files[path] == kHf) f.files[path] = kHf + "# appended\n";
+  };
+  CHECK(commit_apply(p, fs, ApplyOptions{false}).error().to_string() ==
+        "hf.yaml: another program changed the file while memplan was writing it; its change is kept and memplan's "
+        "was not written; nothing was written; run memplan again");
+  CHECK(fs.files["hf.yaml"] == kHf + "# appended\n");
+}
+
+TEST_CASE("apply: where the file system cannot exchange names, a plain rename does the swap") {
+  MemoryFileSystem fs;
+  fs.can_exchange = false;
+  fs.files["hf.yaml"] = kHf;
+  ApplyPlan p = plan(load(fs, {"hf.yaml"}), edits(4, std::nullopt, std::nullopt));
+  REQUIRE(commit_apply(p, fs, ApplyOptions{false}).has_value());
+  CHECK(fs.files["hf.yaml"] == "model_name_or_path: m\nper_device_train_batch_size: 4\ngradient_accumulation_steps: 1\n");
+  CHECK(fs.files.size() == 1);
+}
+
+TEST_CASE("apply (issue 11 items 1 and 4): a failure puts back only what memplan wrote, and never advises losing an edit") {
+  const std::string main_before = data("lightning/config.yaml");
+  const std::string stage_before = data("lightning/stages/01_stage.yaml");
+  auto fresh = [&](FailingFileSystem& fs) {
+    fs.files["lightning/config.yaml"] = main_before;
+    fs.files["lightning/stages/01_stage.yaml"] = stage_before;
+  };
+  FailingFileSystem probe;
+  fresh(probe);
+  const ApplyPlan p =
+      plan(load(probe, {"lightning/config.yaml", "lightning/stages/01_stage.yaml"}), edits(40, 6, std::nullopt));
+
+  // Another program (another memplan finishing the same change) rewrote the first file after
+  // memplan did, with the very same text: it is left alone, not "restored".
+  class OtherWriter : public FailingFileSystem {
+   public:
+    Status exchange(const std::string& a, const std::string& b) override {
+      if (b == "lightning/stages/01_stage.yaml") {
+        const std::string same = files["lightning/config.yaml"];
+        files["other.tmp"] = same;
+        (void)MemoryFileSystem::rename("other.tmp", "lightning/config.yaml");
+        return make_error(ErrorCode::kIoError, "injected exchange failure");
+      }
+      return FailingFileSystem::exchange(a, b);
+    }
+  };
+  OtherWriter other;
+  fresh(other);
+  const std::string message = commit_apply(p, other).error().to_string();
+  CHECK(message == "lightning/stages/01_stage.yaml: injected exchange failure; left lightning/config.yaml as another "
+                   "program wrote it after memplan did");
+  CHECK(other.files["lightning/config.yaml"] == p.files[0].after);
+
+  // Putting back the first file fails: the message says what the file holds (memplan's change)
+  // and where the original is, which is true because memplan checked that it holds its change.
+  class NoRestore : public FailingFileSystem {
+   public:
+    int exchanges = 0;
+    Result<std::string> write_temp(const std::string& dir, const std::string& base, std::string_view content,
+                                   const FileInfo& like) override {
+      if (exchanges >= 2) return make_error(ErrorCode::kIoError, "disk full");
+      return FailingFileSystem::write_temp(dir, base, content, like);
+    }
+    Status exchange(const std::string& a, const std::string& b) override {
+      if (++exchanges == 2) return make_error(ErrorCode::kIoError, "injected exchange failure");
+      return FailingFileSystem::exchange(a, b);
+    }
+  };
+  NoRestore stuck;
+  fresh(stuck);
+  CHECK(commit_apply(p, stuck).error().to_string() ==
+        "lightning/stages/01_stage.yaml: injected exchange failure; could not put back the original of "
+        "lightning/config.yaml: it holds memplan's change, and its backup holds the original");
+  CHECK(stuck.files["lightning/config.yaml"] == p.files[0].after);
+  CHECK(stuck.files["lightning/config.yaml.backup"] == main_before);
+}
+
+TEST_CASE("apply (issue 11 item 3): files the user may not write are refused before anything is written") {
+  SECTION("read-only (0444), even for root") {
+    TempDir dir;
+    dir.write("train.yaml", kHf);
+    REQUIRE(::chmod((dir / "train.yaml").c_str(), 0444) == 0);
+    RealFileSystem fs;
+    ApplyPlan p = plan(load(fs, {dir / "train.yaml"}), edits(4, std::nullopt, std::nullopt));
+    CHECK(commit_apply(p, fs).error().to_string() ==
+          dir / "train.yaml" +
+              ": the file is read-only for you (mode 0444); nothing was written; memplan never replaces a file you "
+              "cannot write: make it writable, or make the change yourself (--dry-run shows it)");
+    CHECK(read_file(dir / "train.yaml") == kHf);
+    CHECK(dir.names() == std::vector<std::string>{"train.yaml"});
+  }
+  SECTION("owned by another user: refused for that user, kept by root") {
+    TempDir dir;
+    REQUIRE(::chmod(dir.path.c_str(), 0777) == 0);
+    dir.write("train.yaml", kHf);
+    REQUIRE(::chmod((dir / "train.yaml").c_str(), 0666) == 0);
+    const std::string path = dir / "train.yaml";
+    if (::geteuid() == 0) {
+      // As another user (nobody), in a directory everyone may write: the file stays root's.
+      const pid_t child = spawn([&] {
+        if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 10;
+        RealFileSystem fs;
+        ConfigRequest req;
+        req.files = {path};
+        auto c = load_config(req, fs);
+        if (!c) return 11;
+        auto p = plan_apply(*c, edits(4, std::nullopt, std::nullopt));
+        if (!p) return 12;
+        auto r = commit_apply(*p, fs);
+        if (r) return 13;
+        return r.error().message.rfind("the file belongs to another user or group (uid 0, gid 0)", 0) == 0 ? 0 : 14;
+      });
+      CHECK(wait_exit(child) == 0);
+      CHECK(read_file(path) == kHf);
+      CHECK(dir.names() == std::vector<std::string>{"train.yaml"});
+      // Root applying to nobody's file keeps nobody as the owner.
+      REQUIRE(::chown(path.c_str(), 65534, 65534) == 0);
+      RealFileSystem fs;
+      REQUIRE(commit_apply(plan(load(fs, {path}), edits(4, std::nullopt, std::nullopt)), fs).has_value());
+      struct stat st {};
+      REQUIRE(::stat(path.c_str(), &st) == 0);
+      CHECK(st.st_uid == 65534u);
+      CHECK(st.st_gid == 65534u);
+      CHECK((st.st_mode & 07777) == 0666);
+    }
+    // The rule itself, whoever runs the tests.
+    MemoryFileSystem mem;
+    mem.files["hf.yaml"] = kHf;
+    FileInfo theirs;
+    theirs.uid = 1234;
+    theirs.gid = 1234;
+    theirs.keeps_owner = false;
+    mem.info["hf.yaml"] = theirs;
+    CHECK(commit_apply(plan(load(mem, {"hf.yaml"}), edits(4, std::nullopt, std::nullopt)), mem).error().to_string() ==
+          "hf.yaml: the file belongs to another user or group (uid 1234, gid 1234); a replacement written by you "
+          "would change that, so nothing was written; run memplan as the file's owner, or make the change yourself "
+          "(--dry-run shows it)");
+  }
+  SECTION("hard links: replacing one name would split them") {
+    TempDir dir;
+    dir.write("train.yaml", kHf);
+    REQUIRE(::link((dir / "train.yaml").c_str(), (dir / "other.yaml").c_str()) == 0);
+    RealFileSystem fs;
+    ApplyPlan p = plan(load(fs, {dir / "train.yaml"}), edits(4, std::nullopt, std::nullopt));
+    CHECK(commit_apply(p, fs).error().to_string() ==
+          dir / "train.yaml" +
+              ": the file has 2 hard links; replacing it would leave the other names with the old content, so "
+              "nothing was written; make the change yourself (--dry-run shows it)");
+    CHECK(read_file(dir / "other.yaml") == kHf);
+  }
+}
+
+TEST_CASE("FileSystem::lock: one holder at a time, re-entrant in a process, follows a renamed-over name") {
+  TempDir dir;
+  dir.write("train.yaml", kHf);
+  const std::string path = dir / "train.yaml";
+  RealFileSystem fs;
+  auto a = fs.lock(path);
+  REQUIRE(a.has_value());
+  auto again = fs.lock(path);
+  REQUIRE(again.has_value());
+  CHECK(a->get() == again->get());
+  CHECK((*a)->read_locked().value() == kHf);
+  // Another process waits, and gives up after its timeout with a message naming the file.
+  const pid_t child = spawn([&] {
+    RealFileSystem other;
+    other.lock_timeout_ms = 200;
+    auto l = other.lock(path);
+    return !l && l.error().message.find("has held its lock") != std::string::npos ? 0 : 1;
+  });
+  CHECK(wait_exit(child) == 0);
+  a->reset();
+  again->reset();
+  // Released: the other process gets it now.
+  const pid_t child2 = spawn([&] {
+    RealFileSystem other;
+    other.lock_timeout_ms = 2000;
+    return other.lock(path) ? 0 : 1;
+  });
+  CHECK(wait_exit(child2) == 0);
+}
+
 TEST_CASE("unified_diff: hunks, context, a missing final newline") {
   CHECK(unified_diff("a\nb\n", "a\nb\n", "x", "x").empty());
   CHECK(unified_diff("a\nb\nc\n", "a\nB\nc\n", "x", "y") == "--- x\n+++ y\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n");
@@ -480,4 +818,14 @@ TEST_CASE("unified_diff: hunks, context, a missing final newline") {
         "--- f\n+++ f\n@@ -1,5 +1,5 @@\n 1\n-2\n+x\n 3\n 4\n 5\n@@ -15,6 +15,6 @@\n 15\n 16\n 17\n-18\n+x\n 19\n 20\n");
   CHECK(unified_diff("a\n", "a\nb\n", "f", "f") == "--- f\n+++ f\n@@ -1,1 +1,2 @@\n a\n+b\n");
   CHECK(unified_diff("", "a\n", "f", "f") == "--- f\n+++ f\n@@ -0,0 +1,1 @@\n+a\n");
+}
+
+TEST_CASE("--apply on a standalone DeepSpeed JSON writes a number over \"auto\", and keeps a quoted number quoted") {
+  MemoryFileSystem fs;
+  fs.files["ds.json"] = "{\n  \"train_micro_batch_size_per_gpu\": \"auto\",\n  \"gradient_accumulation_steps\": \"2\",\n"
+                        "  \"zero_optimization\": {\"stage\": 3}\n}\n";
+  ApplyPlan p = plan(load(fs, {"ds.json"}), edits(4, 8, std::nullopt));
+  REQUIRE(p.files.size() == 1);
+  CHECK(p.files[0].after == "{\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"gradient_accumulation_steps\": \"8\",\n"
+                            "  \"zero_optimization\": {\"stage\": 3}\n}\n");
 }

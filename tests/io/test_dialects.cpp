@@ -80,7 +80,8 @@ TEST_CASE("dialect names and aliases") {
   CHECK(*parse_dialect("ds") == Dialect::kDeepSpeed);
   CHECK(parse_dialect("axolotol").error().to_string() == "unknown dialect 'axolotol'; did you mean 'axolotl'?");
   CHECK(parse_dialect("zzz").error().to_string() ==
-        "unknown dialect 'zzz'; known dialects: hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, keys");
+        "unknown dialect 'zzz'; known dialects: hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, "
+        "accelerate, litgpt, nemo-automodel, llm-foundry, keys");
   CHECK(to_string(Dialect::kLlamaFactory) == "llama-factory");
 }
 
@@ -103,7 +104,8 @@ TEST_CASE("detection failures name the way out") {
   auto doc = parse_yaml("foo: 1\nbar: 2\n", "x.yaml");
   CHECK(detect_dialect(doc->root, "x.yaml").error().to_string() ==
         "x.yaml: cannot tell which training framework this config is for: no key memplan recognizes; name it with "
-        "--dialect (hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, keys) or say where the values "
+        "--dialect (hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, accelerate, litgpt, "
+        "nemo-automodel, llm-foundry, keys) or say where the values "
         "are with --keys batch=KEY,grad_accum=KEY,seq_len=KEY");
   auto tie = parse_yaml("sequence_len: 1\ncutoff_len: 1\n", "x.yaml");
   CHECK(detect_dialect(tie->root, "x.yaml").error().to_string() ==
@@ -225,9 +227,29 @@ TEST_CASE("contradictory and malformed values are located") {
   fs.files["zero.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 0\n";
   CHECK(load(fs, {"zero.yaml"}).error().to_string() ==
         "zero.yaml:2: per_device_train_batch_size = 0 is out of range (>= 1)");
-  fs.files["opt.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 1\noptim: adamw_torh\n";
-  CHECK(load(fs, {"opt.yaml"}).error().to_string() ==
-        "opt.yaml:3: unknown optimizer 'adamw_torh'; did you mean 'adamw_torch'?");
+  fs.files["opt.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 1\noptim: adamw_torh\nbf16: true\n"
+                         "gradient_checkpointing: true\n";
+  // Every name a trainer accepts is accepted; an unknown one is a located warning, estimated as adamw_torch.
+  CHECK(warnings(load_ok(fs, {"opt.yaml"})) ==
+        std::vector<std::string>{"opt.yaml:3: unknown optimizer 'adamw_torh'; estimated as adamw_torch (two fp32 "
+                                 "states); did you mean 'adamw_torch'?"});
+  fs.files["ademamix.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 1\noptim: ademamix\nbf16: true\n"
+                              "gradient_checkpointing: true\n";
+  LoadedConfig ade = load_ok(fs, {"ademamix.yaml"});
+  CHECK(ade.inputs.config.optim.kind == OptimizerKind::kAdamWTorch);
+  CHECK(warnings(ade) == std::vector<std::string>{"ademamix.yaml:3: optimizer 'ademamix' is not modelled; estimated "
+                                                  "as adamw_torch (AdEMAMix keeps a third state (a slow EMA): an "
+                                                  "underestimate)"});
+  for (const auto& [name, kind] : {std::pair<const char*, OptimizerKind>{"adamw_torch_8bit", OptimizerKind::kAdamW8bit},
+                                   {"paged_lion_8bit", OptimizerKind::kLion8bit},
+                                   {"schedule_free_adamw", OptimizerKind::kAdamWTorch},
+                                   {"galore_adamw", OptimizerKind::kAdamWTorch},
+                                   {"lomo", OptimizerKind::kSgd}}) {
+    fs.files["o.yaml"] = std::string("model_name_or_path: m\noptim: ") + name + "\n";
+    LoadedConfig o = load_ok(fs, {"o.yaml"});
+    CHECK(o.inputs.config.optim.kind == kind);
+    CHECK(origin(o, "optim") == "o.yaml:2");
+  }
   fs.files["both.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 1\nbf16: true\nfp16: true\n";
   CHECK(load(fs, {"both.yaml"}).error().to_string() == "both.yaml:4: bf16 and fp16 are both true; set only one of them");
   fs.files["list.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: [1, 2]\n";
@@ -256,9 +278,15 @@ TEST_CASE("axolotl: adapter, dtype resolution, defaults") {
   fs.files["q.yaml"] = "base_model: m\nadapter: qlora\nmicro_batch_size: 1\nsequence_len: 512\n";
   CHECK(load(fs, {"q.yaml"}).error().to_string() ==
         "q.yaml:2: adapter: qlora needs load_in_4bit: true; add load_in_4bit: true (axolotl refuses qlora without it)");
-  fs.files["rl.yaml"] = "base_model: m\nrl: kto\nsequence_len: 512\n";
+  fs.files["rl.yaml"] = "base_model: m\nrl: ppo\nsequence_len: 512\n";
   CHECK(load(fs, {"rl.yaml"}).error().to_string() ==
-        "rl.yaml:2: rl: kto is not modelled; memplan models SFT, DPO (dpo, ipo, orpo, simpo) and GRPO");
+        "rl.yaml:2: rl: ppo is not modelled; memplan models SFT, DPO (dpo, ipo, kto, orpo, simpo, cpo) and GRPO");
+  // KTO keeps a reference model (TRL KTOTrainer); ORPO and CPO do not.
+  fs.files["kto.yaml"] = "base_model: m\nrl: kto\nsequence_len: 512\n";
+  CHECK(load_ok(fs, {"kto.yaml"}).inputs.config.dpo.ref_model == RefModel::kAuto);
+  CHECK(load_ok(fs, {"kto.yaml"}).inputs.config.method == Method::kDpo);
+  fs.files["cpo.yaml"] = "base_model: m\nrl: cpo\nsequence_len: 512\n";
+  CHECK(load_ok(fs, {"cpo.yaml"}).inputs.config.dpo.ref_model == RefModel::kNone);
   fs.files["auto.yaml"] = "base_model: m\nsequence_len: 512\nbatch_size: 32\nmicro_batch_size: 4\n";
   LoadedConfig a = load_ok(fs, {"auto.yaml"});
   CHECK(a.inputs.config.grad_accum == 8);
@@ -292,8 +320,12 @@ TEST_CASE("llama-factory: LoRA by default, checkpointing by default, full fine-t
   CHECK(q.inputs.config.dpo.ref_model == RefModel::kNone);
   CHECK_FALSE(q.inputs.config.gradient_checkpointing);
   fs.files["kto.yaml"] = "model_name_or_path: m\nstage: kto\nfinetuning_type: lora\n";
-  CHECK(load(fs, {"kto.yaml"}).error().to_string() ==
-        "kto.yaml:2: stage: kto is not modelled; memplan models stage: pt, sft and dpo");
+  LoadedConfig kto = load_ok(fs, {"kto.yaml"});
+  CHECK(kto.inputs.config.method == Method::kDpo);
+  CHECK(kto.inputs.config.dpo.ref_model == RefModel::kAuto);
+  fs.files["rm.yaml"] = "model_name_or_path: m\nstage: rm\nfinetuning_type: lora\n";
+  CHECK(load(fs, {"rm.yaml"}).error().to_string() ==
+        "rm.yaml:2: stage: rm is not modelled; memplan models stage: pt, sft, dpo and kto");
 }
 
 TEST_CASE("torchtune: builders, LoRA modules, null max_seq_len") {
@@ -394,8 +426,10 @@ TEST_CASE("flat in-house configs: spellings, precision, custom models") {
                            "micro_batch_size",
                            "pre.yaml:7: unknown key 'max_seq_lne'; did you mean 'max_seq_len'?"});
   CHECK(c.inputs.model_hint ==
-        "pre.yaml:9: the model is described by the project's own keys (model: {...}), not a Hugging Face id; give "
-        "--model ID|PATH for an equivalent architecture or --model-params N");
+        "pre.yaml:9: the model is described by the project's own keys (model: {...}), not a Hugging Face id, and "
+        "memplan did not find its shape there (n_layers, d_model, n_heads); give --model ID|PATH for an equivalent "
+        "architecture, --model-params N, or --hidden-size --num-hidden-layers --num-attention-heads");
+  CHECK_FALSE(c.inputs.custom_model.has_value());
 }
 
 TEST_CASE("deepspeed next to a trainer config: paths, agreement, GPU count") {
@@ -513,11 +547,36 @@ TEST_CASE("memplan comment directives name the GPU for check") {
 
 TEST_CASE("--config on the command line: dialect flag, flags override files, custom-model advice") {
   const std::string flat = kExamples + "flat-pretrain.yaml";
-  CliRun r = run_cli({"estimate", "--config", flat});
-  CHECK(r.code == 2);
-  CHECK(r.err == "memplan: error: no model given; " + flat +
-                     ":6: the model is described by the project's own keys (model: {...}), not a Hugging Face id; "
-                     "give --model ID|PATH for an equivalent architecture or --model-params N\n");
+  // The model described in the file is built (docs/configs.md#custom-models). By hand, Llama-style,
+  // untied: embeddings and head 2 x 50257 x 1536 = 154,389,504; per layer q,k,v,o 4 x 1536^2 =
+  // 9,437,184, gated MLP 3 x 1536 x 1536 = 7,077,888, two norms 3,072: 16,518,144 x 8 layers =
+  // 132,145,152; final norm 1,536. Total 286,536,192.
+  CliRun r = run_cli({"estimate", "--config", flat, "--format", "json"});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["estimate"]["parameters"]["total"] == 286'536'192);
+  CHECK(j["inputs"]["assumptions"] ==
+        nlohmann::json::array({"no key/value head count: assumed 12 (one per attention head, no GQA)",
+                               "embeddings and output head assumed untied",
+                               "layers assumed Llama-style: RMSNorm, gated SiLU MLP, no biases"}));
+  CHECK(j["inputs"]["sources"]["model"] == flat + ":7");
+  // The same model from flags named like config.json.
+  CliRun f = run_cli({"estimate", "--hidden-size", "1536", "--num-hidden-layers", "8", "--num-attention-heads", "12",
+                      "--intermediate-size", "1536", "--vocab-size", "50257", "--format", "json"});
+  REQUIRE(f.code == 0);
+  CHECK(nlohmann::json::parse(f.out)["estimate"]["parameters"]["total"] == 286'536'192);
+  // A flag overrides the file's value: 12 layers add 4 x 16,518,144.
+  auto more = nlohmann::json::parse(run_cli({"estimate", "--config", flat, "--num-hidden-layers", "12", "--format",
+                                             "json"}).out);
+  CHECK(more["estimate"]["parameters"]["total"] == 286'536'192 + 4 * 16'518'144);
+  CliRun both = run_cli({"estimate", "--model", "llama-3.1-8b", "--hidden-size", "1024"});
+  CHECK(both.code == 2);
+  CHECK(both.err == "memplan: error: --hidden-size describe a custom model; they cannot be combined with --model\n");
+  CliRun partial = run_cli({"estimate", "--hidden-size", "1024"});
+  CHECK(partial.err ==
+        "memplan: error: custom model (--hidden-size ...): cannot build the model without the number of layers "
+        "(n_layers / num_hidden_layers), the number of attention heads (n_heads / num_attention_heads); write them, "
+        "or give --model ID|PATH for an equivalent architecture, or --model-params N\n");
   CliRun d = run_cli({"estimate", "--dialect", "hf", "--model", "llama-3.1-8b"});
   CHECK(d.code == 2);
   CHECK(d.err == "memplan: error: --dialect and --keys describe config files; add --config FILE\n");
@@ -541,12 +600,12 @@ TEST_CASE("torch_dtype: auto takes the checkpoint's dtype once the model is know
 }
 
 TEST_CASE("--show-config with a custom model prints what the files say, then the error") {
-  CliRun r = run_cli({"estimate", "--config", kExamples + "flat-pretrain.yaml", "--show-config"});
+  const std::string path = std::filesystem::temp_directory_path().string() + "/memplan-custom-partial.yaml";
+  std::ofstream(path) << "model:\n  n_layers: 8\nmicro_batch_size: 2\nmax_seq_len: 1024\n";
+  CliRun r = run_cli({"estimate", "--config", path, "--show-config"});
+  std::filesystem::remove(path);
   CHECK(r.code == 2);
   CHECK(r.out.find("\nmodel                   (none)  ") != std::string::npos);
-  // The value column is as wide as the longest value, adamw_torch (11), plus 2.
-  CHECK(r.out.find("\nbatch" + std::string(19, ' ') + "2" + std::string(12, ' ') + kExamples +
-                   "flat-pretrain.yaml:12 (micro_batch_size)\n") != std::string::npos);
   CHECK(r.err.rfind("memplan: error: no model given; ", 0) == 0);
 }
 
@@ -602,7 +661,7 @@ TEST_CASE("every shipped example gives the same estimate as the equivalent flags
         "--use-bnb-nested-quant", "--lora-r", "16", "--lora-alpha", "32", "--lora-dropout", "0",
         "--lora-target-modules", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--seq-len", "4096", "--batch",
         "4", "--grad-accum", "4", "--torch-dtype", "bf16", "--optim", "adamw_torch_fused", "--gradient-checkpointing",
-        "--device", "cuda"}},
+        "--device", "cuda", "--loss-kernel", "chunked"}},
       {{"--config", kExamples + "lightning/config.yaml", "--config", kExamples + "lightning/stages/01_long_context.yaml"},
        {"--model", "meta-llama/Llama-3.1-8B", "--batch", "2", "--grad-accum", "16", "--seq-len", "4096", "--bf16",
         "--gradient-checkpointing", "--num-gpus", "8", "--nodes", "1", "--zero-stage", "3"}},
@@ -628,4 +687,261 @@ TEST_CASE("every shipped example gives the same estimate as the equivalent flags
     CHECK(from_config["model"] == from_flags["model"]);
     CHECK(from_config["estimate"] == from_flags["estimate"]);
   }
+}
+
+// ---- issue 9: more layouts, interpolation, methods, unmodelled features ----
+
+TEST_CASE("accelerate launcher configs: alone, and next to the trainer config") {
+  MemoryFileSystem fs;
+  fs.files["zero3.yaml"] = "compute_environment: LOCAL_MACHINE\ndeepspeed_config:\n  offload_optimizer_device: cpu\n"
+                           "  offload_param_device: none\n  zero_stage: 3\ndistributed_type: DEEPSPEED\n"
+                           "mixed_precision: bf16\nnum_machines: 2\nnum_processes: 16\nrdzv_backnd: static\n";
+  LoadedConfig a = load_ok(fs, {"zero3.yaml"});
+  CHECK(a.dialect == Dialect::kAccelerate);
+  const TrainingConfig& c = a.inputs.config;
+  CHECK(c.parallel.num_gpus == 8);  // 16 processes over 2 machines
+  CHECK(c.parallel.nodes == 2);
+  CHECK(c.parallel.world_size() == 16);
+  CHECK(c.parallel.sharding == ShardingStrategy::kZero3);
+  CHECK(c.parallel.offload_optimizer);
+  CHECK_FALSE(c.parallel.offload_params);
+  CHECK(c.autocast == DType::kBFloat16);
+  CHECK(origin(a, "num_gpus") == "zero3.yaml:9");
+  CHECK(origin(a, "sharding") == "zero3.yaml:5");
+  CHECK(warnings(a) == std::vector<std::string>{"zero3.yaml:10: unknown key 'rdzv_backnd'; did you mean 'rdzv_backend'?"});
+  CHECK(a.inputs.model_hint == "zero3.yaml is an accelerate launcher config, which names no model; give the training "
+                               "config with another --config (memplan estimate --config train.yaml --config "
+                               "zero3.yaml), or --model ID|PATH");
+
+  // With a trainer config: the launch adds GPUs and sharding; the trainer's precision wins.
+  fs.files["sft.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 2\nfp16: true\n"
+                         "gradient_checkpointing: true\n";
+  fs.files["fsdp.yaml"] = "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 2\n"
+                          "  fsdp_offload_params: true\nmixed_precision: bf16\nnum_processes: 4\n";
+  LoadedConfig both = load_ok(fs, {"sft.yaml", "fsdp.yaml"});
+  CHECK(both.dialect == Dialect::kHfTrl);
+  CHECK(both.inputs.config.parallel.num_gpus == 4);
+  CHECK(both.inputs.config.parallel.sharding == ShardingStrategy::kFsdpShardGradOp);
+  CHECK(both.inputs.config.parallel.offload_params);
+  CHECK(both.inputs.config.autocast == DType::kFloat16);
+  CHECK(origin(both, "autocast") == "sft.yaml:3");
+  CHECK(warnings(both).empty());
+
+  // A deepspeed_config_file accelerate resolves from the launch directory: a warning when absent.
+  fs.files["ds.yaml"] = "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: z.json\n"
+                        "num_processes: 2\n";
+  LoadedConfig d = load_ok(fs, {"ds.yaml"});
+  CHECK(d.inputs.config.parallel.num_gpus == 2);
+  REQUIRE(warnings(d).size() == 1);
+  CHECK(warnings(d)[0].rfind("ds.yaml:3: DeepSpeed config 'z.json' not found (looked for z.json", 0) == 0);
+  fs.files["z.json"] = "{\"zero_optimization\": {\"stage\": 2}, \"train_micro_batch_size_per_gpu\": \"auto\"}";
+  CHECK(load_ok(fs, {"ds.yaml"}).inputs.config.parallel.sharding == ShardingStrategy::kZero2);
+}
+
+TEST_CASE("OmegaConf interpolation is resolved as OmegaConf does") {
+  MemoryFileSystem fs;
+  fs.files["f.yaml"] = "variables:\n  max_seq_len: 2048\n  model_name: meta-llama/Llama-3.1-8B\n"
+                       "max_seq_len: ${variables.max_seq_len}\n"
+                       "model:\n  name: hf_causal_lm\n  pretrained_model_name_or_path: ${variables.model_name}\n"
+                       "  tag: ${.name}-x\n"
+                       "device_train_microbatch_size: ${oc.env:MICRO,4}\n"
+                       "global_train_batch_size: 64\ntrain_loader:\n  name: text\n";
+  LoadedConfig c = load_ok(fs, {"f.yaml"});
+  CHECK(c.dialect == Dialect::kLlmFoundry);
+  CHECK(c.inputs.config.seq_len == 2048);          // an int stays an int
+  CHECK(origin(c, "seq_len") == "f.yaml:4");       // the line that uses it
+  CHECK(c.inputs.model_name == "meta-llama/Llama-3.1-8B");
+  CHECK(c.inputs.config.micro_batch == 4);         // the env default
+  CHECK(warnings(c) == std::vector<std::string>{
+                           "f.yaml:9: ${oc.env:MICRO,4} depends on the environment variable MICRO; memplan uses its "
+                           "default '4'"});
+
+  fs.files["g.yaml"] = "max_seq_len: ${oc.env:SEQ}\nmicro_batch_size: ${nope.x}\nprecision: bf16\n";
+  LoadedConfig g = load_ok(fs, {"g.yaml"});
+  CHECK(g.inputs.config.seq_len == 1024);  // treated as absent: the default, said so
+  CHECK(g.inputs.config.micro_batch == 1);
+  CHECK(warnings(g) ==
+        std::vector<std::string>{"g.yaml:1: ${oc.env:SEQ} depends on the environment variable SEQ of the run, which "
+                                 "memplan does not read; the value is treated as absent; write the value, or give it "
+                                 "a default: ${oc.env:SEQ,VALUE}",
+                                 "g.yaml:2: interpolation ${nope.x}: no key 'nope.x' in the config"});
+  fs.files["loop.yaml"] = "a: ${b}\nb: ${a}\nmicro_batch_size: 2\nmax_seq_len: 8\n";
+  LoadedConfig loop = load_ok(fs, {"loop.yaml"});  // never hangs
+  CHECK(loop.inputs.config.micro_batch == 2);
+  // References that fan out stop after a bounded number of resolutions.
+  fs.files["fan.yaml"] = "a:\n- ${b}\n- ${b}\n- ${b}\nb:\n- ${a}\n- ${a}\n- ${a}\nc: ${}\nmicro_batch_size: 2\nmax_seq_len: 8\n";
+  LoadedConfig fan = load_ok(fs, {"fan.yaml"});
+  CHECK(fan.inputs.config.micro_batch == 2);
+  CHECK_FALSE(warnings(fan).empty());
+}
+
+TEST_CASE("LightningCLI strategy objects: class_path and init_args") {
+  MemoryFileSystem fs;
+  fs.files["l.yaml"] = "trainer:\n  devices: 4\n  accumulate_grad_batches: 2\n  strategy:\n"
+                       "    class_path: lightning.pytorch.strategies.FSDPStrategy\n    init_args:\n"
+                       "      sharding_strategy: HYBRID_SHARD\n      cpu_offload: true\n"
+                       "data:\n  init_args:\n    batch_size: 3\n";
+  LoadedConfig l = load_ok(fs, {"l.yaml"});
+  CHECK(l.inputs.config.parallel.sharding == ShardingStrategy::kFsdpHybridShard);
+  CHECK(l.inputs.config.parallel.offload_params);
+  CHECK(l.inputs.config.micro_batch == 3);
+  CHECK(origin(l, "sharding") == "l.yaml:5");
+  fs.files["d.yaml"] = "trainer:\n  accumulate_grad_batches: 2\n  strategy:\n"
+                       "    class_path: lightning.pytorch.strategies.DeepSpeedStrategy\n    init_args:\n      stage: 3\n";
+  CHECK(load_ok(fs, {"d.yaml"}).inputs.config.parallel.sharding == ShardingStrategy::kZero3);
+  fs.files["x.yaml"] = "trainer:\n  accumulate_grad_batches: 2\n  strategy:\n    class_path: my.Strategy\n";
+  CHECK(warnings(load_ok(fs, {"x.yaml"})) ==
+        std::vector<std::string>{"x.yaml:4: strategy my.Strategy is not modelled; memplan estimates plain data "
+                                 "parallelism"});
+}
+
+TEST_CASE("did-you-mean offers only close keys") {
+  MemoryFileSystem fs;
+  fs.files["t.yaml"] = "model_name_or_path: m\nbf16: true\ngradient_checkpointing: true\nmodel_confg: x\n"
+                       "lora_rnak: 8\nmodel_config: {}\n";
+  CHECK(warnings(load_ok(fs, {"t.yaml"})) ==
+        std::vector<std::string>{"t.yaml:4: unknown key 'model_confg' (ignored)",
+                                 "t.yaml:5: unknown key 'lora_rnak'; did you mean 'lora_r'?",
+                                 "t.yaml:6: unknown key 'model_config' (ignored)"});
+}
+
+TEST_CASE("preference methods: which keep a reference model") {
+  MemoryFileSystem fs;
+  auto method = [&](const std::string& path, const std::string& body) {
+    fs.files[path] = "model_name_or_path: m\nbf16: true\ngradient_checkpointing: true\n" + body;
+    LoadedConfig c = load_ok(fs, {path});
+    std::string m = to_string(c.inputs.config.method);
+    if (c.inputs.config.method == Method::kDpo)
+      m += c.inputs.config.dpo.ref_model == RefModel::kNone ? "/no-ref" : "/ref";
+    return m;
+  };
+  CHECK(method("a.yaml", "beta: 0.1\n") == "dpo/ref");
+  CHECK(method("b.yaml", "loss_type: ipo\nbeta: 0.1\n") == "dpo/ref");
+  CHECK(method("c.yaml", "cpo_alpha: 1.0\n") == "dpo/no-ref");
+  CHECK(method("d.yaml", "simpo_gamma: 0.5\nloss_type: simpo\n") == "dpo/no-ref");
+  CHECK(method("e.yaml", "desirable_weight: 1.0\n") == "dpo/ref");
+  CHECK(method("recipes/zephyr/orpo/config_full.yaml", "beta: 0.05\nmax_prompt_length: 512\n") == "dpo/no-ref");
+  CHECK(method("recipes/x/kto/config.yaml", "beta: 0.1\n") == "dpo/ref");
+  CHECK(method("orpo/grpo.yaml", "num_generations: 8\n") == "grpo");
+  LoadedConfig o = load_ok(fs, {"recipes/zephyr/orpo/config_full.yaml"});
+  CHECK(origin(o, "method") == "derived (ORPO (no reference model): the recipe's path "
+                               "recipes/zephyr/orpo/config_full.yaml names the trainer)");
+}
+
+TEST_CASE("memory features memplan does not model are located warnings") {
+  MemoryFileSystem fs;
+  fs.files["h.yaml"] = "model_name_or_path: m\nbf16: true\ngradient_checkpointing: true\nuse_liger_kernel: true\n";
+  // SFT: modelled (Liger's fused linear cross-entropy and kernels), the key is the origin.
+  const LoadedConfig h = load_ok(fs, {"h.yaml"});
+  CHECK(warnings(h).empty());
+  CHECK(h.inputs.config.loss_kernel == LossKernel::kLiger);
+  CHECK(h.inputs.config.liger_kernels);
+  CHECK(origin(h, "loss_kernel") == "h.yaml:4");
+  // GRPO: TRL's Liger GRPO loss is not modelled.
+  fs.files["r.yaml"] = "model_name_or_path: m\nbf16: true\ngradient_checkpointing: true\nnum_generations: 8\nuse_liger_kernel: true\n";
+  const LoadedConfig r = load_ok(fs, {"r.yaml"});
+  CHECK(r.inputs.config.loss_kernel == LossKernel::kEager);
+  CHECK(warnings(r) == std::vector<std::string>{"r.yaml:5: use_liger_kernel: TRL's Liger grpo loss is not modelled; "
+                                                "the loss is estimated as eager (the full logits), so the estimate is "
+                                                "too high by about the logits"});
+  fs.files["a.yaml"] = "base_model: m\nsequence_len: 512\ncontext_parallel_size: 4\nunfrozen_parameters:\n  - a\n";
+  CHECK(warnings(load_ok(fs, {"a.yaml"})) ==
+        std::vector<std::string>{"a.yaml:3: context_parallel_size = 4 is not modelled: each GPU holds 1/4 of every "
+                                 "sequence, but memplan estimates whole sequences per GPU (activations too high about "
+                                 "4x)",
+                                 "a.yaml:5: unfrozen_parameters trains only the parameters it matches; memplan "
+                                 "estimates training all of them (gradients and optimizer states too high)"});
+  fs.files["g.yaml"] = "model_name_or_path: m\nstage: sft\nfinetuning_type: full\nuse_galore: true\ncutoff_len: 8\n";
+  CHECK(warnings(load_ok(fs, {"g.yaml"})) ==
+        std::vector<std::string>{"g.yaml:4: use_galore: GaLore changes the optimizer states (or which layers train) "
+                                 "and is not modelled; memplan estimates adamw_torch over every trained parameter"});
+}
+
+TEST_CASE("DeepSpeed train_batch_size gives the GPU count only when micro-batch and accumulation are written") {
+  MemoryFileSystem fs;
+  fs.files["ds.json"] = "{\"train_batch_size\": 16, \"zero_optimization\": {\"stage\": 2}}";
+  LoadedConfig c = load_ok(fs, {"ds.json"});
+  CHECK(c.inputs.config.parallel.num_gpus == 1);
+  CHECK(warnings(c) == std::vector<std::string>{
+                           "ds.json:1: train_batch_size = 16 is micro-batch x accumulation x GPUs, but the micro-batch "
+                           "is not written; memplan does not derive the GPU count from it (give --num-gpus)",
+                           "ds.json: zero2 shards across GPUs, but the config does not say how many; memplan assumes "
+                           "1 unless --num-gpus says otherwise"});
+  fs.files["ds2.json"] = "{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2, "
+                         "\"gradient_accumulation_steps\": 2, \"zero_optimization\": {\"stage\": 2}}";
+  CHECK(load_ok(fs, {"ds2.json"}).inputs.config.parallel.num_gpus == 4);
+}
+
+TEST_CASE("LLaMA-Factory v1 layout and flat LoRA sections") {
+  MemoryFileSystem fs;
+  fs.files["v1.yaml"] = "model: Qwen/Qwen3-4B\nmodel_class: llm\npeft_config:\n  name: lora\n  r: 16\n"
+                        "  lora_alpha: 32\ndist_config:\n  name: fsdp2\nmicro_batch_size: 2\ncutoff_len: 4096\n";
+  LoadedConfig v = load_ok(fs, {"v1.yaml"});
+  CHECK(v.dialect == Dialect::kLlamaFactory);
+  CHECK(v.inputs.model_name == "Qwen/Qwen3-4B");
+  CHECK(v.inputs.config.lora.enabled);
+  CHECK(v.inputs.config.lora.r == 16);
+  CHECK(v.inputs.config.micro_batch == 2);
+  CHECK(v.inputs.config.seq_len == 4096);
+  CHECK(v.inputs.config.parallel.sharding == ShardingStrategy::kFsdpFullShard);
+  CHECK(warnings(v) == std::vector<std::string>{"v1.yaml: fsdp_full_shard shards across GPUs, but the config does not "
+                                                "say how many; memplan assumes 1 unless --num-gpus says otherwise"});
+  fs.files["flat.yaml"] = "micro_batch_size: 2\nmax_seq_len: 1024\nmodel: m\nLoRA:\n  r: 32\n  alpha: 64\n";
+  LoadedConfig f = load_ok(fs, {"flat.yaml"});
+  CHECK(f.inputs.config.lora.enabled);
+  CHECK(f.inputs.config.lora.r == 32);
+  CHECK(f.inputs.config.lora.alpha == 64);
+  CHECK(origin(f, "lora_r") == "flat.yaml:5");
+  fs.files["off.yaml"] = "micro_batch_size: 2\nmax_seq_len: 1024\nmodel: m\nlora:\n  enabled: false\n  r: 32\n";
+  CHECK_FALSE(load_ok(fs, {"off.yaml"}).inputs.config.lora.enabled);
+}
+
+TEST_CASE("--show-config on every command prints the inputs, and JSON carries the warnings") {
+  const std::string cfg = kExamples + "hf-trl-sft-lora.yaml";
+  for (const char* cmd : {"estimate", "plan", "sweep"}) {
+    std::vector<std::string> args = {cmd, "--config", cfg, "--show-config"};
+    if (std::string(cmd) != "estimate") args.insert(args.end(), {"--gpu", "h100-sxm"});
+    CliRun r = run_cli(args);
+    INFO(cmd << "\n" << r.out << r.err);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("dialect: hf") == 0);
+    CHECK(r.out.find("recommended") == std::string::npos);
+  }
+  const std::string path = std::filesystem::temp_directory_path().string() + "/memplan-warn.yaml";
+  std::ofstream(path) << "model_name_or_path: meta-llama/Llama-3.1-8B\nbf16: true\ngradient_checkpointing: true\n"
+                         "activation_offloading: true\n";
+  for (const char* cmd : {"estimate", "plan"}) {
+    std::vector<std::string> args = {cmd, "--config", path, "--format", "json"};
+    if (std::string(cmd) == "plan") args.insert(args.end(), {"--gpu", "h100-sxm"});
+    CliRun r = run_cli(args);
+    INFO(r.err);
+    REQUIRE(r.code == (std::string(cmd) == "plan" ? 1 : 0));  // full fine-tuning of 8B fits no H100 micro-batch
+    auto j = nlohmann::json::parse(r.out);
+    REQUIRE(j["warnings"].size() == 1);
+    CHECK(j["warnings"][0].get<std::string>().rfind(path + ":4: activation_offloading is not modelled", 0) == 0);
+  }
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("method flag: preference losses with and without a reference model") {
+  auto ref = [](const char* m) {
+    auto j = nlohmann::json::parse(
+        run_cli({"estimate", "--model", "llama-3.1-8b", "--method", m, "--format", "json"}).out);
+    return j["inputs"]["training"]["dpo"]["ref_model"].get<std::string>() + " " +
+           j["inputs"]["training"]["method"].get<std::string>();
+  };
+  CHECK(ref("orpo") == "none dpo");
+  CHECK(ref("simpo") == "none dpo");
+  CHECK(ref("kto") == "auto dpo");
+  CHECK(ref("dpo") == "auto dpo");
+}
+
+TEST_CASE("--optim accepts every HF optimizer name, estimating the unmodelled ones with a warning") {
+  auto j = nlohmann::json::parse(
+      run_cli({"estimate", "--model", "llama-3.1-8b", "--optim", "paged_ademamix_8bit", "--format", "json"}).out);
+  CHECK(j["inputs"]["training"]["optim"] == "paged_adamw_8bit");
+  CHECK(j["warnings"] == nlohmann::json::array({"--optim: optimizer 'paged_ademamix_8bit' is not modelled; estimated "
+                                                "as paged_adamw_8bit (AdEMAMix keeps a third 8-bit state)"}));
+  CliRun bad = run_cli({"estimate", "--model", "llama-3.1-8b", "--optim", "adamw_torh"});
+  CHECK(bad.code != 0);
 }

@@ -169,7 +169,13 @@ TEST_CASE("find_gpu errors quote the name and suggest the nearest profile") {
   auto r = find_gpu("a100-90gb");
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error().code == ErrorCode::kUnknownName);
-  CHECK(r.error().to_string() == "unknown GPU 'a100-90gb'; did you mean 'a100-80gb'?");
+  // Never a GPU of another memory size: 90 GB is not a misspelt 80 GB, nor an RTX 3060 (12 GB)
+  // a misspelt RTX 3090 (24 GB).
+  CHECK(r.error().to_string() ==
+        "unknown GPU 'a100-90gb'; run 'memplan gpus' for the known GPUs, or give --gpu-memory SIZE");
+  CHECK(find_gpu("rtx-3060").error().to_string() ==
+        "unknown GPU 'rtx-3060'; run 'memplan gpus' for the known GPUs, or give --gpu-memory SIZE");
+  CHECK(find_gpu("rtx-4090x").error().to_string() == "unknown GPU 'rtx-4090x'; did you mean 'rtx-4090'?");
   // A misspelt driver name suggests the canonical name of its profile.
   CHECK(find_gpu("NVIDIA H100 80GB HMB3").error().to_string() == "unknown GPU 'NVIDIA H100 80GB HMB3'; did you mean 'h100-sxm'?");
   CHECK(find_gpu("h2000").error().to_string() == "unknown GPU 'h2000'; did you mean 'h200'?");
@@ -290,7 +296,16 @@ TEST_CASE("profile_budget keeps the system reserve on unified memory only") {
   CHECK(spark.budget().count() == 127'600'748LL * 1024 - 30LL * 1073741824);
   const auto h100 = profile_budget(gpu("h100-sxm"), Bytes::zero());
   CHECK(h100.headroom == Bytes::zero());
-  CHECK(h100.budget() == Bytes::mib(81559));
+  // The usable memory CUDA reports (docs/gpus.md#usable), not nvidia-smi's 81559 MiB.
+  CHECK(h100.budget() == Bytes::of(85'017'493'504));
+  CHECK(gpu("h100-sxm").memory == Bytes::mib(81559));
+  CHECK(gpu("rtx-4090").capacity() == Bytes::gib(23.65));
+  CHECK(gpu("a100-80gb").capacity() == Bytes::mib(81920));  // none recorded: memory
+}
+
+TEST_CASE("profile files: usable memory is at most the memory") {
+  CHECK(error_of(one_profile("usable", "    usable: 17GiB")) ==
+        "test.yaml:7: usable memory of GPU profile 'foo' (17.00 GiB) must be at most its memory (16.00 GiB)");
 }
 
 TEST_CASE("profile files: errors carry file:line and the bad value") {

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <ctime>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -8,7 +10,9 @@
 #include <set>
 #include <string>
 
+#include "io/model_names.hpp"
 #include "io/model_source.hpp"
+#include "support/cpu_time.hpp"
 #include "memplan/text.hpp"
 
 using namespace memplan;
@@ -75,7 +79,7 @@ TEST_CASE("every catalog entry counts exactly its published total") {
 TEST_CASE("the catalog covers the families the issue names, at least 30 models") {
   auto catalog = io::load_catalog();
   REQUIRE(catalog.has_value());
-  CHECK(catalog->size() >= 30);
+  CHECK(catalog->size() >= 78);  // 57 before issue 9
   std::set<std::string> types;
   for (const auto& c : *catalog) types.insert(c.spec.model_type);
   for (const char* t : {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2",
@@ -419,13 +423,21 @@ TEST_CASE("unsupported model types: near misses suggested, known ones explained"
   auto e = io::parse_hf_config(R"({"model_type": "lama"})", "c.json");
   CHECK(error_text(e) == "c.json: model_type 'lama' is not supported; did you mean 'llama'?");
   CHECK(e.error().code == ErrorCode::kUnsupported);
-  CHECK(error_text(io::parse_hf_config(R"({"model_type": "deepseek_v3"})", "c.json")) ==
-        "c.json: model_type 'deepseek_v3' is not supported: its multi-head latent attention (MLA) is not modelled; "
-        "use --model-params for a Llama-shaped estimate of the same size");
+  // MLA models are parsed now (tests/io/test_model_source_mla.cpp); a bare model_type lacks the sizes.
+  CHECK(error_text(io::parse_hf_config(R"({"model_type": "deepseek_v3"})", "c.json")).rfind("c.json: missing \"vocab_size\"", 0) == 0);
+  // Code and small models of the last years whose layout is not modelled yet: refused by name (an
+  // edit-distance suggestion would offer 'olmo2' for 'olmo', a different architecture).
+  for (const char* t : {"starcoder2", "phi", "falcon", "olmo", "internlm2", "gpt_bigcode"}) {
+    INFO(t);
+    CHECK(error_text(io::parse_hf_config(std::string(R"({"model_type": ")") + t + "\"}", "c.json")) ==
+          std::string("c.json: model_type '") + t +
+              "' is not supported: its module layout is not modelled; use --model-params for a Llama-shaped "
+              "estimate of the same size");
+  }
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "t5"})", "c.json")) ==
         "c.json: model_type 't5' is not supported; supported model types: llama, mistral, mixtral, qwen2, "
         "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3, gemma3_text, phi3, gpt2, deepseek, olmo2, granite, "
-        "smollm3");
+        "smollm3, deepseek_v2, deepseek_v3, kimi_k2");
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "gemma3"})", "c.json")) ==
         "c.json: model_type 'gemma3' has no \"text_config\" object; is this the model's config.json? "
         "generation_config.json and tokenizer_config.json do not describe the architecture");
@@ -474,8 +486,11 @@ TEST_CASE("resolve_model: a path to a config.json or to its directory") {
 
   fs::create_directories(tmp.path() / "empty");
   auto empty = io::resolve_model((tmp.path() / "empty").string(), empty_env());
-  CHECK(error_text(empty) == "no config.json in directory '" + (tmp.path() / "empty").string() +
-                                 "'; point --model at a model directory or at its config.json");
+  CHECK(error_text(empty) == "no config.json, adapter_config.json or checkpoint-N in directory '" +
+                                 (tmp.path() / "empty").string() +
+                                 "'; point --model at a model directory or at its config.json; for the output of a "
+                                 "training stage that has not saved yet, pass the model that stage trains (--model "
+                                 "BASE_ID)");
   CHECK(empty.error().code == ErrorCode::kIoError);
 
   write(tmp.path() / "bad" / "config.json", "{\"model_type\": }");
@@ -564,14 +579,16 @@ TEST_CASE("resolve_model: the local Hugging Face cache, never the network") {
 }
 
 TEST_CASE("resolve_model: unknown names suggest the nearest catalog entry") {
+  // Suggestions keep the size asked for: llama-3.1-8b is one edit away but 8B, so the nearest 7B
+  // name wins (llama-2-7b: '3' -> '2' and '.1' dropped, 3 edits, within the limit of 12 / 3 = 4).
   CHECK(error_text(io::resolve_model("llama-3.1-7b", empty_env())) ==
-        "unknown model 'llama-3.1-7b'; did you mean 'llama-3.1-8b'?");
+        "unknown model 'llama-3.1-7b'; did you mean 'llama-2-7b'?");
   CHECK(error_text(io::resolve_model("mistral-7b", empty_env())) ==
         "unknown model 'mistral-7b'; did you mean 'mistral-7b-v0.1'?");
   CHECK(error_text(io::resolve_model("qwen2.5-7", empty_env())) ==
         "unknown model 'qwen2.5-7'; did you mean 'qwen2.5-7b'?");
   CHECK(error_text(io::resolve_model("gemma-2-7b", empty_env())) ==
-        "unknown model 'gemma-2-7b'; did you mean 'gemma-2-2b'?");  // one edit from 27b too; catalog order decides
+        "unknown model 'gemma-2-7b'; did you mean 'gemma-7b'?");  // gemma-2-2b and -27b are one edit away, but not 7B
   CHECK(io::resolve_model("gemma-2-7b", empty_env()).error().code == ErrorCode::kUnknownName);
   CHECK(error_text(io::resolve_model("zzzzzzzz", empty_env())) ==
         "unknown model 'zzzzzzzz'; give a catalog name (memplan models), a Hugging Face id in the local cache, a "
@@ -580,8 +597,9 @@ TEST_CASE("resolve_model: unknown names suggest the nearest catalog entry") {
   env.hub_cache = "/nonexistent/hub";
   CHECK(error_text(io::resolve_model("acme/zzzzzzzzzzzz", env)) ==
         "unknown model 'acme/zzzzzzzzzzzz'; it is not in the catalog (memplan models) nor in the local Hugging Face "
-        "cache (/nonexistent/hub); fetch its config with 'huggingface-cli download acme/zzzzzzzzzzzz config.json' "
-        "or use --model-params");
+        "cache (/nonexistent/hub); if it is a fine-tune, pass the model it was trained from (--model BASE_ID: "
+        "fine-tunes keep their base's architecture), otherwise the path to its config.json ('huggingface-cli "
+        "download acme/zzzzzzzzzzzz config.json' fetches it) or --model-params");
   CHECK(error_text(io::resolve_model("  ", env)) ==
         "empty model name; give a catalog name (memplan models), a Hugging Face id, or a path to a config.json");
 }
@@ -707,4 +725,406 @@ TEST_CASE("group_digits") {
   CHECK(io::group_digits(1000) == "1,000");
   CHECK(io::group_digits(-1234567) == "-1,234,567");
   CHECK(io::group_digits(9'223'372'036'854'775'807) == "9,223,372,036,854,775,807");
+}
+
+// ---- issue 11 items 6, 7 and 9 ----
+
+TEST_CASE("config.json (issue 11 item 6): 1e400 is a located error, not an internal error") {
+  const std::string text = "{\n  \"model_type\": \"llama\",\n  \"vocab_size\": 32000,\n  \"hidden_size\": 1e400,\n"
+                           "  \"num_hidden_layers\": 2\n}\n";
+  CHECK(io::parse_hf_config(text, "config.json").error().to_string() ==
+        "config.json:4: invalid JSON: number overflow parsing '1e400'; fix the value at that line");
+}
+
+TEST_CASE("config.json (issue 11 item 9): num_hidden_layers 2^40 is refused before any per-layer loop") {
+  const std::string text =
+      "{\"model_type\": \"qwen2_moe\", \"vocab_size\": 1000, \"hidden_size\": 64, \"num_hidden_layers\": 1099511627776,"
+      " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 128, \"num_experts\": 4,"
+      " \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32}";
+  const std::clock_t t0 = std::clock();  // CPU time: 1.9 s before the guard moved
+  auto m = io::parse_hf_config(text, "config.json");
+  CHECK(memplan::testing::cpu_seconds_since(t0) < 0.1 * memplan::testing::kBuildSlowdown);
+  REQUIRE_FALSE(m.has_value());
+  CHECK(m.error().message == "\"num_hidden_layers\" = 1099511627776 must be at most 4096");
+  // The same guard in the engine's validate(), for specs built otherwise (2^30 layers).
+  ModelSpec spec = io::parse_hf_config("{\"model_type\": \"llama\", \"vocab_size\": 1000, \"hidden_size\": 64, "
+                                   "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 128}",
+                                   "c.json")
+                       .value();
+  spec.num_layers = 1 << 30;
+  const std::clock_t t1 = std::clock();
+  CHECK_FALSE(validate(spec).has_value());
+  CHECK(memplan::testing::cpu_seconds_since(t1) < 0.1 * memplan::testing::kBuildSlowdown);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Name rules: mirrors, re-uploads, variants, fine-tunes (src/io/model_names.cpp)
+
+TEST_CASE("name_key drops variant and quantization tokens, and 'Meta-' before Llama") {
+  struct Case {
+    const char* id;
+    const char* org;
+    const char* key;
+  };
+  const Case cases[] = {
+      {"unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit", "unsloth", "llama-3.1-8b"},
+      {"meta-llama/Llama-3.1-8B", "meta-llama", "llama-3.1-8b"},
+      {"NousResearch/Llama-2-7b-chat-hf", "nousresearch", "llama-2-7b"},
+      {"google/gemma-3-4b-pt", "google", "gemma-3-4b"},
+      {"google/gemma-2-9b-it", "google", "gemma-2-9b"},
+      {"Qwen/Qwen3-8B-Base", "qwen", "qwen3-8b"},
+      {"Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", "qwen", "qwen2.5-7b"},
+      {"unsloth/Qwen2.5-Coder-7B-Instruct-unsloth-bnb-4bit", "unsloth", "qwen2.5-coder-7b"},
+      {"TheBloke/Mistral-7B-Instruct-v0.2-AWQ", "thebloke", "mistral-7b-v0.2"},
+      {"mistralai/Mistral-Nemo-Base-2407", "mistralai", "mistral-nemo-2407"},
+      {"llama-3.1-8b", "", "llama-3.1-8b"},
+      {"metamath/meta-math-7b", "metamath", "meta-math-7b"},  // "meta" stays unless Llama follows
+      {"unsloth/bnb-4bit", "unsloth", ""},
+      {"", "", ""},
+  };
+  for (const auto& c : cases) {
+    INFO(c.id);
+    const io::NameKey k = io::name_key(c.id);
+    CHECK(k.org == c.org);
+    CHECK(k.key == c.key);
+  }
+}
+
+TEST_CASE("name_quantization: which re-uploads store 4-bit weights") {
+  CHECK(io::name_quantization("unsloth/llama-3-8b-bnb-4bit").prequantized_4bit);
+  CHECK(io::name_quantization("unsloth/llama-3-8b-bnb-4bit").method == "bitsandbytes");
+  CHECK(io::name_quantization("unsloth/Qwen2.5-7B-Instruct-unsloth-bnb-4bit").method == "bitsandbytes");
+  CHECK(io::name_quantization("TheBloke/Llama-2-7B-GPTQ").method == "GPTQ");
+  CHECK(io::name_quantization("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4").prequantized_4bit);
+  CHECK_FALSE(io::name_quantization("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8").prequantized_4bit);
+  CHECK(io::name_quantization("TheBloke/zephyr-7B-beta-AWQ").method == "AWQ");
+  CHECK_FALSE(io::name_quantization("unsloth/llama-3-8b").prequantized_4bit);
+  CHECK_FALSE(io::name_quantization("meta-llama/Llama-3.1-8B").prequantized_4bit);
+  CHECK(io::name_quantization("unsloth/llama-3-8b").method.empty());
+}
+
+TEST_CASE("size_token: the parameter-size token of a name") {
+  CHECK(io::size_token("Qwen/Qwen2.5-Coder-7B-Instruct") == "7b");
+  CHECK(io::size_token("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "1.5b");
+  CHECK(io::size_token("HuggingFaceTB/SmolLM2-135M") == "135m");
+  CHECK(io::size_token("mistralai/Mixtral-8x7B-v0.1") == "8x7b");
+  CHECK(io::size_token("Qwen/Qwen3-30B-A3B") == "30b");
+  CHECK(io::size_token("llama2_7b") == "7b");
+  CHECK(io::size_token("gemma2b") == "2b");
+  CHECK(io::size_token("gpt2") == "");
+  CHECK(io::size_token("qwen2.5-7") == "");
+  CHECK(io::size_token("mistral-7b-v0.1") == "7b");
+  CHECK(io::size_token("") == "");
+}
+
+TEST_CASE("model_names.json: every row names a catalog entry, and the rules parse their own errors") {
+  auto rules = io::load_name_rules();
+  REQUIRE(rules.has_value());
+  REQUIRE_FALSE(rules->rules.empty());
+  auto catalog = io::load_catalog();
+  REQUIRE(catalog.has_value());
+  for (const auto& r : rules->rules) {
+    INFO(r.id << " -> " << r.target);
+    if (r.kind == io::NameRule::Kind::kNotModelled) {  // target is a model_type config.json parsing refuses
+      CHECK(io::parse_hf_config("{\"model_type\": \"" + r.target + "\"}", "c").error().code == ErrorCode::kUnsupported);
+      CHECK(io::find_catalog_entry(*catalog, r.id) == nullptr);
+      continue;
+    }
+    CHECK(io::find_catalog_entry(*catalog, r.target) != nullptr);
+    CHECK(io::find_catalog_entry(*catalog, r.id) == nullptr);  // a row never shadows a catalog name
+    CHECK_FALSE(r.why.empty());
+  }
+  for (const auto& org : rules->mirror_orgs) CHECK(org == to_lower(org));
+  CHECK(io::parse_name_rules("[]", "n.json").error().to_string() == "n.json: must be a JSON object");
+  CHECK(io::parse_name_rules(R"({"mirror_orgs": "unsloth"})", "n.json").error().to_string() ==
+        "n.json: \"mirror_orgs\" must be a list of organisation names");
+  CHECK(io::parse_name_rules(R"({"fine_tunes": [{"id": "a/b", "why": "w"}]})", "n.json").error().to_string() ==
+        "n.json: \"fine_tunes\"[0] needs a non-empty string \"base\"");
+  CHECK(io::parse_name_rules(R"({"same_architecture": [3]})", "n.json").error().to_string() ==
+        "n.json: \"same_architecture\"[0] must be an object");
+}
+
+namespace {
+
+// The part of an id after the organisation.
+std::string name_part(const std::string& id) {
+  const auto slash = id.find('/');
+  return slash == std::string::npos ? id : id.substr(slash + 1);
+}
+
+}  // namespace
+
+TEST_CASE("every catalog name's mirrors and 4-bit re-uploads resolve to its entry") {
+  auto catalog = io::load_catalog();
+  REQUIRE(catalog.has_value());
+  for (const auto& c : *catalog) {
+    std::vector<std::string> names = c.aliases;
+    names.push_back(c.id);
+    for (const auto& n : names) {
+      // Mixtral-8x22B's instruct variant has another vocabulary: its re-uploads cannot be told
+      // from the base's by name (see the different_architecture test below).
+      if (c.short_name == "mixtral-8x22b") continue;
+      for (const std::string& mirror : {"NousResearch/" + name_part(n), "unsloth/" + name_part(n) + "-bnb-4bit",
+                                        "TheBloke/" + name_part(n) + "-GPTQ"}) {
+        INFO(c.file << ": " << mirror);
+        auto r = io::resolve_model_source(mirror, empty_env());
+        REQUIRE(r.has_value());
+        CHECK(r->spec.name == c.id);
+        CHECK(r->prequantized_4bit == (mirror.rfind("NousResearch/", 0) != 0));
+        if (io::find_catalog_entry(*catalog, mirror) == nullptr)  // NousResearch/Llama-2-7b-hf is an alias
+          CHECK(r->via == mirror + ": the same architecture as " + c.id + " (catalog " + c.short_name + ")");
+      }
+    }
+  }
+}
+
+TEST_CASE("ids from real training configs resolve offline, to exactly the published totals") {
+  struct Case {
+    const char* id;         // as written in an alignment-handbook / open-r1 / axolotl / LLaMA-Factory /
+    const char* catalog;    // torchtune / TRL config or doc
+    std::int64_t total;     // the published total of that catalog entry
+    bool prequantized_4bit;
+  };
+  const Case cases[] = {
+      {"NousResearch/Meta-Llama-3-8B", "llama-3-8b", 8'030'261'248, false},
+      {"NousResearch/Meta-Llama-3.1-8B", "llama-3.1-8b", 8'030'261'248, false},
+      {"NousResearch/Llama-2-7b-hf", "llama-2-7b", 6'738'415'616, false},
+      {"Qwen/Qwen2.5-Coder-7B-Instruct", "qwen2.5-7b", 7'615'616'512, false},
+      {"Qwen/Qwen2.5-Coder-32B-Instruct", "qwen2.5-32b", 32'763'876'352, false},
+      {"Qwen/Qwen2.5-Math-7B", "qwen2.5-7b", 7'615'616'512, false},
+      {"Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b", 1'543'714'304, false},
+      {"Qwen/Qwen2-0.5B-Instruct", "qwen2.5-0.5b", 494'032'768, false},
+      {"Qwen/Qwen3-8B-Base", "qwen3-8b", 8'190'735'360, false},
+      {"Qwen/QwQ-32B", "qwen2.5-32b", 32'763'876'352, false},
+      {"deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "deepseek-r1-distill-qwen-1.5b", 1'777'088'000, false},
+      {"deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "qwen2.5-7b", 7'615'616'512, false},
+      {"deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "llama-3.1-8b", 8'030'261'248, false},
+      {"alignment-handbook/zephyr-7b-sft-full", "mistral-7b-v0.1", 7'241'732'096, false},
+      {"HuggingFaceH4/zephyr-7b-beta", "mistral-7b-v0.1", 7'241'732'096, false},
+      {"HuggingFaceH4/zephyr-7b-gemma-sft-v0.1", "gemma-7b", 8'537'680'896, false},
+      {"open-r1/OlympicCoder-7B", "qwen2.5-7b", 7'615'616'512, false},
+      {"mistralai/Mistral-7B-Instruct-v0.2", "mistral-7b-v0.1", 7'241'732'096, false},
+      {"mistralai/Mistral-Nemo-Instruct-2407", "mistral-nemo-12b", 12'247'782'400, false},
+      {"mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-24b", 23'572'403'200, false},
+      {"meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b", 8'030'261'248, false},
+      {"meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", 1'235'814'400, false},
+      {"meta-llama/Llama-2-7b-chat-hf", "llama-2-7b", 6'738'415'616, false},
+      {"codellama/CodeLlama-7b-hf", "codellama-7b", 6'738'546'688, false},
+      {"google/gemma-2b", "gemma-2b", 2'506'172'416, false},
+      {"google/gemma-7b-it", "gemma-7b", 8'537'680'896, false},
+      {"google/gemma-2-9b-it", "gemma-2-9b", 9'241'705'984, false},
+      {"microsoft/Phi-3.5-mini-instruct", "phi-3-mini", 3'821'079'552, false},
+      {"microsoft/Phi-4-mini-instruct", "phi-4-mini", 3'836'021'760, false},
+      {"HuggingFaceTB/SmolLM2-1.7B-Instruct", "smollm2-1.7b", 1'711'376'384, false},
+      {"HuggingFaceTB/SmolLM3-3B", "smollm3-3b", 3'075'098'624, false},
+      {"allenai/OLMo-2-0425-1B-Instruct", "olmo-2-1b", 1'484'916'736, false},
+      {"ibm-granite/granite-3.1-2b-instruct", "granite-3.1-2b", 2'533'531'648, false},
+      {"deepseek-ai/deepseek-coder-6.7b-instruct", "deepseek-coder-6.7b", 6'740'512'768, false},
+      {"01-ai/Yi-34B-Chat", "yi-34b", 34'388'917'248, false},
+      {"TinyLlama/TinyLlama-1.1B-Chat-v1.0", "tinyllama-1.1b", 1'100'048'384, false},
+      // unsloth's notebooks and axolotl's QLoRA examples
+      {"unsloth/llama-3-8b-bnb-4bit", "llama-3-8b", 8'030'261'248, true},
+      {"unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit", "llama-3.1-8b", 8'030'261'248, true},
+      {"unsloth/Llama-3.2-3B-Instruct-bnb-4bit", "llama-3.2-3b", 3'212'749'824, true},
+      {"unsloth/mistral-7b-v0.3-bnb-4bit", "mistral-7b-v0.3", 7'248'023'552, true},
+      {"unsloth/mistral-7b-bnb-4bit", "mistral-7b-v0.1", 7'241'732'096, true},
+      {"unsloth/gemma-2-9b-it-bnb-4bit", "gemma-2-9b", 9'241'705'984, true},
+      {"unsloth/Qwen2.5-7B-Instruct-bnb-4bit", "qwen2.5-7b", 7'615'616'512, true},
+      {"unsloth/Phi-3-mini-4k-instruct-bnb-4bit", "phi-3-mini", 3'821'079'552, true},
+      {"unsloth/tinyllama-bnb-4bit", "tinyllama-1.1b", 1'100'048'384, true},
+      {"unsloth/codellama-7b-bnb-4bit", "codellama-7b", 6'738'546'688, true},
+      {"TheBloke/Llama-2-7B-fp16", "llama-2-7b", 6'738'415'616, false},
+      {"TheBloke/Mistral-7B-Instruct-v0.2-GPTQ", "mistral-7b-v0.1", 7'241'732'096, true},
+  };
+  auto catalog = io::load_catalog();
+  REQUIRE(catalog.has_value());
+  for (const auto& c : cases) {
+    INFO(c.id);
+    auto r = io::resolve_model_source(c.id, empty_env());
+    REQUIRE(r.has_value());
+    const io::CatalogEntry* e = io::find_catalog_entry(*catalog, c.catalog);
+    REQUIRE(e != nullptr);
+    CHECK(r->spec.name == e->id);
+    CHECK(count_parameters(r->spec).total == c.total);
+    CHECK(r->prequantized_4bit == c.prequantized_4bit);
+  }
+}
+
+TEST_CASE("resolve_model_source: how a rule-resolved name was found, in words") {
+  auto fine_tune = io::resolve_model_source("alignment-handbook/zephyr-7b-sft-full", empty_env());
+  REQUIRE(fine_tune.has_value());
+  CHECK(fine_tune->via ==
+        "alignment-handbook/zephyr-7b-sft-full: the alignment-handbook zephyr SFT stage, a full fine-tune of "
+        "Mistral-7B-v0.1 (vocabulary kept at 32000); counted as its base mistralai/Mistral-7B-v0.1 (catalog "
+        "mistral-7b-v0.1)");
+  auto mirror = io::resolve_model_source("unsloth/mistral-7b-bnb-4bit", empty_env());
+  REQUIRE(mirror.has_value());
+  CHECK(mirror->via ==
+        "unsloth/mistral-7b-bnb-4bit: unsloth's re-upload of Mistral-7B-v0.1 (unsloth lists 7,241,732,096 "
+        "parameters); counted as mistralai/Mistral-7B-v0.1 (catalog mistral-7b-v0.1)");
+  CHECK(mirror->prequantized_4bit);
+  CHECK(mirror->quantization == "bitsandbytes");
+  auto exact = io::resolve_model_source("meta-llama/Llama-3.1-8B", empty_env());
+  REQUIRE(exact.has_value());
+  CHECK(exact->via.empty());
+  CHECK_FALSE(exact->prequantized_4bit);
+}
+
+TEST_CASE("resolve_model_source: the rules never cross organisations or sizes") {
+  // Another maker's upload under the same name may be a fine-tune with another vocabulary: only
+  // mirrors and the maker itself are trusted.
+  CHECK(io::resolve_model("someone/Llama-3.1-8B", empty_env()).error().code == ErrorCode::kUnknownName);
+  // A bare name does not reach a table row (unsloth/mistral-7b): v0.1 or v0.3 is the user's choice.
+  CHECK(error_text(io::resolve_model("mistral-7b", empty_env())) ==
+        "unknown model 'mistral-7b'; did you mean 'mistral-7b-v0.1'?");
+  // Qwen2.5-Coder-9B does not exist; no 9B name is near, so nothing is suggested.
+  io::ModelSearchEnv env;
+  env.hub_cache = "/nonexistent/hub";
+  CHECK(error_text(io::resolve_model("Qwen/Qwen2.5-Coder-9B-Instruct", env)) ==
+        "unknown model 'Qwen/Qwen2.5-Coder-9B-Instruct'; it is not in the catalog (memplan models) nor in the local "
+        "Hugging Face cache (/nonexistent/hub); if it is a fine-tune, pass the model it was trained from (--model "
+        "BASE_ID: fine-tunes keep their base's architecture), otherwise the path to its config.json "
+        "('huggingface-cli download Qwen/Qwen2.5-Coder-9B-Instruct config.json' fetches it) or --model-params");
+  // A typo in a 7B name suggests a 7B name, never the 1.5B one edit further along.
+  auto typo = io::resolve_model("Qwen/Qwen2.5-Coder-7B-Instrct", env);
+  REQUIRE_FALSE(typo.has_value());
+  CHECK(typo.error().suggestion == "did you mean 'Qwen/Qwen2.5-Coder-7B-Instruct'?");
+  auto typo_small = io::resolve_model("Qwen/Qwen2.5-Coder-1.5B-Instrct", env);
+  REQUIRE_FALSE(typo_small.has_value());
+  CHECK(typo_small.error().suggestion == "did you mean 'Qwen/Qwen2.5-Coder-1.5B-Instruct'?");
+}
+
+TEST_CASE("resolve_model_source: a variant whose architecture differs is refused by name") {
+  const std::string want =
+      "model '{}' is not in the catalog: mistralai/Mixtral-8x22B-Instruct-v0.1 differs from "
+      "mistralai/Mixtral-8x22B-v0.1 (catalog mixtral-8x22b): its vocabulary is 32768, the base's 32000; pass the "
+      "path to its config.json ('huggingface-cli download mistralai/Mixtral-8x22B-Instruct-v0.1 config.json' "
+      "fetches it)";
+  for (const char* id : {"mistralai/Mixtral-8x22B-Instruct-v0.1", "unsloth/Mixtral-8x22B-Instruct-v0.1-bnb-4bit"}) {
+    INFO(id);
+    std::string expected = want;
+    expected.replace(expected.find("{}"), 2, id);
+    CHECK(error_text(io::resolve_model(id, empty_env())) == expected);
+  }
+  // The base itself, by its catalog names, is unaffected.
+  CHECK(io::resolve_model("mistralai/Mixtral-8x22B-v0.1", empty_env()).has_value());
+  CHECK(io::resolve_model("mistral-community/Mixtral-8x22B-v0.1", empty_env()).has_value());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training output directories and PEFT adapters (tests/data/models/README.md)
+
+namespace {
+
+std::string fixture(const std::string& rel) { return std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/models/" + rel; }
+
+}  // namespace
+
+TEST_CASE("resolve_model_source: a PEFT adapter directory resolves its base model") {
+  auto r = io::resolve_model_source(fixture("zephyr-qlora-output"), empty_env());
+  REQUIRE(r.has_value());
+  CHECK(r->spec.name == "mistralai/Mistral-7B-v0.1");
+  CHECK(count_parameters(r->spec).total == 7'241'732'096);
+  CHECK(r->via == fixture("zephyr-qlora-output") +
+                      "/adapter_config.json: a PEFT adapter; its base model 'mistralai/Mistral-7B-v0.1' is what is "
+                      "counted");
+  // The file itself works too.
+  auto file = io::resolve_model_source(fixture("zephyr-qlora-output/adapter_config.json"), empty_env());
+  REQUIRE(file.has_value());
+  CHECK(file->spec.name == "mistralai/Mistral-7B-v0.1");
+}
+
+TEST_CASE("resolve_model_source: a training output directory's latest checkpoint") {
+  auto r = io::resolve_model_source(fixture("sft-output"), empty_env());
+  REQUIRE(r.has_value());
+  // checkpoint-1000 (3 layers) beats checkpoint-500; checkpoint-2000 has no config and
+  // checkpoint-best is not a step. Tiny Llama with 3 layers: 12,800 + 3 x 36,992 + 64.
+  CHECK(r->spec.num_layers == 3);
+  CHECK(count_parameters(r->spec).total == 12'800 + 3 * 36'992 + 64);
+  CHECK(r->via == "checkpoint-1000: the latest checkpoint in '" + fixture("sft-output") + "'");
+
+  // An adapter in a checkpoint, on an unsloth 4-bit base: both facts reach the caller.
+  auto lora = io::resolve_model_source(fixture("lora-output"), empty_env());
+  REQUIRE(lora.has_value());
+  CHECK(lora->spec.name == "Qwen/Qwen2.5-0.5B");
+  CHECK(count_parameters(lora->spec).total == 494'032'768);
+  CHECK(lora->prequantized_4bit);
+  CHECK(lora->via == "checkpoint-120: the latest checkpoint in '" + fixture("lora-output") + "'; " +
+                         fixture("lora-output/checkpoint-120") +
+                         "/adapter_config.json: a PEFT adapter; its base model "
+                         "'unsloth/qwen2.5-0.5b-instruct-bnb-4bit' is what is counted; "
+                         "unsloth/qwen2.5-0.5b-instruct-bnb-4bit: the same architecture as Qwen/Qwen2.5-0.5B (catalog "
+                         "qwen2.5-0.5b)");
+}
+
+TEST_CASE("resolve_model_source: adapter and output-directory errors say what to pass") {
+  CHECK(error_text(io::resolve_model(fixture("no-base"), empty_env())) ==
+        fixture("no-base/adapter_config.json") +
+            ": a PEFT adapter config whose \"base_model_name_or_path\" is null; pass the base model with --model "
+            "BASE_ID");
+  TempDir tmp;
+  // An adapter naming a model that is nowhere: the inner error, located in the adapter file.
+  write(tmp.path() / "a" / "adapter_config.json", R"({"base_model_name_or_path": "zzzzzzzz", "peft_type": "LORA"})");
+  CHECK(error_text(io::resolve_model((tmp.path() / "a").string(), empty_env())) ==
+        (tmp.path() / "a" / "adapter_config.json").string() +
+            ": base_model_name_or_path 'zzzzzzzz': unknown model 'zzzzzzzz'; give a catalog name (memplan models), a "
+            "Hugging Face id in the local cache, a path to a config.json, or --model-params");
+  // An adapter whose base is itself: stops after 4 levels instead of looping.
+  const std::string self = (tmp.path() / "loop").string();
+  write(tmp.path() / "loop" / "adapter_config.json", R"({"base_model_name_or_path": ")" + self + R"("})");
+  auto loop = io::resolve_model(self, empty_env());
+  REQUIRE_FALSE(loop.has_value());
+  CHECK(loop.error().message.find("adapters nest more than 4 deep") != std::string::npos);
+  // A second stage whose first stage has not run: name the fix.
+  CHECK(error_text(io::resolve_model("./output/sft", empty_env())) ==
+        "cannot read './output/sft': no such file or directory; if it is the output of an earlier training stage, "
+        "pass the model that stage trains (--model BASE_ID) or the path to its config.json once it exists");
+  // config.json wins over adapter_config.json in the same directory (a merged save).
+  write(tmp.path() / "merged" / "config.json", tiny_llama());
+  write(tmp.path() / "merged" / "adapter_config.json", R"({"base_model_name_or_path": "zzzzzzzz"})");
+  CHECK(count_parameters(*io::resolve_model((tmp.path() / "merged").string(), empty_env())).total == kTinyLlamaParams);
+}
+
+TEST_CASE("resolve_model_source: a config.json's 4-bit quantization_config marks the checkpoint pre-quantized") {
+  auto r = io::resolve_model_source(fixture("bnb-4bit"), empty_env());
+  REQUIRE(r.has_value());
+  CHECK(r->prequantized_4bit);
+  CHECK(r->quantization == "bitsandbytes");
+  CHECK(count_parameters(r->spec).total == kTinyLlamaParams);
+  TempDir tmp;
+  write(tmp.path() / "gptq" / "config.json", tiny_llama(R"(, "quantization_config": {"quant_method": "gptq", "bits": 4})"));
+  write(tmp.path() / "gptq8" / "config.json", tiny_llama(R"(, "quantization_config": {"quant_method": "gptq", "bits": 8})"));
+  write(tmp.path() / "bnb8" / "config.json",
+        tiny_llama(R"(, "quantization_config": {"quant_method": "bitsandbytes", "load_in_8bit": true})"));
+  write(tmp.path() / "odd" / "config.json", tiny_llama(R"(, "quantization_config": [1, 2])"));
+  CHECK(io::resolve_model_source((tmp.path() / "gptq").string(), empty_env())->quantization == "GPTQ");
+  CHECK_FALSE(io::resolve_model_source((tmp.path() / "gptq8").string(), empty_env())->prequantized_4bit);
+  CHECK_FALSE(io::resolve_model_source((tmp.path() / "bnb8").string(), empty_env())->prequantized_4bit);
+  CHECK_FALSE(io::resolve_model_source((tmp.path() / "odd").string(), empty_env())->prequantized_4bit);
+  CHECK_FALSE(io::resolve_model_source((tmp.path() / "odd").string(), empty_env())->prequantized_4bit);
+}
+
+TEST_CASE("resolve_model_source: popular models of a type memplan does not count say so, with --model-params") {
+  // Without the not_modelled rows, edit distance offered 'microsoft/phi-4' (14B) for phi-2 (2.7B).
+  CHECK(error_text(io::resolve_model("microsoft/phi-2", empty_env())) ==
+        "model 'microsoft/phi-2' is a 'phi' model, whose module layout memplan does not model; use --model-params "
+        "2779683840 (its published total: Hub API safetensors {\"F16\": 2779683840}; a model_arch record (source "
+        "safetensors) gives the same) for a Llama-shaped estimate of the same size");
+  CHECK(io::resolve_model("microsoft/phi-2", empty_env()).error().code == ErrorCode::kUnsupported);
+  CHECK(error_text(io::resolve_model("bigcode/starcoder2-3b", empty_env())) ==
+        "model 'bigcode/starcoder2-3b' is a 'starcoder2' model, whose module layout memplan does not model; use "
+        "--model-params with its parameter count for a Llama-shaped estimate of the same size");
+  // Mirrors and re-uploads of them too; another maker's fine-tune is not assumed to be one.
+  CHECK(io::resolve_model("TheBloke/phi-2-GPTQ", empty_env()).error().code == ErrorCode::kUnsupported);
+  CHECK(io::resolve_model("someone/phi-2", empty_env()).error().code == ErrorCode::kUnknownName);
+  // A cached config.json of the type wins: its own parse error names the file.
+  TempDir tmp;
+  write(tmp.path() / "hub" / "models--microsoft--phi-2" / "snapshots" / "a" / "config.json",
+        R"({"model_type": "phi", "hidden_size": 2560})");
+  io::ModelSearchEnv env;
+  env.hub_cache = (tmp.path() / "hub").string();
+  CHECK(error_text(io::resolve_model("microsoft/phi-2", env)) ==
+        (tmp.path() / "hub" / "models--microsoft--phi-2" / "snapshots" / "a" / "config.json").string() +
+            ": model_type 'phi' is not supported: its module layout is not modelled; use --model-params for a "
+            "Llama-shaped estimate of the same size");
 }

@@ -1,6 +1,10 @@
+#include <ctime>
+#include <string>
+
 #include <catch2/catch.hpp>
 
 #include "io/yaml_edit.hpp"
+#include "support/cpu_time.hpp"
 
 using namespace memplan;
 using namespace memplan::io;
@@ -194,4 +198,73 @@ TEST_CASE("split_key_path and join_key_path") {
   CHECK(split_key_path("a.b.c") == std::vector<std::string>{"a", "b", "c"});
   CHECK(split_key_path("a") == std::vector<std::string>{"a"});
   CHECK(join_key_path({"training", "trainer"}) == "training.trainer");
+}
+
+// ---- issue 11 item 7: bounded parsing ----
+
+namespace {
+
+// CPU seconds (std::clock): a shared machine's wall clock measures its neighbours.
+double parse_seconds(const std::string& text, Result<YamlDoc>* out) {
+  const std::clock_t t0 = std::clock();
+  *out = parse_yaml(text, "bomb.yaml");
+  return memplan::testing::cpu_seconds_since(t0) / memplan::testing::kBuildSlowdown;
+}
+
+}  // namespace
+
+TEST_CASE("parse_yaml (issue 11 item 7): a billion-laughs document is refused in milliseconds") {
+  // 9 levels of 9 aliases each: 9^9 (387 million) nodes if expanded; under 500 bytes.
+  std::string text = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  const std::string names = "abcdefghij";
+  for (std::size_t i = 1; i < names.size(); ++i) {
+    text.append(1, names[i]).append(": &").append(1, names[i]).append(" [");
+    for (int k = 0; k < 9; ++k) text.append(k ? ", *" : "*").append(1, names[i - 1]);
+    text += "]\n";
+  }
+  REQUIRE(text.size() < 500);
+  Result<YamlDoc> doc = make_error(ErrorCode::kParseError, "");
+  CHECK(parse_seconds(text, &doc) < 0.5);
+  // Copies count twice per level (the anchored node kept for its aliases, and each alias's copy):
+  // 10 + 181 + 1639 + 14761 nodes through line 4, and level e (line 5, 9 x 7381 nodes) crosses 100,000.
+  CHECK(doc.error().to_string() ==
+        "bomb.yaml:5: aliases and merge keys expand to more than 100000 nodes (nested aliases that multiply, like a "
+        "'billion laughs' document); memplan refuses it");
+}
+
+TEST_CASE("parse_yaml (issue 11 item 7): a merge-key bomb is refused in milliseconds") {
+  std::string text = "l0: &l0 {a: 1, b: 2, c: 3}\n";
+  for (int k = 1; k < 25; ++k) {
+    const std::string me = std::to_string(k), prev = std::to_string(k - 1);
+    text.append("l").append(me).append(": &l").append(me).append(" {<<: [*l").append(prev).append("], x: *l");
+    text.append(prev).append(", y: *l").append(prev).append("}\n");
+  }
+  Result<YamlDoc> doc = make_error(ErrorCode::kParseError, "");
+  CHECK(parse_seconds(text, &doc) < 0.5);
+  REQUIRE_FALSE(doc.has_value());
+  CHECK(doc.error().message.rfind("aliases and merge keys expand to more than 100000 nodes", 0) == 0);
+}
+
+TEST_CASE("parse_yaml: nesting deeper than 256 is refused; ordinary anchors and merges still work") {
+  std::string deep = "a: ";
+  deep.append(300, '[');
+  deep.append(300, ']');
+  deep += '\n';
+  auto d = parse_yaml(deep, "deep.yaml");
+  REQUIRE_FALSE(d.has_value());
+  CHECK(d.error().to_string() == "deep.yaml:1: collections nested more than 256 deep; memplan refuses it");
+  auto ok = parse_yaml("base: &b {x: 1, y: 2}\nuse: {<<: *b, y: 3}\nlist: [*b, *b]\n", "ok.yaml");
+  REQUIRE(ok.has_value());
+  CHECK(ok->root.get("use")->get("x")->value == "1");
+  CHECK(ok->root.get("use")->get("y")->value == "3");
+  CHECK(ok->root.get("list")->items.size() == 2);
+}
+
+TEST_CASE("insert_entry refuses a mapping whose first key is empty (found by fuzz_yaml_edit)") {
+  auto doc = parse_yaml("training:\n  :\n    x: 1\n", "e.yaml");
+  REQUIRE(doc.has_value());
+  const YamlNode* map = doc->root.get("training");
+  REQUIRE(map != nullptr);
+  REQUIRE(map->is_map());
+  CHECK(insert_entry(*doc, *map, "k", "1").error().message == "the mapping's keys could not be located in the text");
 }

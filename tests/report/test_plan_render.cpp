@@ -17,7 +17,7 @@ io::ResolvedInputs inputs() {
   return in;
 }
 
-Budget budget_80() { return Budget{Bytes::gib(80), Bytes::gib(5), Bytes::zero()}; }
+Budget budget_80() { return Budget{Bytes::gib(80), Bytes::gib(5), Bytes::zero(), false, Bytes::zero()}; }
 
 Plan fitting_plan() {
   Plan p;
@@ -35,15 +35,15 @@ Plan fitting_plan() {
   r.peak = Bytes::gib(70);
   r.budget = Bytes::gib(75);
   r.utilization = 70.0 / 80.0;
-  Tier safe{"safe", 0.70, Bytes::gib(56), true, GlobalBatch{8, 4, 1, 32, 32}, Bytes::gib(52), 52.0 / 80.0};
-  Tier none{"balanced", 0.85, Bytes::gib(68), false, GlobalBatch{1, 32, 1, 32, 32}, Bytes::gib(90), 90.0 / 80.0};
+  Tier safe{"safe", 0.50, Bytes::gib(56), true, GlobalBatch{8, 4, 1, 32, 32}, Bytes::gib(52), 52.0 / 80.0};
+  Tier none{"balanced", 0.75, Bytes::gib(68), false, GlobalBatch{1, 32, 1, 32, 32}, Bytes::gib(90), 90.0 / 80.0};
   p.tiers = {safe, none};
   return p;
 }
 
 Sweep linear_sweep() {
   Sweep s;
-  s.budget = Budget{Bytes::gib(40), Bytes::gib(5), Bytes::zero()};  // budget 35 GiB
+  s.budget = Budget{Bytes::gib(40), Bytes::gib(5), Bytes::zero(), false, Bytes::zero()};  // budget 35 GiB
   s.micro_batches = {1, 2, 3, 4};
   s.seq_lens = {1024};
   for (std::int64_t b = 1; b <= 4; ++b) {
@@ -70,8 +70,34 @@ TEST_CASE("render_plan text: recommendation, budget and tiers") {
   CHECK_THAT(out, Catch::Contains("largest micro-batch that fits: 12; micro-batch 13 would need 76.00 GiB\n"));
   CHECK_THAT(out, Catch::Contains("flags: --batch 12 --grad-accum 3\n"));
   // Columns padded to the widest cell: "balanced", "does not fit".
-  CHECK_THAT(out, Catch::Contains("safe      <= 70% (56.00 GiB)            8           4            32     52.00 GiB   65.0%\n"));
-  CHECK_THAT(out, Catch::Contains("balanced  <= 85% (68.00 GiB)            -           -             -  does not fit\n"));
+  CHECK_THAT(out, Catch::Contains("safe      50% of room (56.00 GiB)            8           4            32     52.00 GiB   65.0%\n"));
+  CHECK_THAT(out, Catch::Contains("balanced  75% of room (68.00 GiB)            -           -             -  does not fit\n"));
+}
+
+TEST_CASE("render_plan text: why not the largest micro-batch, and tiers that coincide") {
+  Plan p = fitting_plan();
+  p.recommendation.batch = GlobalBatch{8, 4, 1, 32, 32};
+  p.recommendation.choice = BatchChoice::kExact;
+  p.recommendation.largest = GlobalBatch{12, 3, 1, 36, 32};
+  p.fixed = Bytes::gib(40);
+  std::string out = report::render_plan(inputs(), p, report::Format::kText);
+  CHECK_THAT(out, Catch::Contains("why micro-batch 8 and not 12 (the largest that fits): 8 x 4 = 32 is the target exactly, "
+                                  "12 x 3 = 36 is not (--global-batch-tolerance lets a near miss keep a larger "
+                                  "micro-batch)\n"));
+  CHECK_THAT(out, Catch::Contains("tiers divide the 35.00 GiB of room above the 40.00 GiB that does not grow with the "
+                                  "micro-batch:\n"));
+  for (Tier& t : p.tiers) {
+    t.fits = true;
+    t.batch = GlobalBatch{8, 4, 1, 32, 32};
+  }
+  out = report::render_plan(inputs(), p, report::Format::kText);
+  CHECK_THAT(out, Catch::Contains("tiers: safe, balanced and aggressive are all micro-batch 8"));
+  CHECK(out.find("tier  ") == std::string::npos);  // no table
+  const auto j = nlohmann::json::parse(report::render_plan(inputs(), p, report::Format::kJson));
+  CHECK(j["recommendation"]["choice"] == "exact");
+  CHECK(j["recommendation"]["largest"]["micro_batch"] == 12);
+  CHECK(j["fixed_bytes"] == Bytes::gib(40).count());
+  CHECK(j["tiers"][0]["room_fraction"] == 0.5);
 }
 
 TEST_CASE("render_plan json: the recommendation object") {
@@ -108,7 +134,7 @@ TEST_CASE("render_plan: nothing fits lists the changes") {
   s.best = 6;
   p.suggestions = {s};
   const std::string out = report::render_plan(inputs(), p, report::Format::kText);
-  CHECK_THAT(out, Catch::Contains("does not fit: micro-batch 1 at 2048 tokens needs 100.00 GiB, 25.00 GiB over the 75.00 GiB budget\n"));
+  CHECK_THAT(out, Catch::Contains("does not fit: micro-batch 1 x 2048 tokens needs 100.00 GiB, 25.00 GiB over the 75.00 GiB budget\n"));
   CHECK_THAT(out, Catch::Contains("what to change, ranked by memory saved (predicted peak at micro-batch 1 after each change):\n"));
   // "yes" padded to "fits", then "6" right-aligned under "max micro-batch".
   CHECK_THAT(out, Catch::Contains("1  QLoRA: LoRA on a 4-bit (nf4) base model  20.00 GiB  80.00 GiB  yes" + std::string(17, ' ') +

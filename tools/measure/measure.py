@@ -21,6 +21,7 @@ import time
 
 import torch
 
+import hf_bert
 import hf_llama
 import memtrace
 import optimizers
@@ -30,7 +31,39 @@ import trl_steps
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+ENCODERS = ("bert", "roberta", "xlm-roberta")
+
+
+def build_encoder(case):
+    """BERT-family cases: training.head (pooling|mlm|classification), texts_per_example."""
+    torch.manual_seed(0)
+    t = case["training"]
+    cfg = hf_bert.Config(case["model"])
+    model = hf_bert.Bert(cfg, t.get("head", "pooling")).to(DTYPES[t.get("torch_dtype", "float32")])
+    lora = t.get("lora")
+    if lora:  # PEFT's default targets for BERT-family models: query, value
+        peft_lora.apply_lora(model, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
+                             lora.get("target_modules") or ["query", "value"])
+    model.train()
+    opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"), model.parameters(), t.get("optim_args"))
+    b, s = t["batch"], t["seq_len"]
+    gen = torch.Generator().manual_seed(1)
+
+    def column():
+        return (torch.randint(0, cfg.vocab_size, (b, s), generator=gen), torch.zeros(b, s, dtype=torch.long),
+                torch.ones(b, s, dtype=torch.long))
+    if t.get("head", "pooling") == "pooling":
+        inputs = {"columns": [column() for _ in range(t.get("texts_per_example", 2))]}
+    else:
+        ids, types, am = column()
+        labels = ids.clone() if t.get("head") == "mlm" else torch.zeros(b, dtype=torch.long)
+        inputs = {"input_ids": ids, "token_type_ids": types, "attention_mask": am, "labels": labels}
+    return model, opt, inputs, None
+
+
 def build(case):
+    if case["model"].get("model_type") in ENCODERS:
+        return build_encoder(case)
     torch.manual_seed(0)
     t = case["training"]
     cfg = hf_llama.Config(case["model"])
@@ -103,6 +136,12 @@ def forward_loss(model, inputs, autocast, t=None, ref=None):
                 step_inputs["ref_per_token_logps"] = ref_logps
             del ref_logps
             return trl_steps.grpo_compute_loss(model, step_inputs, ac, temperature, beta)
+    if "columns" in inputs:  # sentence-transformers MNRL over the text columns
+        with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
+            return hf_bert.mnrl_loss(model, inputs["columns"])
+    if isinstance(model, hf_bert.Bert):
+        with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
+            return model(**inputs)
     with memtrace.phase("forward"):
         if autocast:
             with torch.autocast("cpu", dtype=DTYPES[autocast]):

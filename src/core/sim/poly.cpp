@@ -23,7 +23,7 @@ bool Poly::dominates(const Poly& o) const {
 std::int64_t Poly::eval(std::int64_t b, std::int64_t s) const {
   const i128 B = b, S = s;
   const i128 v = static_cast<i128>(c[kOne]) + c[kB] * B + c[kS] * S + c[kBS] * B * S + c[kBSS] * B * S * S +
-                 c[kSS] * S * S;
+                 c[kSS] * S * S + c[kBB] * B * B;
   if (v > static_cast<i128>(INT64_MAX) || v < static_cast<i128>(INT64_MIN))
     throw SizeOverflow("memory size does not fit in 64 bits");
   return static_cast<std::int64_t>(v);

@@ -11,7 +11,8 @@
 
 namespace memplan::sim {
 
-enum Mono : int { kOne = 0, kB, kS, kBS, kBSS, kSS, kNumMono };
+// kBB: b x b terms (an encoder's contrastive similarity matrix, b anchors x b candidates).
+enum Mono : int { kOne = 0, kB, kS, kBS, kBSS, kSS, kBB, kNumMono };
 
 struct Poly {
   std::array<std::int64_t, kNumMono> c{};

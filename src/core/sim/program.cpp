@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
+#include "core/sim/fused_ce.hpp"
+#include "core/sim/mla.hpp"
 #include "memplan/bytes.hpp"
 
 namespace memplan::sim {
@@ -14,6 +17,7 @@ struct LinearParams {
   int w = -1, b = -1;   // base weight and bias
   int A = -1, B = -1;   // LoRA adapters
   bool quant4 = false;
+  bool quant8 = false;
 };
 
 struct LayerParams {
@@ -40,9 +44,10 @@ class Step {
   Poly per_seq(std::int64_t k) const { return Poly::mono(kB, k * sp_.batch_multiplier); }
   static Poly c(std::int64_t k) { return Poly::constant(k); }
 
-  // Parameters bitsandbytes does not quantize (embeddings, norms, biases, lm_head) keep the load
-  // dtype: current TRL no longer calls prepare_model_for_kbit_training, which upcast them to fp32.
-  DT other_dt() const { return sp_.weight_dt; }
+  // Parameters bitsandbytes does not quantize keep the load dtype unless the k-bit preparation
+  // cast them (docs/formulas.md#qlora): embeddings/lm_head, and norms with the biases.
+  DT other_dt() const { return sp_.norm_dt; }
+  DT embed_dt() const { return sp_.embed_dt; }
   // PEFT's modules_to_save keeps the original module frozen and trains a copy (made separately).
   bool trainable(const std::string&) const { return sp_.full_finetune; }
 
@@ -64,6 +69,7 @@ class Step {
   int layer_norm(int x, int w, int bias, Poly numel, Poly rows);
   int lin(int x, LinearParams& p, Poly out_numel);
   int linear4bit(int x, LinearParams& p, Poly out_numel);
+  int linear8bit(int x, LinearParams& p, Poly out_numel);
   int rope(int x, Poly numel);
   std::pair<int, int> attention(int x, LayerParams& lp);
   int mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2);
@@ -77,6 +83,7 @@ class Step {
   int head_logits(int h, const Poly& rows);
   int to_output_dtype(int logits);
   int sft_loss(int logits);
+  int fused_sft_loss(int h);  // final norm, then a loss kernel on the hidden states (fused_ce.cpp)
   int selective_log_softmax(int logits, const Poly& rows, std::int64_t rows_per_seq_offset);
   int entropy_no_grad(int logits, const Poly& rows);
   // The no-grad reference forward (frozen copy, or the policy with adapters disabled) up to the
@@ -107,6 +114,7 @@ class Step {
   int layer_ = 0;
   int cur_layer_ = -1;
   std::vector<ParamRec> params_;
+  std::vector<int> fsdp_retained_;  // layer inputs and their grads the FSDP hooks keep (to backward's end)
 };
 
 LinearParams Step::make_linear(const LinearModule& mod) {
@@ -114,7 +122,12 @@ LinearParams Step::make_linear(const LinearModule& mod) {
   p.mod = mod;
   const std::int64_t n = mod.weight_params();
   const bool quant = sp_.load_in_4bit && mod.nn_linear;  // bitsandbytes replaces nn.Linear only
-  if (quant) {
+  if (sp_.load_in_8bit && mod.nn_linear && !sp_.load_in_4bit) {
+    // bitsandbytes Int8Params: one int8 per weight (kept in the igemmlt layout after the first
+    // forward, the row-major copy deleted) plus an fp32 absmax per output row (SCB).
+    p.quant8 = true;
+    p.w = make_param(n + mod.out_features * mod.count * 4, DT::kU8, false);
+  } else if (quant) {
     // bitsandbytes Params4bit: two 4-bit values per byte, one absmax per 64-value block (fp32),
     // or with double quantization one byte per block plus an fp32 absmax per 256 blocks.
     p.quant4 = true;
@@ -139,11 +152,11 @@ LinearParams Step::make_linear(const LinearModule& mod) {
 void Step::make_params() {
   const std::int64_t h = m_.hidden_size;
   const std::int64_t V = m_.vocab_size;
-  w_->embed = make_param(V * h, other_dt(), trainable("embed_tokens"), Cat::kWeights, V, h);
+  w_->embed = make_param(V * h, embed_dt(), trainable("embed_tokens"), Cat::kWeights, V, h);
   if (contains(sp_.lora.modules_to_save, "embed_tokens") && sp_.lora.enabled && !making_ref_)
-    w_->embed_copy = make_param(V * h, other_dt(), true, Cat::kWeights, V, h);
+    w_->embed_copy = make_param(V * h, embed_dt(), true, Cat::kWeights, V, h);
   if (m_.learned_positions)
-    w_->pos_embed = make_param(m_.max_position_embeddings * h, other_dt(), trainable("wpe"), Cat::kWeights,
+    w_->pos_embed = make_param(m_.max_position_embeddings * h, embed_dt(), trainable("wpe"), Cat::kWeights,
                             m_.max_position_embeddings, h);
   const int n = static_cast<int>(sp_.model_layers.size());
   for (int l = 0; l < n; ++l) {
@@ -162,7 +175,10 @@ void Step::make_params() {
       lp.norms.push_back(make_param(h, other_dt(), sp_.full_finetune));
       lp.norms.push_back(bias ? make_param(h, other_dt(), sp_.full_finetune) : -1);
     }
-    if (m_.qk_norm) {
+    if (m_.is_mla()) {  // q_a_layernorm (with q LoRA) and kv_a_layernorm
+      if (m_.q_lora_rank > 0) lp.q_norm = make_param(m_.q_lora_rank, other_dt(), sp_.full_finetune);
+      lp.k_norm = make_param(m_.kv_lora_rank, other_dt(), sp_.full_finetune);
+    } else if (m_.qk_norm) {
       lp.q_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
       lp.k_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
     }
@@ -172,9 +188,9 @@ void Step::make_params() {
   w_->final_norm = make_param(h, other_dt(), sp_.full_finetune);
   if (m_.norm == NormKind::kLayerNorm && m_.norm_bias) w_->final_norm_b = make_param(h, other_dt(), sp_.full_finetune);
   if (!m_.tie_word_embeddings) {
-    w_->lm_head = make_param(V * h, other_dt(), trainable("lm_head"), Cat::kWeights, V, h);
+    w_->lm_head = make_param(V * h, embed_dt(), trainable("lm_head"), Cat::kWeights, V, h);
     if (contains(sp_.lora.modules_to_save, "lm_head") && sp_.lora.enabled && !making_ref_)
-      w_->lm_head_copy = make_param(V * h, other_dt(), true, Cat::kWeights, V, h);
+      w_->lm_head_copy = make_param(V * h, embed_dt(), true, Cat::kWeights, V, h);
   }
 }
 
@@ -197,6 +213,7 @@ int Step::rms_normalize(int x, const Poly& numel, const Poly& rows) {
 }
 
 int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows) {
+  if (sp_.liger_kernels) return liger_rms_norm(g_, ops_, x, w, numel, rows);
   // LlamaRMSNorm: rms_normalize, to(input dtype), weight * x
   const DT in_dt = g_.at(x).dt;
   const int n = rms_normalize(x, numel, rows);
@@ -208,6 +225,7 @@ int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows) {
 }
 
 int Step::gemma_rmsnorm(int x, int w, Poly numel, Poly rows) {
+  if (sp_.liger_kernels) return liger_rms_norm(g_, ops_, x, w, numel, rows);  // LigerRMSNormForGemma
   // GemmaRMSNorm: output = norm(x.float()) * (1 + weight.float()); output.type_as(x)
   const DT in_dt = g_.at(x).dt;
   const int n = rms_normalize(x, numel, rows);
@@ -273,8 +291,84 @@ int Step::linear4bit(int x, LinearParams& p, Poly out_numel) {
   return out;
 }
 
+int Step::linear8bit(int x, LinearParams& p, Poly out_numel) {
+  // bnb Linear8bitLt -> MatMul8bitLt (bitsandbytes 0.43.3, has_fp16_weights=False, igemmlt):
+  // A.to(fp16) and F.double_quant make the row- and column-wise int8 copies CA and CAt, CA is
+  // transformed to col32 for igemmlt, whose int32 result is dequantized to the output (then
+  // cloned for 3-D inputs). Saved: CAt (an int8 copy of the input) and A itself. Backward
+  // quantizes the fp16 gradient the same way and dequantizes the whole weight to A's dtype for
+  // grad_A = grad_output @ W (docs/formulas.md#llm-int8).
+  const Tensor xt = g_.at(x);
+  const Poly in_numel = xt.numel;
+  const std::int64_t wn = p.mod.weight_params();
+  const int a16 = xt.dt == DT::kF16 ? -1 : g_.make(in_numel, DT::kF16, ops_.cat);
+  const int ca = g_.make(in_numel, DT::kU8, ops_.cat);
+  const int cat_t = g_.make(in_numel, DT::kU8, ops_.cat);
+  if (a16 >= 0) g_.drop(a16);
+  const int c32 = g_.make(in_numel, DT::kU8, ops_.cat);
+  const int out32 = g_.make(out_numel, DT::kF32, ops_.cat);  // int32, four bytes like fp32
+  g_.drop(c32);
+  g_.drop(ca);
+  const int y0 = g_.make(out_numel, xt.dt, ops_.cat);
+  g_.drop(out32);
+  const int y = g_.make(out_numel, xt.dt, ops_.cat);  // clone_func for 3-D inputs
+  g_.drop(y0);
+  const DT adt = xt.dt;
+  const Poly on = out_numel;
+  const bool made = g_.node({x}, {y}, {x, cat_t}, [x, wn, adt, on](Bwd& ctx) {
+    const int g16 = ctx.temp(on, DT::kF16);
+    const int cg = ctx.temp(on, DT::kU8);
+    const int cgt = ctx.temp(on, DT::kU8);
+    const int w = ctx.temp(Poly::constant(wn), adt, Cat::kAutocastCopies);
+    const int gx = ctx.like(x);
+    ctx.drop(w);
+    ctx.drop(cgt);
+    ctx.drop(cg);
+    ctx.drop(g16);
+    ctx.give(x, gx);
+  });
+  (void)made;
+  g_.drop(cat_t);
+  return y;
+}
+
 int Step::lin(int x, LinearParams& p, Poly out_numel) {
-  const int base = p.quant4 ? linear4bit(x, p, out_numel) : ops_.linear(x, p.w, p.b, out_numel);
+  if (p.quant4 || p.quant8) {
+    int base = p.quant4 ? linear4bit(x, p, out_numel) : linear8bit(x, p, out_numel);
+    if (p.A < 0 || adapters_off_) return base;
+    // peft lora/bnb.py Linear4bit/Linear8bitLt.forward (PEFT 0.13): result = base(x).clone();
+    // the input is cast to the adapter dtype only when autocast is off (and the LoRA output cast
+    // back); under autocast lora_A gets x as it is.
+    const int cl = ops_.clone(base);
+    g_.drop(base);
+    base = cl;
+    const DT res_dt = g_.at(base).dt;
+    const bool convert = !ops_.autocast().has_value();
+    const Cat saved_cat = ops_.cat;
+    ops_.cat = Cat::kLoraDropout;
+    const int xc = convert ? ops_.to(x, sp_.adapter_dt) : (g_.hold(x), x);
+    const int d = ops_.dropout(xc, sp_.lora.dropout);
+    Poly a_numel = out_numel;
+    for (auto& v : a_numel.c) v = v / p.mod.out_features * sp_.lora.r;
+    const int a = ops_.linear(d, p.A, -1, a_numel);
+    g_.drop(d);
+    const int bb = ops_.linear(a, p.B, -1, out_numel);
+    g_.drop(a);
+    ops_.cat = saved_cat;
+    int sc = ops_.scalar_op(bb);
+    g_.drop(bb);
+    if (convert) {
+      const int sc2 = ops_.to(sc, res_dt);
+      g_.drop(sc);
+      sc = sc2;
+    }
+    const int sum = ops_.add(base, sc, out_numel);
+    g_.drop(base);
+    g_.drop(sc);
+    g_.drop(xc);
+    return sum;
+  }
+  const int base = ops_.linear(x, p.w, p.b, out_numel);
   if (p.A < 0 || adapters_off_) return base;
   // peft lora.Linear.forward: x = x.to(lora_A dtype) lives until the method returns.
   const DT res_dt = g_.at(base).dt;
@@ -323,6 +417,13 @@ int Step::rope(int x, Poly numel) {
 }
 
 std::pair<int, int> Step::attention(int x, LayerParams& lp) {
+  if (m_.is_mla()) {  // DeepSeek-V2/V3, Kimi K2: src/core/sim/mla.cpp
+    MlaStep st{g_, ops_, m_, tok(1), tok(m_.num_heads), scores(m_.num_heads), sp_.attn, mask_, cos_,
+               [this, &lp](int in, const std::string& name, Poly n) { return lin(in, lp.lin.at(name), n); },
+               [this](int in, int w, std::int64_t width, Poly n) { return norm(in, w, -1, width, n); },
+               [this](int in, Poly n) { return rope(in, n); }};
+    return mla_attention(st, x, lp.q_norm, lp.k_norm);
+  }
   const std::int64_t nh = m_.num_heads, nkv = m_.num_kv_heads, hd = m_.head_dim;
   const Poly qn = tok(nh * hd), kvn = tok(nkv * hd);
   int q, k, v;
@@ -355,7 +456,11 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   g_.drop(k);
   g_.drop(v);
   int qe = qt, ke = kt;
-  if (m_.model_type != "gpt2") {
+  if (m_.model_type != "gpt2" && sp_.liger_kernels) {
+    std::tie(qe, ke) = liger_rope(g_, qt, kt);
+    g_.drop(qt);
+    g_.drop(kt);
+  } else if (m_.model_type != "gpt2") {
     qe = rope(qt, qn);
     ke = rope(kt, kvn);
     g_.drop(qt);
@@ -498,6 +603,16 @@ int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t wi
     g_.drop(gu);
     act = m_.activation == Activation::kSilu ? ops_.silu(gate) : ops_.gelu(gate);
     g_.drop(gate);
+  } else if (sp_.liger_kernels) {
+    // LigerSwiGLUMLP / LigerGEGLUMLP: down_proj(act_mul(gate_proj(x), up_proj(x))).
+    const int gate = lin(x, lp.lin.at(prefix + (mixtral ? "w1" : "gate_proj")), wide);
+    up = lin(x, lp.lin.at(prefix + (mixtral ? "w3" : "up_proj")), wide);
+    const int pl = liger_swiglu(g_, ops_, gate, up);
+    g_.drop(gate);
+    g_.drop(up);
+    const int o = lin(pl, lp.lin.at(prefix + (mixtral ? "w2" : "down_proj")), narrow);
+    g_.drop(pl);
+    return o;
   } else {
     const int gate = lin(x, lp.lin.at(prefix + (mixtral ? "w1" : "gate_proj")), wide);
     act = m_.activation == Activation::kSilu ? ops_.silu(gate) : ops_.gelu(gate);
@@ -637,6 +752,18 @@ int Step::checkpointed_layer(int h, int layer) {
     g.drop(rng2);
     g.set_grad_enabled(prev);
     const int gi = g.take_grad(hv);
+    if (sp_.fsdp_frozen_units) {
+      // docs/formulas.md#fsdp-reshard-only-hook: FSDP's _pre_forward registered a multi-grad hook
+      // on the detached input (a leaf); its closure holds the leaf's AccumulateGrad node, which
+      // holds the leaf: the input's storage and its .grad live until _finalize_params removes the
+      // hook at the end of backward.
+      g.hold(h);
+      fsdp_retained_.push_back(h);
+      if (gi >= 0) {
+        g.hold(gi);
+        fsdp_retained_.push_back(gi);
+      }
+    }
     g.drop(hv);
     if (gi >= 0) ctx.give(h, gi);
   });
@@ -725,8 +852,9 @@ int Step::embed_and_layers(bool policy) {
   }
   // Rotary cos/sin: (1, s, head_dim), computed in fp32 and cast to the activation dtype.
   {
-    const Poly rot = Poly::mono(kS, m_.head_dim);
-    const int f = g_.make(Poly::mono(kS, m_.head_dim / 2), DT::kF32, Cat::kInputs);
+    const std::int64_t rot_dim = m_.is_mla() ? m_.qk_rope_head_dim : m_.head_dim;  // MLA rotates the rope part
+    const Poly rot = Poly::mono(kS, rot_dim);
+    const int f = g_.make(Poly::mono(kS, rot_dim / 2), DT::kF32, Cat::kInputs);
     const int e = g_.make(rot, DT::kF32, Cat::kInputs);
     g_.drop(f);
     const int c0 = g_.make(rot, DT::kF32, Cat::kInputs);
@@ -814,20 +942,61 @@ int Step::to_output_dtype(int logits) {
 
 int Step::sft_loss(int logits) {
   // ForCausalLMLoss: logits.float(); labels padded by one and shifted (a contiguous copy);
-  // cross_entropy = log_softmax + nll_loss.
+  // cross_entropy = log_softmax + nll_loss. transformers <= 4.48 shifted the logits instead:
+  // logits[..., :-1, :].contiguous() is a second fp32 copy alive until the function returns,
+  // and in backward the slice scatters its gradient into a logits-sized zero tensor.
   const int l32 = ops_.to(logits, DT::kF32);
-  const int padded = g_.make(per_seq(1) + tok(1), DT::kI64, Cat::kInputs);
-  const int shift = g_.make(tok(1), DT::kI64, Cat::kInputs);
-  g_.drop(padded);
+  if (sp_.loss_upcast_in_model) {  // `logits = logits.float()` rebinds the model's only reference
+    g_.drop(logits);
+    logits = -1;
+  }
+  int shifted = -1;
+  int shift = -1;
+  if (sp_.loss_shift_copy) {
+    const Poly rows = tok(1) - per_seq(1);
+    ops_.cat = Cat::kLogits;
+    const int sl = ops_.slice(l32, rows * m_.vocab_size, false);
+    shifted = ops_.clone(sl);
+    g_.drop(sl);
+    shift = g_.make(rows, DT::kI64, Cat::kInputs);  // labels[..., 1:].contiguous()
+  } else {
+    const int padded = g_.make(per_seq(1) + tok(1), DT::kI64, Cat::kInputs);
+    shift = g_.make(tok(1), DT::kI64, Cat::kInputs);
+    g_.drop(padded);
+  }
   ops_.cat = Cat::kLogits;
-  const int lv = ops_.view(l32);
+  const int lv = ops_.view(shifted >= 0 ? shifted : l32);
   const int logp = ops_.log_softmax(lv);
   const int loss = ops_.nll_loss(logp, shift);
   g_.drop(logp);
   g_.drop(lv);
+  if (shifted >= 0) g_.drop(shifted);
   g_.drop(l32);
   g_.drop(shift);
-  g_.drop(logits);  // CausalLMOutputWithPast is dropped by compute_loss before backward
+  if (logits >= 0) g_.drop(logits);  // CausalLMOutputWithPast is dropped by compute_loss before backward
+  return loss;
+}
+
+// The final norm and a loss kernel that takes the hidden states and the output weight instead
+// of logits (docs/formulas.md#fused-cross-entropy).
+int Step::fused_sft_loss(int h) {
+  const std::int64_t hs = m_.hidden_size;
+  ops_.cat = Cat::kActivations;
+  const int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, tok(hs));
+  drop_forward_locals();
+  const int head = w_->lm_head_copy >= 0 ? w_->lm_head_copy
+                   : w_->lm_head >= 0    ? w_->lm_head
+                   : w_->embed_copy >= 0 ? w_->embed_copy
+                                         : w_->embed;
+  const LossHead lh{hn, head, tok(1), per_seq(1), m_.vocab_size, hs, sp_.ops.cuda};
+  int loss = -1;
+  switch (sp_.loss_kernel) {
+    case LossKernel::kLiger: loss = liger_fused_linear_cross_entropy(g_, ops_, lh); break;
+    case LossKernel::kChunked: loss = chunked_linear_cross_entropy(g_, ops_, lh); break;
+    case LossKernel::kCce: loss = cut_cross_entropy(g_, ops_, lh); break;
+    case LossKernel::kEager: break;
+  }
+  g_.drop(hn);
   return loss;
 }
 
@@ -1093,6 +1262,12 @@ ProgramResult Step::run() {
       if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
       const int h = embed_and_layers(true);
       g_.set_segment(kSegHead);
+      if (sp_.loss_kernel != LossKernel::kEager) {
+        loss = fused_sft_loss(h);
+        g_.drop(h);
+        if (sp_.autocast) ops_.exit_autocast();
+        break;
+      }
       const int logits = head_logits(h, tok(1));
       g_.drop(h);
       loss = sft_loss(logits);
@@ -1126,6 +1301,8 @@ ProgramResult Step::run() {
 
   g_.backward(loss, 0);
   g_.set_segment(kSegBwdPre);
+  for (const int t : fsdp_retained_) g_.drop(t);  // FSDP's post-backward final callback
+  fsdp_retained_.clear();
   const int eg = g_.take_grad(emb_leaf_);  // the embedding leaf's .grad dies with the graph
   g_.release_graph(0);
   if (eg >= 0) g_.drop(eg);
@@ -1147,11 +1324,15 @@ ProgramResult Step::run() {
 std::vector<std::string> default_lora_targets(const ModelSpec& m) {
   // peft.utils.constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
   if (m.model_type == "gpt2") return {"c_attn"};
+  if (m.model_type == "bert" || m.model_type == "roberta" || m.model_type == "xlm-roberta") return {"query", "value"};
+  if (m.model_type == "modernbert") return {"attn.Wqkv"};
   if (m.model_type == "phi3") return {"qkv_proj"};
+  if (m.is_mla()) return {};  // no PEFT mapping: PEFT asks for target_modules (docs/formulas.md#mla)
   return {"q_proj", "v_proj"};
 }
 
 ProgramResult run_step(const ProgramSpec& spec) {
+  if (spec.model.is_encoder()) return run_encoder_step(spec);
   Step s(spec);
   return s.run();
 }

@@ -55,11 +55,24 @@ struct ProgramSpec {
   bool full_finetune = true;
   LoraPlan lora;
   bool load_in_4bit = false;
+  bool load_in_8bit = false;      // LLM.int8(): bitsandbytes Linear8bitLt for layer Linears
   bool double_quant = false;
+  // dtypes of the parameters bitsandbytes leaves unquantized, after the k-bit preparation
+  // (docs/formulas.md#qlora): embeddings and lm_head, and norms (with biases).
+  DT embed_dt = DT::kF32;
+  DT norm_dt = DT::kF32;
   DT compute_dt = DT::kF32;       // bnb_4bit_compute_dtype
   DT adapter_dt = DT::kF32;       // LoRA weights: fp32 (PEFT autocast_adapter_dtype), bf16 for QLoRA in TRL
+  // transformers <= 4.48 ForCausalLMLoss: shift_logits = logits.float()[..., :-1, :].contiguous().
+  bool loss_shift_copy = false;
+  // transformers <= 4.45: the forward rebinds logits = logits.float(), freeing the 16-bit logits.
+  bool loss_upcast_in_model = false;
   bool gradient_checkpointing = false;
   bool checkpoint_reentrant = true;  // torch.utils.checkpoint use_reentrant
+  // FSDP1 with frozen decoder-layer units (PEFT's auto-wrap policy: LoRA/QLoRA) under reentrant
+  // checkpointing: the post-backward reshard-only hook on each layer's detached input keeps that
+  // input and its .grad alive until the end of backward (docs/formulas.md#fsdp-reshard-only-hook).
+  bool fsdp_frozen_units = false;
   AttnImpl attn = AttnImpl::kEager;
   OpsBehaviour ops;
   // DPO/GRPO shape the batch: sequences in the policy forward, and logit tokens per sequence.
@@ -74,6 +87,11 @@ struct ProgramSpec {
   // permuted query folding into bmm), so the engine compiles one program for b == 1 and one
   // for b >= 2.
   bool batch_one = false;
+  // Loss kernel and Liger's module kernels (docs/formulas.md#fused-cross-entropy).
+  LossKernel loss_kernel = LossKernel::kEager;
+  bool liger_kernels = false;
+  // Encoders: contrastive texts per example and cached (GradCache) mini-batches.
+  ContrastiveConfig contrastive;
 };
 
 // A parameter tensor of the simulated model, for the optimizer model.
@@ -95,6 +113,8 @@ struct ProgramResult {
 
 // Runs one SFT step of the reduced model. Throws SizeOverflow on absurd sizes.
 ProgramResult run_step(const ProgramSpec& spec);
+// The encoder step (encoder_program.cpp): BERT-family forward, its head and loss, backward.
+ProgramResult run_encoder_step(const ProgramSpec& spec);
 
 // The names LoRA targets by default for a model type (PEFT's mapping), and validation of
 // user-given names against the model's Linear modules ("all-linear" expands to all of them).

@@ -1,0 +1,114 @@
+// Encoder parameter layouts (docs/formulas.md#encoder-parameters), read from transformers'
+// modeling_bert.py, modeling_roberta.py, modeling_xlm_roberta.py and modeling_modernbert.py.
+#include "memplan/model.hpp"
+
+#include "memplan/text.hpp"
+
+namespace memplan {
+
+namespace {
+
+bool modernbert(const ModelSpec& m) { return m.model_type == "modernbert"; }
+
+// nn.LayerNorm(hidden): weight and bias; ModernBERT's LayerNorm(bias=norm_bias) may drop the bias.
+std::int64_t layer_norm_params(const ModelSpec& m) { return m.norm_bias ? 2 * m.hidden_size : m.hidden_size; }
+
+}  // namespace
+
+std::vector<LinearModule> encoder_layer_linears(const ModelSpec& m) {
+  const std::int64_t h = m.hidden_size;
+  const std::int64_t inner = static_cast<std::int64_t>(m.num_heads) * m.head_dim;
+  std::vector<LinearModule> out;
+  if (modernbert(m)) {
+    // ModernBertAttention.Wqkv / Wo (bias=attention_bias), ModernBertMLP.Wi (hidden -> 2 x
+    // intermediate: input and gate of GeGLU) / Wo (bias=mlp_bias).
+    out.push_back({"attn.Wqkv", h, 3 * inner, m.qkv_bias, 1, LinearRole::kAttention});
+    out.push_back({"attn.Wo", inner, h, m.o_bias, 1, LinearRole::kAttention});
+    out.push_back({"mlp.Wi", h, 2 * m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
+    out.push_back({"mlp.Wo", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
+    return out;
+  }
+  // BertLayer: attention.self.{query,key,value}, attention.output.dense, intermediate.dense,
+  // output.dense, all nn.Linear with bias (RoBERTa and XLM-R reuse the same modules).
+  out.push_back({"query", h, inner, true, 1, LinearRole::kAttention});
+  out.push_back({"key", h, inner, true, 1, LinearRole::kAttention});
+  out.push_back({"value", h, inner, true, 1, LinearRole::kAttention});
+  out.push_back({"attention.output.dense", inner, h, true, 1, LinearRole::kAttention});
+  out.push_back({"intermediate.dense", h, m.intermediate_size, true, 1, LinearRole::kMlp});
+  out.push_back({"output.dense", m.intermediate_size, h, true, 1, LinearRole::kMlp});
+  return out;
+}
+
+bool encoder_has_pooler(const ModelSpec& m) {
+  if (!m.pooler) return false;
+  if (m.head == EncoderHead::kPooling) return true;
+  // BertForSequenceClassification classifies the pooled [CLS]; RobertaForSequenceClassification
+  // builds RobertaModel(add_pooling_layer=False) and its own head; *ForMaskedLM has no pooler.
+  return m.head == EncoderHead::kSequenceClassification && m.model_type == "bert";
+}
+
+ParameterCounts count_encoder_parameters(const ModelSpec& m) {
+  ParameterCounts c;
+  const std::int64_t h = m.hidden_size, V = m.vocab_size;
+  // Embeddings: word (V x h); BERT family: absolute positions and token types; a LayerNorm
+  // (ModernBERT: tok_embeddings and a LayerNorm only, positions are rotary).
+  c.embedding = V * h;
+  if (!modernbert(m)) c.position_embedding = m.max_position_embeddings * h + m.type_vocab_size * h;
+  c.norms = layer_norm_params(m);
+  for (int l = 0; l < m.num_layers; ++l) {
+    for (const auto& lin : encoder_layer_linears(m)) {
+      const std::int64_t p = lin.weight_params() + lin.bias_params();
+      (lin.role == LinearRole::kAttention ? c.attention : c.mlp) += p;
+      c.layer_linear_weights += lin.weight_params();
+    }
+    // BertSelfOutput.LayerNorm and BertOutput.LayerNorm; ModernBERT's attn_norm is nn.Identity
+    // in layer 0, then attn_norm and mlp_norm.
+    c.norms += (modernbert(m) && l == 0 ? 1 : 2) * layer_norm_params(m);
+  }
+  if (modernbert(m)) c.norms += layer_norm_params(m);  // final_norm
+  // Heads. BertPooler: dense (h x h + h) and tanh.
+  std::int64_t head = encoder_has_pooler(m) ? h * h + h : 0;
+  const bool modern = modernbert(m);
+  // ModernBertPredictionHead: dense (bias=classifier_bias, false by default) + norm.
+  const std::int64_t modern_head = h * h + layer_norm_params(m);
+  switch (m.head) {
+    case EncoderHead::kPooling: break;
+    case EncoderHead::kMaskedLm:
+      // BertLMPredictionHead / RobertaLMHead: transform dense (h x h + h), LayerNorm, decoder tied to
+      // the word embedding plus its own bias (V). ModernBertForMaskedLM: head + decoder bias.
+      head += (modern ? modern_head : h * h + h + 2 * h) + (m.decoder_bias ? V : 0);
+      break;
+    case EncoderHead::kSequenceClassification: {
+      const std::int64_t classifier = h * m.num_labels + m.num_labels;
+      if (modern) head += modern_head + classifier;                                // head + classifier
+      else if (m.model_type == "bert") head += classifier;                          // pooler + dropout + classifier
+      else head += h * h + h + classifier;                                          // RobertaClassificationHead
+      break;
+    }
+  }
+  c.lm_head = head;
+  c.total = c.embedding + c.position_embedding + c.attention + c.mlp + c.norms + c.lm_head;
+  c.active_per_token = c.total;
+  return c;
+}
+
+std::string to_string(EncoderHead h) {
+  switch (h) {
+    case EncoderHead::kPooling: return "pooling";
+    case EncoderHead::kMaskedLm: return "mlm";
+    case EncoderHead::kSequenceClassification: return "classification";
+  }
+  return "?";
+}
+
+Result<EncoderHead> parse_encoder_head(const std::string& raw) {
+  const std::string s = to_lower(trim(raw));
+  if (s == "pooling" || s == "mean" || s == "embedding" || s == "none") return EncoderHead::kPooling;
+  if (s == "mlm" || s == "masked_lm" || s == "masked-lm") return EncoderHead::kMaskedLm;
+  if (s == "classification" || s == "cls" || s == "sequence_classification" || s == "seq-cls")
+    return EncoderHead::kSequenceClassification;
+  return make_error(ErrorCode::kUnknownName, "unknown encoder head '" + raw + "'",
+                    did_you_mean(s, {"pooling", "mlm", "classification"}));
+}
+
+}  // namespace memplan

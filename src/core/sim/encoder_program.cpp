@@ -1,0 +1,691 @@
+// The encoder training step (docs/formulas.md#encoders): transformers' BertModel /
+// RobertaModel / XLMRobertaModel forward (modeling_bert.py: embeddings with word, position and
+// token-type tables, post-LayerNorm layers with biased q/k/v/o and a GELU MLP), one of three heads
+// (sentence-transformers mean pooling with MultipleNegativesRankingLoss or its cached GradCache
+// variant, *ForMaskedLM, *ForSequenceClassification), and backward, on the same Graph and Ops as
+// the decoder program.
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+#include "core/sim/program.hpp"
+
+namespace memplan::sim {
+
+namespace {
+
+struct Lin {
+  LinearModule mod;
+  int w = -1, b = -1, A = -1, B = -1;
+};
+
+struct EncLayer {
+  std::map<std::string, Lin> lin;
+  int ln1_w = -1, ln1_b = -1, ln2_w = -1, ln2_b = -1;
+};
+
+bool lora_matches(const std::string& name, const std::vector<std::string>& targets) {
+  for (const auto& t : targets)
+    if (name == t || (name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0 &&
+                      name[name.size() - t.size() - 1] == '.'))
+      return true;
+  return false;
+}
+
+class EncoderStep {
+ public:
+  explicit EncoderStep(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) {
+    g_.reserve(4096);
+    const auto& k = sp.contrastive;
+    texts_ = k.enabled() ? k.texts_per_example : 1;
+    cached_ = k.enabled() && k.cached;
+  }
+  ProgramResult run();
+
+ private:
+  // Token counts of one forward. Uncached: every text of every example in one batch of
+  // b x texts sequences. Cached (GradCache): a mini-batch of mini_batch_size sequences.
+  Poly tok(std::int64_t k) const {
+    return cached_ ? Poly::mono(kS, k * sp_.contrastive.mini_batch_size) : Poly::mono(kBS, k * texts_);
+  }
+  Poly seqs(std::int64_t k) const {
+    return cached_ ? Poly::constant(k * sp_.contrastive.mini_batch_size) : Poly::mono(kB, k * texts_);
+  }
+  Poly scores(std::int64_t k) const {
+    return cached_ ? Poly::mono(kSS, k * sp_.contrastive.mini_batch_size) : Poly::mono(kBSS, k * texts_);
+  }
+  static Poly c(std::int64_t v) { return Poly::constant(v); }
+  DT act_dt() const { return sp_.weight_dt; }
+
+  int param(std::int64_t numel, bool train, Cat cat = Cat::kWeights, std::int64_t rows = 0, std::int64_t cols = 0) {
+    params_.push_back({numel, cat == Cat::kAdapterWeights ? sp_.adapter_dt : sp_.weight_dt, train, cur_layer_, rows,
+                       cols, 1});
+    return g_.param(c(numel), params_.back().dt, cat, train);
+  }
+  Lin make_linear(const LinearModule& mod);
+  void make_params();
+
+  int layer_norm(int x, int w, int b, const Poly& numel, const Poly& rows);
+  int lin(int x, Lin& p, const Poly& out);
+  int attention(int x, EncLayer& lp);
+  int layer(int h, int l);
+  int checkpointed(int h, int l);
+  int encode();                 // embeddings and every layer: the last hidden state
+  int mean_pool(int h);         // sentence-transformers Pooling(mean)
+  int contrastive_loss(int emb, const Poly& anchors, const Poly& candidates);
+  int mlm_loss(int h);
+  int classification_loss(int h);
+  int pooler(int h);
+
+  const ProgramSpec& sp_;
+  const ModelSpec& m_;
+  Graph g_;
+  Ops ops_;
+  std::int64_t texts_ = 1;
+  bool cached_ = false;
+  int word_ = -1, pos_ = -1, type_ = -1, emb_ln_w_ = -1, emb_ln_b_ = -1;
+  int pool_w_ = -1, pool_b_ = -1;
+  int head_dense_w_ = -1, head_dense_b_ = -1, head_ln_w_ = -1, head_ln_b_ = -1, head_bias_ = -1;
+  int cls_w_ = -1, cls_b_ = -1, cls_dense_w_ = -1, cls_dense_b_ = -1;
+  std::vector<EncLayer> layers_;
+  int ids_ = -1, types_ = -1, amask_ = -1, mask_ = -1;
+  int cur_layer_ = -1;
+  std::vector<ParamRec> params_;
+};
+
+Lin EncoderStep::make_linear(const LinearModule& mod) {
+  Lin p;
+  p.mod = mod;
+  p.w = param(mod.weight_params(), sp_.full_finetune, Cat::kWeights, mod.out_features, mod.in_features);
+  if (mod.bias) p.b = param(mod.bias_params(), sp_.full_finetune);
+  if (sp_.lora.enabled && lora_matches(mod.name, sp_.lora.targets)) {
+    const std::int64_t r = sp_.lora.r;
+    p.A = param(r * mod.in_features, true, Cat::kAdapterWeights, r, mod.in_features);
+    p.B = param(r * mod.out_features, true, Cat::kAdapterWeights, mod.out_features, r);
+  }
+  return p;
+}
+
+void EncoderStep::make_params() {
+  const std::int64_t h = m_.hidden_size, V = m_.vocab_size;
+  const bool ft = sp_.full_finetune;
+  word_ = param(V * h, ft, Cat::kWeights, V, h);
+  pos_ = param(m_.max_position_embeddings * h, ft, Cat::kWeights, m_.max_position_embeddings, h);
+  if (m_.type_vocab_size > 0) type_ = param(m_.type_vocab_size * h, ft, Cat::kWeights, m_.type_vocab_size, h);
+  emb_ln_w_ = param(h, ft);
+  emb_ln_b_ = param(h, ft);
+  for (std::size_t l = 0; l < sp_.model_layers.size(); ++l) {
+    cur_layer_ = static_cast<int>(l);
+    EncLayer lp;
+    for (const auto& mod : encoder_layer_linears(m_)) lp.lin.emplace(mod.name, make_linear(mod));
+    lp.ln1_w = param(h, ft);
+    lp.ln1_b = param(h, ft);
+    lp.ln2_w = param(h, ft);
+    lp.ln2_b = param(h, ft);
+    layers_.push_back(std::move(lp));
+  }
+  cur_layer_ = -1;
+  // The pooler receives no gradient under mean pooling (its output is unused): AdamW keeps no
+  // state for it. With the classifier it trains.
+  const bool pool_train = ft && m_.head == EncoderHead::kSequenceClassification;
+  if (encoder_has_pooler(m_)) {
+    pool_w_ = param(h * h, pool_train, Cat::kWeights, h, h);
+    pool_b_ = param(h, pool_train);
+  }
+  // Heads are created by AutoModelFor*: new modules PEFT's task types save in full
+  // (modules_to_save for SEQ_CLS), so they train under LoRA too.
+  const bool head_train = true;
+  if (m_.head == EncoderHead::kMaskedLm) {
+    head_dense_w_ = param(h * h, ft, Cat::kWeights, h, h);
+    head_dense_b_ = param(h, ft);
+    head_ln_w_ = param(h, ft);
+    head_ln_b_ = param(h, ft);
+    if (m_.decoder_bias) head_bias_ = param(V, ft);
+  } else if (m_.head == EncoderHead::kSequenceClassification) {
+    if (m_.model_type != "bert") {  // RobertaClassificationHead: dense + tanh, then out_proj
+      cls_dense_w_ = param(h * h, head_train, Cat::kWeights, h, h);
+      cls_dense_b_ = param(h, head_train);
+    }
+    cls_w_ = param(h * m_.num_labels, head_train, Cat::kWeights, m_.num_labels, h);
+    cls_b_ = param(m_.num_labels, head_train);
+  }
+}
+
+int EncoderStep::layer_norm(int x, int w, int b, const Poly& numel, const Poly& rows) {
+  // native_layer_norm (autocast: an fp32 op): output, fp32 mean and rstd per row; saves input,
+  // mean, rstd, weight and bias.
+  const DT out_dt = ops_.autocast() ? DT::kF32 : g_.at(x).dt;
+  const int y = g_.make(numel, out_dt, ops_.cat);
+  const int mean = g_.make(rows, DT::kF32, ops_.cat);
+  const int rstd = g_.make(rows, DT::kF32, ops_.cat);
+  g_.node({x, w, b}, {y}, {x, mean, rstd, w, b}, [x, w, b](Bwd& ctx) {
+    const int gx = ctx.needs(x) ? ctx.like(x) : -1;
+    const int gw = ctx.needs(w) ? ctx.like(w) : -1;
+    const int gb = b >= 0 && ctx.needs(b) ? ctx.like(b) : -1;
+    if (gx >= 0) ctx.give(x, gx);
+    if (gw >= 0) ctx.give(w, gw);
+    if (gb >= 0) ctx.give(b, gb);
+  });
+  g_.drop(mean);
+  g_.drop(rstd);
+  return y;
+}
+
+int EncoderStep::lin(int x, Lin& p, const Poly& out) {
+  int base = ops_.linear(x, p.w, p.b, out);
+  if (ops_.autocast() && !g_.at(p.w).requires_grad && g_.at(p.w).dt == DT::kF32 && texts_ > 1 && !cached_ &&
+      g_.rg(x)) {
+    // sentence-transformers runs one forward per text column; autocast casts a frozen weight at
+    // every call and mm saves that copy for the input's gradient: texts copies per Linear where
+    // the single simulated forward made one. The other texts - 1 are held until this Linear's
+    // backward (measured: tests/data/measurements/cpu_encoders.json).
+    const int extra = g_.make(c((texts_ - 1) * p.mod.weight_params()), *ops_.autocast(), Cat::kAutocastCopies);
+    const int v = g_.view(base, out);
+    g_.node({base}, {v}, {extra}, [base](Bwd& ctx) { ctx.pass(base, ctx.grad()); });
+    g_.drop(extra);
+    g_.drop(base);
+    base = v;
+  }
+  if (p.A < 0) return base;
+  // peft lora.Linear: x.to(lora_A dtype), dropout, B(A(x)) * scaling, added to the base output.
+  const DT res_dt = g_.at(base).dt;
+  const Cat saved = ops_.cat;
+  ops_.cat = Cat::kLoraDropout;
+  const int xc = ops_.to(x, sp_.adapter_dt);
+  const int d = ops_.dropout(xc, sp_.lora.dropout);
+  Poly a_numel = out;
+  for (auto& v : a_numel.c) v = v / p.mod.out_features * sp_.lora.r;
+  const int a = ops_.linear(d, p.A, -1, a_numel);
+  g_.drop(d);
+  const int bb = ops_.linear(a, p.B, -1, out);
+  g_.drop(a);
+  ops_.cat = saved;
+  const int sc = ops_.scalar_op(bb);
+  g_.drop(bb);
+  const int sum = ops_.add(base, sc, out);
+  g_.drop(base);
+  g_.drop(sc);
+  const int res = ops_.to(sum, res_dt);
+  g_.drop(sum);
+  g_.drop(xc);
+  return res;
+}
+
+int EncoderStep::attention(int x, EncLayer& lp) {
+  // BertSelfAttention: query/key/value Linear with bias, view + transpose(1, 2), then eager
+  // (matmul, scale, + mask, softmax, dropout, matmul) or SDPA (dropout_p = 0.1 in training).
+  const std::int64_t nh = m_.num_heads, hd = m_.head_dim, inner = nh * hd;
+  const Poly qn = tok(inner);
+  const int q = lin(x, lp.lin.at("query"), qn);
+  const int k = lin(x, lp.lin.at("key"), qn);
+  const int v = lin(x, lp.lin.at("value"), qn);
+  const int qt = ops_.transpose_view(q);
+  const int kt = ops_.transpose_view(k);
+  const int vt = ops_.transpose_view(v);
+  g_.drop(q);
+  g_.drop(k);
+  g_.drop(v);
+  int out = -1;
+  if (sp_.attn == AttnImpl::kEager) {
+    ops_.cat = Cat::kAttentionScores;
+    // torch.matmul folds (b, heads) into bmm's batch with reshape: the transposed q, k and v
+    // views are copies then (and saved by bmm), unless a single sequence makes them views.
+    const bool one = sp_.batch_one && texts_ == 1 && !cached_;
+    const int kT = ops_.view(kt);
+    const int sc = ops_.matmul(qt, kT, scores(nh), !one, !one);
+    g_.drop(kT);
+    const int scaled = ops_.scalar_op(sc);  // * scaling
+    g_.drop(sc);
+    const int masked = ops_.add(scaled, mask_, scores(nh));
+    g_.drop(scaled);
+    // softmax is on autocast's fp32 list; without autocast it runs in the input dtype.
+    const int in = ops_.autocast() ? ops_.to(masked, DT::kF32) : (g_.hold(masked), masked);
+    g_.drop(masked);
+    const int probs = g_.make(g_.at(in).numel, g_.at(in).dt, ops_.cat);
+    g_.node({in}, {probs}, {probs}, [in](Bwd& ctx) { ctx.give(in, ctx.like(in)); });
+    g_.drop(in);
+    const int dropped = ops_.dropout(probs, 0.1);  // attention_probs_dropout_prob
+    g_.drop(probs);
+    ops_.cat = Cat::kActivations;
+    const int o = ops_.matmul(dropped, vt, qn, false, !one);
+    g_.drop(dropped);
+    const int ot = ops_.transpose_view(o);
+    g_.drop(o);
+    out = ops_.clone(ot);  // .transpose(1, 2).contiguous()
+    g_.drop(ot);
+  } else {
+    // SDPA / flash: no (s x s) tensor; saves q, k, v, the output and a per-row fp32 logsumexp
+    // (dropout by Philox offsets, no mask). Backward: dq, dk, dv, an fp32 dq accumulator.
+    const int q16 = ops_.cast_for_autocast(qt);
+    const int k16 = ops_.cast_for_autocast(kt);
+    const int v16 = ops_.cast_for_autocast(vt);
+    const int o = g_.make(qn, g_.at(q16).dt, ops_.cat);
+    const Poly rows = tok(nh);
+    const int lse = g_.make(rows, DT::kF32, ops_.cat);
+    g_.node({q16, k16, v16}, {o}, {q16, k16, v16, o, lse}, [q16, k16, v16, rows, qn](Bwd& ctx) {
+      const int acc = ctx.temp(qn, DT::kF32);
+      const int d = ctx.temp(rows, DT::kF32);
+      const int gq = ctx.needs(q16) ? ctx.like(q16) : -1;
+      const int gk = ctx.needs(k16) ? ctx.like(k16) : -1;
+      const int gv = ctx.needs(v16) ? ctx.like(v16) : -1;
+      ctx.drop(acc);
+      ctx.drop(d);
+      if (gq >= 0) ctx.give(q16, gq);
+      if (gk >= 0) ctx.give(k16, gk);
+      if (gv >= 0) ctx.give(v16, gv);
+    });
+    g_.drop(lse);
+    g_.drop(q16);
+    g_.drop(k16);
+    g_.drop(v16);
+    out = ops_.view(o);
+    g_.drop(o);
+  }
+  g_.drop(qt);
+  g_.drop(kt);
+  g_.drop(vt);
+  const int r = ops_.view(out);  // reshape(b, s, all_head_size)
+  g_.drop(out);
+  return r;
+}
+
+int EncoderStep::layer(int h, int l) {
+  EncLayer& lp = layers_[static_cast<std::size_t>(l)];
+  const std::int64_t hs = m_.hidden_size;
+  const Poly n = tok(hs), rows = tok(1);
+  const int ctx = attention(h, lp);
+  // BertSelfOutput: dense, dropout, LayerNorm(hidden + input)
+  const int d = lin(ctx, lp.lin.at("attention.output.dense"), n);
+  g_.drop(ctx);
+  const int dd = ops_.dropout(d, 0.1);
+  g_.drop(d);
+  const int s1 = ops_.add(dd, h, n);
+  g_.drop(dd);
+  const int a = layer_norm(s1, lp.ln1_w, lp.ln1_b, n, rows);
+  g_.drop(s1);
+  // BertIntermediate: dense + GELU; BertOutput: dense, dropout, LayerNorm(hidden + attention output)
+  const int i = lin(a, lp.lin.at("intermediate.dense"), tok(m_.intermediate_size));
+  const int act = ops_.gelu(i);
+  g_.drop(i);
+  const int o = lin(act, lp.lin.at("output.dense"), n);
+  g_.drop(act);
+  const int od = ops_.dropout(o, 0.1);
+  g_.drop(o);
+  const int s2 = ops_.add(od, a, n);
+  g_.drop(od);
+  g_.drop(a);
+  const int out = layer_norm(s2, lp.ln2_w, lp.ln2_b, n, rows);
+  g_.drop(s2);
+  return out;
+}
+
+int EncoderStep::checkpointed(int h, int l) {
+  // transformers' GradientCheckpointingLayer -> torch.utils.checkpoint, as for decoders
+  // (program.cpp): reentrant keeps the input and reruns the layer in backward; non-reentrant
+  // keeps nothing of the region and recaptures it on first use.
+  const std::optional<DT> ac = ops_.autocast();
+  if (g_.at(h).cat == Cat::kActivations) g_.retag(h, Cat::kCheckpoints);
+  const int rng = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
+  if (!sp_.checkpoint_reentrant) {
+    g_.begin_checkpoint_region(
+        [this, h, l, ac, mask = mask_]() {
+          // The recomputation runs in backward, after encode() let go of the mask: the closure's
+          // reference (holds) keeps it, as functools.partial does.
+          const int outer_mask = mask_;
+          mask_ = mask;
+          const int rng2 = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
+          const Cat saved = ops_.cat;
+          ops_.cat = Cat::kActivations;
+          if (ac) ops_.enter_autocast(*ac);
+          const int unused = layer(h, l);
+          if (ac) ops_.exit_autocast();
+          ops_.cat = saved;
+          g_.drop(unused);
+          g_.drop(rng2);
+          mask_ = outer_mask;
+        },
+        {h, mask_, rng});
+    const int out = layer(h, l);
+    g_.end_checkpoint_region();
+    g_.drop(rng);
+    return out;
+  }
+  const bool outer = g_.grad_enabled();
+  g_.set_grad_enabled(false);
+  const int out = layer(h, l);
+  g_.set_grad_enabled(outer);
+  g_.node({h}, {out}, {h, mask_, rng}, [this, h, l, ac, mask = mask_](Bwd& ctx) {
+    Graph& g = ctx.graph();
+    const int outer_mask = mask_;
+    mask_ = mask;
+    const int rng2 = g.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
+    const int hv = g.view(h, g.at(h).numel);
+    g.at(hv).requires_grad = g.at(h).requires_grad;
+    const int first = g.node_count();
+    const bool prev = g.grad_enabled();
+    g.set_grad_enabled(true);
+    const Cat saved = ops_.cat;
+    ops_.cat = Cat::kActivations;
+    if (ac) ops_.enter_autocast(*ac);
+    const int rec = layer(hv, l);
+    if (ac) ops_.exit_autocast();
+    ops_.cat = saved;
+    g.set_grad_enabled(false);
+    g.hold(ctx.grad());
+    g.backward_from(rec, ctx.grad(), first);
+    g.release_graph(first);
+    g.drop(rec);
+    g.drop(rng2);
+    g.set_grad_enabled(prev);
+    const int gi = g.take_grad(hv);
+    g.drop(hv);
+    mask_ = outer_mask;
+    if (gi >= 0) ctx.give(h, gi);
+  });
+  g_.drop(rng);
+  return out;
+}
+
+int EncoderStep::encode() {
+  const std::int64_t h = m_.hidden_size;
+  ops_.cat = Cat::kActivations;
+  // BertEmbeddings: word + token_type, + absolute positions, LayerNorm, dropout.
+  int e = ops_.embedding(ids_, word_, tok(h));
+  if (type_ >= 0) {
+    const int t = ops_.embedding(types_, type_, tok(h));
+    const int s = ops_.add(e, t, tok(h));
+    g_.drop(e);
+    g_.drop(t);
+    e = s;
+  }
+  const int pids = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);  // position_ids (1, s)
+  const int p = ops_.embedding(pids, pos_, Poly::mono(kS, h));
+  const int s = ops_.add(e, p, tok(h));
+  g_.drop(e);
+  g_.drop(p);
+  const int n = layer_norm(s, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
+  g_.drop(s);
+  int cur = ops_.dropout(n, 0.1);
+  g_.drop(n);
+  g_.drop(pids);
+  if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(cur).requires_grad)
+    g_.at(cur).requires_grad = true;  // enable_input_require_grads()
+  // The attention mask: eager adds get_extended_attention_mask's (b, 1, 1, s) mask in the
+  // activation dtype ((1 - mask) * finfo.min); SDPA without padding gets none
+  // (docs/formulas.md#encoders).
+  mask_ = sp_.attn == AttnImpl::kEager ? g_.make(tok(1), g_.at(cur).dt, Cat::kInputs)
+                                       : g_.make(Poly{}, DT::kBool, Cat::kInputs);
+  const int L = static_cast<int>(sp_.model_layers.size());
+  for (int l = 0; l < L; ++l) {
+    const bool last = l == L - 1 && L > 1;
+    g_.set_segment(kSegFwdFirst + (l == 0 ? 0 : (last ? 2 : 1)));
+    g_.set_instance(l == 0 || last ? 0 : l - 1);
+    ops_.cat = Cat::kActivations;
+    const int next = sp_.gradient_checkpointing && g_.grad_enabled() ? checkpointed(cur, l) : layer(cur, l);
+    g_.drop(cur);
+    cur = next;
+  }
+  g_.set_instance(0);
+  g_.drop(mask_);
+  mask_ = -1;
+  return cur;
+}
+
+int EncoderStep::pooler(int h) {
+  // BertPooler: hidden_states[:, 0] (a view), dense, tanh.
+  const std::int64_t hs = m_.hidden_size;
+  const int first = g_.view(h, seqs(hs));
+  g_.node({h}, {first}, {}, [h](Bwd& c) { c.give(h, c.like(h)); });  // select_backward: zeros + copy
+  const Lin pl{{"pooler", hs, hs, true, 1, LinearRole::kMlp}, pool_w_, pool_b_, -1, -1};
+  const int d = ops_.linear(first, pl.w, pl.b, seqs(hs));
+  g_.drop(first);
+  const int t = ops_.tanh(d);
+  g_.drop(d);
+  return t;
+}
+
+int EncoderStep::mean_pool(int h) {
+  // sentence_transformers Pooling (mean): attention_mask.unsqueeze(-1).expand(...).to(dtype) is a
+  // full (b, s, h) tensor; sum(token_embeddings * mask, 1) / clamp(mask.sum(1), min=1e-9).
+  const std::int64_t hs = m_.hidden_size;
+  const DT dt = g_.at(h).dt;
+  const int mexp = g_.make(tok(hs), dt, Cat::kActivations);
+  const int prod = ops_.mul(h, mexp, tok(hs));
+  const int sum = g_.make(seqs(hs), dt, Cat::kActivations);  // sum(1): backward expands
+  g_.node({prod}, {sum}, {}, [prod](Bwd& c) { c.give(prod, c.like(prod)); });
+  g_.drop(prod);
+  const int msum = g_.make(seqs(hs), dt, Cat::kActivations);
+  g_.drop(mexp);
+  const int clamped = g_.make(seqs(hs), dt, Cat::kActivations);
+  g_.drop(msum);
+  const int out = ops_.mul(sum, clamped, seqs(hs));  // division saves both operands
+  g_.drop(sum);
+  g_.drop(clamped);
+  return out;
+}
+
+int EncoderStep::contrastive_loss(int emb, const Poly& anchors, const Poly& candidates) {
+  // MultipleNegativesRankingLoss: scores = cos_sim(anchors, candidates) * scale (20);
+  // cross_entropy(scores, range(b)). cos_sim normalizes both sides (F.normalize: norm, clamp,
+  // divide) and multiplies: a b x (b x (texts - 1)) matrix.
+  const std::int64_t hs = m_.hidden_size;
+  const DT dt = g_.at(emb).dt;
+  const Poly all = anchors + candidates;
+  auto normalize = [&](const Poly& rows) {
+    const int part = g_.view(emb, rows * hs);
+    g_.node({emb}, {part}, {}, [emb](Bwd& c) { c.give(emb, c.like(emb)); });  // slice of the embeddings
+    const int nrm = g_.make(rows, dt, Cat::kLogits);
+    g_.node({part}, {nrm}, {part, nrm}, [part](Bwd& c) { c.give(part, c.like(part)); });
+    const int cl = g_.make(rows, dt, Cat::kLogits);
+    g_.node({nrm}, {cl}, {nrm}, [nrm](Bwd& c) { c.give(nrm, c.like(nrm)); });
+    g_.drop(nrm);
+    const int out = ops_.mul(part, cl, rows * hs);  // x / norm.expand_as(x)
+    g_.drop(part);
+    g_.drop(cl);
+    return out;
+  };
+  (void)all;
+  ops_.cat = Cat::kLogits;
+  const int a = normalize(anchors);
+  const int cnd = normalize(candidates);
+  Poly sim;  // anchors x candidates
+  sim.c[kBB] = anchors.c[kB] * candidates.c[kB];
+  sim.c[kB] = anchors.c[kOne] * candidates.c[kB] + anchors.c[kB] * candidates.c[kOne];
+  sim.c[kOne] = anchors.c[kOne] * candidates.c[kOne];
+  const int mm = ops_.matmul(a, cnd, sim, false, false);
+  g_.drop(a);
+  g_.drop(cnd);
+  const int sc = ops_.scalar_op(mm);  // * scale
+  g_.drop(mm);
+  const int in = ops_.autocast() ? ops_.to(sc, DT::kF32) : (g_.hold(sc), sc);  // log_softmax: fp32 list
+  g_.drop(sc);
+  const int labels = g_.make(anchors, DT::kI64, Cat::kInputs);  // torch.arange(b)
+  const int logp = ops_.log_softmax(in);
+  g_.drop(in);
+  const int loss = ops_.nll_loss(logp, labels);
+  g_.drop(logp);
+  g_.drop(labels);
+  return loss;
+}
+
+int EncoderStep::mlm_loss(int h) {
+  // BertOnlyMLMHead: transform (dense, GELU, LayerNorm), decoder (tied word embedding) + bias;
+  // CrossEntropyLoss on (b*s, V) logits as returned (autocast: log_softmax upcasts to fp32).
+  const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
+  const Lin dense{{"transform.dense", hs, hs, true, 1, LinearRole::kMlp}, head_dense_w_, head_dense_b_, -1, -1};
+  const int d = ops_.linear(h, dense.w, dense.b, tok(hs));
+  const int a = ops_.gelu(d);
+  g_.drop(d);
+  const int n = layer_norm(a, head_ln_w_, head_ln_b_, tok(hs), tok(1));
+  g_.drop(a);
+  ops_.cat = Cat::kLogits;
+  const int logits = ops_.linear(n, word_, head_bias_, tok(V));
+  g_.drop(n);
+  const int in = ops_.autocast() ? ops_.to(logits, DT::kF32) : (g_.hold(logits), logits);
+  const int labels = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  const int logp = ops_.log_softmax(in);
+  g_.drop(in);
+  const int loss = ops_.nll_loss(logp, labels);
+  g_.drop(logp);
+  g_.drop(labels);
+  g_.drop(logits);  // MaskedLMOutput is dropped by compute_loss before backward
+  return loss;
+}
+
+int EncoderStep::classification_loss(int h) {
+  const std::int64_t hs = m_.hidden_size, L = m_.num_labels;
+  int feat = -1;
+  if (m_.model_type == "bert") {
+    const int pooled = pooler(h);  // dropout, classifier on the pooled [CLS]
+    feat = ops_.dropout(pooled, 0.1);
+    g_.drop(pooled);
+  } else {
+    // RobertaClassificationHead: x[:, 0], dropout, dense, tanh, dropout, out_proj.
+    const int first = g_.view(h, seqs(hs));
+    g_.node({h}, {first}, {}, [h](Bwd& c) { c.give(h, c.like(h)); });
+    const int d0 = ops_.dropout(first, 0.1);
+    g_.drop(first);
+    const int d = ops_.linear(d0, cls_dense_w_, cls_dense_b_, seqs(hs));
+    g_.drop(d0);
+    const int t = ops_.tanh(d);
+    g_.drop(d);
+    feat = ops_.dropout(t, 0.1);
+    g_.drop(t);
+  }
+  ops_.cat = Cat::kLogits;
+  const int logits = ops_.linear(feat, cls_w_, cls_b_, seqs(L));
+  g_.drop(feat);
+  const int in = ops_.autocast() ? ops_.to(logits, DT::kF32) : (g_.hold(logits), logits);
+  const int labels = g_.make(seqs(1), DT::kI64, Cat::kInputs);
+  const int logp = ops_.log_softmax(in);
+  g_.drop(in);
+  const int loss = ops_.nll_loss(logp, labels);
+  g_.drop(logp);
+  g_.drop(labels);
+  g_.drop(logits);
+  return loss;
+}
+
+ProgramResult EncoderStep::run() {
+  ProgramResult res;
+  g_.set_backward_segment_map([](int seg) {
+    if (seg == kSegFwdPre) return static_cast<int>(kSegBwdPre);
+    if (seg >= kSegFwdFirst && seg <= kSegFwdLast) return kSegBwdFirst + (seg - kSegFwdFirst);
+    if (seg == kSegHead) return static_cast<int>(kSegHeadBwd);
+    return seg;
+  });
+  g_.set_segment(kSegFwdPre);
+  g_.set_inplace_accumulation(sp_.ops.inplace_accumulation);
+  g_.set_recording(false);
+  make_params();
+  g_.set_recording(true);
+  // The collated batch: input_ids, token_type_ids, attention_mask for every text (int64).
+  const Poly all_tokens = Poly::mono(kBS, texts_);
+  ids_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);
+  types_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);
+  amask_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);
+  const std::int64_t hs = m_.hidden_size;
+  const Poly anchors = Poly::mono(kB, 1), candidates = Poly::mono(kB, texts_ - 1);
+
+  if (!cached_) {
+    if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+    const int h = encode();
+    g_.set_segment(kSegHead);
+    int loss = -1;
+    if (m_.head == EncoderHead::kMaskedLm) {
+      loss = mlm_loss(h);
+    } else if (m_.head == EncoderHead::kSequenceClassification) {
+      loss = classification_loss(h);
+    } else {
+      int pooled = encoder_has_pooler(m_) ? pooler(h) : -1;  // computed by BertModel, unused
+      const int emb = mean_pool(h);
+      if (pooled >= 0) g_.drop(pooled);
+      if (texts_ >= 2) {
+        loss = contrastive_loss(emb, anchors, candidates);
+      } else {
+        const int y = g_.make(Poly::constant(1), DT::kF32, Cat::kLogits);  // a loss on the embeddings
+        g_.node({emb}, {y}, {}, [emb](Bwd& c) { c.give(emb, c.like(emb)); });
+        loss = y;
+      }
+      g_.drop(emb);
+    }
+    g_.drop(h);
+    if (sp_.autocast) ops_.exit_autocast();
+    g_.backward(loss, 0);
+    g_.set_segment(kSegBwdPre);
+    g_.release_graph(0);
+    g_.drop(loss);
+  } else {
+    // CachedMultipleNegativesRankingLoss (GradCache): 1) embed every text in mini-batches without
+    // grad, keeping only the embeddings; 2) the loss on detached embeddings, backward per anchor
+    // mini-batch, caching d(loss)/d(embedding); 3) per mini-batch, forward with grad and
+    // backward of dot(embeddings, cached grads). Two mini-batches are simulated: parameter
+    // gradients exist from the second on.
+    const DT edt = sp_.autocast ? DT::kF32 : sp_.weight_dt;  // LayerNorm output under autocast
+    const Poly reps_n = Poly::mono(kB, texts_ * hs);
+    g_.set_grad_enabled(false);
+    if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+    {
+      const int h = encode();
+      const int e = mean_pool(h);
+      g_.drop(h);
+      g_.drop(e);
+    }
+    if (sp_.autocast) ops_.exit_autocast();
+    g_.set_grad_enabled(true);
+    const int reps = g_.make(reps_n, edt, Cat::kActivations, true);
+    g_.set_segment(kSegHead);
+    {
+      // Scores of one anchor mini-batch against every candidate, with grad, then backward.
+      const int first = g_.node_count();
+      const Poly mb = Poly::constant(sp_.contrastive.mini_batch_size);
+      if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+      const int loss = contrastive_loss(reps, mb, candidates);
+      if (sp_.autocast) ops_.exit_autocast();
+      g_.backward(loss, first);
+      g_.release_graph(first);
+      g_.drop(loss);
+    }
+    const int cached_grad = g_.take_grad(reps);
+    for (int i = 0; i < 2; ++i) {
+      g_.set_segment(kSegFwdPre);
+      const int first = g_.node_count();
+      if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+      const int h = encode();
+      g_.set_segment(kSegHead);
+      const int e = mean_pool(h);
+      g_.drop(h);
+      if (sp_.autocast) ops_.exit_autocast();
+      const int y = g_.make(Poly::constant(1), DT::kF32, Cat::kLogits);  // torch.dot(reps, grads)
+      g_.node({e}, {y}, {}, [e](Bwd& c) { c.give(e, c.like(e)); });
+      g_.drop(e);
+      g_.backward(y, first);
+      g_.set_segment(kSegBwdPre);
+      g_.release_graph(first);
+      g_.drop(y);
+    }
+    if (cached_grad >= 0) g_.drop(cached_grad);
+    g_.drop(reps);
+  }
+  res.events = g_.take_events();
+  res.params = params_;
+  g_.free_param_grads();
+  res.end_of_step = g_.live();
+  for (std::size_t i = 0; i < g_.tensors().size(); ++i) {
+    const Tensor& t = g_.tensors()[i];
+    if (t.alive && !t.is_param && t.base < 0 && t.cat != Cat::kInputs) res.leaked.push_back(static_cast<int>(i));
+  }
+  return res;
+}
+
+}  // namespace
+
+ProgramResult run_encoder_step(const ProgramSpec& spec) {
+  if (spec.model.model_type == "modernbert")
+    throw std::logic_error("ModernBERT's training step is not modelled (parameter counts are)");
+  EncoderStep s(spec);
+  return s.run();
+}
+
+}  // namespace memplan::sim

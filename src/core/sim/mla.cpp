@@ -1,0 +1,183 @@
+#include "core/sim/mla.hpp"
+
+namespace memplan::sim {
+
+namespace {
+
+Poly scaled(const Poly& p, std::int64_t k) { return p * k; }
+
+// torch.split(x, [a, b], dim=-1): two views; SplitWithSizesBackward allocates one gradient of
+// x's size and copies both parts in (a missing part is zero-filled).
+std::pair<int, int> split2(Graph& g, int x, const Poly& first, const Poly& second) {
+  const int a = g.view(x, first);
+  const int b = g.view(x, second);
+  g.node({x}, {a, b}, {}, [x](Bwd& c) { c.give(x, c.like(x)); });
+  return {a, b};
+}
+
+// k_rot.expand(b, heads, s, rope): a stride-0 view; ExpandBackward sums back to k_rot's size.
+int expand_heads(Graph& g, int x, const Poly& numel) {
+  const int v = g.view(x, numel);
+  g.node({x}, {v}, {}, [x](Bwd& c) { c.give(x, c.like(x)); });
+  return v;
+}
+
+}  // namespace
+
+std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
+  Graph& g = st.g;
+  Ops& ops = st.ops;
+  const ModelSpec& m = st.m;
+  const std::int64_t nh = m.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, vd = m.v_head_dim;
+  const std::int64_t qk = nope + rope, kvr = m.kv_lora_rank;
+  auto tok = [&](std::int64_t k) { return scaled(st.tokens, k); };
+  const bool v2 = m.model_type == "deepseek_v2";
+
+  // ---- q: q_b_proj(q_a_layernorm(q_a_proj(x))), or q_proj(x) without q LoRA.
+  int q;
+  if (m.q_lora_rank > 0) {
+    const int qa = st.linear(x, "q_a_proj", tok(m.q_lora_rank));
+    const int qn = st.rms_norm(qa, q_norm, m.q_lora_rank, tok(m.q_lora_rank));
+    g.drop(qa);
+    q = st.linear(qn, "q_b_proj", tok(nh * qk));
+    g.drop(qn);
+  } else {
+    q = st.linear(x, "q_proj", tok(nh * qk));
+  }
+  const int qt = ops.transpose_view(q);  // .view(query_shape).transpose(1, 2)
+  auto [q_pass, q_rot0] = split2(g, qt, tok(nh * nope), tok(nh * rope));
+  g.drop(qt);
+
+  // ---- the compressed K/V: kv_a_proj_with_mqa -> [latent | k_rot], latent normed and expanded.
+  const int ckv = st.linear(x, "kv_a_proj_with_mqa", tok(kvr + rope));
+  auto [latent, k_rot0] = split2(g, ckv, tok(kvr), tok(rope));
+  const int ln = st.rms_norm(latent, kv_norm, kvr, tok(kvr));
+  g.drop(latent);
+  const int kvb = st.linear(ln, "kv_b_proj", tok(nh * (nope + vd)));
+  g.drop(ln);
+  const int kvt = ops.transpose_view(kvb);
+  auto [k_pass, value] = split2(g, kvt, tok(nh * nope), tok(nh * vd));
+  g.drop(kvt);
+  const int k_rot1 = ops.view(k_rot0);  // .view(b, 1, s, rope)
+  g.drop(k_rot0);
+
+  // ---- rotary on the rope parts only.
+  auto rotate = [&](int r, const Poly& numel) {
+    if (v2) {
+      // transformers' DeepseekV2 apply_rotary_emb: view_as_complex(x.float()) * freqs_cis,
+      // view_as_real(...).type_as(x). The product saves only the (no-grad) frequencies.
+      const DT dt = g.at(r).dt;
+      const int f = ops.to(r, DT::kF32);
+      const int p = ops.mul(f, st.cos, numel);
+      g.drop(f);
+      const int out = ops.to(p, dt);
+      g.drop(p);
+      return out;
+    }
+    // DeepseekV3 (rope_interleave, the default; DeepSeek's own modeling code always):
+    // view(.., d/2, 2).transpose(4, 3).reshape(..): a copy, then rotate_half.
+    const int c = ops.clone(r);
+    const int out = st.rotate_half_rope(c, numel);
+    g.drop(c);
+    return out;
+  };
+  const int q_rot = rotate(q_rot0, tok(nh * rope));
+  g.drop(q_rot0);
+  const int k_rot2 = rotate(k_rot1, tok(rope));
+  g.drop(k_rot1);
+  const int k_rot = expand_heads(g, k_rot2, tok(nh * rope));
+  g.drop(k_rot2);
+
+  const int query = ops.concat({q_pass, q_rot});  // torch.cat((q_pass, q_rot), dim=-1)
+  const int key = ops.concat({k_pass, k_rot});
+  g.drop(q_pass);
+  g.drop(q_rot);
+  g.drop(k_pass);
+  g.drop(k_rot);
+
+  int out = -1, probs = -1;
+  if (st.attn == AttnImpl::kEager) {
+    // eager_attention_forward with one KV group: repeat_kv returns its input. query and key are
+    // contiguous cat outputs, so matmul folds them into bmm without a copy.
+    const int kT = ops.view(key);
+    ops.cat = Cat::kAttentionScores;
+    const int sc = ops.matmul(query, kT, st.scores, false, false);
+    g.drop(kT);
+    const int cur = ops.scalar_op(sc);
+    g.drop(sc);
+    const int masked = ops.add(cur, st.mask, st.scores);
+    g.drop(cur);
+    const int p32 = ops.softmax_f32(masked);
+    g.drop(masked);
+    probs = ops.to(p32, g.at(query).dt);
+    g.drop(p32);
+    ops.cat = Cat::kActivations;
+    const int o = ops.matmul(probs, value, tok(nh * vd), false, false);
+    const int ot = ops.transpose_view(o);
+    g.drop(o);
+    out = ops.clone(ot);  // .transpose(1, 2).contiguous()
+    g.drop(ot);
+  } else {
+    // SDPA (q/k and v head dims differ: the memory-efficient kernel) or flash_attention_2,
+    // which needs one head dim: value is zero-padded to qk_head_dim (F.pad: a new tensor) and
+    // the output, qk_head_dim wide, sliced back to v_head_dim.
+    const bool fa2 = st.attn == AttnImpl::kFlashAttention2;
+    int v_in = value;
+    if (fa2 && qk != vd) {
+      v_in = g.make(tok(nh * qk), g.at(value).dt, ops.cat);
+      g.node({value}, {v_in}, {}, [v = value](Bwd& c) { c.give(v, c.like(v)); });  // narrow + copy
+    } else {
+      g.hold(value);
+    }
+    const std::int64_t od = fa2 ? qk : vd;
+    const int q16 = ops.cast_for_autocast(query);
+    const int k16 = ops.cast_for_autocast(key);
+    const int v16 = ops.cast_for_autocast(v_in);
+    g.drop(v_in);
+    const DT kdt = g.at(q16).dt;
+    const int o = g.make(tok(nh * od), kdt, ops.cat);
+    const Poly rows = st.heads_rows;
+    const int lse = g.make(rows, DT::kF32, ops.cat);
+    const Poly qn = tok(nh * qk);
+    g.node({q16, k16, v16}, {o}, {q16, k16, v16, o, lse}, [q16, k16, v16, rows, qn](Bwd& c) {
+      const int acc = c.temp(qn, DT::kF32);  // fp32 dq accumulator
+      const int d = c.temp(rows, DT::kF32);
+      const int gq = c.needs(q16) ? c.like(q16) : -1;
+      const int gk = c.needs(k16) ? c.like(k16) : -1;
+      const int gv = c.needs(v16) ? c.like(v16) : -1;
+      c.drop(acc);
+      c.drop(d);
+      if (gq >= 0) c.give(q16, gq);
+      if (gk >= 0) c.give(k16, gk);
+      if (gv >= 0) c.give(v16, gv);
+    });
+    g.drop(lse);
+    g.drop(q16);
+    g.drop(k16);
+    g.drop(v16);
+    if (fa2 && qk != vd) {
+      const int sl = ops.slice(o, tok(nh * vd), false);  // attn_output[..., :v_head_dim]
+      g.drop(o);
+      out = ops.clone(sl);  // reshape(b, s, -1) of a sliced tensor copies
+      g.drop(sl);
+    } else {
+      out = ops.view(o);  // already (b, s, heads, v)
+      g.drop(o);
+    }
+  }
+  const int r = ops.view(out);
+  g.drop(out);
+  const int o = st.linear(r, "o_proj", tok(m.hidden_size));
+  g.drop(r);
+  // Locals of the forward until it returns: q_states (q_b_proj's output), compressed_kv, the
+  // kv_b_proj output (through value_states), query_states and key_states.
+  g.drop(q);
+  g.drop(ckv);
+  g.drop(kvb);
+  g.drop(value);
+  g.drop(query);
+  g.drop(key);
+  return {o, probs};
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,105 @@
+// LLM Foundry (Composer) train YAML (scripts/train/yamls/{pretrain,finetune}/*.yaml):
+// device_train_microbatch_size is the per-GPU micro-batch, global_train_batch_size the step's
+// batch over all GPUs, max_seq_len the sequence, precision amp_bf16|amp_fp16|fp32, fsdp_config
+// Composer's FSDP. The model is a Hugging Face checkpoint (model.pretrained_model_name_or_path)
+// or described in place (MPT: d_model, n_heads, n_layers, expansion_ratio, vocab_size).
+#include <fmt/format.h>
+
+#include "io/dialects_map.hpp"
+#include "memplan/text.hpp"
+
+namespace memplan::io {
+
+Status map_llm_foundry(Mapper& m) {
+  TrainingConfig& c = m.config();
+  if (m.node("model.pretrained_model_name_or_path") != nullptr) {
+    MEMPLAN_IO_CHECK(m.read_model("model.pretrained_model_name_or_path"));
+  } else {
+    MEMPLAN_IO_CHECK(read_custom_model(m, "model"));
+    if (!m.out().inputs.custom_model)
+      if (const YamlNode* model = m.node("model"))
+        m.out().inputs.model_hint = fmt::format("{}: the model section has no pretrained_model_name_or_path and no "
+                                                "shape (d_model, n_layers, n_heads); give --model ID|PATH",
+                                                m.where_text(*model));
+  }
+  MEMPLAN_TRY(auto micro, m.text("device_train_microbatch_size"));
+  if (micro && to_lower(*micro) == "auto") {
+    m.warn_at(*m.node("device_train_microbatch_size"),
+              "device_train_microbatch_size: auto lets Composer search for the largest micro-batch that fits; memplan "
+              "estimates 1 (memplan plan finds the largest itself)");
+    c.micro_batch = 1;
+    m.from_default("batch", "device_train_microbatch_size auto: 1");
+  } else {
+    MEMPLAN_IO_CHECK(m.read_or("device_train_microbatch_size", "batch", c.micro_batch, 1,
+                               "device_train_microbatch_size not set: 1"));
+  }
+  m.site(Knob::kBatch, "device_train_microbatch_size");
+  if (const YamlNode* g = m.node("global_train_batch_size"); g != nullptr)
+    m.from_default("grad_accum", fmt::format("global_train_batch_size at {} / (micro-batch x GPUs): no effect on "
+                                             "peak memory",
+                                             m.where_text(*g)));
+  MEMPLAN_TRY(bool seq, m.read("max_seq_len", "seq_len", c.seq_len));
+  if (!seq) m.from_default("seq_len", fmt::format("max_seq_len not set: memplan's default {}", c.seq_len));
+  m.site(Knob::kSeqLen, "max_seq_len");
+
+  MEMPLAN_TRY(auto precision, m.text("precision"));
+  if (precision) {
+    const std::string p = to_lower(*precision);
+    const YamlNode& n = *m.node("precision");
+    c.torch_dtype = DType::kFloat32;
+    if (p == "amp_bf16") c.autocast = DType::kBFloat16;
+    else if (p == "amp_fp16") c.autocast = DType::kFloat16;
+    else if (p == "fp32") c.autocast.reset();
+    else if (p == "amp_fp8") c.autocast = DType::kBFloat16, m.warn_at(n, "precision amp_fp8 is estimated as amp_bf16");
+    else
+      return m.error_at(n, ErrorCode::kUnknownName, fmt::format("unknown precision '{}'", *precision),
+                        did_you_mean(p, {"amp_bf16", "amp_fp16", "fp32", "amp_fp8"}));
+    m.from_file("torch_dtype", n, "precision");
+    m.from_file("autocast", n, "precision");
+  }
+  if (const YamlNode* f = m.node("fsdp_config"); f != nullptr && f->is_map()) {
+    MEMPLAN_TRY(auto s, m.text("fsdp_config.sharding_strategy"));
+    const std::string v = to_lower(s.value_or("FULL_SHARD"));
+    if (v == "no_shard") {
+      c.parallel.sharding = ShardingStrategy::kNone;
+    } else {
+      auto parsed = parse_fsdp(v);
+      if (!parsed) return m.error_at(*m.node("fsdp_config.sharding_strategy"), parsed.error().code,
+                                     parsed.error().message, parsed.error().suggestion);
+      c.parallel.sharding = *parsed;
+    }
+    m.from_file("sharding", s ? *m.node("fsdp_config.sharding_strategy") : *f, "fsdp_config.sharding_strategy");
+    MEMPLAN_IO_CHECK(m.read("fsdp_config.activation_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
+    MEMPLAN_TRY(auto offload, m.boolean("fsdp_config.cpu_offload"));
+    if (offload.value_or(false)) {
+      c.parallel.offload_params = c.parallel.offload_optimizer = true;
+      m.from_file("offload_params", *m.node("fsdp_config.cpu_offload"), "fsdp_config.cpu_offload");
+    }
+    MEMPLAN_TRY(auto act_offload, m.boolean("fsdp_config.activation_cpu_offload"));
+    if (act_offload.value_or(false))
+      m.warn_at(*m.node("fsdp_config.activation_cpu_offload"),
+                "activation_cpu_offload is not modelled: memplan keeps activations on the GPU (an overestimate)");
+  }
+  MEMPLAN_TRY(auto opt, m.text("optimizer.name"));
+  if (opt) {
+    const std::string o = to_lower(*opt);
+    const YamlNode& n = *m.node("optimizer.name");
+    if (o == "decoupled_adamw" || o == "adamw" || o == "decoupled_lionw" || o == "adam") {
+      c.optim.kind = o == "decoupled_lionw" ? OptimizerKind::kLion32bit : OptimizerKind::kAdamWTorch;
+    } else {
+      c.optim.kind = OptimizerKind::kAdamWTorch;
+      m.warn_at(n, fmt::format("optimizer '{}' is not modelled; estimated as adamw_torch (two fp32 states)", *opt));
+    }
+    m.from_file("optim", n, "optimizer.name");
+  }
+  if (const YamlNode* peft = m.node("model.peft_config"); peft != nullptr && peft->is_map()) {
+    c.lora.enabled = true;
+    m.from_file("use_peft", *peft, "model.peft_config");
+    MEMPLAN_IO_CHECK(m.read("model.peft_config.r", "lora_r", c.lora.r));
+    MEMPLAN_IO_CHECK(m.read("model.peft_config.lora_alpha", "lora_alpha", c.lora.alpha));
+  }
+  m.check_unknown("", {}, /*strict=*/false);
+  return Ok{};
+}
+
+}  // namespace memplan::io

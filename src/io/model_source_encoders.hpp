@@ -1,0 +1,20 @@
+// config.json parsing for encoder model types (BERT, RoBERTa, XLM-R, ModernBERT):
+// docs/formulas.md#encoder-parameters says which keys decide what.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "memplan/model.hpp"
+#include "memplan/result.hpp"
+
+namespace memplan::io {
+
+bool is_encoder_model_type(const std::string& model_type);
+// The ModelSpec of an encoder config.json; `origin` prefixes error messages. The head is
+// sequence classification when "architectures" names a *ForSequenceClassification class
+// (num_labels from id2label), else pooling (AutoModel, as sentence-transformers loads it).
+Result<ModelSpec> parse_encoder_config(const nlohmann::json& j, const std::string& origin);
+
+}  // namespace memplan::io

@@ -1,0 +1,83 @@
+// The training flags read numbers one way (issue 11 items 10 to 13): integers in decimal only
+// (`--batch 010` is 10, `--batch 08` is 8, 0x10 is refused), every numeric flag through the same
+// range check as a file value (NaN never passes), and values echoed escaped.
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "cli_harness.hpp"
+
+using memplan::testing::run_cli;
+using memplan::testing::TempDir;
+
+namespace {
+
+std::string show_batch(const std::string& value) {
+  auto r = run_cli({"estimate", "--model-params", "1B", "--batch", value, "--show-config"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto at = r.out.find("batch");
+  REQUIRE(at != std::string::npos);
+  return r.out.substr(at, r.out.find('\n', at) - at);
+}
+
+}  // namespace
+
+TEST_CASE("flags (issue 11 item 10): integers are decimal; a leading zero is not octal") {
+  CHECK(show_batch("010") == show_batch("10"));
+  CHECK(show_batch("08") == show_batch("8"));
+  CHECK(show_batch("010").find("10") != std::string::npos);
+  for (const std::string bad : {"0x10", "1e3", "10.0", "ten", "--"}) {
+    INFO(bad);
+    auto r = run_cli({"estimate", "--model-params", "1B", "--batch=" + bad});
+    CHECK(r.code != 0);
+    CHECK(r.err.find("expected a decimal integer, got \"" + bad + "\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("flags (issue 11 item 12): flags accept exactly what the same value in a file accepts") {
+  struct Case {
+    std::vector<std::string> flag;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"--use-peft", "--lora-dropout", "nan"}, "memplan: error: --lora-dropout = nan is not a finite number (0 <= p < 1)\n"},
+      {{"--use-peft", "--lora-alpha", "-1"}, "memplan: error: --lora-alpha = -1 is out of range (> 0)\n"},
+      {{"--method", "grpo", "--beta", "nan"}, "memplan: error: --beta = nan is not a finite number (>= 0)\n"},
+      {{"--method", "grpo", "--temperature", "-1"}, "memplan: error: --temperature = -1 is out of range (> 0)\n"},
+      {{"--method", "grpo", "--use-vllm", "--vllm-gpu-memory-utilization", "nan"},
+       "memplan: error: --vllm-gpu-memory-utilization = nan is not a finite number (0 < x < 1)\n"},
+  };
+  for (const auto& k : cases) {
+    std::vector<std::string> args = {"estimate", "--model-params", "1B"};
+    args.insert(args.end(), k.flag.begin(), k.flag.end());
+    auto r = run_cli(args);
+    INFO(k.flag[k.flag.size() - 2]);
+    CHECK(r.code == 2);
+    CHECK(r.err == k.message);
+  }
+  // The same value in a file: the same words, with the file:line instead of the flag.
+  TempDir dir;
+  const std::string cfg = dir.write("train.yaml", "model_name_or_path: m\nuse_peft: true\nlora_dropout: .nan\n");
+  auto r = run_cli({"estimate", "--model-params", "1B", "--config", cfg});
+  CHECK(r.err == "memplan: error: " + cfg + ":3: lora_dropout = nan is not a finite number (0 <= p < 1)\n");
+}
+
+TEST_CASE("flags (issue 11 item 11): check --max-utilization nan is a usage error, not a gate switched off") {
+  TempDir dir;
+  const std::string cfg = dir.write("train.yaml", "model_name_or_path: m\nper_device_train_batch_size: 1\n");
+  auto r = run_cli({"check", cfg, "--model-params", "125M", "--gpu-memory", "80GiB", "--max-utilization", "nan"});
+  CHECK(r.code == 64);
+  CHECK(r.err == "memplan: error: --max-utilization = nan must be a percentage between 0 and 100\n");
+}
+
+TEST_CASE("flags (issue 11 item 13): terminal escape sequences in echoed values are escaped") {
+  auto r = run_cli({"estimate", "--model", "\x1b]0;pwned\x07\x1b[31mred"});
+  CHECK(r.code != 0);
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find("\\x1b]0;pwned\\x07\\x1b[31mred") != std::string::npos);
+  TempDir dir;
+  const std::string cfg = dir.write("train.yaml", "model_name_or_path: m\nper_device_train_batch_size: \"\\e[2J\"\n");
+  auto f = run_cli({"estimate", "--model-params", "1B", "--config", cfg});
+  CHECK(f.err == "memplan: error: " + cfg + ":2: per_device_train_batch_size must be an integer, got \"\\x1b[2J\"\n");
+}

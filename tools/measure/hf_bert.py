@@ -1,0 +1,136 @@
+"""A BERT-family encoder written to follow Hugging Face transformers' *eager* code path.
+
+As hf_llama.py does for decoders: every op of transformers' modeling_bert.py (BertEmbeddings,
+BertSelfAttention with eager_attention_forward, BertSelfOutput, BertIntermediate, BertOutput,
+BertPooler, BertOnlyMLMHead, BertForSequenceClassification) in the same order, dtype and shape,
+so autograd saves the same tensors; plus sentence-transformers' Pooling(mean) and
+MultipleNegativesRankingLoss (cos_sim * 20, cross_entropy over in-batch candidates).
+Dropout is active (training): hidden 0.1, attention probabilities 0.1.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Config:
+    def __init__(self, d):
+        self.vocab_size = d["vocab_size"]
+        self.hidden_size = d["hidden_size"]
+        self.num_hidden_layers = d["num_hidden_layers"]
+        self.num_attention_heads = d["num_attention_heads"]
+        self.intermediate_size = d["intermediate_size"]
+        self.max_position_embeddings = d.get("max_position_embeddings", 512)
+        self.type_vocab_size = d.get("type_vocab_size", 2)
+        self.model_type = d.get("model_type", "bert")
+
+
+class Embeddings(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=1e-12)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, input_ids, token_type_ids):
+        s = input_ids.shape[1]
+        position_ids = torch.arange(s).unsqueeze(0)
+        e = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        e = e + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(e))
+
+
+class Layer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        h = c.hidden_size
+        self.n = c.num_attention_heads
+        self.d = h // self.n
+        self.query = nn.Linear(h, h)
+        self.key = nn.Linear(h, h)
+        self.value = nn.Linear(h, h)
+        self.attn_out = nn.Linear(h, h)
+        self.ln1 = nn.LayerNorm(h, eps=1e-12)
+        self.inter = nn.Linear(h, c.intermediate_size)
+        self.out = nn.Linear(c.intermediate_size, h)
+        self.ln2 = nn.LayerNorm(h, eps=1e-12)
+
+    def forward(self, x, mask):
+        b, s, h = x.shape
+        shape = (b, s, self.n, self.d)
+        q = self.query(x).view(shape).transpose(1, 2)
+        k = self.key(x).view(shape).transpose(1, 2)
+        v = self.value(x).view(shape).transpose(1, 2)
+        w = torch.matmul(q, k.transpose(2, 3)) * (self.d ** -0.5)
+        w = w + mask
+        w = F.softmax(w, dim=-1)
+        w = F.dropout(w, p=0.1, training=self.training)
+        o = torch.matmul(w, v).transpose(1, 2).contiguous().reshape(b, s, h)
+        a = self.ln1(F.dropout(self.attn_out(o), 0.1, self.training) + x)
+        i = F.gelu(self.inter(a))
+        return self.ln2(F.dropout(self.out(i), 0.1, self.training) + a)
+
+
+class Bert(nn.Module):
+    def __init__(self, c, head="pooling", num_labels=2):
+        super().__init__()
+        self.c = c
+        self.head = head
+        self.embeddings = Embeddings(c)
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c.num_hidden_layers))
+        h = c.hidden_size
+        if head != "mlm":
+            self.pooler = nn.Linear(h, h)
+        if head == "mlm":
+            self.transform = nn.Linear(h, h)
+            self.transform_ln = nn.LayerNorm(h, eps=1e-12)
+            self.decoder_bias = nn.Parameter(torch.zeros(c.vocab_size))
+        if head == "classification":
+            self.classifier = nn.Linear(h, num_labels)
+
+    def encode(self, input_ids, token_type_ids, attention_mask):
+        x = self.embeddings(input_ids, token_type_ids)
+        b, s = input_ids.shape
+        # get_extended_attention_mask: (b, 1, 1, s) in the activation dtype
+        ext = attention_mask[:, None, None, :].to(x.dtype)
+        mask = (1.0 - ext) * torch.finfo(x.dtype).min
+        del ext
+        for layer in self.layers:
+            x = layer(x, mask)
+        pooled = torch.tanh(self.pooler(x[:, 0])) if hasattr(self, "pooler") else None
+        return x, pooled
+
+    def forward(self, input_ids, token_type_ids, attention_mask, labels=None):
+        x, pooled = self.encode(input_ids, token_type_ids, attention_mask)
+        if self.head == "mlm":
+            t = self.transform_ln(F.gelu(self.transform(x)))
+            scores = F.linear(t, self.embeddings.word_embeddings.weight, self.decoder_bias)
+            return F.cross_entropy(scores.view(-1, self.c.vocab_size), labels.view(-1))
+        if self.head == "classification":
+            logits = self.classifier(F.dropout(pooled, 0.1, self.training))
+            return F.cross_entropy(logits, labels)
+        return x, pooled
+
+
+def mean_pool(token_embeddings, attention_mask):
+    m = attention_mask.unsqueeze(-1).expand(token_embeddings.size()).to(token_embeddings.dtype)
+    return torch.sum(token_embeddings * m, 1) / torch.clamp(m.sum(1), min=1e-9)
+
+
+def mnrl_loss(model, columns):
+    """sentence-transformers MultipleNegativesRankingLoss: one forward per column."""
+    reps = []
+    for ids, types, am in columns:
+        x, pooled = model(ids, types, am)
+        reps.append(mean_pool(x, am))
+        del x, pooled
+    anchors = reps[0]
+    candidates = torch.cat(reps[1:])
+    a = F.normalize(anchors, p=2, dim=1)
+    c = F.normalize(candidates, p=2, dim=1)
+    scores = torch.mm(a, c.transpose(0, 1)) * 20.0
+    labels = torch.arange(anchors.size(0))
+    return F.cross_entropy(scores, labels)
