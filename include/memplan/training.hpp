@@ -31,6 +31,8 @@ enum class OptimizerKind {
   kRmsprop,           // rmsprop: square_avg (+ momentum_buffer, + grad_avg when centered)
   kLion8bit,          // lion_8bit: bitsandbytes, one 8-bit state
   kLion32bit,         // lion_32bit: bitsandbytes, one fp32 state
+  kAdamWTorchao8bit,  // adamw_torch_8bit: torchao AdamW8bit, block-wise 8-bit states (blocks of 256)
+  kAdamWTorchao4bit,  // adamw_torch_4bit: torchao AdamW4bit, block-wise 4-bit states (blocks of 128)
 };
 
 struct OptimizerConfig {

@@ -161,6 +161,11 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
   if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.torch_dtype == DType::kFloat32 && !c.autocast)
     return make_error(ErrorCode::kUnsupported, "flash_attention_2 runs in fp16/bf16 only",
                       "load the model with --torch-dtype bfloat16 or train with --bf16");
+  if ((c.optim.kind == OptimizerKind::kAdamWTorchao8bit || c.optim.kind == OptimizerKind::kAdamWTorchao4bit) &&
+      c.device == Device::kCpu)
+    return make_error(ErrorCode::kUnsupported,
+                      fmt::format("{} (torchao) needs PyTorch >= 2.3; --device cpu models PyTorch 1.13", to_string(c.optim.kind)),
+                      "use --device cuda, or --optim adamw_torch on the CPU");
   if (m.is_encoder()) {
     if (c.method != Method::kSft)
       return make_error(ErrorCode::kUnsupported,

@@ -19,6 +19,8 @@ std::vector<std::string> known_args(OptimizerKind k) {
     case OptimizerKind::kAdagrad: return {"lr_decay", "weight_decay", "eps", "initial_accumulator_value", "foreach"};
     case OptimizerKind::kRmsprop: return {"alpha", "eps", "momentum", "centered", "weight_decay", "foreach"};
     case OptimizerKind::kAdafactor: return {"beta1", "eps", "clip_threshold", "decay_rate", "weight_decay", "scale_parameter", "relative_step", "warmup_init"};
+    case OptimizerKind::kAdamWTorchao8bit:
+    case OptimizerKind::kAdamWTorchao4bit: return {"betas", "eps", "weight_decay", "amsgrad", "block_size", "bf16_stochastic_round"};
     default: return {"betas", "eps", "weight_decay", "min_8bit_size", "percentile_clipping", "block_wise", "is_paged"};
   }
 }
@@ -59,6 +61,17 @@ std::int64_t bnb8_state(const OptParam& p, int states) {
   return checked_mul((p.numel + blocks * 4) * states, p.count);
 }
 
+// torchao _AdamBase._new_buffer (torchao/optim/adam.py, 0.8-0.13): a tensor with at least 4096
+// values and a multiple of block_size gets a quantized state: codes (one byte per value at 8 bits,
+// two values per byte at 4 bits), an fp32 scale per block and an fp32 code table (qmap: 256
+// entries at 8 bits, 16 at 4 bits); any other tensor gets zeros_like(p) in the parameter's dtype.
+std::int64_t torchao_state(const OptParam& p, int bits, std::int64_t block) {
+  if (p.numel < 4096 || block <= 0 || p.numel % block != 0) return checked_mul(checked_mul(p.numel, p.elem_bytes), p.count);
+  const std::int64_t codes = bits == 8 ? p.numel : p.numel / 2;
+  const std::int64_t qmap = bits == 8 ? 256 * 4 : 16 * 4;
+  return checked_mul(codes + (p.numel / block) * 4 + qmap, p.count);
+}
+
 // bitsandbytes Optimizer8bit.get_state_buffer (0.43-0.49): with is_paged, a state buffer of a
 // tensor with at least 1e5 values is F.get_paged (cudaMallocManaged), otherwise zeros_like.
 bool paged_buffer(const OptParam& p) { return p.numel >= 100000; }
@@ -72,6 +85,13 @@ Status validate_optim_args(const OptimizerConfig& o) {
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("--optim-args: '{}' is not an argument of {}", k, to_string(o.kind)),
                         did_you_mean(k, known));
+  }
+  if (o.kind == OptimizerKind::kAdamWTorchao8bit || o.kind == OptimizerKind::kAdamWTorchao4bit) {
+    const double block = num(o, "block_size", 256);
+    if (!(block >= 2 && block <= 1e9) || block != static_cast<double>(static_cast<std::int64_t>(block)))
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("--optim-args: block_size of {} must be an integer >= 2", to_string(o.kind)),
+                        "torchao's defaults are 256 (8-bit) and 128 (4-bit)");
   }
   return Ok{};
 }
@@ -141,6 +161,26 @@ OptimizerFootprint optimizer_footprint(const OptimizerConfig& o, Device device, 
       f.state_bytes = sum_bytes(ps, 4);
       f.implementation = "bitsandbytes 32-bit";
       break;
+    case OptimizerKind::kAdamWTorchao8bit:
+    case OptimizerKind::kAdamWTorchao4bit: {
+      // docs/formulas.md (torchao low-bit AdamW): exp_avg, exp_avg_sq (+ max_exp_avg_sq with
+      // amsgrad) per parameter; `step` and `lr` are CPU tensors. single_param_adam runs under
+      // torch.compile one parameter at a time: Inductor fuses the fp32 arithmetic into its
+      // kernels, and the in-place copy_s into the states and the parameter become new buffers
+      // copied back (functionalization): for the parameter being updated, a new state of each
+      // kind (codes and scales) and a new parameter in its dtype.
+      const int bits = o.kind == OptimizerKind::kAdamWTorchao8bit ? 8 : 4;
+      const auto block = static_cast<std::int64_t>(num(o, "block_size", bits == 8 ? 256 : 128));
+      const int n = flag(o, "amsgrad", false) ? 3 : 2;
+      for (const auto& p : ps) {
+        const std::int64_t one = torchao_state(p, bits, block);
+        f.state_bytes = checked_add(f.state_bytes, checked_mul(one, n));
+        const std::int64_t per_copy = p.count > 0 ? one / p.count : one;
+        f.temp_bytes = std::max(f.temp_bytes, checked_add(checked_mul(per_copy, n), checked_mul(p.numel, p.elem_bytes)));
+      }
+      f.implementation = fmt::format("torchao {}-bit block-wise (blocks of {})", bits, block);
+      break;
+    }
     case OptimizerKind::kSgd: {
       const bool momentum = num(o, "momentum", 0.0) != 0.0;
       f.state_bytes = momentum ? total : 0;

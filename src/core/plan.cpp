@@ -403,7 +403,8 @@ Result<std::int64_t> best_after(const SuggestContext& ctx, const TrainingConfig&
 }
 
 bool is_8bit_optimizer(OptimizerKind k) {
-  return k == OptimizerKind::kAdamW8bit || k == OptimizerKind::kPagedAdamW8bit || k == OptimizerKind::kLion8bit;
+  return k == OptimizerKind::kAdamW8bit || k == OptimizerKind::kPagedAdamW8bit || k == OptimizerKind::kLion8bit ||
+         k == OptimizerKind::kAdamWTorchao8bit || k == OptimizerKind::kAdamWTorchao4bit;
 }
 
 void enable_lora(TrainingConfig& c, std::vector<std::string>& flags) {

@@ -72,6 +72,10 @@ const NameTable<OptimizerKind>& optimizers() {
                                            {"lion_8bit", OptimizerKind::kLion8bit},
                                            {"lion_32bit", OptimizerKind::kLion32bit},
                                            {"adamw_8bit", OptimizerKind::kAdamW8bit},
+                                           {"adamw_torch_8bit", OptimizerKind::kAdamWTorchao8bit},
+                                           {"adamw_torch_4bit", OptimizerKind::kAdamWTorchao4bit},
+                                           {"ao_adamw_8bit", OptimizerKind::kAdamWTorchao8bit},
+                                           {"ao_adamw_4bit", OptimizerKind::kAdamWTorchao4bit},
                                            {"adamw", OptimizerKind::kAdamWTorch},
                                            {"adamw_hf", OptimizerKind::kAdamWTorch}}};
   return t;

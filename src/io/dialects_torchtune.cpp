@@ -77,8 +77,10 @@ constexpr OptimizerComponent kOptimizers[] = {
     {"bitsandbytes.optim.Adam8bit", OptimizerKind::kAdamW8bit},
     {"bitsandbytes.optim.Lion8bit", OptimizerKind::kLion8bit},
     {"bitsandbytes.optim.Lion", OptimizerKind::kLion32bit},
-    {"torchao.optim.AdamW8bit", OptimizerKind::kAdamW8bit},
-    {"torchao.prototype.low_bit_optim.AdamW8bit", OptimizerKind::kAdamW8bit},
+    {"torchao.optim.AdamW8bit", OptimizerKind::kAdamWTorchao8bit},
+    {"torchao.prototype.low_bit_optim.AdamW8bit", OptimizerKind::kAdamWTorchao8bit},
+    {"torchao.optim.AdamW4bit", OptimizerKind::kAdamWTorchao4bit},
+    {"torchao.prototype.low_bit_optim.AdamW4bit", OptimizerKind::kAdamWTorchao4bit},
 };
 
 // torchtune's LoRA module names -> the Hugging Face names the engine uses.

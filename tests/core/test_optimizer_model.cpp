@@ -88,3 +88,31 @@ TEST_CASE("unknown optimizer arguments are rejected with a suggestion") {
   REQUIRE_FALSE(s.has_value());
   CHECK(s.error().to_string() == "--optim-args: 'centred' is not an argument of rmsprop; did you mean 'centered'?");
 }
+
+TEST_CASE("torchao AdamW8bit/AdamW4bit: block-wise codes, an fp32 scale per block, dtype states for odd tensors") {
+  // 8-bit, blocks of 256: 2,048,000 values = 8000 blocks; 176,128 = 688 blocks; each state also
+  // holds a 256-entry fp32 code table. The 256-value norm (< 4096 values) gets zeros_like(p):
+  // bf16, 2 bytes per value per state.
+  auto a8 = optimizer_footprint(optim(OptimizerKind::kAdamWTorchao8bit), Device::kCuda, params(2));
+  const std::int64_t q8 = (8000 * 256 + 8000 * 4 + 1024) + (688 * 256 + 688 * 4 + 1024);
+  CHECK(a8.state_bytes == 2 * q8 + 2 * 256 * 2);
+  // The step's functionalized copies for the largest parameter: a new state of each kind and a
+  // new bf16 parameter.
+  CHECK(a8.temp_bytes == 2 * (8000 * 256 + 8000 * 4 + 1024) + 8000 * 256 * 2);
+  CHECK_FALSE(a8.paged);
+  // 4-bit, blocks of 128: half a byte per value, 16000 and 1376 blocks, a 16-entry table.
+  auto a4 = optimizer_footprint(optim(OptimizerKind::kAdamWTorchao4bit), Device::kCuda, params(2));
+  const std::int64_t q4 = (8000 * 128 + 16000 * 4 + 64) + (688 * 128 + 1376 * 4 + 64);
+  CHECK(a4.state_bytes == 2 * q4 + 2 * 256 * 2);
+  // A tensor whose size is not a multiple of the block keeps dtype states: 4100 values (>= 4096).
+  std::vector<OptParam> odd{{4100, 4, 41, 100, 1}};
+  CHECK(optimizer_footprint(optim(OptimizerKind::kAdamWTorchao8bit), Device::kCuda, odd).state_bytes == 4100 * 4 * 2);
+  // block_size and amsgrad from --optim-args: blocks of 2048 at 8 bits, a third state.
+  auto big = optimizer_footprint(optim(OptimizerKind::kAdamWTorchao8bit, {{"block_size", "2048"}, {"amsgrad", "true"}}),
+                                 Device::kCuda, params(2));
+  const std::int64_t q2048 = (8000 * 256 + 1000 * 4 + 1024) + (688 * 256 + 86 * 4 + 1024);
+  CHECK(big.state_bytes == 3 * q2048 + 3 * 256 * 2);
+  auto bad = validate_optim_args(optim(OptimizerKind::kAdamWTorchao4bit, {{"block_size", "0"}}));
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().to_string().find("block_size") != std::string::npos);
+}

@@ -240,7 +240,9 @@ TEST_CASE("contradictory and malformed values are located") {
   CHECK(warnings(ade) == std::vector<std::string>{"ademamix.yaml:3: optimizer 'ademamix' is not modelled; estimated "
                                                   "as adamw_torch (AdEMAMix keeps a third state (a slow EMA): an "
                                                   "underestimate)"});
-  for (const auto& [name, kind] : {std::pair<const char*, OptimizerKind>{"adamw_torch_8bit", OptimizerKind::kAdamW8bit},
+  for (const auto& [name, kind] : {std::pair<const char*, OptimizerKind>{"adamw_torch_8bit", OptimizerKind::kAdamWTorchao8bit},
+                                   {"adamw_torch_4bit", OptimizerKind::kAdamWTorchao4bit},
+                                   {"ao_adamw_fp8", OptimizerKind::kAdamWTorchao8bit},
                                    {"paged_lion_8bit", OptimizerKind::kLion8bit},
                                    {"schedule_free_adamw", OptimizerKind::kAdamWTorch},
                                    {"galore_adamw", OptimizerKind::kAdamWTorch},
