@@ -137,6 +137,9 @@ struct ParallelConfig {
   ShardingStrategy sharding = ShardingStrategy::kNone;
   bool offload_optimizer = false; // ZeRO/FSDP CPU offload of optimizer states
   bool offload_params = false;    // ZeRO-3/FSDP parameter offload
+  // FSDP implementation: 1 (FullyShardedDataParallel, flat parameters; accelerate's default) or
+  // 2 (fully_shard, per-parameter DTensor shards). Only read when sharding is an FSDP strategy.
+  int fsdp_version = 1;
 
   int world_size() const { return num_gpus * nodes; }
   int data_parallel_size() const { return world_size() / (tensor_parallel > 0 ? tensor_parallel : 1); }

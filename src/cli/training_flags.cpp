@@ -136,6 +136,9 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_option("--nodes", f.nodes, "Nodes (default 1)")->group("Multi-GPU");
   app.add_option("--zero-stage", f.zero_stage, "DeepSpeed ZeRO stage 0-3")->group("Multi-GPU");
   app.add_option("--fsdp", f.fsdp, "FSDP strategy: full_shard, shard_grad_op, hybrid_shard")->group("Multi-GPU");
+  app.add_option("--fsdp-version", f.fsdp_version,
+                 "FSDP implementation: 1 (FullyShardedDataParallel, default) or 2 (fully_shard)")
+      ->group("Multi-GPU");
   app.add_flag("--offload-optimizer", f.offload_optimizer, "Offload optimizer states to CPU")->group("Multi-GPU");
   app.add_flag("--offload-params", f.offload_params, "Offload parameters to CPU (ZeRO-3/FSDP)")->group("Multi-GPU");
   app.add_option("--tensor-parallel", f.tensor_parallel, "Tensor-parallel degree (default 1)")->group("Multi-GPU");
@@ -398,6 +401,12 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     if (!s) return flag_error("--fsdp", s.error());
     c.parallel.sharding = *s;
     mark("sharding", "--fsdp");
+  }
+  if (given("--fsdp-version")) {
+    if (f.fsdp_version != 1 && f.fsdp_version != 2)
+      return make_error(ErrorCode::kInvalidArgument, fmt::format("--fsdp-version = {} must be 1 or 2", f.fsdp_version));
+    c.parallel.fsdp_version = f.fsdp_version;
+    mark("fsdp_version", "--fsdp-version");
   }
   if (f.offload_optimizer) {
     c.parallel.offload_optimizer = true;

@@ -72,6 +72,7 @@ struct TrainingFlags {
   int nodes = 0;
   int zero_stage = -1;
   std::string fsdp;
+  int fsdp_version = 1;
   bool offload_optimizer = false;
   bool offload_params = false;
   int tensor_parallel = 0;

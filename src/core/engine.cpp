@@ -132,11 +132,16 @@ bool deepspeed(const TrainingConfig& c) {
 // docs/formulas.md#fsdp-reshard-only-hook: FSDP1 with PEFT's wrap policy makes every decoder
 // layer a unit of frozen parameters; under reentrant checkpointing the hook that reshards such a
 // unit holds the layer's checkpointed input and its gradient until the end of backward.
-bool fsdp_frozen_layer_units(const TrainingConfig& c) {
+// FSDP2 (fully_shard) has no FlatParameter and no reshard-only hook: its post-backward runs from
+// RegisterPostBackwardFunction on the unit's inputs, which saves nothing.
+bool fsdp(const TrainingConfig& c) {
   const auto s = c.parallel.sharding;
-  const bool fsdp = s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
-                    s == ShardingStrategy::kFsdpHybridShard;
-  return fsdp && c.lora.enabled && c.gradient_checkpointing && c.reentrant_checkpointing();
+  return s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
+         s == ShardingStrategy::kFsdpHybridShard;
+}
+
+bool fsdp_frozen_layer_units(const TrainingConfig& c) {
+  return fsdp(c) && c.parallel.fsdp_version == 1 && c.lora.enabled && c.gradient_checkpointing && c.reentrant_checkpointing();
 }
 
 // Which reference model a step holds (docs/formulas.md#dpo): TRL loads a frozen copy, or under
@@ -330,14 +335,19 @@ Candidate generation_candidate(const ModelSpec& m, const TrainingConfig& c, cons
 // BACKWARD_PRE prefetches (at the head only the prefetched last layer).
 // Under FSDP with reentrant checkpointing nothing is prefetched in backward
 // (`no_backward_prefetch`): see fsdp_no_backward_prefetch().
-int gathered_layers(int segment, bool no_backward_prefetch = false) {
-  if (segment == sim::kSegHead || segment == sim::kSegRefHead || segment == sim::kSegFwdPre ||
-      segment == sim::kSegRefPre || segment == sim::kSegBwdPre || segment == kSegOptimizer ||
-      segment == kSegGeneration)
+//
+// FSDP2 (`fsdp2`, docs/formulas.md#fsdp2): the all-gather output of the layer computing in forward
+// stays alive until the next layer's copy-out (implicit prefetch keeps a reference in
+// all_gather_state), and at the loss the last layer's output is still referenced, so forward
+// holds two layers' worth and the head one; backward as FSDP1 with prefetch.
+int gathered_layers(int segment, bool no_backward_prefetch = false, bool fsdp2 = false) {
+  if (segment == sim::kSegHead || segment == sim::kSegRefHead) return fsdp2 ? 1 : 0;
+  if (segment == sim::kSegFwdPre || segment == sim::kSegRefPre || segment == sim::kSegBwdPre ||
+      segment == kSegOptimizer || segment == kSegGeneration)
     return 0;
   if (segment == sim::kSegHeadBwd) return no_backward_prefetch ? 0 : 1;
   if (segment >= sim::kSegBwdFirst && segment <= sim::kSegBwdLast) return no_backward_prefetch ? 1 : 2;
-  return 1;
+  return fsdp2 ? 2 : 1;
 }
 
 // docs/formulas.md#fsdp-reshard-only-hook: torch 2.4 _get_handle_to_prefetch prefetches a unit
@@ -346,10 +356,7 @@ int gathered_layers(int segment, bool no_backward_prefetch = false) {
 // runs without grad, so BACKWARD_PRE never prefetches one: each is gathered when its recomputation
 // starts.
 bool fsdp_no_backward_prefetch(const TrainingConfig& c) {
-  const auto s = c.parallel.sharding;
-  const bool fsdp = s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
-                    s == ShardingStrategy::kFsdpHybridShard;
-  return fsdp && c.gradient_checkpointing && c.reentrant_checkpointing();
+  return fsdp(c) && c.parallel.fsdp_version == 1 && c.gradient_checkpointing && c.reentrant_checkpointing();
 }
 
 // Drops candidates another candidate of the same phase dominates coefficient-wise: they can
@@ -580,7 +587,8 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
           materialize(cand, base);
           auto sharded = std::make_shared<const CatVec>(
               apply_sharding(impl->shard, *cand.cats, cand.segment == kSegOptimizer,
-                             gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config))));
+                             gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
+                                             fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)));
           cand.total = total(*sharded);
           cand.cats = std::move(sharded);
         }

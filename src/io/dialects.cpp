@@ -500,6 +500,17 @@ std::optional<OptimizerEstimate> estimate_optimizer(const std::string& name) {
   return std::nullopt;
 }
 
+Result<bool> Mapper::read_fsdp_version(std::string_view path) {
+  MEMPLAN_TRY(auto v, integer(path, 1));
+  if (!v) return false;
+  const YamlNode& n = *root_.at(split_key_path(path));
+  if (*v != 1 && *v != 2)
+    return error_at(n, ErrorCode::kInvalidArgument, fmt::format("{} must be 1 or 2, got {}", path, *v));
+  config().parallel.fsdp_version = static_cast<int>(*v);
+  from_file("fsdp_version", n, path);
+  return true;
+}
+
 Result<bool> Mapper::read_optimizer(std::string_view path, const std::string& input, OptimizerKind& field) {
   MEMPLAN_TRY(auto v, text(path));
   if (!v) return false;

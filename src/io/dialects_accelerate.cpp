@@ -104,6 +104,7 @@ Status map_accelerate(Mapper& m, bool primary) {
     if (s != nullptr) m.from_file("sharding", *s, "fsdp_config.fsdp_sharding_strategy");
     else m.derived("sharding", fmt::format("distributed_type FSDP at {}: FULL_SHARD (accelerate's default)",
                                            m.where_text(*m.node("distributed_type"))));
+    MEMPLAN_IO_CHECK(m.read_fsdp_version("fsdp_config.fsdp_version"));
     MEMPLAN_TRY(auto offload, m.boolean("fsdp_config.fsdp_offload_params"));
     if (offload) {
       c.parallel.offload_params = c.parallel.offload_optimizer = *offload;

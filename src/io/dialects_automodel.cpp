@@ -61,10 +61,18 @@ Status map_automodel(Mapper& m) {
   if (strategy) {
     const std::string s = to_lower(*strategy);
     const YamlNode& n = *m.node("distributed.strategy");
-    if (s == "fsdp2" || s == "fsdp") c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
-    else if (s == "ddp") c.parallel.sharding = ShardingStrategy::kNone;
-    else m.warn_at(n, fmt::format("distributed.strategy '{}' is not modelled; memplan estimates FSDP", *strategy)),
-           c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+    if (s == "fsdp2" || s == "fsdp") {
+      c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+      if (s == "fsdp2") {
+        c.parallel.fsdp_version = 2;
+        m.from_file("fsdp_version", n, "distributed.strategy");
+      }
+    } else if (s == "ddp") {
+      c.parallel.sharding = ShardingStrategy::kNone;
+    } else {
+      m.warn_at(n, fmt::format("distributed.strategy '{}' is not modelled; memplan estimates FSDP", *strategy));
+      c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+    }
     m.from_file("sharding", n, "distributed.strategy");
   }
   for (const char* k : {"distributed.tp_size", "distributed.cp_size", "distributed.pp_size"}) {

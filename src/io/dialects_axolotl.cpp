@@ -156,6 +156,8 @@ Status read_fsdp(Mapper& m) {
                               s.error().suggestion);
     c.parallel.sharding = *s;
   }
+  MEMPLAN_TRY(bool top, m.read_fsdp_version("fsdp_version"));
+  if (!top) MEMPLAN_IO_CHECK(m.read_fsdp_version("fsdp_config.fsdp_version"));
   for (const char* key : {"fsdp_config.offload_params", "fsdp_config.fsdp_offload_params"}) {
     MEMPLAN_TRY(auto off, m.boolean(key));
     if (off.value_or(false)) {

@@ -147,8 +147,13 @@ Status read_peft(Mapper& m) {
   return Ok{};
 }
 
-// `fsdp: "full_shard auto_wrap"` or a list of the same options.
+// `fsdp: "full_shard auto_wrap"` or a list of the same options; `fsdp_config.version` (transformers'
+// name) or `fsdp_config.fsdp_version` (accelerate's) selects FSDP2.
 Status read_fsdp(Mapper& m) {
+  if (m.node("fsdp_config") != nullptr && m.node("fsdp_config")->is_map()) {
+    MEMPLAN_TRY(bool v, m.read_fsdp_version("fsdp_config.version"));
+    if (!v) MEMPLAN_IO_CHECK(m.read_fsdp_version("fsdp_config.fsdp_version"));
+  }
   MEMPLAN_TRY(auto opts, m.list("fsdp"));
   if (!opts) return Ok{};
   const YamlNode& n = *m.node("fsdp");

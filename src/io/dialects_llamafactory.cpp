@@ -262,6 +262,10 @@ Status map_llamafactory_v1(Mapper& m) {
     if (d == "fsdp2" || d == "fsdp") {
       c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
       m.from_file("sharding", n, "dist_config.name");
+      if (d == "fsdp2") {
+        c.parallel.fsdp_version = 2;
+        m.from_file("fsdp_version", n, "dist_config.name");
+      }
     } else if (d == "deepspeed") {
       m.set_deepspeed_ref(m.node("dist_config.config_file"));
     } else if (d != "ddp") {

@@ -59,6 +59,8 @@ class Mapper {
                  std::string note);
   Result<bool> read_dtype(std::string_view path, const std::string& input, DType& field);
   Result<bool> read_optimizer(std::string_view path, const std::string& input, OptimizerKind& field);
+  // The FSDP implementation (1 or 2) at `path` into parallel.fsdp_version ("fsdp_version").
+  Result<bool> read_fsdp_version(std::string_view path);
   Result<bool> read_model(std::string_view path);
 
   // Origins of engine inputs.

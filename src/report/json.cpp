@@ -83,6 +83,7 @@ json to_json(const TrainingConfig& c) {
                    {"tensor_parallel", p.tensor_parallel},
                    {"data_parallel", p.data_parallel_size()},
                    {"sharding", to_string(p.sharding)},
+                   {"fsdp_version", p.fsdp_version},
                    {"offload_optimizer", p.offload_optimizer},
                    {"offload_params", p.offload_params}};
   return j;

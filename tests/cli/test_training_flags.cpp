@@ -81,3 +81,22 @@ TEST_CASE("flags (issue 11 item 13): terminal escape sequences in echoed values 
   auto f = run_cli({"estimate", "--model-params", "1B", "--config", cfg});
   CHECK(f.err == "memplan: error: " + cfg + ":2: per_device_train_batch_size must be an integer, got \"\\x1b[2J\"\n");
 }
+
+TEST_CASE("--fsdp-version 2 selects fully_shard's rules; anything but 1 or 2 is refused") {
+  const std::vector<std::string> base{"estimate", "--model-params", "1B", "--torch-dtype", "bfloat16", "--bf16",
+                                      "--num-gpus", "2", "--fsdp", "full_shard", "--batch", "2", "--seq-len", "512"};
+  auto v1 = run_cli(base);
+  auto with2 = base;
+  with2.insert(with2.end(), {"--fsdp-version", "2", "--show-config"});
+  auto v2 = run_cli(with2);
+  INFO(v1.err << v2.err);
+  REQUIRE(v1.code == 0);
+  REQUIRE(v2.code == 0);
+  CHECK(v2.out.find("fsdp_version") != std::string::npos);
+  CHECK(v2.out.find("--fsdp-version") != std::string::npos);
+  auto bad = base;
+  bad.insert(bad.end(), {"--fsdp-version", "3"});
+  auto r = run_cli(bad);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("--fsdp-version = 3 must be 1 or 2") != std::string::npos);
+}

@@ -270,3 +270,38 @@ TEST_CASE("FSDP frozen layer units keep every checkpointed input and its gradien
   CHECK(component(*bwd5, "activation_gradients") - component(*bwd, "activation_gradients") == bsh2);
   CHECK(component(*bwd, "activation_gradients") >= 3 * bsh2);
 }
+
+TEST_CASE("FSDP2 (fully_shard): the previous all-gather output stays to the next copy-out; no FSDP1 hooks") {
+  // _fsdp_param_group.py wait_for_unshard: in forward (implicit prefetch) a layer's all-gather
+  // output is freed only after the next layer's all-gather, and the root's post-forward frees the
+  // last one, so the head runs with one layer's output still referenced; a layer computes with
+  // its unsharded parameters beside its own all-gather output. Backward frees the output right
+  // after copy-out and prefetches the next layer, with or without reentrant checkpointing (no
+  // _needs_pre_backward_unshard in FSDP2), and there is no reshard-only hook.
+  TrainingConfig v2 = fsdp_lora(true);
+  v2.parallel.fsdp_version = 2;
+  auto e2 = Estimator::create(small_vocab_toy(), v2);
+  REQUIRE(e2.has_value());
+  auto b2 = e2->at_phase(2, 512, Phase::kBackward);
+  REQUIRE(b2.has_value());
+  require_consistent(*b2);
+  CHECK(component(*b2, "gathered_parameters") == 2 * kToyLayerBytes + kToyRoot - kToyRoot / 2);
+  auto f1 = Estimator::create(small_vocab_toy(), fsdp_lora(true))->at_phase(2, 512, Phase::kForward);
+  auto f2 = e2->at_phase(2, 512, Phase::kForward);
+  REQUIRE(f1.has_value());
+  REQUIRE(f2.has_value());
+  require_consistent(*f2);
+  // The toy's forward peaks inside a decoder layer (its 512-entry vocabulary makes the loss small).
+  CHECK(component(*f1, "gathered_parameters") == kToyLayerBytes + kToyRoot - kToyRoot / 2);
+  CHECK(component(*f2, "gathered_parameters") == 2 * kToyLayerBytes + kToyRoot - kToyRoot / 2);
+  CHECK(f2->peak.count() - f1->peak.count() == kToyLayerBytes);
+  // Without FSDP1's reshard-only hook the checkpointed inputs are what they are without sharding
+  // (activations are per GPU either way); FSDP1's hook moves the backward peak to the first layer
+  // (the test above).
+  TrainingConfig plain = fsdp_lora(true);
+  plain.parallel.sharding = ShardingStrategy::kNone;
+  auto bp = Estimator::create(small_vocab_toy(), plain)->at_phase(2, 512, Phase::kBackward);
+  REQUIRE(bp.has_value());
+  CHECK(component(*b2, "checkpointed_inputs") == component(*bp, "checkpointed_inputs"));
+  CHECK(component(*b2, "activation_gradients") == component(*bp, "activation_gradients"));
+}

@@ -728,6 +728,22 @@ TEST_CASE("accelerate launcher configs: alone, and next to the trainer config") 
   CHECK(both.inputs.config.autocast == DType::kFloat16);
   CHECK(origin(both, "autocast") == "sft.yaml:3");
   CHECK(warnings(both).empty());
+  CHECK(both.inputs.config.parallel.fsdp_version == 1);
+
+  // FSDP2: accelerate's fsdp_config.fsdp_version, transformers' fsdp_config.version; 1 or 2 only.
+  fs.files["fsdp2.yaml"] = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+                           "  fsdp_reshard_after_forward: true\nnum_processes: 8\n";
+  LoadedConfig v2 = load_ok(fs, {"sft.yaml", "fsdp2.yaml"});
+  CHECK(v2.inputs.config.parallel.fsdp_version == 2);
+  CHECK(v2.inputs.config.parallel.sharding == ShardingStrategy::kFsdpFullShard);
+  CHECK(origin(v2, "fsdp_version") == "fsdp2.yaml:3");
+  fs.files["hf2.yaml"] = "model_name_or_path: m\nfsdp: full_shard auto_wrap\nfsdp_config:\n  version: 2\n";
+  LoadedConfig h2 = load_ok(fs, {"hf2.yaml"});
+  CHECK(h2.inputs.config.parallel.fsdp_version == 2);
+  CHECK(origin(h2, "fsdp_version") == "hf2.yaml:4");
+  fs.files["bad2.yaml"] = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n";
+  CHECK(load(fs, {"sft.yaml", "bad2.yaml"}).error().to_string() ==
+        "bad2.yaml:3: fsdp_config.fsdp_version must be 1 or 2, got 3");
 
   // A deepspeed_config_file accelerate resolves from the launch directory: a warning when absent.
   fs.files["ds.yaml"] = "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: z.json\n"

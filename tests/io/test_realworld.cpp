@@ -165,6 +165,7 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
   if (key == "liger_kernels") return as_bool(c.liger_kernels);
   if (key == "offload_optimizer") return as_bool(c.parallel.offload_optimizer);
   if (key == "offload_params") return as_bool(c.parallel.offload_params);
+  if (key == "fsdp_version") return as_int(c.parallel.fsdp_version);
   return {false, "(unknown expected key '" + key + "')"};
 }
 
