@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Second command of the README (and what .ci/run calls): the whole test suite (unit tests, the
 # accuracy checks), then again under AddressSanitizer + UndefinedBehaviorSanitizer built with clang,
-# whose build also holds the libFuzzer targets: each runs for MEMPLAN_FUZZ_SECONDS (default 20) on
+# whose build also holds the libFuzzer targets: each runs for MEMPLAN_FUZZ_SECONDS (default 15) on
 # its committed seed corpus, and a crash fails the suite (tools/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,9 +17,11 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 if [ -f build-asan/CMakeCache.txt ] && ! grep -q "^MEMPLAN_BUILD_FUZZ:BOOL=ON" build-asan/CMakeCache.txt; then
   rm -rf build-asan
 fi
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMEMPLAN_SANITIZE=ON -DMEMPLAN_BUILD_FUZZ=ON \
-  -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
+# No build type: MEMPLAN_SANITIZE's -O1 and line tables only (file:line in sanitizer reports) build
+# about 20% faster than Debug's full debug info, which the suite never reads.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE= -DCMAKE_CXX_FLAGS=-gline-tables-only -DMEMPLAN_SANITIZE=ON \
+  -DMEMPLAN_BUILD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
-MEMPLAN_FUZZ_BUILD=build-asan MEMPLAN_FUZZ_SECONDS="${MEMPLAN_FUZZ_SECONDS:-20}" MEMPLAN_FUZZ_CXX=clang++-14 \
+MEMPLAN_FUZZ_BUILD=build-asan MEMPLAN_FUZZ_SECONDS="${MEMPLAN_FUZZ_SECONDS:-15}" MEMPLAN_FUZZ_CXX=clang++-14 \
   bash tools/fuzz.sh
