@@ -172,6 +172,12 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                       fmt::format("{} (torchao) needs PyTorch >= 2.3; --device cpu models PyTorch 1.13", to_string(c.optim.kind)),
                       "use --device cuda, or --optim adamw_torch on the CPU");
   if (m.is_encoder()) {
+    if (m.model_type == "modernbert")
+      return make_error(ErrorCode::kUnsupported,
+                        "ModernBERT's training step (alternating local/global attention, unpadded batches) is not "
+                        "simulated; memplan knows its parameters only (memplan models)",
+                        "no other model stands in for it exactly; `memplan models` lists the encoders whose step is "
+                        "simulated (BERT, RoBERTa, XLM-R and the sentence-transformers models built on them)");
     if (c.method != Method::kSft)
       return make_error(ErrorCode::kUnsupported,
                         fmt::format("{} is a decoder method; {} is an encoder", to_string(c.method), m.model_type),

@@ -188,7 +188,10 @@ TEST_CASE("what encoders do not model is an error that says so") {
   modern.norm_bias = false;
   auto mb = estimate(modern, cfg(2, 32));
   REQUIRE_FALSE(mb.has_value());
-  CHECK(mb.error().message == "internal: ModernBERT's training step is not modelled (parameter counts are)");
+  CHECK(mb.error().code == ErrorCode::kUnsupported);
+  CHECK(mb.error().message ==
+        "ModernBERT's training step (alternating local/global attention, unpadded batches) is not simulated; "
+        "memplan knows its parameters only (memplan models)");
 }
 
 TEST_CASE("loss kernels: eager > chunked > liger/cce for a large vocabulary; Liger needs CUDA") {
