@@ -134,11 +134,7 @@ bool deepspeed(const TrainingConfig& c) {
 // unit holds the layer's checkpointed input and its gradient until the end of backward.
 // FSDP2 (fully_shard) has no FlatParameter and no reshard-only hook: its post-backward runs from
 // RegisterPostBackwardFunction on the unit's inputs, which saves nothing.
-bool fsdp(const TrainingConfig& c) {
-  const auto s = c.parallel.sharding;
-  return s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
-         s == ShardingStrategy::kFsdpHybridShard;
-}
+bool fsdp(const TrainingConfig& c) { return fsdp_family(c.parallel.sharding); }
 
 bool fsdp_frozen_layer_units(const TrainingConfig& c) {
   return fsdp(c) && c.parallel.fsdp_version == 1 && c.lora.enabled && c.gradient_checkpointing && c.reentrant_checkpointing();

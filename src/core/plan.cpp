@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/sharding.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan {
@@ -443,11 +444,6 @@ Result<std::optional<Change>> fewest_gpus(const SuggestContext& ctx, const Chang
     if (*p <= ctx.budget) break;
   }
   return last;
-}
-
-bool fsdp_family(ShardingStrategy s) {
-  return s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
-         s == ShardingStrategy::kFsdpHybridShard;
 }
 
 // The config after applying `kind` to `c`; nullopt when the change is already in the config or

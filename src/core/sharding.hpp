@@ -36,6 +36,12 @@ struct ShardPlan {
   std::int64_t bucket_bytes = 0;       // DeepSpeed reduce bucket bytes (x2 with overlap_comm)
 };
 
+// FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD: one of PyTorch FSDP's sharding strategies.
+inline bool fsdp_family(ShardingStrategy s) {
+  return s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
+         s == ShardingStrategy::kFsdpHybridShard;
+}
+
 ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int64_t trainable_params,
                           std::int64_t trainable_bytes, std::int64_t layer_param_bytes);
 
