@@ -28,6 +28,10 @@ class Estimator {
 
   // Peak live tensor bytes (Estimate::peak) at the given micro-batch and sequence length.
   Result<Bytes> peak_bytes(std::int64_t micro_batch, std::int64_t seq_len) const;
+  // The same with `grad_accum` micro-batches per step instead of the config's: later
+  // micro-batches hold the earlier ones' gradients, and a pipeline schedule holds up to that
+  // many micro-batches' activations (docs/formulas.md#gradient-accumulation).
+  Result<Bytes> peak_bytes(std::int64_t micro_batch, std::int64_t seq_len, std::int64_t grad_accum) const;
   // The full Estimate at that point (same numbers as estimate()).
   Result<Estimate> at(std::int64_t micro_batch, std::int64_t seq_len) const;
   // The breakdown at the peak of one phase (peak = that phase's peak); an error if the phase

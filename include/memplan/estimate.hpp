@@ -55,6 +55,9 @@ struct Estimate {
   ParamSummary params;
   std::vector<std::string> assumptions;  // stated in output: "model shape assumed: ..."
   std::vector<std::string> warnings;
+  // Pipeline parallelism: the stage whose GPU is the worst (the numbers above are its), of how many.
+  int pipeline_rank = -1;
+  int pipeline_ranks = 0;
 };
 
 std::string to_string(Phase p);

@@ -36,6 +36,9 @@ struct MoeSpec {
   // DeepSeek counts from 0 (offset 0), Qwen2/3-MoE from 1 (offset 1), as their modeling code does.
   int layer_freq_offset = 0;
   std::vector<int> dense_layers;                // Qwen mlp_only_layers: always dense
+  // Expert parallelism: the routed experts one GPU holds (0: all). Set only on the per-GPU
+  // model the engine simulates; the router still scores every expert.
+  int local_experts = 0;
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int layer) const;

@@ -84,6 +84,9 @@ struct FitSearch {
   std::optional<Bytes> next_peak;  // peak(largest + 1); absent at the cap or when it overflows
   bool hit_cap = false;            // cap itself fits: the cap, not the budget, ended the search
   int evaluations = 0;             // calls to peak()
+  // Micro-batch searches: the gradient accumulation the peaks were taken at (later micro-batches
+  // hold earlier gradients; a pipeline holds several micro-batches).
+  std::int64_t grad_accum = 1;
   // Set when two probes contradicted monotonicity; the answer then comes from a linear scan
   // (the largest x such that every x' <= x fits).
   std::optional<MonotoneViolation> violation;

@@ -3,6 +3,7 @@
 // in their configs; every field documents its default and why it matters.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -128,6 +129,12 @@ struct ContrastiveConfig {
   bool operator==(const ContrastiveConfig&) const = default;
 };
 
+// Pipeline schedules (docs/formulas.md#pipeline-parallelism): how many micro-batches' activations
+// a stage holds at once. GPipe: all forwards, then all backwards. 1F1B (Megatron, DeepSpeed,
+// torch.distributed.pipelining): stage i holds min(p - i, m). Interleaved 1F1B: v model chunks
+// per GPU. Zero-bubble ZB-H1 (torch ScheduleInterleavedZeroBubble's basis): 1F1B's peak.
+enum class PipelineSchedule { k1F1B, kInterleaved1F1B, kGPipe, kZeroBubble };
+
 enum class ShardingStrategy { kNone, kZero1, kZero2, kZero3, kFsdpFullShard, kFsdpShardGradOp, kFsdpHybridShard };
 
 struct ParallelConfig {
@@ -140,9 +147,28 @@ struct ParallelConfig {
   // FSDP implementation: 1 (FullyShardedDataParallel, flat parameters; accelerate's default) or
   // 2 (fully_shard, per-parameter DTensor shards). Only read when sharding is an FSDP strategy.
   int fsdp_version = 1;
+  // Pipeline parallelism (docs/formulas.md#pipeline-parallelism): stages, the schedule, model
+  // chunks per GPU (interleaved 1F1B: virtual stages) and explicit first/last stage layer counts
+  // (Megatron's decoder_first/last_pipeline_num_layers; 0: split evenly).
+  int pipeline_parallel = 1;
+  PipelineSchedule pp_schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;
+  int pp_first_stage_layers = 0;
+  int pp_last_stage_layers = 0;
+  // Context parallelism (docs/formulas.md#context-parallelism): each of the cp GPUs of a group
+  // holds seq_len / cp tokens of every sequence; ring attention passes K/V around.
+  int context_parallel = 1;
+  // Expert parallelism (docs/formulas.md#expert-parallelism): routed experts split over ep GPUs
+  // of the data-parallel group; capacity factor 0 = dropless (balanced routing assumed).
+  int expert_parallel = 1;
+  double moe_capacity_factor = 0.0;
 
   int world_size() const { return num_gpus * nodes; }
-  int data_parallel_size() const { return world_size() / (tensor_parallel > 0 ? tensor_parallel : 1); }
+  // GPUs that hold one copy of the model: a tensor x pipeline x context parallel group.
+  int model_parallel_size() const {
+    return std::max(1, tensor_parallel) * std::max(1, pipeline_parallel) * std::max(1, context_parallel);
+  }
+  int data_parallel_size() const { return std::max(1, world_size() / model_parallel_size()); }
 
   bool operator==(const ParallelConfig&) const = default;
 };
@@ -151,7 +177,7 @@ struct TrainingConfig {
   Method method = Method::kSft;
   std::int64_t micro_batch = 1;        // per_device_train_batch_size (sequences; GRPO: completions)
   std::int64_t seq_len = 1024;         // tokens per sequence (TRL SFTConfig.max_length default)
-  std::int64_t grad_accum = 1;         // gradient_accumulation_steps: no effect on peak memory
+  std::int64_t grad_accum = 1;         // gradient_accumulation_steps (> 1: later micro-batches hold .grad)
   DType torch_dtype = DType::kFloat32; // dtype weights are loaded in (from_pretrained default)
   std::optional<DType> autocast;       // --bf16 / --fp16: torch.autocast around forward and loss
   OptimizerConfig optim;
@@ -199,6 +225,7 @@ Result<OptimizerKind> parse_optimizer(const std::string& s); // HF optim names a
 Result<Device> parse_device(const std::string& s);
 Result<ShardingStrategy> parse_fsdp(const std::string& s);
 Result<LossKernel> parse_loss_kernel(const std::string& s);  // eager, liger, chunked, cce
+Result<PipelineSchedule> parse_pp_schedule(const std::string& s);  // 1f1b, interleaved_1f1b, gpipe, zero_bubble
 
 std::string to_string(Method m);
 std::string to_string(DType d);
@@ -207,6 +234,7 @@ std::string to_string(OptimizerKind o);  // canonical HF name
 std::string to_string(Device d);
 std::string to_string(ShardingStrategy s);
 std::string to_string(LossKernel k);
+std::string to_string(PipelineSchedule s);
 std::int64_t dtype_size(DType d);
 
 // Range and consistency checks on a config (batch >= 1, lora r >= 1, 4-bit needs LoRA...).

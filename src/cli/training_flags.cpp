@@ -142,6 +142,25 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_flag("--offload-optimizer", f.offload_optimizer, "Offload optimizer states to CPU")->group("Multi-GPU");
   app.add_flag("--offload-params", f.offload_params, "Offload parameters to CPU (ZeRO-3/FSDP)")->group("Multi-GPU");
   app.add_option("--tensor-parallel", f.tensor_parallel, "Tensor-parallel degree (default 1)")->group("Multi-GPU");
+  app.add_option("--pipeline-parallel", f.pipeline_parallel, "Pipeline-parallel stages (default 1)")->group("Multi-GPU");
+  app.add_option("--pp-schedule", f.pp_schedule, "Pipeline schedule: 1f1b (default), interleaved_1f1b, gpipe, zero_bubble")
+      ->group("Multi-GPU");
+  app.add_option("--virtual-stages", f.virtual_stages,
+                 "Model chunks per GPU for interleaved_1f1b (Megatron virtual_pipeline_model_parallel_size)")
+      ->group("Multi-GPU");
+  app.add_option("--pp-first-stage-layers", f.pp_first_stage_layers,
+                 "Decoder layers on the first pipeline stage (default: an even split)")
+      ->group("Multi-GPU");
+  app.add_option("--pp-last-stage-layers", f.pp_last_stage_layers,
+                 "Decoder layers on the last pipeline stage (default: an even split)")
+      ->group("Multi-GPU");
+  app.add_option("--context-parallel", f.context_parallel, "Context-parallel degree: GPUs that split each sequence (default 1)")
+      ->group("Multi-GPU");
+  app.add_option("--expert-parallel", f.expert_parallel, "Expert-parallel degree: GPUs that split the routed experts (default 1)")
+      ->group("Multi-GPU");
+  app.add_option("--moe-capacity-factor", f.moe_capacity_factor,
+                 "Expert capacity factor with token dropping and padding (default: dropless)")
+      ->group("Multi-GPU");
   // Loss kernels, encoders, contrastive training
   app.add_option("--loss-kernel", f.loss_kernel, "Decoder loss: eager (default), liger (fused linear CE), chunked "
                                                  "(torchtune, 8 chunks), cce (cut cross-entropy)")
@@ -419,6 +438,42 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (given("--tensor-parallel")) {
     c.parallel.tensor_parallel = f.tensor_parallel;
     mark("tensor_parallel", "--tensor-parallel");
+  }
+  if (given("--pipeline-parallel")) {
+    c.parallel.pipeline_parallel = f.pipeline_parallel;
+    mark("pipeline_parallel", "--pipeline-parallel");
+  }
+  if (given("--pp-schedule")) {
+    auto s = parse_pp_schedule(f.pp_schedule);
+    if (!s) return flag_error("--pp-schedule", s.error());
+    c.parallel.pp_schedule = *s;
+    mark("pp_schedule", "--pp-schedule");
+  }
+  if (given("--virtual-stages")) {
+    c.parallel.virtual_stages = f.virtual_stages;
+    mark("virtual_stages", "--virtual-stages");
+    // Megatron: a virtual pipeline size selects the interleaved schedule.
+    if (!given("--pp-schedule") && f.virtual_stages > 1) c.parallel.pp_schedule = PipelineSchedule::kInterleaved1F1B;
+  }
+  if (given("--pp-first-stage-layers")) {
+    c.parallel.pp_first_stage_layers = f.pp_first_stage_layers;
+    mark("pp_first_stage_layers", "--pp-first-stage-layers");
+  }
+  if (given("--pp-last-stage-layers")) {
+    c.parallel.pp_last_stage_layers = f.pp_last_stage_layers;
+    mark("pp_last_stage_layers", "--pp-last-stage-layers");
+  }
+  if (given("--context-parallel")) {
+    c.parallel.context_parallel = f.context_parallel;
+    mark("context_parallel", "--context-parallel");
+  }
+  if (given("--expert-parallel")) {
+    c.parallel.expert_parallel = f.expert_parallel;
+    mark("expert_parallel", "--expert-parallel");
+  }
+  if (given("--moe-capacity-factor")) {
+    c.parallel.moe_capacity_factor = f.moe_capacity_factor;
+    mark("moe_capacity_factor", "--moe-capacity-factor");
   }
   // Loss kernels and contrastive training
   if (given("--loss-kernel")) {

@@ -76,6 +76,14 @@ struct TrainingFlags {
   bool offload_optimizer = false;
   bool offload_params = false;
   int tensor_parallel = 0;
+  int pipeline_parallel = 0;
+  std::string pp_schedule;
+  int virtual_stages = 0;
+  int pp_first_stage_layers = 0;
+  int pp_last_stage_layers = 0;
+  int context_parallel = 0;
+  int expert_parallel = 0;
+  double moe_capacity_factor = 0;
   // Loss kernels, encoders and contrastive training (docs/formulas.md#fused-cross-entropy, #encoders)
   std::string loss_kernel;       // --loss-kernel eager|liger|chunked|cce
   bool liger = false;            // --liger / --use-liger-kernel: Liger FLCE + RMSNorm/SwiGLU/RoPE

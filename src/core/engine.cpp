@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/optimizer_model.hpp"
+#include "core/pipeline.hpp"
 #include "core/sharding.hpp"
 #include "core/sim/program.hpp"
 #include "memplan/text.hpp"
@@ -153,6 +155,44 @@ sim::RefKind reference_kind(const TrainingConfig& c) {
   return sim::RefKind::kAdaptersDisabled;
 }
 
+// Pipeline, context and expert parallelism: what memplan models (docs/formulas.md#parallelism-layout).
+Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
+  const ParallelConfig& p = c.parallel;
+  if (p.expert_parallel > 1 || p.moe_capacity_factor > 0) {
+    if (!m.moe.enabled())
+      return make_error(ErrorCode::kConflict,
+                        fmt::format("{} needs a mixture-of-experts model; {} has no routed experts",
+                                    p.expert_parallel > 1 ? "expert-parallel" : "moe-capacity-factor",
+                                    m.name.empty() ? "this model" : m.name),
+                        "drop --expert-parallel / --moe-capacity-factor");
+    if (m.moe.num_experts % p.expert_parallel != 0)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("expert-parallel = {} must divide the number of routed experts ({})",
+                                    p.expert_parallel, m.moe.num_experts));
+  }
+  const bool pp = p.pipeline_parallel > 1, cp = p.context_parallel > 1;
+  if (!pp && !cp) return Ok{};
+  const char* what = pp ? "pipeline parallelism" : "context parallelism";
+  if (m.is_encoder() || c.method != Method::kSft)
+    return make_error(ErrorCode::kUnsupported,
+                      fmt::format("{} is modelled for decoder SFT/pre-training only (got {} of {})", what,
+                                  to_string(c.method), m.model_type),
+                      "TRL's DPO/GRPO trainers and encoders do not run pipeline or context parallel stages");
+  if (pp && (p.sharding == ShardingStrategy::kZero2 || p.sharding == ShardingStrategy::kZero3))
+    return make_error(ErrorCode::kUnsupported,
+                      "DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only",
+                      "use --zero-stage 1 (Megatron's distributed optimizer shards the same way), or FSDP2");
+  if (pp && fsdp(c) && p.fsdp_version != 2)
+    return make_error(ErrorCode::kUnsupported, "pipeline parallelism with FSDP1 is not a supported combination",
+                      "torchtitan composes pipeline stages with FSDP2: add --fsdp-version 2");
+  if (cp && c.attn_impl() == AttnImpl::kEager)
+    return make_error(ErrorCode::kUnsupported,
+                      "context parallelism needs a fused attention kernel (ring attention over SDPA/flash/TE)",
+                      "use --attn-implementation sdpa or flash_attention_2");
+  if (cp && c.device == Device::kCpu) return make_error(ErrorCode::kUnsupported, "context parallelism needs CUDA devices");
+  return Ok{};
+}
+
 Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
   if (c.method == Method::kGrpo && c.grpo.max_prompt_length < 1)
     return make_error(ErrorCode::kInvalidArgument, "GRPO needs --max-prompt-length >= 1");
@@ -190,6 +230,7 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                                   m.model_type.empty() ? "the model" : m.model_type),
                       "use an encoder such as bert-base-uncased, bge-base-en-v1.5 or all-MiniLM-L6-v2");
   }
+  if (auto s = check_parallel_supported(m, c); !s) return s;
   for (const auto& s : c.lora.modules_to_save)
     if (s != "embed_tokens" && s != "lm_head")
       return make_error(ErrorCode::kUnsupported,
@@ -201,11 +242,30 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
 
 }  // namespace
 
+// One simulated pipeline stage (the whole model without pipeline parallelism).
+struct StageSim {
+  // Every event that can be the peak, offsets applied: [accumulated][b class]. accumulated 0:
+  // the first micro-batch of a step; 1: a later one, with the earlier micro-batches' gradients.
+  // b class 0: b == 1, 1: b >= 2.
+  std::array<std::array<std::vector<Candidate>, 2>, 2> candidates;
+  // One micro-batch's activations as its backward begins, per b class (pipeline in-flight).
+  std::array<CatVec, 2> retained{};
+  OptimizerFootprint opt;
+  std::vector<OptParam> opt_params;
+  ShardPlan shard;
+  std::int64_t trainable = 0;
+};
+
+struct RankSim {
+  PipelineRank rank;
+  std::size_t sim = 0;  // index into Impl::sims
+};
+
 struct Estimator::Impl {
   ModelSpec model;
   TrainingConfig config;
-  // Every event that can be the peak, offsets applied: [0] for b == 1, [1] for b >= 2.
-  std::array<std::vector<Candidate>, 2> candidates;
+  std::vector<StageSim> sims;
+  std::vector<RankSim> ranks;  // every pipeline rank (one without pipeline parallelism)
   ParamSummary params;
   OptimizerFootprint opt;
   std::vector<OptParam> opt_params;
@@ -416,6 +476,84 @@ Estimator& Estimator::operator=(Estimator&&) noexcept = default;
 const ModelSpec& Estimator::model() const { return impl_->model; }
 const TrainingConfig& Estimator::config() const { return impl_->config; }
 
+namespace {
+
+// The decoder layers simulated for a run of n layers from `first`: {first, middle, last} and
+// {first, middle, middle, last} when n > 3 (docs/formulas.md#extrapolation). The middle layer
+// stands for all but the first and last: when the run's second layer is not of their majority
+// kind (DeepSeek-V3's first_k_dense_replace = 3: layer 1 dense, 56 of the 59 MoE), simulate one
+// that is (docs/formulas.md#mla-parameters).
+std::pair<std::vector<int>, std::vector<int>> simulated_layers(const ModelSpec& model, int first, int n) {
+  std::vector<int> layers3, layers4;
+  if (n <= 3) {
+    for (int l = first; l < first + n; ++l) layers3.push_back(l);
+    return {layers3, layers4};
+  }
+  const int last = first + n - 1;
+  int mid = first + 1;
+  int moe_mid = 0;
+  for (int l = first + 1; l < last; ++l) moe_mid += model.moe.is_moe_layer(l) ? 1 : 0;
+  const bool want_moe = 2 * moe_mid > n - 2;
+  for (int l = first + 1; l < last && model.moe.is_moe_layer(first + 1) != want_moe; ++l)
+    if (model.moe.is_moe_layer(l) == want_moe) {
+      mid = l;
+      break;
+    }
+  return {{first, mid, last}, {first, mid, mid, last}};
+}
+
+// What one micro-batch holds as its backward begins (the first backward event, less the
+// gradient that starts it): its saved activations, checkpoints, inputs and masks, logits.
+// A pipeline schedule keeps this alive for every micro-batch in flight.
+CatVec retained_at_backward(const sim::ProgramResult& r3, const sim::ProgramResult* r4, std::int64_t m) {
+  auto first_backward = [](const sim::ProgramResult& r) -> const sim::Event* {
+    for (const auto& e : r.events)
+      if (phase_of(e.segment) == Phase::kBackward) return &e;
+    return nullptr;
+  };
+  const sim::Event* e3 = first_backward(r3);
+  const sim::Event* e4 = r4 != nullptr ? first_backward(*r4) : nullptr;
+  CatVec out{};
+  if (e3 == nullptr) return out;
+  Poly sum;
+  for (Cat c : {Cat::kActivations, Cat::kAttentionScores, Cat::kLoraDropout, Cat::kAutocastCopies, Cat::kLogits,
+                Cat::kCheckpoints, Cat::kInputs}) {
+    const auto i = static_cast<std::size_t>(c);
+    Poly v = e3->cats[i];
+    if (e4 != nullptr && m != 0) v += (e4->cats[i] - e3->cats[i]) * m;
+    sum += v;
+  }
+  out[static_cast<std::size_t>(Cat::kInFlight)] = sum;
+  return out;
+}
+
+// Context parallelism's ring attention (docs/formulas.md#context-parallelism), Transformer
+// Engine's AttnFuncWithCPAndKVP2P: in forward every K/V block received (cp of them) and cp
+// per-step outputs live until the layer's attention returns; backward holds dQ and two K/V +
+// dK/dV ring buffers. Polynomials in the local sequence (the engine evaluates at s / cp).
+void add_ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfig& c, std::vector<Candidate>& cands,
+                                const CatVec& base) {
+  const std::int64_t cp = c.parallel.context_parallel;
+  const std::int64_t act = c.autocast ? 2 : dtype_size(c.torch_dtype);
+  const std::int64_t hd = rank_model.head_dim;
+  const std::int64_t q = checked_mul(checked_mul(rank_model.num_heads, hd), act);
+  const std::int64_t kv = checked_mul(checked_mul(2LL * rank_model.num_kv_heads, hd), act);  // K and V
+  const Poly fwd = Poly::mono(sim::kBS, checked_mul(cp, kv + q));
+  const Poly bwd = Poly::mono(sim::kBS, q + 4 * kv);
+  for (auto& cand : cands) {
+    const bool fwd_layer = cand.segment >= sim::kSegFwdFirst && cand.segment <= sim::kSegFwdLast;
+    const bool bwd_layer = cand.segment >= sim::kSegBwdFirst && cand.segment <= sim::kSegBwdLast;
+    if (!fwd_layer && !bwd_layer) continue;
+    materialize(cand, base);
+    auto v = std::make_shared<CatVec>(*cand.cats);
+    (*v)[static_cast<std::size_t>(Cat::kBuckets)] += fwd_layer ? fwd : bwd;
+    cand.total += fwd_layer ? fwd : bwd;
+    cand.cats = std::move(v);
+  }
+}
+
+}  // namespace
+
 Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig& config) {
   if (auto s = validate(model); !s) return s.error();
   if (auto s = validate(config); !s) return s.error();
@@ -428,6 +566,12 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     sim::ProgramSpec sp;
     // Each tensor-parallel rank computes a slice of every layer.
     sp.model = tensor_parallel_rank(model, config.parallel.tensor_parallel);
+    // Each expert-parallel rank holds num_experts / ep routed experts and computes every token
+    // routed to them (docs/formulas.md#expert-parallelism).
+    if (config.parallel.expert_parallel > 1) sp.model.moe.local_experts = model.moe.num_experts / config.parallel.expert_parallel;
+    sp.expert_parallel = config.parallel.expert_parallel;
+    if (config.parallel.moe_capacity_factor > 0)
+      sp.moe_tokens_per_mille = static_cast<std::int64_t>(std::ceil(config.parallel.moe_capacity_factor * 1000 - 1e-9));
     sp.weight_dt = to_dt(config.torch_dtype);
     if (config.autocast) sp.autocast = to_dt(*config.autocast);
     sp.full_finetune = !config.lora.enabled;
@@ -483,123 +627,173 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     sp.ops.cuda = config.device == Device::kCuda;
     sp.ops.trivial_slices_are_ops = config.device == Device::kCpu;
     sp.ops.mean_saves_input = config.device == Device::kCpu;
-    const int L = model.num_layers;
-    const std::int64_t extra = L > 3 ? L - 3 : 0;
-    std::vector<int> layers3, layers4;
-    if (L <= 3) {
-      for (int l = 0; l < L; ++l) layers3.push_back(l);
-    } else {
-      layers3 = {0, 1, L - 1};
-      layers4 = {0, 1, 2, L - 1};
-      // The middle simulated layer stands for layers 1..L-2: when layer 1 is not of their
-      // majority kind (DeepSeek-V3's first_k_dense_replace = 3: layer 1 dense, 56 of the 59 MoE),
-      // simulate one that is (docs/formulas.md#mla-parameters).
-      int moe_mid = 0;
-      for (int l = 1; l < L - 1; ++l) moe_mid += model.moe.is_moe_layer(l) ? 1 : 0;
-      const bool want_moe = 2 * moe_mid > L - 2;
-      for (int l = 1; l < L - 1 && model.moe.is_moe_layer(1) != want_moe; ++l)
-        if (model.moe.is_moe_layer(l) == want_moe) {
-          layers3 = {0, l, L - 1};
-          layers4 = {0, l, l, L - 1};
-          break;
-        }
-    }
-    std::int64_t trainable = 0;
+    // Pipeline ranks (one, without pipeline parallelism); ranks whose simulation would be the
+    // same (embedding, head, layer count and kinds) share it.
+    MEMPLAN_TRY(const std::vector<PipelineRank> ranks, pipeline_ranks(model, config.parallel));
+    const bool pipelined = ranks.size() > 1;
     // Batch 1 changes the program only where a reshape becomes a view: eager attention's
     // query (and single-KV-head) copies and GRPO's entropy copy. Otherwise one program serves.
     const bool batch_one_differs = sp.batch_multiplier == 1 &&
                                    (sp.attn == AttnImpl::kEager || config.method == Method::kGrpo);
-    for (int cls = batch_one_differs ? 0 : 1; cls < 2; ++cls) {
-      sp.batch_one = cls == 0;
-      sp.model_layers = layers3;
-      const sim::ProgramResult r3 = sim::run_step(sp);
-      if (!r3.leaked.empty()) throw std::logic_error("step simulation left tensors alive");
-      std::optional<sim::ProgramResult> r4;
-      if (!layers4.empty()) {
-        sp.model_layers = layers4;
-        r4 = sim::run_step(sp);
+    const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
+                       config.parallel.offload_params;
+    std::int64_t trainable_all = 0;
+    std::map<std::vector<int>, std::size_t> sim_of;
+    for (const auto& rk : ranks) {
+      const auto [layers3, layers4] = simulated_layers(model, rk.first_layer, rk.layers);
+      std::vector<int> key{rk.embedding, rk.head, rk.layers};
+      for (int l : layers3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
+      if (auto it = sim_of.find(key); it != sim_of.end()) {
+        impl->ranks.push_back({rk, it->second});
+        trainable_all += impl->sims[it->second].trainable;
+        continue;
       }
-      if (impl->opt_params.empty() && trainable == 0) {
-        // Full-model parameter list for the optimizer: the middle simulated layer repeats.
-        for (const auto& p : r3.params) {
-          if (!p.trainable) continue;
-          const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
-          OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
-          if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
-          op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
-          impl->opt_params.push_back(op);
-          trainable += p.numel * reps;
-        }
-        if (deepspeed(config)) {
-          // DeepSpeed steps the client optimizer on its fp32 master partition.
-          std::vector<OptParam> master = impl->opt_params;
-          for (auto& p : master) p.elem_bytes = 4;
-          impl->opt = optimizer_footprint(config.optim, config.device, master);
-        } else {
-          impl->opt = optimizer_footprint(config.optim, config.device, impl->opt_params);
-        }
-        std::int64_t tbytes = 0, layer_bytes = 0;
-        for (const auto& p : impl->opt_params) tbytes += p.numel * p.elem_bytes * p.count;
-        for (const auto& p : r3.params)
-          if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
-        impl->shard = make_shard_plan(model, config, trainable, tbytes, layer_bytes);
-        for (const auto& p : r3.params)
-          if (p.sim_layer < 0) impl->shard.root_param_bytes += p.numel * sim::esize(p.dt);
-        if (config.quant.load_in_4bit) {
-          // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
-          for (int layer = 0; layer < model.num_layers; ++layer)
-            for (const auto& mod : layer_linears(sp.model, layer)) {
-              if (!mod.nn_linear) continue;
-              const std::int64_t blocks = (mod.weight_params() + 63) / 64;
-              impl->shard.quant_state_bytes +=
-                  config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
+      impl->sims.emplace_back();
+      StageSim& st = impl->sims.back();
+      sim_of.emplace(key, impl->sims.size() - 1);
+      impl->ranks.push_back({rk, impl->sims.size() - 1});
+      const int L = rk.layers;
+      const std::int64_t extra = L > 3 ? L - 3 : 0;
+      sp.stage_embedding = rk.embedding;
+      sp.stage_head = rk.head;
+      for (int acc = 0; acc < 2; ++acc) {
+        sp.grads_accumulated = acc == 1;
+        for (int cls = batch_one_differs ? 0 : 1; cls < 2; ++cls) {
+          sp.batch_one = cls == 0;
+          sp.model_layers = layers3;
+          const sim::ProgramResult r3 = sim::run_step(sp);
+          if (!r3.leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+          std::optional<sim::ProgramResult> r4;
+          if (!layers4.empty()) {
+            sp.model_layers = layers4;
+            r4 = sim::run_step(sp);
+          }
+          if (st.opt_params.empty() && st.trainable == 0) {
+            // The stage's parameter list for the optimizer: the middle simulated layer repeats.
+            for (const auto& p : r3.params) {
+              if (!p.trainable) continue;
+              const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
+              OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
+              if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
+              op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
+              st.opt_params.push_back(op);
+              st.trainable += p.numel * reps;
             }
+            if (deepspeed(config)) {
+              // DeepSpeed steps the client optimizer on its fp32 master partition.
+              std::vector<OptParam> master = st.opt_params;
+              for (auto& p : master) p.elem_bytes = 4;
+              st.opt = optimizer_footprint(config.optim, config.device, master);
+            } else {
+              st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
+            }
+            std::int64_t tbytes = 0, layer_bytes = 0, expert_bytes = 0;
+            for (const auto& p : st.opt_params) tbytes += p.numel * p.elem_bytes * p.count;
+            for (const auto& p : r3.params) {
+              if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
+              if (p.rows > 0 && p.count > 1) {
+                const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
+                expert_bytes += p.numel * sim::esize(p.dt) * reps;
+              }
+            }
+            st.shard = make_shard_plan(model, config, st.trainable, tbytes, layer_bytes);
+            for (const auto& p : r3.params)
+              if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
+            // Routed experts' share of the stage's parameters: sharded over the expert
+            // data-parallel group (docs/formulas.md#expert-parallelism).
+            std::int64_t all_bytes = 0;
+            for (const auto& p : r3.params) {
+              const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
+              all_bytes += p.numel * sim::esize(p.dt) * reps;
+            }
+            st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
+            std::int64_t expert_trainable = 0;
+            for (const auto& p : st.opt_params)
+              if (p.rows > 0 && p.count > 1) expert_trainable += p.numel * p.elem_bytes * p.count;
+            st.shard.expert_trainable_share_per_mille = tbytes > 0 ? expert_trainable * 1000 / tbytes : 0;
+            if (config.quant.load_in_4bit) {
+              // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
+              for (int layer = rk.first_layer; layer < rk.first_layer + rk.layers; ++layer)
+                for (const auto& mod : layer_linears(sp.model, layer)) {
+                  if (!mod.nn_linear) continue;
+                  const std::int64_t blocks = (mod.weight_params() + 63) / 64;
+                  st.shard.quant_state_bytes +=
+                      config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
+                }
+            }
+          }
+          // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
+          CatVec base{}, opt_extra{};
+          base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
+          if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
+          Poly grads;
+          for (const auto& p : st.opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
+          opt_extra[static_cast<int>(Cat::kGradients)] = grads;
+          opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
+          std::vector<Candidate> cands;
+          std::optional<sim::ProgramResult> full;
+          try {
+            cands = extrapolate(r3, r4 ? &*r4 : nullptr, extra, base, opt_extra);
+          } catch (const TimelineMismatch&) {
+            // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
+            sp.model_layers.clear();
+            for (int l = rk.first_layer; l < rk.first_layer + L; ++l) sp.model_layers.push_back(l);
+            full = sim::run_step(sp);
+            if (!full->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+            cands = extrapolate(*full, nullptr, 0, base, opt_extra);
+          }
+          // One micro-batch's activations as its backward begins: what a pipeline schedule holds
+          // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
+          if (acc == 0)
+            st.retained[static_cast<std::size_t>(cls)] =
+                full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4 ? &*r4 : nullptr, extra);
+          if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
+            const CatVec persistent =
+                add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
+            cands.push_back(generation_candidate(model, config, persistent));
+          }
+          if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands, base);
+          if (multi) {
+            // Multi-GPU rules act per category: every candidate needs its categories first.
+            // Gradient accumulation under FSDP through accelerate/Trainer runs the earlier
+            // micro-batches in no_sync(): their gradients accumulate unsharded.
+            const bool unsharded_grads = acc == 1 && !pipelined && fsdp(config);
+            for (auto& cand : cands) {
+              materialize(cand, base);
+              auto sharded = std::make_shared<const CatVec>(
+                  apply_sharding(st.shard, *cand.cats, cand.segment == kSegOptimizer,
+                                 gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
+                                                 fsdp(impl->config) && impl->config.parallel.fsdp_version == 2),
+                                 unsharded_grads && cand.segment != kSegOptimizer));
+              cand.total = total(*sharded);
+              cand.cats = std::move(sharded);
+            }
+          }
+          auto kept = prune(std::move(cands));
+          for (auto& cand : kept) materialize(cand, base);
+          auto& slot = st.candidates[static_cast<std::size_t>(acc)];
+          slot[static_cast<std::size_t>(cls)] = std::move(kept);
+          if (!batch_one_differs) {
+            slot[0] = slot[1];
+            st.retained[0] = st.retained[1];
+          }
+        }
+        // Nothing trainable: every micro-batch is the first.
+        if (st.trainable == 0) {
+          st.candidates[1] = st.candidates[0];
+          break;
         }
       }
-      // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
-      CatVec base{}, opt_extra{};
-      base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(impl->opt.state_bytes);
-      if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
-      Poly grads;
-      for (const auto& p : impl->opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
-      opt_extra[static_cast<int>(Cat::kGradients)] = grads;
-      opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(impl->opt.temp_bytes);
-      std::vector<Candidate> cands;
-      std::optional<sim::ProgramResult> full;
-      try {
-        cands = extrapolate(r3, r4 ? &*r4 : nullptr, extra, base, opt_extra);
-      } catch (const TimelineMismatch&) {
-        // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
-        sp.model_layers.clear();
-        for (int l = 0; l < L; ++l) sp.model_layers.push_back(l);
-        full = sim::run_step(sp);
-        if (!full->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
-        cands = extrapolate(*full, nullptr, 0, base, opt_extra);
-      }
-      if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
-        const CatVec persistent =
-            add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
-        cands.push_back(generation_candidate(model, config, persistent));
-      }
-      const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
-                         config.parallel.offload_params;
-      if (multi) {
-        // Multi-GPU rules act per category: every candidate needs its categories first.
-        for (auto& cand : cands) {
-          materialize(cand, base);
-          auto sharded = std::make_shared<const CatVec>(
-              apply_sharding(impl->shard, *cand.cats, cand.segment == kSegOptimizer,
-                             gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
-                                             fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)));
-          cand.total = total(*sharded);
-          cand.cats = std::move(sharded);
-        }
-      }
-      auto kept = prune(std::move(cands));
-      for (auto& cand : kept) materialize(cand, base);
-      impl->candidates[static_cast<std::size_t>(cls)] = std::move(kept);
-      if (!batch_one_differs) impl->candidates[0] = impl->candidates[1];
+      trainable_all += st.trainable;
     }
+    // A last stage's own copy of tied embeddings is not a second trainable parameter of the model.
+    std::int64_t trainable = trainable_all;
+    if (pipelined && model.tie_word_embeddings && !config.lora.enabled)
+      trainable -= model.vocab_size * model.hidden_size;
+    const StageSim& first_sim = impl->sims[impl->ranks.front().sim];
+    impl->opt = first_sim.opt;
+    impl->opt_params = first_sim.opt_params;
+    impl->shard = first_sim.shard;
 
     impl->params.counts = count_parameters(model);
     impl->params.total = impl->params.counts.total;
@@ -635,16 +829,79 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
   return Estimator(std::move(impl));
 }
 
+namespace {
+
+// The worst GPU at (b, s): every pipeline rank's candidates, plus the activations of the other
+// micro-batches its schedule holds (docs/formulas.md#pipeline-parallelism). Context parallelism
+// evaluates the local sequence, s / cp.
+struct Worst {
+  std::int64_t peak = -1;
+  const Candidate* cand = nullptr;
+  const RankSim* rank = nullptr;
+  std::int64_t in_flight = 0;  // bytes of the other micro-batches on that rank
+  std::array<std::int64_t, 5> phase_peak{-1, -1, -1, -1, -1};
+};
+
+std::int64_t local_seq(const TrainingConfig& c, std::int64_t s) {
+  const std::int64_t cp = std::max(1, c.parallel.context_parallel);
+  return (s + cp - 1) / cp;
+}
+
+Worst evaluate(const std::vector<StageSim>& sims, const std::vector<RankSim>& ranks, const TrainingConfig& c,
+               std::int64_t b, std::int64_t s, std::int64_t accum, std::optional<Phase> only) {
+  Worst w;
+  const std::int64_t sl = local_seq(c, s);
+  const std::size_t cls = b == 1 ? 0 : 1;
+  const std::size_t acc = accum > 1 ? 1 : 0;
+  for (const auto& rk : ranks) {
+    const StageSim& st = sims[rk.sim];
+    std::int64_t held = 0;
+    if (ranks.size() > 1) {
+      const std::int64_t k = in_flight_chunks(c.parallel, rk.rank.rank, accum);
+      const std::int64_t v = rk.rank.chunks;
+      const std::int64_t r = total(st.retained[cls]).eval(b, sl);
+      held = (checked_mul(r, std::max<std::int64_t>(0, k - v)) + v - 1) / v;
+    }
+    for (const auto& cand : st.candidates[acc][cls]) {
+      // No micro-batch is in flight at the optimizer step (the pipeline has drained).
+      const Phase ph = phase_of(cand.segment);
+      const std::int64_t h = ph == Phase::kForward || ph == Phase::kBackward ? held : 0;
+      const std::int64_t v = checked_add(cand.total.eval(b, sl), h);
+      auto& pp = w.phase_peak[static_cast<std::size_t>(phase_of(cand.segment))];
+      pp = std::max(pp, v);
+      if (only && phase_of(cand.segment) != *only) continue;
+      if (v > w.peak) {
+        w.peak = v;
+        w.cand = &cand;
+        w.rank = &rk;
+        w.in_flight = h;
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
 Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s) const {
+  return peak_bytes(b, s, impl_->config.grad_accum);
+}
+
+Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s, std::int64_t accum) const {
   if (b < 1 || s < 1) return make_error(ErrorCode::kInvalidArgument, "batch and seq-len must be positive");
   if (impl_->config.method == Method::kGrpo && s <= impl_->config.grpo.max_prompt_length)
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("GRPO sequence length {} leaves no room for a completion after the {}-token prompt",
                                   s, impl_->config.grpo.max_prompt_length));
   try {
-    std::int64_t best = 0;
-    for (const auto& c : impl_->candidates[b == 1 ? 0 : 1]) best = std::max(best, c.total.eval(b, s));
-    return Bytes::of(best);
+    if (impl_->ranks.size() == 1) {  // the common case, kept tight
+      const auto& cands = impl_->sims.front().candidates[accum > 1 ? 1 : 0][b == 1 ? 0 : 1];
+      const std::int64_t sl = local_seq(impl_->config, s);
+      std::int64_t best = 0;
+      for (const auto& c : cands) best = std::max(best, c.total.eval(b, sl));
+      return Bytes::of(best);
+    }
+    return Bytes::of(std::max<std::int64_t>(0, evaluate(impl_->sims, impl_->ranks, impl_->config, b, s, accum, std::nullopt).peak));
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the batch or sequence length is far too large");
   }
@@ -664,46 +921,52 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
   if (auto p = peak_bytes(b, s); !p) return p.error();
   try {
     Estimate e;
-    const Candidate* arg = nullptr;
-    std::int64_t best = -1;
-    std::array<std::int64_t, 5> phase_peak{-1, -1, -1, -1, -1};
-    for (const auto& cand : impl_->candidates[b == 1 ? 0 : 1]) {
-      const std::int64_t v = cand.total.eval(b, s);
-      const int ph = static_cast<int>(phase_of(cand.segment));
-      phase_peak[static_cast<std::size_t>(ph)] = std::max(phase_peak[static_cast<std::size_t>(ph)], v);
-      if (only && phase_of(cand.segment) != *only) continue;
-      if (v > best) {
-        best = v;
-        arg = &cand;
-      }
-    }
-    if (arg == nullptr)
+    const Worst w = evaluate(impl_->sims, impl_->ranks, c, b, s, c.grad_accum, only);
+    if (w.cand == nullptr)
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("phase '{}' does not run in this configuration", to_string(*only)));
+    const std::int64_t best = w.peak;
+    const StageSim& st = impl_->sims[w.rank->sim];
     e.peak = Bytes::of(best);
-    e.peak_phase = phase_of(arg->segment);
+    e.peak_phase = phase_of(w.cand->segment);
     for (int ph = 0; ph < 5; ++ph)
-      if (phase_peak[static_cast<std::size_t>(ph)] >= 0 && (!only || phase_peak[static_cast<std::size_t>(ph)] <= best))
-        e.phases.push_back({static_cast<Phase>(ph), Bytes::of(phase_peak[static_cast<std::size_t>(ph)])});
+      if (w.phase_peak[static_cast<std::size_t>(ph)] >= 0 && (!only || w.phase_peak[static_cast<std::size_t>(ph)] <= best))
+        e.phases.push_back({static_cast<Phase>(ph), Bytes::of(w.phase_peak[static_cast<std::size_t>(ph)])});
+    const std::int64_t sl = local_seq(c, s);
     for (int i = 0; i < sim::kNumCats; ++i) {
-      const std::int64_t v = (*arg->cats)[static_cast<std::size_t>(i)].eval(b, s);
+      std::int64_t v = (*w.cand->cats)[static_cast<std::size_t>(i)].eval(b, sl);
+      if (static_cast<Cat>(i) == Cat::kInFlight) v += w.in_flight;
       const std::string name = sim::cat_name(static_cast<Cat>(i));
-      if (v != 0) e.components.push_back({name, Bytes::of(v), placement_of(impl_->shard, name), ""});
+      if (v != 0) e.components.push_back({name, Bytes::of(v), placement_of(st.shard, name), ""});
+    }
+    if (impl_->ranks.size() > 1) {
+      const PipelineRank& r = w.rank->rank;
+      e.pipeline_rank = r.rank;
+      e.pipeline_ranks = static_cast<int>(impl_->ranks.size());
+      const std::int64_t k = in_flight_chunks(c.parallel, r.rank, c.grad_accum);
+      e.assumptions.push_back(fmt::format(
+          "pipeline: the worst GPU is stage {} of {} ({} decoder layers{}{}), holding the activations of {} "
+          "({} schedule, {} micro-batches per step; stage outputs kept until their backward, as "
+          "torch.distributed.pipelining does)",
+          r.rank, impl_->ranks.size(), r.layers, r.embedding ? ", the embedding" : "", r.head ? ", the head and loss" : "",
+          r.chunks > 1 ? fmt::format("{} model-chunk micro-batches ({} chunks per GPU)", k, r.chunks)
+                       : fmt::format("{} micro-batch(es)", k),
+          to_string(c.parallel.pp_schedule), c.grad_accum));
     }
     add_runtime_overhead(impl_->config, e);
-    if (impl_->opt.paged_bytes > 0 && impl_->config.device == Device::kCuda) {
+    if (st.opt.paged_bytes > 0 && impl_->config.device == Device::kCuda) {
       // bitsandbytes paged states: unified memory outside the allocator, so outside the peak;
       // resident on the GPU while there is room, evicted to the CPU under pressure.
-      std::int64_t paged = impl_->opt.paged_bytes;
-      if (impl_->shard.shard_optim) paged = (paged + impl_->shard.shard_over - 1) / impl_->shard.shard_over;
-      if (impl_->shard.offload_optimizer) paged = 0;
-      e.overhead.push_back({"paged_optimizer_states", Bytes::of(paged), placement_of(impl_->shard, "optimizer_states"),
+      std::int64_t paged = st.opt.paged_bytes;
+      if (st.shard.shard_optim) paged = (paged + st.shard.shard_over - 1) / st.shard.shard_over;
+      if (st.shard.offload_optimizer) paged = 0;
+      e.overhead.push_back({"paged_optimizer_states", Bytes::of(paged), placement_of(st.shard, "optimizer_states"),
                             "bitsandbytes paged optimizer states (cudaMallocManaged): not in max_memory_allocated, "
                             "evicted to CPU memory when the GPU runs out"});
       e.total += Bytes::of(paged);
     }
     e.params = impl_->params;
-    e.assumptions = impl_->assumptions;
+    e.assumptions.insert(e.assumptions.begin(), impl_->assumptions.begin(), impl_->assumptions.end());
     e.warnings = impl_->warnings;
     return e;
   } catch (const SizeOverflow& ex) {

@@ -188,7 +188,8 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   LinearModule router{"gate", h, m.moe.num_experts, m.moe.router_bias, 1, LinearRole::kRouter};
   router.nn_linear = !is_deepseek_family(m);
   out.push_back(router);
-  add_gated_mlp(out, m, m.moe.expert_intermediate_size, m.moe.num_experts, LinearRole::kRoutedExpert, mixtral);
+  add_gated_mlp(out, m, m.moe.expert_intermediate_size, m.moe.local_experts > 0 ? m.moe.local_experts : m.moe.num_experts,
+                  LinearRole::kRoutedExpert, mixtral);
   if (m.moe.num_shared_experts > 0) {
     // DeepSeek fuses n shared experts into one MLP of n x width; Qwen2-MoE has one.
     add_gated_mlp(out, m, m.moe.shared_intermediate_size * m.moe.num_shared_experts, 1, LinearRole::kSharedExpert,

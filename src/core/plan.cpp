@@ -656,7 +656,9 @@ class BatchPeaks {
   std::int64_t seq() const { return seq_; }
 
   Result<Bytes> operator()(std::int64_t m, std::int64_t accum) const {
-    if (!by_accum_ || accum == est_.config().grad_accum) return saturating(est_.peak_bytes(m, seq_));
+    // Otherwise the accumulation decides whether earlier micro-batches' gradients are held and
+    // how many micro-batches a pipeline holds; one estimator answers for every accumulation.
+    if (!by_accum_ || accum == est_.config().grad_accum) return saturating(est_.peak_bytes(m, seq_, accum));
     TrainingConfig c = est_.config();
     c.grad_accum = accum;
     MEMPLAN_TRY(const Estimator* e, cache_.get(c));
@@ -716,6 +718,17 @@ GlobalBatch make_batch(std::int64_t m, std::int64_t accum, int dp, const std::op
   return g;
 }
 
+// An accumulation at least as demanding as any a target global batch can lead to: two
+// micro-batches (the later ones hold the earlier gradients), and enough to fill a 1F1B or
+// interleaved pipeline. GPipe's in-flight count keeps growing; choose_batch() checks its pick.
+std::int64_t conservative_accum(const TrainingConfig& c) {
+  const auto& p = c.parallel;
+  std::int64_t a = std::max<std::int64_t>(2, c.grad_accum);
+  if (p.pipeline_parallel > 1 && p.pp_schedule != PipelineSchedule::kGPipe)
+    a = std::max<std::int64_t>(a, static_cast<std::int64_t>(p.pipeline_parallel) * std::max(1, p.virtual_stages));
+  return std::min(a, kMaxGradAccum);
+}
+
 // The batch the plan recommends under `limit`, given the largest micro-batch `max_fit` that fits
 // it at the lowest accumulation (every accumulation, outside GRPO). docs/plan.md#global-batch
 Result<Choice> choose_batch(const TrainingConfig& c, const PlanRequest& req, const BatchPeaks& peaks, Bytes limit,
@@ -741,8 +754,18 @@ Result<Choice> choose_batch(const TrainingConfig& c, const PlanRequest& req, con
         out.largest = l;
       }
     }
-    out.fits = true;
     MEMPLAN_TRY(out.peak, peaks(out.batch.micro_batch, out.batch.grad_accum));
+    // The pick's own accumulation can need more than the search assumed (a GPipe pipeline
+    // holds every micro-batch): step down until it fits.
+    for (int tries = 0; out.peak > limit && out.batch.micro_batch > 1 && tries < 256; ++tries) {
+      const std::int64_t m = out.batch.micro_batch - 1;
+      out.batch = target ? match_global_batch(m, *target, dp, req.global_batch_tolerance)
+                         : make_batch(m, c.grad_accum, dp, target);
+      MEMPLAN_TRY(out.peak, peaks(out.batch.micro_batch, out.batch.grad_accum));
+      out.largest_micro_batch = out.batch.micro_batch;
+      out.largest.reset();
+    }
+    out.fits = out.peak <= limit;
     return out;
   }
   // GRPO: every (m, accum) is checked, since the accumulation is part of the peak.
@@ -821,7 +844,12 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   const std::int64_t seq = peaks.seq();
   // GRPO: the smallest generation batch a micro-batch can have is one micro-batch (accum 1),
   // a lower bound on every accumulation's peak.
-  const std::int64_t search_accum = peaks.depends_on_accum() ? 1 : c.grad_accum;
+  // Otherwise, with a target global batch the accumulation follows the micro-batch: search at
+  // one that holds earlier micro-batches' gradients and fills a pipeline (the peak never falls
+  // as the accumulation grows, GPipe aside), then choose_batch() checks the pick.
+  const std::int64_t search_accum = peaks.depends_on_accum() ? 1
+                                    : req.target_global_batch ? conservative_accum(c)
+                                                              : c.grad_accum;
 
   Plan out;
   out.budget = req.budget;
@@ -836,6 +864,7 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   }
   const PeakFn at_batch = [&](std::int64_t b) { return peaks(b, search_accum); };
   MEMPLAN_TRY(out.search, find_largest_fitting(at_batch, budget, cap));
+  out.search.grad_accum = search_accum;
   MEMPLAN_TRY(Choice choice, choose_batch(c, req, peaks, budget, out.search.largest));
   out.max_micro_batch = choice.largest_micro_batch;
   out.limited_by = !out.search.hit_cap ? PlanLimit::kBudget

@@ -22,6 +22,19 @@ Poly shard(const Poly& p, int n) {
   return r;
 }
 
+// A shard of parameter-proportional state: the routed experts' share over the expert
+// data-parallel group, the rest over the data-parallel group.
+Poly shard(const ShardPlan& p, const Poly& x, int n, bool trainable = true) {
+  const std::int64_t share = trainable ? p.expert_trainable_share_per_mille : p.expert_share_per_mille;
+  if (share <= 0 || p.expert_shard_over == n) return shard(x, n);
+  Poly experts;
+  for (int i = 0; i < sim::kNumMono; ++i)
+    experts.c[static_cast<std::size_t>(i)] =
+        x.c[static_cast<std::size_t>(i)] / 1000 * share + x.c[static_cast<std::size_t>(i)] % 1000 * share / 1000;
+  const int ne = n == p.shard_over ? p.expert_shard_over : n;
+  return shard(x - experts, n) + shard(experts, ne);
+}
+
 }  // namespace
 
 ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int64_t trainable_params,
@@ -29,14 +42,16 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
   ShardPlan p;
   const auto& par = c.parallel;
   p.dp = std::max(1, par.data_parallel_size());
-  p.shard_over = p.dp;
+  // Context-parallel ranks hold the same parameters: ZeRO/FSDP shard over dp x cp (Megatron's
+  // data-parallel-with-context group, torchtitan's dp_shard_cp mesh).
+  p.shard_over = p.dp * std::max(1, par.context_parallel);
   p.trainable_params = trainable_params;
   p.trainable_bytes = trainable_bytes;
   p.layer_param_bytes = layer_param_bytes;
   p.offload_optimizer = par.offload_optimizer;
   p.offload_params = par.offload_params;
   switch (par.sharding) {
-    case ShardingStrategy::kNone: p.ddp = p.dp > 1; break;
+    case ShardingStrategy::kNone: p.ddp = p.shard_over > 1; break;  // gradients all-reduced over dp x cp
     case ShardingStrategy::kZero1:
     case ShardingStrategy::kZero2:
     case ShardingStrategy::kZero3:
@@ -52,12 +67,15 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
     case ShardingStrategy::kFsdpFullShard:
     case ShardingStrategy::kFsdpHybridShard:
       p.fsdp = p.shard_params = p.shard_grads = p.shard_optim = true;
-      if (par.sharding == ShardingStrategy::kFsdpHybridShard) p.shard_over = std::max(1, par.num_gpus);
+      // HSDP: shards within a node (the node's GPUs outside tensor/pipeline groups), replicas across.
+      if (par.sharding == ShardingStrategy::kFsdpHybridShard)
+        p.shard_over = std::max(1, par.num_gpus / std::max(1, par.tensor_parallel * par.pipeline_parallel));
       break;
     case ShardingStrategy::kFsdpShardGradOp:
       p.fsdp = p.shard_grads = p.shard_optim = true;
       break;
   }
+  p.expert_shard_over = std::max(1, p.shard_over / std::max(1, par.expert_parallel));
   return p;
 }
 
@@ -73,7 +91,7 @@ ModelSpec tensor_parallel_rank(const ModelSpec& m, int t) {
   return r;
 }
 
-CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gathered_layers) {
+CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gathered_layers, bool unsharded_grads) {
   const int n = p.shard_over;
   if (p.shard_params) {
     // Parameters live as 1/n shards; the layers being computed are gathered whole (in backward
@@ -83,9 +101,9 @@ CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gat
       Poly& x = at(v, c);
       if (c == Cat::kWeights && p.fsdp && !p.offload_params) {
         const Poly q = Poly::constant(p.quant_state_bytes);
-        x = shard(x - q, n) + q;
+        x = shard(p, x - q, n, false) + q;
       } else {
-        x = p.offload_params ? Poly{} : shard(x, n);
+        x = p.offload_params ? Poly{} : shard(p, x, n, false);
       }
     }
     if (!optimizer_step) {
@@ -98,7 +116,7 @@ CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gat
   } else if (p.deepspeed) {
     // ZeRO-0/1/2 keep a full 16-bit replica of the model (and of a DPO/GRPO reference).
   }
-  if (p.shard_grads) at(v, Cat::kGradients) = shard(at(v, Cat::kGradients), n);
+  if (p.shard_grads && !unsharded_grads) at(v, Cat::kGradients) = shard(p, at(v, Cat::kGradients), n);
   if (p.ddp) {
     // DistributedDataParallel's gradient buckets (gradient_as_bucket_view=False): a second copy
     // of every trainable gradient, allocated when DDP wraps the model.
@@ -107,14 +125,14 @@ CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gat
   if (p.deepspeed) {
     at(v, Cat::kBuckets) += Poly::constant(p.bucket_bytes);
     // The fp32 master copy of the trainable parameters, sharded (on the CPU with offload).
-    if (!p.offload_optimizer) at(v, Cat::kMasterWeights) += Poly::constant((p.trainable_params * 4 + n - 1) / n);
+    if (!p.offload_optimizer) at(v, Cat::kMasterWeights) += shard(p, Poly::constant(p.trainable_params * 4), n);
     // ZeRO-1/2 upcast the gradient partition to fp32 for the step.
     if (optimizer_step && !p.offload_optimizer && p.zero_stage <= 2)
-      at(v, Cat::kOptimizerTemps) += Poly::constant((p.trainable_params * 4 + n - 1) / n);
+      at(v, Cat::kOptimizerTemps) += shard(p, Poly::constant(p.trainable_params * 4), n);
   }
   if (p.shard_optim) {
-    at(v, Cat::kOptimizerStates) = p.offload_optimizer ? Poly{} : shard(at(v, Cat::kOptimizerStates), n);
-    at(v, Cat::kOptimizerTemps) = p.offload_optimizer ? Poly{} : shard(at(v, Cat::kOptimizerTemps), n);
+    at(v, Cat::kOptimizerStates) = p.offload_optimizer ? Poly{} : shard(p, at(v, Cat::kOptimizerStates), n);
+    at(v, Cat::kOptimizerTemps) = p.offload_optimizer ? Poly{} : shard(p, at(v, Cat::kOptimizerTemps), n);
   }
   return v;
 }

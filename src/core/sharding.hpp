@@ -34,6 +34,11 @@ struct ShardPlan {
   // parameter, so FSDP neither flattens nor shards it; each GPU keeps all of it.
   std::int64_t quant_state_bytes = 0;
   std::int64_t bucket_bytes = 0;       // DeepSpeed reduce bucket bytes (x2 with overlap_comm)
+  // Expert parallelism (docs/formulas.md#expert-parallelism): the routed experts' share of the
+  // parameters (per mille) is sharded over the expert data-parallel group, shard_over / ep.
+  std::int64_t expert_share_per_mille = 0;            // of all parameter bytes (weights)
+  std::int64_t expert_trainable_share_per_mille = 0;  // of trainable bytes (gradients, optimizer)
+  int expert_shard_over = 1;
 };
 
 // FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD: one of PyTorch FSDP's sharding strategies.
@@ -53,7 +58,9 @@ ModelSpec tensor_parallel_rank(const ModelSpec& m, int t);
 // gathered parameters; `gathered_layers` is how many decoder layers' full parameters are live at
 // that event under ZeRO-3/FSDP (one in forward, the current one and the prefetched one in
 // backward, none at the loss).
-sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step, int gathered_layers = 2);
+// `unsharded_grads`: FSDP's no_sync micro-batches, whose gradients accumulate unsharded.
+sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step, int gathered_layers = 2,
+                           bool unsharded_grads = false);
 
 // Whether a component is replicated on every GPU, sharded, or offloaded.
 Placement placement_of(const ShardPlan& p, const std::string& component);

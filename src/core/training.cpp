@@ -105,6 +105,24 @@ const NameTable<LossKernel>& loss_kernels() {
   return t;
 }
 
+const NameTable<PipelineSchedule>& pp_schedules() {
+  // Megatron-Core's schedules and torch.distributed.pipelining's class names (torchtitan's
+  // pipeline_parallel_schedule), lower-cased.
+  static const NameTable<PipelineSchedule> t{{{"1f1b", PipelineSchedule::k1F1B},
+                                              {"interleaved_1f1b", PipelineSchedule::kInterleaved1F1B},
+                                              {"gpipe", PipelineSchedule::kGPipe},
+                                              {"zero_bubble", PipelineSchedule::kZeroBubble},
+                                              {"schedule1f1b", PipelineSchedule::k1F1B},
+                                              {"interleaved1f1b", PipelineSchedule::kInterleaved1F1B},
+                                              {"scheduleinterleaved1f1b", PipelineSchedule::kInterleaved1F1B},
+                                              {"interleaved", PipelineSchedule::kInterleaved1F1B},
+                                              {"schedulegpipe", PipelineSchedule::kGPipe},
+                                              {"fill_drain", PipelineSchedule::kGPipe},
+                                              {"zbh1", PipelineSchedule::kZeroBubble},
+                                              {"zb-h1", PipelineSchedule::kZeroBubble}}};
+  return t;
+}
+
 Error range_error(const char* what, std::int64_t v, const char* range) {
   return make_error(ErrorCode::kInvalidArgument, fmt::format("{} = {} is out of range ({})", what, v, range));
 }
@@ -121,6 +139,8 @@ Result<ShardingStrategy> parse_fsdp(const std::string& s) { return fsdp_strategi
 Result<LossKernel> parse_loss_kernel(const std::string& s) { return loss_kernels().parse(s, "loss kernel"); }
 std::string to_string(LossKernel k) { return loss_kernels().name(k); }
 
+Result<PipelineSchedule> parse_pp_schedule(const std::string& s) { return pp_schedules().parse(s, "pipeline schedule"); }
+std::string to_string(PipelineSchedule s) { return pp_schedules().name(s); }
 std::string to_string(Method m) { return methods().name(m); }
 std::string to_string(DType d) { return dtypes().name(d); }
 std::string to_string(AttnImpl a) { return attn_impls().name(a); }
@@ -140,6 +160,52 @@ std::string to_string(ShardingStrategy s) {
 }
 
 std::int64_t dtype_size(DType d) { return d == DType::kFloat32 ? 4 : 2; }
+
+// The model-parallel degrees and their product (docs/formulas.md#parallelism-layout): world =
+// tp x pp x cp x dp, and the expert-parallel group is carved out of dp x cp (Megatron-Core's
+// expert_model_parallel_size must divide data_parallel_size x context_parallel_size).
+Status validate_parallel(const ParallelConfig& p) {
+  const auto degree = [](const char* what, int v) -> Status {
+    if (v < 1 || v > 65536) return range_error(what, v, "1 to 65536");
+    return Ok{};
+  };
+  if (auto s = degree("tensor-parallel", p.tensor_parallel); !s) return s;
+  if (auto s = degree("pipeline-parallel", p.pipeline_parallel); !s) return s;
+  if (auto s = degree("context-parallel", p.context_parallel); !s) return s;
+  if (auto s = degree("expert-parallel", p.expert_parallel); !s) return s;
+  if (auto s = degree("virtual-stages", p.virtual_stages); !s) return s;
+  const std::int64_t mp = static_cast<std::int64_t>(p.tensor_parallel) * p.pipeline_parallel * p.context_parallel;
+  if (mp > p.world_size() || p.world_size() % mp != 0)
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("tensor-parallel x pipeline-parallel x context-parallel = {} x {} x {} = {} must "
+                                  "divide the number of GPUs ({} = {} node(s) x {})",
+                                  p.tensor_parallel, p.pipeline_parallel, p.context_parallel, mp, p.world_size(),
+                                  p.nodes, p.num_gpus),
+                      "the GPUs left over form the data-parallel groups; use a multiple of the product");
+  const std::int64_t dp_cp = static_cast<std::int64_t>(p.data_parallel_size()) * p.context_parallel;
+  if (p.expert_parallel > 1 && dp_cp % p.expert_parallel != 0)
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("expert-parallel = {} must divide data-parallel x context-parallel = {}",
+                                  p.expert_parallel, dp_cp),
+                      "experts are split over the GPUs that hold the same layers (Megatron-Core's rule)");
+  if (p.virtual_stages > 1 && p.pp_schedule != PipelineSchedule::kInterleaved1F1B)
+    return make_error(ErrorCode::kConflict,
+                      fmt::format("virtual-stages = {} needs the interleaved_1f1b schedule (got {})", p.virtual_stages,
+                                  to_string(p.pp_schedule)),
+                      "add --pp-schedule interleaved_1f1b, or drop --virtual-stages");
+  if (p.pp_schedule == PipelineSchedule::kInterleaved1F1B && p.pipeline_parallel > 1 && p.virtual_stages < 2)
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the interleaved_1f1b schedule needs --virtual-stages >= 2 (model chunks per GPU)");
+  if (p.pp_first_stage_layers < 0 || p.pp_last_stage_layers < 0)
+    return make_error(ErrorCode::kInvalidArgument, "first/last pipeline stage layer counts must be >= 0");
+  if ((p.pp_first_stage_layers > 0 || p.pp_last_stage_layers > 0) && p.pipeline_parallel < 2)
+    return make_error(ErrorCode::kConflict, "first/last pipeline stage layers need --pipeline-parallel >= 2");
+  if (!(p.moe_capacity_factor == 0.0 || (p.moe_capacity_factor >= 0.01 && p.moe_capacity_factor <= 1024.0)))
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("moe-capacity-factor = {} is out of range (0.01 to 1024, or 0 for dropless)",
+                                  p.moe_capacity_factor));
+  return Ok{};
+}
 
 Status validate(const TrainingConfig& c) {
   // Upper bounds keep every size product far inside int64 and reject typos early.
@@ -161,10 +227,7 @@ Status validate(const TrainingConfig& c) {
   if (c.parallel.num_gpus < 1 || c.parallel.num_gpus > 1024)
     return range_error("num-gpus", c.parallel.num_gpus, "1 to 1024");
   if (c.parallel.nodes < 1 || c.parallel.nodes > 65536) return range_error("nodes", c.parallel.nodes, "1 to 65536");
-  if (c.parallel.tensor_parallel < 1 || c.parallel.world_size() % c.parallel.tensor_parallel != 0)
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("tensor-parallel = {} must divide the number of GPUs ({})",
-                                  c.parallel.tensor_parallel, c.parallel.world_size()));
+  if (auto s = validate_parallel(c.parallel); !s) return s;
   if (c.contrastive.enabled()) {
     const auto& k = c.contrastive;
     if (k.texts_per_example < 2 || k.texts_per_example > 4096)

@@ -464,6 +464,34 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
     }
   }
 
+  // Model-parallel sizes without a GPU count (Automodel and Megatron recipes leave it to the
+  // launcher): the smallest layout they describe, one data-parallel replica (enough of them for
+  // the expert-parallel group).
+  {
+    auto& par = out.inputs.config.parallel;
+    const std::int64_t mp = static_cast<std::int64_t>(std::max(1, par.tensor_parallel)) * std::max(1, par.pipeline_parallel) *
+                            std::max(1, par.context_parallel);
+    const std::int64_t ep = std::max(1, par.expert_parallel), cp = std::max(1, par.context_parallel);
+    std::int64_t g = ep, r = cp;
+    while (r != 0) {
+      const std::int64_t t = g % r;
+      g = r;
+      r = t;
+    }
+    const std::int64_t world = mp * (ep / g);
+    if (par.num_gpus == 1 && par.nodes == 1 && world > 1 && mp <= 65536 && ep <= 65536) {
+      const bool one_node = world <= 8 || world % 8 != 0;
+      if (!one_node || world <= 1024) {
+        par.num_gpus = one_node ? static_cast<int>(world) : 8;
+        par.nodes = one_node ? 1 : static_cast<int>(world / 8);
+        m.warn_file(0, fmt::format("the config sets model-parallel sizes (tensor {} x pipeline {} x context {}, expert "
+                                   "{}) but not the number of GPUs; memplan assumes the smallest layout, {} GPU(s), "
+                                   "unless --num-gpus/--nodes say otherwise",
+                                   par.tensor_parallel, par.pipeline_parallel, par.context_parallel, par.expert_parallel,
+                                   world));
+      }
+    }
+  }
   // Not world_size(): the product of two unvalidated file values may overflow int.
   if (out.inputs.config.parallel.sharding != ShardingStrategy::kNone && out.inputs.config.parallel.num_gpus == 1 &&
       out.inputs.config.parallel.nodes == 1)

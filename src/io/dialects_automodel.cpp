@@ -28,7 +28,7 @@ Status map_automodel(Mapper& m) {
   // Accumulation = global / (local x data-parallel size): the data-parallel size is the launch's.
   if (const YamlNode* g = m.node("step_scheduler.global_batch_size"); g != nullptr)
     m.from_default("grad_accum", fmt::format("global_batch_size at {} / (local_batch_size x data-parallel GPUs): "
-                                             "no effect on peak memory",
+                                             "pass --grad-accum for the step's accumulation",
                                              m.where_text(*g)));
   MEMPLAN_IO_CHECK(m.read_dtype("model.torch_dtype", "torch_dtype", c.torch_dtype));
 
@@ -75,17 +75,50 @@ Status map_automodel(Mapper& m) {
     }
     m.from_file("sharding", n, "distributed.strategy");
   }
-  for (const char* k : {"distributed.tp_size", "distributed.cp_size", "distributed.pp_size"}) {
-    MEMPLAN_TRY(auto v, m.integer(k));
-    if (v.value_or(1) > 1) {
-      if (std::string_view(k) == "distributed.tp_size") {
-        c.parallel.tensor_parallel = static_cast<int>(*v);
-        m.from_file("tensor_parallel", *m.node(k), k);
+  // Model-parallel sizes (docs/formulas.md#parallelism-layout): tp/pp/cp/ep_size under
+  // distributed (older recipes: the same keys beside a FSDP2Manager _target_).
+  const auto size = [&](const char* key, const char* input, int& out) -> Status {
+    MEMPLAN_TRY(auto v, m.integer(key));
+    if (!v) return Ok{};
+    if (*v < 1 || *v > 65536)
+      return m.error_at(*m.node(key), ErrorCode::kInvalidArgument, fmt::format("{} = {} is out of range (1 to 65536)", key, *v));
+    out = static_cast<int>(*v);
+    m.from_file(input, *m.node(key), key);
+    return Ok{};
+  };
+  MEMPLAN_IO_CHECK(size("distributed.tp_size", "tensor_parallel", c.parallel.tensor_parallel));
+  MEMPLAN_IO_CHECK(size("distributed.pp_size", "pipeline_parallel", c.parallel.pipeline_parallel));
+  MEMPLAN_IO_CHECK(size("distributed.cp_size", "context_parallel", c.parallel.context_parallel));
+  MEMPLAN_IO_CHECK(size("distributed.ep_size", "expert_parallel", c.parallel.expert_parallel));
+  MEMPLAN_TRY(auto seq_par, m.boolean("distributed.sequence_parallel"));
+  if (seq_par.value_or(false))
+    m.warn_at(*m.node("distributed.sequence_parallel"), "sequence_parallel is not modelled: memplan keeps the norm and residual activations whole on "
+                   "every tensor-parallel rank (an overestimate)");
+  if (c.parallel.pipeline_parallel > 1) {
+    // The pipeline section: distributed.pipeline (current) or autopipeline (older recipes).
+    const std::string sec = m.node("distributed.pipeline") != nullptr ? "distributed.pipeline" : "autopipeline";
+    MEMPLAN_TRY(auto sched, m.text(sec + ".pp_schedule"));
+    if (sched) {
+      const YamlNode& n = *m.node(sec + ".pp_schedule");
+      if (auto k = parse_pp_schedule(*sched); k) {
+        c.parallel.pp_schedule = *k;
+        m.from_file("pp_schedule", n, sec + ".pp_schedule");
       } else {
-        m.warn_at(*m.node(k), fmt::format("{} = {} is not modelled: memplan estimates whole sequences and all layers "
-                                          "per GPU",
-                                          k, *v));
+        m.warn_at(n, fmt::format("pp_schedule '{}' is not modelled; estimated as 1f1b", *sched));
       }
+      // torchtitan's multi-stage schedules place two stages on each rank unless told otherwise.
+      if (c.parallel.pp_schedule == PipelineSchedule::kInterleaved1F1B) c.parallel.virtual_stages = 2;
+    }
+    if (const YamlNode* lps = m.node(sec + ".layers_per_stage"); lps != nullptr)
+      m.warn_at(*lps, "layers_per_stage is not modelled: memplan splits the decoder layers evenly over the stages");
+    // Each pipeline micro-batch is pp_microbatch_size sequences; local_batch_size of them per step.
+    MEMPLAN_TRY(auto pmb, m.integer(sec + ".pp_microbatch_size"));
+    if (pmb && *pmb >= 1 && c.micro_batch % *pmb == 0) {
+      c.grad_accum = c.micro_batch / *pmb;
+      c.micro_batch = *pmb;
+      m.from_file("batch", *m.node(sec + ".pp_microbatch_size"), sec + ".pp_microbatch_size");
+      m.from_file("grad_accum", *m.node(sec + ".pp_microbatch_size"),
+                  "local_batch_size / " + sec + ".pp_microbatch_size (pipeline micro-batches per step)");
     }
   }
   MEMPLAN_TRY(auto opt, m.text("optimizer._target_"));

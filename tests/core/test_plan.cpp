@@ -39,8 +39,8 @@ TrainingConfig bf16_config() {
   return c;
 }
 
-Bytes peak_of(const Estimator& est, std::int64_t b, std::int64_t s) {
-  auto r = est.peak_bytes(b, s);
+Bytes peak_of(const Estimator& est, std::int64_t b, std::int64_t s, std::optional<std::int64_t> accum = std::nullopt) {
+  auto r = accum ? est.peak_bytes(b, s, *accum) : est.peak_bytes(b, s);
   REQUIRE(r);
   return *r;
 }
@@ -83,20 +83,24 @@ void check_plan(const ModelSpec& m, const TrainingConfig& c, const PlanRequest& 
   CHECK(g.global_batch == g.micro_batch * g.grad_accum * c.parallel.data_parallel_size());
   CHECK(g.data_parallel == c.parallel.data_parallel_size());
   // The recommended peak is the figure `memplan estimate` reports for that micro-batch.
-  CHECK(r.peak == checked_estimate(m, c, g.micro_batch, seq).peak);
+  // ... at the plan's own accumulation (later micro-batches hold the earlier gradients).
+  TrainingConfig at_accum = c;
+  at_accum.grad_accum = g.grad_accum;
+  CHECK(r.peak == checked_estimate(m, at_accum, g.micro_batch, seq).peak);
+  const std::int64_t sa = p.search.grad_accum;
   if (!r.fits) {
     CHECK(p.max_micro_batch == 0);
     CHECK(g.micro_batch == 1);
-    CHECK(peak_of(*est, 1, seq) > budget);
+    CHECK(peak_of(*est, 1, seq, sa) > budget);
     return;
   }
   CHECK(r.peak <= budget);
   CHECK(g.micro_batch <= p.max_micro_batch);
-  CHECK(peak_of(*est, p.max_micro_batch, seq) <= budget);
+  CHECK(peak_of(*est, p.max_micro_batch, seq, sa) <= budget);
   if (p.limited_by == PlanLimit::kBudget) {
-    CHECK(peak_of(*est, p.max_micro_batch + 1, seq) > budget);
+    CHECK(peak_of(*est, p.max_micro_batch + 1, seq, sa) > budget);
     REQUIRE(p.search.next_peak);
-    CHECK(*p.search.next_peak == peak_of(*est, p.max_micro_batch + 1, seq));
+    CHECK(*p.search.next_peak == peak_of(*est, p.max_micro_batch + 1, seq, sa));
   }
   if (p.limited_by == PlanLimit::kMaxMicroBatch) CHECK(p.max_micro_batch == req.max_micro_batch);
   CHECK_FALSE(p.search.violation);
@@ -105,15 +109,15 @@ void check_plan(const ModelSpec& m, const TrainingConfig& c, const PlanRequest& 
   for (const Tier& t : p.tiers) {
     INFO(t.name);
     CHECK(t.limit <= budget);
-    CHECK(t.peak == peak_of(*est, t.batch.micro_batch, seq));
+    CHECK(t.peak == peak_of(*est, t.batch.micro_batch, seq, t.batch.grad_accum));
     if (!t.fits) {
-      CHECK(peak_of(*est, 1, seq) > t.limit);
+      CHECK(peak_of(*est, 1, seq, sa) > t.limit);
       continue;
     }
     CHECK(t.peak <= t.limit);
     CHECK(t.batch.micro_batch <= p.max_micro_batch);
     if (!req.target_global_batch && t.batch.micro_batch < p.max_micro_batch)
-      CHECK(peak_of(*est, t.batch.micro_batch + 1, seq) > t.limit);
+      CHECK(peak_of(*est, t.batch.micro_batch + 1, seq, sa) > t.limit);
   }
 }
 

@@ -25,6 +25,7 @@ const char* cat_name(Cat c) {
     case Cat::kBuckets: return "communication_buckets";
     case Cat::kGathered: return "gathered_parameters";
     case Cat::kWorkspace: return "cublas_workspace";
+    case Cat::kInFlight: return "in_flight_activations";
     case Cat::kCount: break;
   }
   return "?";
@@ -344,6 +345,15 @@ void Graph::release_graph(int first_node) {
     n.saved.clear();
     n.released = true;
     if (n.group >= 0) maybe_free_region(n.group);
+  }
+}
+
+void Graph::preallocate_param_grads() {
+  const std::size_t n = tensors_.size();  // make() appends: visit the parameters only
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!tensors_[i].is_param || !tensors_[i].requires_grad || tensors_[i].grad >= 0) continue;
+    const int g = make(tensors_[i].numel, tensors_[i].dt, Cat::kGradients);
+    tensors_[i].grad = g;
   }
 }
 

@@ -44,6 +44,7 @@ enum class Cat : std::uint8_t {
   kBuckets,            // DDP gradient buckets, DeepSpeed reduce buckets
   kGathered,           // ZeRO-3 / FSDP unsharded parameters of the layers being computed
   kWorkspace,          // cuBLAS workspaces (CUDA: allocated through the caching allocator)
+  kInFlight,           // pipeline parallelism: other micro-batches' activations the schedule holds
   kCount
 };
 inline constexpr int kNumCats = static_cast<int>(Cat::kCount);
@@ -158,6 +159,8 @@ class Graph {
   int node_count() const { return static_cast<int>(nodes_.size()); }
   // zero_grad(set_to_none=True): frees every parameter .grad.
   void free_param_grads();
+  // Gives every trainable parameter a .grad (an earlier micro-batch's accumulated gradient).
+  void preallocate_param_grads();
 
   // ---- non-reentrant checkpointing (saved_tensors_hooks that store nothing and recompute)
   // Nodes created between begin_/end_checkpoint_region keep no saved tensors; the first time

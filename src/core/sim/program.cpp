@@ -152,12 +152,14 @@ LinearParams Step::make_linear(const LinearModule& mod) {
 void Step::make_params() {
   const std::int64_t h = m_.hidden_size;
   const std::int64_t V = m_.vocab_size;
-  w_->embed = make_param(V * h, embed_dt(), trainable("embed_tokens"), Cat::kWeights, V, h);
-  if (contains(sp_.lora.modules_to_save, "embed_tokens") && sp_.lora.enabled && !making_ref_)
-    w_->embed_copy = make_param(V * h, embed_dt(), true, Cat::kWeights, V, h);
-  if (m_.learned_positions)
-    w_->pos_embed = make_param(m_.max_position_embeddings * h, embed_dt(), trainable("wpe"), Cat::kWeights,
-                            m_.max_position_embeddings, h);
+  if (sp_.stage_embedding) {
+    w_->embed = make_param(V * h, embed_dt(), trainable("embed_tokens"), Cat::kWeights, V, h);
+    if (contains(sp_.lora.modules_to_save, "embed_tokens") && sp_.lora.enabled && !making_ref_)
+      w_->embed_copy = make_param(V * h, embed_dt(), true, Cat::kWeights, V, h);
+    if (m_.learned_positions)
+      w_->pos_embed = make_param(m_.max_position_embeddings * h, embed_dt(), trainable("wpe"), Cat::kWeights,
+                                 m_.max_position_embeddings, h);
+  }
   const int n = static_cast<int>(sp_.model_layers.size());
   for (int l = 0; l < n; ++l) {
     cur_layer_ = l;
@@ -185,9 +187,12 @@ void Step::make_params() {
     w_->layers.push_back(std::move(lp));
   }
   cur_layer_ = -1;
+  if (!sp_.stage_head) return;
   w_->final_norm = make_param(h, other_dt(), sp_.full_finetune);
   if (m_.norm == NormKind::kLayerNorm && m_.norm_bias) w_->final_norm_b = make_param(h, other_dt(), sp_.full_finetune);
-  if (!m_.tie_word_embeddings) {
+  // A last pipeline stage without the embedding keeps its own copy of tied word embeddings
+  // (Megatron's shared embedding on the last stage; its gradient is all-reduced with the first).
+  if (!m_.tie_word_embeddings || !sp_.stage_embedding) {
     w_->lm_head = make_param(V * h, embed_dt(), trainable("lm_head"), Cat::kWeights, V, h);
     if (contains(sp_.lora.modules_to_save, "lm_head") && sp_.lora.enabled && !making_ref_)
       w_->lm_head_copy = make_param(V * h, embed_dt(), true, Cat::kWeights, V, h);
@@ -642,12 +647,28 @@ int Step::moe(int x, LayerParams& lp) {
   const int rw = ops_.to(topw, g_.at(x).dt);
   g_.drop(topw);
   const int out = g_.make(tok(h), g_.at(x).dt, ops_.cat);  // zeros, then index_add_
+  // Token-expert pairs this GPU's experts compute: tokens x k with balanced dropless routing;
+  // with a capacity factor, every expert padded to its capacity (docs/formulas.md#expert-parallelism).
+  const auto routed = [&](std::int64_t width) {
+    return Poly::mono(kBS, (checked_mul(checked_mul(width * k, sp_.batch_multiplier), sp_.moe_tokens_per_mille) + 999) / 1000);
+  };
   // hidden_states[top_x] for every expert: tokens * k gathered rows; backward scatters them back.
-  const int xs = g_.make(tok(h * k), g_.at(x).dt, ops_.cat);
+  const int xs = g_.make(routed(h), g_.at(x).dt, ops_.cat);
   g_.node({x}, {xs}, {}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
-  const int e = mlp(xs, lp, "", m_.moe.expert_intermediate_size, tok(k), false);
-  g_.drop(xs);
-  const int scaled = ops_.mul(e, rw, tok(h * k));
+  // Expert parallelism: an all-to-all sends the permuted tokens to the experts' GPUs and one
+  // brings the outputs back; neither saves anything for backward, whose all-to-alls allocate
+  // the same buffers for the gradients.
+  const auto all_to_all = [&](int t) {
+    const int r = g_.make(g_.at(t).numel, g_.at(t).dt, ops_.cat);
+    g_.node({t}, {r}, {}, [t](Bwd& ctx) { ctx.give(t, ctx.like(t)); });
+    g_.drop(t);
+    return r;
+  };
+  const int ein = sp_.expert_parallel > 1 ? all_to_all(xs) : xs;
+  int e = mlp(ein, lp, "", m_.moe.expert_intermediate_size, routed(1), false);
+  g_.drop(ein);
+  if (sp_.expert_parallel > 1) e = all_to_all(e);
+  const int scaled = ops_.mul(e, rw, routed(h));
   g_.drop(e);
   g_.drop(rw);
   const int summed = ops_.add(out, scaled, tok(h));
@@ -808,13 +829,16 @@ int Step::embed_and_layers(bool policy) {
   const std::int64_t h = m_.hidden_size;
   ops_.cat = Cat::kActivations;
   const int emb_w = w_->embed_copy >= 0 ? w_->embed_copy : w_->embed;
-  int hcur = ops_.embedding(ids_, emb_w, tok(h));
-  if (m_.scale_embeddings) {  // Gemma: inputs_embeds * sqrt(hidden)
+  const bool received = policy && !sp_.stage_embedding;
+  // A later pipeline stage: the previous stage's hidden states arrive (requires_grad: their
+  // gradient is sent back).
+  int hcur = received ? g_.make(tok(h), embed_dt(), Cat::kActivations, true) : ops_.embedding(ids_, emb_w, tok(h));
+  if (m_.scale_embeddings && !received) {  // Gemma: inputs_embeds * sqrt(hidden)
     const int s = ops_.scalar_op(hcur);
     g_.drop(hcur);
     hcur = s;
   }
-  if (m_.learned_positions) {  // GPT-2: wte + wpe, then embd dropout
+  if (m_.learned_positions && !received) {  // GPT-2: wte + wpe, then embd dropout
     const int pe = ops_.embedding(ids_, w_->pos_embed, Poly::mono(kS, h));
     const int sum = ops_.add(hcur, pe, tok(h));
     g_.drop(pe);
@@ -1249,6 +1273,7 @@ ProgramResult Step::run() {
     w_ = &policy_;
     making_ref_ = false;
   }
+  if (sp_.grads_accumulated) g_.preallocate_param_grads();
   g_.set_recording(true);
   // Trainer inputs (int64), alive for the whole step: SFT input_ids, attention_mask, labels;
   // DPO input_ids, attention_mask, completion_mask; GRPO prompt/completion ids and masks.
@@ -1257,10 +1282,19 @@ ProgramResult Step::run() {
   labels_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
 
   int loss = -1;
+  int sent = -1;
   switch (sp_.method) {
     case StepMethod::kSft: {
       if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
       const int h = embed_and_layers(true);
+      if (!sp_.stage_head) {
+        // Not the last pipeline stage: the hidden states are sent on and kept for backward
+        // (torch.distributed.pipelining caches a stage's outputs until their backward).
+        drop_forward_locals();
+        if (sp_.autocast) ops_.exit_autocast();
+        sent = h;
+        break;
+      }
       g_.set_segment(kSegHead);
       if (sp_.loss_kernel != LossKernel::kEager) {
         loss = fused_sft_loss(h);
@@ -1299,7 +1333,15 @@ ProgramResult Step::run() {
   }
   g_.drop(emb_leaf_);
 
-  g_.backward(loss, 0);
+  if (sent >= 0) {
+    // The next stage sends the gradient of these hidden states back.
+    g_.set_segment(kSegHeadBwd);
+    const int rg = g_.make(g_.at(sent).numel, g_.at(sent).dt, Cat::kActivationGrads);
+    g_.backward_from(sent, rg, 0);
+    loss = sent;
+  } else {
+    g_.backward(loss, 0);
+  }
   g_.set_segment(kSegBwdPre);
   for (const int t : fsdp_retained_) g_.drop(t);  // FSDP's post-backward final callback
   fsdp_retained_.clear();

@@ -92,6 +92,21 @@ struct ProgramSpec {
   bool liger_kernels = false;
   // Encoders: contrastive texts per example and cached (GradCache) mini-batches.
   ContrastiveConfig contrastive;
+  // Pipeline stage (docs/formulas.md#pipeline-parallelism): whether this stage holds the
+  // embedding (else its input is the previous stage's hidden states, received with
+  // requires_grad) and the head (else its output is sent on and backward starts from the
+  // gradient the next stage sends back). SFT only.
+  bool stage_embedding = true;
+  bool stage_head = true;
+  // A micro-batch after the first of a gradient-accumulation step: every trainable parameter
+  // already has its .grad from the earlier micro-batches; backward adds into it in place
+  // (docs/formulas.md#gradient-accumulation).
+  bool grads_accumulated = false;
+  // Expert parallelism (docs/formulas.md#expert-parallelism): the all-to-all dispatch/combine
+  // buffers when ep > 1, and the routed token-expert pairs per GPU relative to tokens x top-k
+  // (per mille: 1000 = dropless with balanced routing; capacity factor x 1000 with padding).
+  int expert_parallel = 1;
+  std::int64_t moe_tokens_per_mille = 1000;
 };
 
 // A parameter tensor of the simulated model, for the optimizer model.

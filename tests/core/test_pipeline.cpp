@@ -1,0 +1,223 @@
+// Pipeline, context and expert parallelism, and gradient accumulation
+// (docs/formulas.md#pipeline-parallelism and the sections after it). Expected byte counts are
+// derived by hand from the tensors named in each comment.
+#include <catch2/catch.hpp>
+
+#include "core/pipeline.hpp"
+#include "memplan/engine.hpp"
+#include "support/invariants.hpp"
+#include "support/models.hpp"
+
+using namespace memplan;
+using memplan::testing::component;
+using memplan::testing::require_consistent;
+using memplan::testing::toy_llama;
+
+namespace {
+
+std::vector<int> layers_of(const ModelSpec& m, const ParallelConfig& p) {
+  auto r = pipeline_ranks(m, p);
+  REQUIRE(r);
+  std::vector<int> out;
+  for (const auto& rk : *r) out.push_back(rk.layers);
+  return out;
+}
+
+ParallelConfig pp(int stages, int gpus) {
+  ParallelConfig p;
+  p.num_gpus = gpus;
+  p.pipeline_parallel = stages;
+  return p;
+}
+
+TrainingConfig bf16_cfg(std::int64_t b, std::int64_t s) {
+  TrainingConfig c;
+  c.micro_batch = b;
+  c.seq_len = s;
+  c.torch_dtype = DType::kBFloat16;
+  return c;
+}
+
+std::int64_t phase_peak(const Estimate& e, Phase ph) {
+  for (const auto& p : e.phases)
+    if (p.phase == ph) return p.peak.count();
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline stages split the decoder layers evenly, the remainder to the last stages") {
+  CHECK(layers_of(toy_llama(32), pp(4, 4)) == std::vector<int>{8, 8, 8, 8});
+  CHECK(layers_of(toy_llama(32), pp(3, 3)) == std::vector<int>{10, 11, 11});
+  ParallelConfig p = pp(4, 4);
+  p.pp_first_stage_layers = 6;
+  p.pp_last_stage_layers = 6;
+  CHECK(layers_of(toy_llama(32), p) == std::vector<int>{6, 10, 10, 6});
+  // Interleaved: 4 ranks x 2 chunks of 4 layers; rank r holds chunks r and r + 4.
+  p = pp(4, 4);
+  p.pp_schedule = PipelineSchedule::kInterleaved1F1B;
+  p.virtual_stages = 2;
+  auto r = pipeline_ranks(toy_llama(32), p);
+  REQUIRE(r);
+  CHECK((*r)[1].layers == 8);
+  CHECK((*r)[1].first_layer == 4);
+  CHECK((*r)[1].chunks == 2);
+  CHECK((*r)[0].embedding);
+  CHECK((*r)[3].head);
+  CHECK_FALSE((*r)[1].embedding);
+  CHECK_FALSE((*r)[1].head);
+  // More chunks than layers, and first/last counts that leave nothing for the middle, are errors.
+  CHECK_FALSE(pipeline_ranks(toy_llama(3), pp(4, 4)));
+  p = pp(3, 3);
+  p.pp_first_stage_layers = 16;
+  p.pp_last_stage_layers = 16;
+  CHECK_FALSE(pipeline_ranks(toy_llama(32), p));
+}
+
+TEST_CASE("micro-batches in flight per schedule") {
+  ParallelConfig p = pp(4, 4);
+  // 1F1B: rank r runs p - r - 1 warmup forwards, then holds one more (Megatron, torch pipelining).
+  for (int r = 0; r < 4; ++r) CHECK(in_flight_chunks(p, r, 8) == 4 - r);
+  CHECK(in_flight_chunks(p, 0, 2) == 2);
+  p.pp_schedule = PipelineSchedule::kGPipe;
+  CHECK(in_flight_chunks(p, 3, 8) == 8);
+  // Interleaved, v = 2: warmup 2 (p - r - 1) + (v - 1) p, plus one; capped at m x v.
+  p.pp_schedule = PipelineSchedule::kInterleaved1F1B;
+  p.virtual_stages = 2;
+  CHECK(in_flight_chunks(p, 0, 8) == 11);
+  CHECK(in_flight_chunks(p, 3, 8) == 5);
+  CHECK(in_flight_chunks(p, 0, 1) == 2);
+}
+
+TEST_CASE("a pipeline stage holds the checkpointed inputs of every micro-batch in flight") {
+  // 8 layers on 4 stages of 2; bf16 weights, no autocast, reentrant checkpointing, sdpa.
+  // One micro-batch (b = 2, s = 16, h = 256) held by stage 0 between its forward and backward:
+  //   2 checkpointed layer inputs            2 x 2*16*256*2 = 32768
+  //   the stage output, kept                 2*16*256*2     = 16384
+  //   input_ids, attention_mask, labels      3 x 2*16*8     =   768
+  //   rotary cos and sin (bf16), which every checkpoint keeps as an input: 2 x 16*64*2 = 4096
+  //   the RNG state each checkpoint saves (preserve_rng_state): 2 x 5056 = 10112
+  //   = 64128 bytes. Stage 0 holds min(4, m) micro-batches: m - 1 besides the one it computes.
+  // A 64-token vocabulary keeps the last stage's logits small: stage 0 is the worst GPU.
+  ModelSpec m = toy_llama(8);
+  m.vocab_size = 64;
+  TrainingConfig c = bf16_cfg(2, 16);
+  c.gradient_checkpointing = true;
+  c.checkpoint_reentrant = true;
+  c.attn = AttnImpl::kSdpa;
+  c.parallel = pp(4, 4);
+  const std::int64_t per_micro_batch = 32768 + 16384 + 768 + 4096 + 10112;
+  for (const auto& [accum, held] : std::vector<std::pair<int, int>>{{2, 1}, {3, 2}, {4, 3}, {9, 3}}) {
+    INFO("grad_accum " << accum);
+    c.grad_accum = accum;
+    auto est = Estimator::create(m, c);
+    REQUIRE(est);
+    auto e = est->at_phase(2, 16, Phase::kBackward);
+    REQUIRE(e);
+    CHECK(e->pipeline_rank == 0);
+    CHECK(e->pipeline_ranks == 4);
+    CHECK(component(*e, "in_flight_activations") == held * per_micro_batch);
+    auto full = est->at(2, 16);
+    REQUIRE(full);
+    require_consistent(*full);
+  }
+}
+
+TEST_CASE("later micro-batches of an accumulation step hold every gradient from the start") {
+  // Full fine-tuning in bf16: in a later micro-batch's forward every parameter's .grad exists,
+  // 2 bytes per parameter; the first micro-batch's forward holds none.
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c = bf16_cfg(2, 64);
+  auto one = estimate(m, c);
+  c.grad_accum = 4;
+  auto four = estimate(m, c);
+  REQUIRE(one);
+  REQUIRE(four);
+  require_consistent(*four);
+  CHECK(phase_peak(*four, Phase::kForward) - phase_peak(*one, Phase::kForward) == one->params.total * 2);
+  CHECK(phase_peak(*four, Phase::kOptimizerStep) == phase_peak(*one, Phase::kOptimizerStep));
+}
+
+TEST_CASE("FSDP's no_sync micro-batches accumulate unsharded gradients") {
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c = bf16_cfg(2, 64);
+  c.parallel.num_gpus = 4;
+  c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  auto one = estimate(m, c);
+  c.grad_accum = 2;
+  auto two = estimate(m, c);
+  REQUIRE(one);
+  REQUIRE(two);
+  // In forward: none vs all gradients, whole (2 bytes per parameter), not a quarter.
+  CHECK(phase_peak(*two, Phase::kForward) - phase_peak(*one, Phase::kForward) == one->params.total * 2);
+}
+
+TEST_CASE("expert parallelism keeps num_experts / ep routed experts per GPU") {
+  ModelSpec m = toy_llama(4);
+  m.model_type = "mixtral";
+  m.moe.num_experts = 8;
+  m.moe.experts_per_token = 2;
+  m.moe.expert_intermediate_size = 128;
+  TrainingConfig c = bf16_cfg(1, 32);
+  c.parallel.num_gpus = 4;
+  auto all = estimate(m, c);
+  c.parallel.expert_parallel = 4;
+  auto ep = estimate(m, c);
+  REQUIRE(all);
+  REQUIRE(ep);
+  require_consistent(*ep);
+  // 6 of the 8 experts leave each GPU: 4 layers x 6 x (w1, w3: 256x128, w2: 128x256) x 2 bytes.
+  CHECK(component(*all, "weights") - component(*ep, "weights") == 4LL * 6 * 3 * 256 * 128 * 2);
+  // The model is still the whole model.
+  CHECK(ep->params.total == all->params.total);
+  c.parallel.expert_parallel = 3;
+  CHECK_FALSE(estimate(m, c));  // 3 does not divide 8 experts (nor 4 GPUs)
+}
+
+TEST_CASE("parallel layouts memplan does not model say so") {
+  TrainingConfig c = bf16_cfg(1, 64);
+  c.parallel.num_gpus = 2;
+  c.parallel.context_parallel = 2;
+  c.attn = AttnImpl::kEager;
+  auto e = estimate(toy_llama(4), c);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().message.find("fused attention") != std::string::npos);
+  c.attn = AttnImpl::kSdpa;
+  CHECK(estimate(toy_llama(4), c));
+  c.parallel.context_parallel = 3;  // does not divide 2 GPUs
+  CHECK_FALSE(estimate(toy_llama(4), c));
+  c = bf16_cfg(1, 64);
+  c.parallel = pp(2, 2);
+  c.parallel.sharding = ShardingStrategy::kZero3;
+  CHECK_FALSE(estimate(toy_llama(4), c));
+  c.parallel.sharding = ShardingStrategy::kNone;
+  c.method = Method::kDpo;
+  CHECK_FALSE(estimate(toy_llama(4), c));
+  c.method = Method::kSft;
+  c.parallel.virtual_stages = 2;  // without the interleaved schedule
+  CHECK_FALSE(estimate(toy_llama(4), c));
+}
+
+TEST_CASE("context parallelism evaluates each GPU's share of the sequence") {
+  // cp = 2 over 2 GPUs at s = 256 is the single-GPU step at s = 128 plus the ring buffers in the
+  // layers: outside the layers (the loss) the two are equal.
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c = bf16_cfg(1, 256);
+  c.attn = AttnImpl::kSdpa;
+  c.parallel.num_gpus = 2;
+  c.parallel.context_parallel = 2;
+  auto cp = Estimator::create(m, c);
+  TrainingConfig one = bf16_cfg(1, 128);
+  one.attn = AttnImpl::kSdpa;
+  one.parallel.num_gpus = 2;  // DDP over 2: the same gradient buckets as cp's data-parallel group
+  one.parallel.context_parallel = 1;
+  auto half = Estimator::create(m, one);
+  REQUIRE(cp);
+  REQUIRE(half);
+  auto a = cp->at(1, 256), b = half->at(1, 128);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->peak >= b->peak);
+  // Forward ring buffers: cp x (K + V + per-step output) = 2 x (2*2*64 + 4*64) x 2 bytes per token.
+  CHECK(a->peak.count() - b->peak.count() <= 128LL * 2 * (2 * 2 * 64 + 4 * 64) * 2 + 128LL * (4 * 64 + 4 * 2 * 2 * 64) * 2);
+}
