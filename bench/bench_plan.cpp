@@ -120,6 +120,32 @@ void BM_PlanDeepseekV3(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanDeepseekV3)->Unit(benchmark::kMicrosecond);
 
+// The same model over 4D parallelism (docs/formulas.md#pipeline-parallelism): 8 pipeline stages
+// x 2 tensor x 2 context on 32 nodes (dp 8), 8-way expert parallel over dp x cp, Megatron's
+// distributed optimizer (ZeRO-1), 32k tokens per sequence. The plan evaluates every stage with
+// its in-flight micro-batches for each candidate micro-batch.
+void BM_PlanDeepseekV3FourD(benchmark::State& state) {
+  const ModelSpec m = deepseek_v3();
+  TrainingConfig c = bf16_sft();
+  c.seq_len = 32768;
+  c.micro_batch = 1;
+  c.grad_accum = 16;
+  c.gradient_checkpointing = true;
+  c.attn = AttnImpl::kFlashAttention2;
+  c.parallel.num_gpus = 8;
+  c.parallel.nodes = 32;
+  c.parallel.pipeline_parallel = 8;
+  c.parallel.tensor_parallel = 2;
+  c.parallel.context_parallel = 2;
+  c.parallel.expert_parallel = 8;
+  c.parallel.sharding = ShardingStrategy::kZero1;
+  PlanRequest req;
+  req.budget = budget(141);
+  req.target_global_batch = 128;
+  time_fitting_plan(state, m, c, req);
+}
+BENCHMARK(BM_PlanDeepseekV3FourD)->Unit(benchmark::kMicrosecond);
+
 // The nothing-fits path: every suggestion re-runs the engine on a changed config (ZeRO-3 tries
 // GPU counts), then the best micro-batch after each change that fits.
 void BM_PlanNothingFits(benchmark::State& state) {
