@@ -155,6 +155,9 @@ struct ParallelConfig {
   int virtual_stages = 1;
   int pp_first_stage_layers = 0;
   int pp_last_stage_layers = 0;
+  // torchtitan / NeMo Automodel layers_per_stage (0: not given): the stage count is
+  // ceil((num_layers + 2) / layers_per_stage), the embedding and the head weighing a layer each.
+  int pp_layers_per_stage = 0;
   // Context parallelism (docs/formulas.md#context-parallelism): each of the cp GPUs of a group
   // holds seq_len / cp tokens of every sequence; ring attention passes K/V around.
   int context_parallel = 1;

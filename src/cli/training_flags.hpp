@@ -81,6 +81,7 @@ struct TrainingFlags {
   int virtual_stages = 0;
   int pp_first_stage_layers = 0;
   int pp_last_stage_layers = 0;
+  int pp_layers_per_stage = 0;
   int context_parallel = 0;
   int expert_parallel = 0;
   double moe_capacity_factor = 0;

@@ -87,6 +87,16 @@ struct Candidate {
   const CatVec* d = nullptr;
   std::int64_t m = 0;
   const CatVec* extra = nullptr;
+  // Multi-GPU: the sharding materialize() applies (the total already has it).
+  struct Sharding {
+    const ShardPlan* plan = nullptr;
+    bool optimizer_step = false;
+    int gathered_layers = 0;
+  };
+  std::optional<Sharding> sharding;
+  // A later micro-batch's candidate (docs/formulas.md#gradient-accumulation): the same
+  // categories with this gradient term, applied by materialize().
+  std::optional<Poly> grads;
 };
 
 // LoRA targets as PEFT resolves them: explicit names must match a Linear module of the layers.
@@ -357,20 +367,45 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
 }
 
 // Builds a candidate's category vector (base + c + m * (d - c) + extra), in one pass.
-void materialize(Candidate& k, const CatVec& base) {
-  if (k.c == nullptr) return;
-  auto v = std::make_shared<CatVec>();
-  const bool lerped = k.d != nullptr && k.m != 0;
-  for (std::size_t i = 0; i < v->size(); ++i) {
+CatVec lerped(const Candidate& k, const CatVec& base) {
+  CatVec v;
+  const bool lerp = k.d != nullptr && k.m != 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
     Poly p = (*k.c)[i];
-    if (lerped) p += ((*k.d)[i] - (*k.c)[i]) * k.m;
+    if (lerp) p += ((*k.d)[i] - (*k.c)[i]) * k.m;
     p += base[i];
     if (k.extra != nullptr) p += (*k.extra)[i];
-    (*v)[i] = p;
+    v[i] = p;
   }
-  k.cats = std::move(v);
+  return v;
+}
+
+void materialize(Candidate& k, const CatVec& base) {
+  if (k.c == nullptr && !k.sharding && !k.grads) return;
+  CatVec v = k.c != nullptr ? lerped(k, base) : *k.cats;
+  if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
+  if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
+  k.cats = std::make_shared<const CatVec>(v);
   k.c = k.d = nullptr;
   k.extra = nullptr;
+  k.sharding.reset();
+  k.grads.reset();
+}
+
+// One category of a candidate as its total counts it (before any gradient override).
+Poly category(const Candidate& k, Cat cat, const CatVec& base) {
+  const auto i = static_cast<std::size_t>(cat);
+  if (k.c == nullptr && !k.sharding) return (*k.cats)[i];
+  if (!k.sharding) {
+    Poly p = (*k.c)[i];
+    if (k.d != nullptr && k.m != 0) p += ((*k.d)[i] - (*k.c)[i]) * k.m;
+    p += base[i];
+    if (k.extra != nullptr) p += (*k.extra)[i];
+    return p;
+  }
+  CatVec v = k.c != nullptr ? lerped(k, base) : *k.cats;
+  if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
+  return v[i];
 }
 
 // GRPO generation with model.generate (docs/formulas.md#grpo-generation): no gradients exist
@@ -639,150 +674,171 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
                        config.parallel.offload_params;
     std::int64_t trainable_all = 0;
     std::map<std::vector<int>, std::size_t> sim_of;
+    // The reduced-model runs of a stage kind: simulated once, extrapolated per layer count.
+    struct Runs {
+      std::array<std::optional<sim::ProgramResult>, 2> r3, r4;  // per b class
+    };
+    std::map<std::vector<int>, Runs> runs_of;
     for (const auto& rk : ranks) {
       const auto [layers3, layers4] = simulated_layers(model, rk.first_layer, rk.layers);
-      std::vector<int> key{rk.embedding, rk.head, rk.layers};
+      std::vector<int> key{rk.embedding, rk.head, std::min(rk.layers, 4)};
       for (int l : layers3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
-      if (auto it = sim_of.find(key); it != sim_of.end()) {
+      std::vector<int> stage_key = key;
+      stage_key.push_back(rk.layers);
+      if (auto it = sim_of.find(stage_key); it != sim_of.end()) {
         impl->ranks.push_back({rk, it->second});
         trainable_all += impl->sims[it->second].trainable;
         continue;
       }
       impl->sims.emplace_back();
       StageSim& st = impl->sims.back();
-      sim_of.emplace(key, impl->sims.size() - 1);
+      sim_of.emplace(stage_key, impl->sims.size() - 1);
       impl->ranks.push_back({rk, impl->sims.size() - 1});
       const int L = rk.layers;
       const std::int64_t extra = L > 3 ? L - 3 : 0;
       sp.stage_embedding = rk.embedding;
       sp.stage_head = rk.head;
-      for (int acc = 0; acc < 2; ++acc) {
-        sp.grads_accumulated = acc == 1;
-        for (int cls = batch_one_differs ? 0 : 1; cls < 2; ++cls) {
-          sp.batch_one = cls == 0;
+      Runs& runs = runs_of[key];
+      for (int cls = batch_one_differs ? 0 : 1; cls < 2; ++cls) {
+        const auto ci = static_cast<std::size_t>(cls);
+        sp.batch_one = cls == 0;
+        if (!runs.r3[ci]) {
           sp.model_layers = layers3;
-          const sim::ProgramResult r3 = sim::run_step(sp);
-          if (!r3.leaked.empty()) throw std::logic_error("step simulation left tensors alive");
-          std::optional<sim::ProgramResult> r4;
+          runs.r3[ci] = sim::run_step(sp);
+          if (!runs.r3[ci]->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
           if (!layers4.empty()) {
             sp.model_layers = layers4;
-            r4 = sim::run_step(sp);
+            runs.r4[ci] = sim::run_step(sp);
           }
-          if (st.opt_params.empty() && st.trainable == 0) {
-            // The stage's parameter list for the optimizer: the middle simulated layer repeats.
-            for (const auto& p : r3.params) {
-              if (!p.trainable) continue;
-              const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
-              OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
-              if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
-              op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
-              st.opt_params.push_back(op);
-              st.trainable += p.numel * reps;
-            }
-            if (deepspeed(config)) {
-              // DeepSpeed steps the client optimizer on its fp32 master partition.
-              std::vector<OptParam> master = st.opt_params;
-              for (auto& p : master) p.elem_bytes = 4;
-              st.opt = optimizer_footprint(config.optim, config.device, master);
-            } else {
-              st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
-            }
-            std::int64_t tbytes = 0, layer_bytes = 0, expert_bytes = 0;
-            for (const auto& p : st.opt_params) tbytes += p.numel * p.elem_bytes * p.count;
-            for (const auto& p : r3.params) {
-              if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
-              if (p.rows > 0 && p.count > 1) {
-                const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
-                expert_bytes += p.numel * sim::esize(p.dt) * reps;
+        }
+        const sim::ProgramResult& r3 = *runs.r3[ci];
+        const sim::ProgramResult* r4 = runs.r4[ci] ? &*runs.r4[ci] : nullptr;
+        if (st.opt_params.empty() && st.trainable == 0) {
+          // The stage's parameter list for the optimizer: the middle simulated layer repeats.
+          for (const auto& p : r3.params) {
+            if (!p.trainable) continue;
+            const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
+            OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
+            if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
+            op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
+            st.opt_params.push_back(op);
+            st.trainable += p.numel * reps;
+          }
+          if (deepspeed(config)) {
+            // DeepSpeed steps the client optimizer on its fp32 master partition.
+            std::vector<OptParam> master = st.opt_params;
+            for (auto& p : master) p.elem_bytes = 4;
+            st.opt = optimizer_footprint(config.optim, config.device, master);
+          } else {
+            st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
+          }
+          std::int64_t tbytes = 0, layer_bytes = 0, expert_bytes = 0, all_bytes = 0, expert_trainable = 0;
+          for (const auto& p : st.opt_params) {
+            tbytes += p.numel * p.elem_bytes * p.count;
+            if (p.rows > 0 && p.count > 1) expert_trainable += p.numel * p.elem_bytes * p.count;
+          }
+          for (const auto& p : r3.params) {
+            const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
+            if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
+            if (p.rows > 0 && p.count > 1) expert_bytes += p.numel * sim::esize(p.dt) * reps;
+            all_bytes += p.numel * sim::esize(p.dt) * reps;
+          }
+          st.shard = make_shard_plan(model, config, st.trainable, tbytes, layer_bytes);
+          for (const auto& p : r3.params)
+            if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
+          // Routed experts' share of the stage's parameters: sharded over the expert
+          // data-parallel group (docs/formulas.md#expert-parallelism).
+          st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
+          st.shard.expert_trainable_share_per_mille = tbytes > 0 ? expert_trainable * 1000 / tbytes : 0;
+          if (config.quant.load_in_4bit) {
+            // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
+            for (int layer = rk.first_layer; layer < rk.first_layer + rk.layers; ++layer)
+              for (const auto& mod : layer_linears(sp.model, layer)) {
+                if (!mod.nn_linear) continue;
+                const std::int64_t blocks = (mod.weight_params() + 63) / 64;
+                st.shard.quant_state_bytes +=
+                    config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
               }
-            }
-            st.shard = make_shard_plan(model, config, st.trainable, tbytes, layer_bytes);
-            for (const auto& p : r3.params)
-              if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
-            // Routed experts' share of the stage's parameters: sharded over the expert
-            // data-parallel group (docs/formulas.md#expert-parallelism).
-            std::int64_t all_bytes = 0;
-            for (const auto& p : r3.params) {
-              const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
-              all_bytes += p.numel * sim::esize(p.dt) * reps;
-            }
-            st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
-            std::int64_t expert_trainable = 0;
-            for (const auto& p : st.opt_params)
-              if (p.rows > 0 && p.count > 1) expert_trainable += p.numel * p.elem_bytes * p.count;
-            st.shard.expert_trainable_share_per_mille = tbytes > 0 ? expert_trainable * 1000 / tbytes : 0;
-            if (config.quant.load_in_4bit) {
-              // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
-              for (int layer = rk.first_layer; layer < rk.first_layer + rk.layers; ++layer)
-                for (const auto& mod : layer_linears(sp.model, layer)) {
-                  if (!mod.nn_linear) continue;
-                  const std::int64_t blocks = (mod.weight_params() + 63) / 64;
-                  st.shard.quant_state_bytes +=
-                      config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
-                }
-            }
           }
-          // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
-          CatVec base{}, opt_extra{};
-          base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
-          if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
-          Poly grads;
-          for (const auto& p : st.opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
-          opt_extra[static_cast<int>(Cat::kGradients)] = grads;
-          opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
-          std::vector<Candidate> cands;
-          std::optional<sim::ProgramResult> full;
-          try {
-            cands = extrapolate(r3, r4 ? &*r4 : nullptr, extra, base, opt_extra);
-          } catch (const TimelineMismatch&) {
-            // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
-            sp.model_layers.clear();
-            for (int l = rk.first_layer; l < rk.first_layer + L; ++l) sp.model_layers.push_back(l);
-            full = sim::run_step(sp);
-            if (!full->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
-            cands = extrapolate(*full, nullptr, 0, base, opt_extra);
+        }
+        // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
+        CatVec base{}, opt_extra{};
+        base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
+        if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
+        Poly grads;
+        for (const auto& p : st.opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
+        opt_extra[static_cast<int>(Cat::kGradients)] = grads;
+        opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
+        std::vector<Candidate> cands;
+        std::optional<sim::ProgramResult> full;
+        try {
+          cands = extrapolate(r3, r4, extra, base, opt_extra);
+        } catch (const TimelineMismatch&) {
+          // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
+          sp.model_layers.clear();
+          for (int l = rk.first_layer; l < rk.first_layer + L; ++l) sp.model_layers.push_back(l);
+          full = sim::run_step(sp);
+          if (!full->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+          cands = extrapolate(*full, nullptr, 0, base, opt_extra);
+        }
+        // One micro-batch's activations as its backward begins: what a pipeline schedule holds
+        // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
+        st.retained[ci] = full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4, extra);
+        if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
+          const CatVec persistent =
+              add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
+          cands.push_back(generation_candidate(model, config, persistent));
+        }
+        if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands, base);
+        // Each candidate's gradient term as its total counts it (for the later micro-batches).
+        std::vector<Poly> grads_now(cands.size());
+        if (multi) {
+          // Multi-GPU rules act per category: the totals are computed from each candidate's
+          // categories; materialize() builds the categories again for the few that are kept.
+          for (std::size_t i = 0; i < cands.size(); ++i) {
+            Candidate& cand = cands[i];
+            cand.sharding = Candidate::Sharding{
+                &st.shard, cand.segment == kSegOptimizer,
+                gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
+                                fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)};
+            const CatVec v = apply_sharding(st.shard, cand.c != nullptr ? lerped(cand, base) : *cand.cats,
+                                            cand.sharding->optimizer_step, cand.sharding->gathered_layers);
+            cand.total = total(v);
+            grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
           }
-          // One micro-batch's activations as its backward begins: what a pipeline schedule holds
-          // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
-          if (acc == 0)
-            st.retained[static_cast<std::size_t>(cls)] =
-                full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4 ? &*r4 : nullptr, extra);
-          if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
-            const CatVec persistent =
-                add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
-            cands.push_back(generation_candidate(model, config, persistent));
-          }
-          if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands, base);
-          if (multi) {
-            // Multi-GPU rules act per category: every candidate needs its categories first.
-            // Gradient accumulation under FSDP through accelerate/Trainer runs the earlier
-            // micro-batches in no_sync(): their gradients accumulate unsharded.
-            const bool unsharded_grads = acc == 1 && !pipelined && fsdp(config);
-            for (auto& cand : cands) {
-              materialize(cand, base);
-              auto sharded = std::make_shared<const CatVec>(
-                  apply_sharding(st.shard, *cand.cats, cand.segment == kSegOptimizer,
-                                 gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
-                                                 fsdp(impl->config) && impl->config.parallel.fsdp_version == 2),
-                                 unsharded_grads && cand.segment != kSegOptimizer));
-              cand.total = total(*sharded);
-              cand.cats = std::move(sharded);
+        } else if (st.trainable > 0) {
+          for (std::size_t i = 0; i < cands.size(); ++i) grads_now[i] = category(cands[i], Cat::kGradients, base);
+        }
+        // A later micro-batch of an accumulation step (docs/formulas.md#gradient-accumulation):
+        // the same program with every .grad allocated from the start. A new gradient is then
+        // added in place and freed instead of becoming .grad, so at every event the first
+        // micro-batch's gradients so far are replaced by all of them (as sharded: under FSDP
+        // through accelerate/Trainer the earlier micro-batches run in no_sync(), where gradients
+        // accumulate unsharded); the step is the same. Totals first: categories only for the
+        // candidates that survive pruning.
+        std::vector<Candidate> later;
+        if (st.trainable > 0) {
+          const Poly all = multi ? sharded_gradients(st.shard, grads, !pipelined && fsdp(config)) : grads;
+          later.reserve(cands.size());
+          for (std::size_t i = 0; i < cands.size(); ++i) {
+            Candidate k = cands[i];
+            if (k.segment != kSegOptimizer && k.segment != kSegGeneration) {
+              k.total += all - grads_now[i];
+              k.grads = all;
             }
+            later.push_back(std::move(k));
           }
-          auto kept = prune(std::move(cands));
+        }
+        for (int acc = 0; acc < 2; ++acc) {
+          // Nothing trainable: every micro-batch is the first.
+          std::vector<Candidate> list = acc == 0 || st.trainable == 0 ? cands : std::move(later);
+          auto kept = prune(std::move(list));
           for (auto& cand : kept) materialize(cand, base);
           auto& slot = st.candidates[static_cast<std::size_t>(acc)];
-          slot[static_cast<std::size_t>(cls)] = std::move(kept);
-          if (!batch_one_differs) {
-            slot[0] = slot[1];
-            st.retained[0] = st.retained[1];
-          }
+          slot[ci] = std::move(kept);
+          if (!batch_one_differs) slot[0] = slot[1];
         }
-        // Nothing trainable: every micro-batch is the first.
-        if (st.trainable == 0) {
-          st.candidates[1] = st.candidates[0];
-          break;
-        }
+        if (!batch_one_differs) st.retained[0] = st.retained[1];
       }
       trainable_all += st.trainable;
     }
@@ -857,7 +913,7 @@ Worst evaluate(const std::vector<StageSim>& sims, const std::vector<RankSim>& ra
     const StageSim& st = sims[rk.sim];
     std::int64_t held = 0;
     if (ranks.size() > 1) {
-      const std::int64_t k = in_flight_chunks(c.parallel, rk.rank.rank, accum);
+      const std::int64_t k = in_flight_chunks(c.parallel, rk.rank.rank, rk.rank.chunks, accum);
       const std::int64_t v = rk.rank.chunks;
       const std::int64_t r = total(st.retained[cls]).eval(b, sl);
       held = (checked_mul(r, std::max<std::int64_t>(0, k - v)) + v - 1) / v;
@@ -943,7 +999,7 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
       const PipelineRank& r = w.rank->rank;
       e.pipeline_rank = r.rank;
       e.pipeline_ranks = static_cast<int>(impl_->ranks.size());
-      const std::int64_t k = in_flight_chunks(c.parallel, r.rank, c.grad_accum);
+      const std::int64_t k = in_flight_chunks(c.parallel, r.rank, r.chunks, c.grad_accum);
       e.assumptions.push_back(fmt::format(
           "pipeline: the worst GPU is stage {} of {} ({} decoder layers{}{}), holding the activations of {} "
           "({} schedule, {} micro-batches per step; stage outputs kept until their backward, as "

@@ -9,11 +9,19 @@ namespace memplan {
 Result<std::vector<PipelineRank>> pipeline_ranks(const ModelSpec& m, const ParallelConfig& p) {
   const int L = m.num_layers;
   const int pp = std::max(1, p.pipeline_parallel);
-  const int v = p.pp_schedule == PipelineSchedule::kInterleaved1F1B ? std::max(1, p.virtual_stages) : 1;
+  const bool interleaved = p.pp_schedule == PipelineSchedule::kInterleaved1F1B;
+  int v = interleaved ? std::max(1, p.virtual_stages) : 1;
   std::vector<PipelineRank> out;
   if (pp == 1) {
     out.push_back({0, 0, L, 1, true, true});
     return out;
+  }
+  // torchtitan / Automodel layers_per_stage: the embedding and the head weigh one layer each.
+  const int lps = p.pp_layers_per_stage;
+  if (lps > 0) {
+    const std::int64_t stages = (static_cast<std::int64_t>(L) + 2 + lps - 1) / lps;
+    // Multi-stage schedules round the stages per rank down (round_virtual_stages_to_pp_multiple).
+    v = interleaved ? static_cast<int>(std::max<std::int64_t>(1, stages / pp)) : 1;
   }
   const std::int64_t chunks = static_cast<std::int64_t>(pp) * v;
   if (p.pp_first_stage_layers > 0 || p.pp_last_stage_layers > 0) {
@@ -50,11 +58,25 @@ Result<std::vector<PipelineRank>> pipeline_ranks(const ModelSpec& m, const Paral
     hi -= 1;
   }
   const int n = hi - lo;
+  // With layers_per_stage the embedding and the head take a layer's place in the split.
+  const int weighted = lps > 0 ? remaining + 2 : remaining;
   for (int i = lo; i < hi; ++i) {
     // Even split; the remainder goes to the last chunks.
     const int k = i - lo;
-    per_chunk[static_cast<std::size_t>(i)] = remaining / n + (k >= n - remaining % n ? 1 : 0);
+    per_chunk[static_cast<std::size_t>(i)] = weighted / n + (k >= n - weighted % n ? 1 : 0);
   }
+  if (lps > 0) {
+    per_chunk.front() -= 1;
+    per_chunk.back() -= 1;
+  }
+  // Only the embedding's or the head's chunk may hold no decoder layer (torchtitan allows it).
+  for (std::size_t i = 0; i < per_chunk.size(); ++i)
+    if (per_chunk[i] < (i == 0 || i + 1 == per_chunk.size() ? 0 : 1))
+      return make_error(ErrorCode::kUnsupported,
+                        fmt::format("a pipeline stage with no decoder layer between the embedding and the head "
+                                    "({} layers over {} model chunks)",
+                                    L, chunks),
+                        "use fewer stages or more layers per stage");
   std::vector<int> chunk_first(static_cast<std::size_t>(chunks), 0);
   for (std::size_t i = 1; i < per_chunk.size(); ++i) chunk_first[i] = chunk_first[i - 1] + per_chunk[i - 1];
   for (int r = 0; r < pp; ++r) {
@@ -70,7 +92,7 @@ Result<std::vector<PipelineRank>> pipeline_ranks(const ModelSpec& m, const Paral
   return out;
 }
 
-std::int64_t in_flight_chunks(const ParallelConfig& p, int rank, std::int64_t micro_batches) {
+std::int64_t in_flight_chunks(const ParallelConfig& p, int rank, int chunks, std::int64_t micro_batches) {
   const std::int64_t pp = std::max(1, p.pipeline_parallel);
   const std::int64_t m = std::max<std::int64_t>(1, micro_batches);
   if (pp == 1) return 1;
@@ -79,7 +101,7 @@ std::int64_t in_flight_chunks(const ParallelConfig& p, int rank, std::int64_t mi
     case PipelineSchedule::k1F1B:
     case PipelineSchedule::kZeroBubble: return std::min(pp - rank, m);
     case PipelineSchedule::kInterleaved1F1B: {
-      const std::int64_t v = std::max(1, p.virtual_stages);
+      const std::int64_t v = std::max(1, chunks);
       return std::min(2 * (pp - rank - 1) + (v - 1) * pp + 1, m * v);
     }
   }

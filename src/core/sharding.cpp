@@ -91,7 +91,11 @@ ModelSpec tensor_parallel_rank(const ModelSpec& m, int t) {
   return r;
 }
 
-CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gathered_layers, bool unsharded_grads) {
+Poly sharded_gradients(const ShardPlan& p, const Poly& grads, bool unsharded) {
+  return p.shard_grads && !unsharded ? shard(p, grads, p.shard_over) : grads;
+}
+
+CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gathered_layers) {
   const int n = p.shard_over;
   if (p.shard_params) {
     // Parameters live as 1/n shards; the layers being computed are gathered whole (in backward
@@ -116,7 +120,7 @@ CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gat
   } else if (p.deepspeed) {
     // ZeRO-0/1/2 keep a full 16-bit replica of the model (and of a DPO/GRPO reference).
   }
-  if (p.shard_grads && !unsharded_grads) at(v, Cat::kGradients) = shard(p, at(v, Cat::kGradients), n);
+  if (p.shard_grads) at(v, Cat::kGradients) = sharded_gradients(p, at(v, Cat::kGradients), false);
   if (p.ddp) {
     // DistributedDataParallel's gradient buckets (gradient_as_bucket_view=False): a second copy
     // of every trainable gradient, allocated when DDP wraps the model.

@@ -58,9 +58,11 @@ ModelSpec tensor_parallel_rank(const ModelSpec& m, int t);
 // gathered parameters; `gathered_layers` is how many decoder layers' full parameters are live at
 // that event under ZeRO-3/FSDP (one in forward, the current one and the prefetched one in
 // backward, none at the loss).
-// `unsharded_grads`: FSDP's no_sync micro-batches, whose gradients accumulate unsharded.
-sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step, int gathered_layers = 2,
-                           bool unsharded_grads = false);
+sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step, int gathered_layers = 2);
+
+// Every trainable parameter's gradient (`grads`, whole) as one GPU holds it: sharded under
+// ZeRO-2/3 and FSDP, whole under DDP/ZeRO-1 or when `unsharded` (FSDP's no_sync).
+sim::Poly sharded_gradients(const ShardPlan& p, const sim::Poly& grads, bool unsharded);
 
 // Whether a component is replicated on every GPU, sharded, or offloaded.
 Placement placement_of(const ShardPlan& p, const std::string& component);

@@ -193,7 +193,10 @@ Status validate_parallel(const ParallelConfig& p) {
                       fmt::format("virtual-stages = {} needs the interleaved_1f1b schedule (got {})", p.virtual_stages,
                                   to_string(p.pp_schedule)),
                       "add --pp-schedule interleaved_1f1b, or drop --virtual-stages");
-  if (p.pp_schedule == PipelineSchedule::kInterleaved1F1B && p.pipeline_parallel > 1 && p.virtual_stages < 2)
+  if (p.pp_layers_per_stage < 0 || p.pp_layers_per_stage > 65536)
+    return range_error("pp-layers-per-stage", p.pp_layers_per_stage, "1 to 65536");
+  if (p.pp_schedule == PipelineSchedule::kInterleaved1F1B && p.pipeline_parallel > 1 && p.virtual_stages < 2 &&
+      p.pp_layers_per_stage == 0)
     return make_error(ErrorCode::kInvalidArgument,
                       "the interleaved_1f1b schedule needs --virtual-stages >= 2 (model chunks per GPU)");
   if (p.pp_first_stage_layers < 0 || p.pp_last_stage_layers < 0)

@@ -154,6 +154,7 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kLitgpt: return map_litgpt(m);
     case Dialect::kAutomodel: return map_automodel(m);
     case Dialect::kLlmFoundry: return map_llm_foundry(m);
+    case Dialect::kMegatron: return map_megatron(m);
     case Dialect::kKeyMap: return Ok{};
   }
   return Ok{};

@@ -30,6 +30,7 @@ constexpr DialectName kNames[] = {
     {Dialect::kLitgpt, "litgpt"},
     {Dialect::kAutomodel, "nemo-automodel"},
     {Dialect::kLlmFoundry, "llm-foundry"},
+    {Dialect::kMegatron, "nemo-megatron"},
     {Dialect::kKeyMap, "keys"},
     {Dialect::kHfTrl, "trl"},
     {Dialect::kHfTrl, "transformers"},
@@ -44,6 +45,8 @@ constexpr DialectName kNames[] = {
     {Dialect::kAutomodel, "nemo"},
     {Dialect::kLlmFoundry, "llmfoundry"},
     {Dialect::kLlmFoundry, "composer"},
+    {Dialect::kMegatron, "megatron"},
+    {Dialect::kMegatron, "nemo1"},
 };
 
 struct Signal {
@@ -106,6 +109,11 @@ constexpr Signal kSignals[] = {
     {Dialect::kLlmFoundry, "global_train_batch_size", 4},
     {Dialect::kLlmFoundry, "train_loader", 3},
     {Dialect::kLlmFoundry, "max_duration", 1},
+    {Dialect::kMegatron, "model.tensor_model_parallel_size", 7},
+    {Dialect::kMegatron, "model.pipeline_model_parallel_size", 5},
+    {Dialect::kMegatron, "model.encoder_seq_length", 5},
+    {Dialect::kMegatron, "model.mcore_gpt", 5},
+    {Dialect::kMegatron, "model.micro_batch_size", 4},
     {Dialect::kDeepSpeed, "train_micro_batch_size_per_gpu", 6},
     {Dialect::kDeepSpeed, "zero_optimization", 6},
     {Dialect::kDeepSpeed, "train_batch_size", 2},

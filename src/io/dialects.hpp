@@ -25,6 +25,7 @@ enum class Dialect {
   kLitgpt,        // litgpt config_hub finetune YAML (checkpoint_dir, train.micro_batch_size)
   kAutomodel,     // NeMo Automodel Hydra recipes (_target_, step_scheduler.local_batch_size)
   kLlmFoundry,    // LLM Foundry / Composer YAML (device_train_microbatch_size)
+  kMegatron,      // NeMo 1.x / launcher Megatron configs (model.tensor_model_parallel_size, model.micro_batch_size)
   kKeyMap,        // only what --keys maps
 };
 

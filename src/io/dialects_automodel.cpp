@@ -31,6 +31,26 @@ Status map_automodel(Mapper& m) {
                                              "pass --grad-accum for the step's accumulation",
                                              m.where_text(*g)));
   MEMPLAN_IO_CHECK(m.read_dtype("model.torch_dtype", "torch_dtype", c.torch_dtype));
+  // autocast: {enabled, dtype}: torch.autocast around the forward and loss.
+  MEMPLAN_TRY(auto autocast, m.boolean("autocast.enabled"));
+  if (autocast.value_or(false)) {
+    DType dt = DType::kBFloat16;
+    MEMPLAN_TRY(bool given, m.read_dtype("autocast.dtype", "autocast", dt));
+    c.autocast = dt;
+    if (!given) m.from_file("autocast", *m.node("autocast.enabled"), "autocast.enabled");
+  }
+  // The sequence: the dataset's seq_len (mock/pretraining datasets) or seq_length (chat
+  // datasets), or the packed sequence size when packing is on.
+  {
+    MEMPLAN_TRY(auto packed, m.integer("packed_sequence.packed_sequence_size", 0));
+    std::string key;
+    if (packed && *packed > 0) key = "packed_sequence.packed_sequence_size";
+    else m.first_of({"dataset.seq_len", "dataset.seq_length"}, &key);
+    if (!key.empty()) {
+      MEMPLAN_TRY(bool seq, m.read(key, "seq_len", c.seq_len));
+      if (seq) m.site(Knob::kSeqLen, key);
+    }
+  }
 
   // LoRA: peft.dim / alpha / dropout / target_modules (glob patterns such as '*_proj').
   if (const YamlNode* peft = m.node("peft"); peft != nullptr && peft->is_map()) {
@@ -58,6 +78,21 @@ Status map_automodel(Mapper& m) {
                           c.quant.double_quant));
 
   MEMPLAN_TRY(auto strategy, m.text("distributed.strategy"));
+  // Older recipes name the manager class instead: FSDP2Manager, DDPManager.
+  MEMPLAN_TRY(auto manager, m.text("distributed._target_"));
+  if (!strategy && manager) {
+    const std::string t = to_lower(*manager);
+    const YamlNode& n = *m.node("distributed._target_");
+    if (t.find("fsdp2manager") != std::string::npos) {
+      c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+      c.parallel.fsdp_version = 2;
+      m.from_file("sharding", n, "distributed._target_");
+      m.from_file("fsdp_version", n, "distributed._target_");
+    } else if (t.find("ddpmanager") != std::string::npos) {
+      c.parallel.sharding = ShardingStrategy::kNone;
+      m.from_file("sharding", n, "distributed._target_");
+    }
+  }
   if (strategy) {
     const std::string s = to_lower(*strategy);
     const YamlNode& n = *m.node("distributed.strategy");
@@ -106,11 +141,12 @@ Status map_automodel(Mapper& m) {
       } else {
         m.warn_at(n, fmt::format("pp_schedule '{}' is not modelled; estimated as 1f1b", *sched));
       }
-      // torchtitan's multi-stage schedules place two stages on each rank unless told otherwise.
-      if (c.parallel.pp_schedule == PipelineSchedule::kInterleaved1F1B) c.parallel.virtual_stages = 2;
     }
-    if (const YamlNode* lps = m.node(sec + ".layers_per_stage"); lps != nullptr)
-      m.warn_at(*lps, "layers_per_stage is not modelled: memplan splits the decoder layers evenly over the stages");
+    // layers_per_stage sets the number of stages (the embedding and the head weigh a layer
+    // each); without it torchtitan's multi-stage schedules place two stages on each rank.
+    MEMPLAN_IO_CHECK(m.read(sec + ".layers_per_stage", "pp_layers_per_stage", c.parallel.pp_layers_per_stage));
+    if (c.parallel.pp_layers_per_stage == 0 && c.parallel.pp_schedule == PipelineSchedule::kInterleaved1F1B)
+      c.parallel.virtual_stages = 2;
     // Each pipeline micro-batch is pp_microbatch_size sequences; local_batch_size of them per step.
     MEMPLAN_TRY(auto pmb, m.integer(sec + ".pp_microbatch_size"));
     if (pmb && *pmb >= 1 && c.micro_batch % *pmb == 0) {
@@ -135,7 +171,8 @@ Status map_automodel(Mapper& m) {
   }
   MEMPLAN_TRY(bool gc, m.read("distributed.activation_checkpointing", "gradient_checkpointing",
                               c.gradient_checkpointing));
-  (void)gc;
+  if (!gc) MEMPLAN_IO_CHECK(m.read("parallelizer.activation_checkpointing", "gradient_checkpointing",
+                                   c.gradient_checkpointing));
   // The sections are the recipe's own (_target_ classes with their arguments): near-misses only.
   m.check_unknown("", {}, /*strict=*/false);
   return Ok{};

@@ -85,12 +85,12 @@ Status read_custom_model(Mapper& m, std::string_view section) {
   MEMPLAN_IO_CHECK(get({"d_model", "hidden_size", "n_embd", "dim", "hidden_dim", "embed_dim"}, cm.hidden_size));
   if (!cm.num_layers || !cm.hidden_size) return Ok{};
   MEMPLAN_IO_CHECK(get({"n_heads", "num_attention_heads", "n_head", "num_heads"}, cm.num_heads));
-  MEMPLAN_IO_CHECK(get({"n_kv_heads", "num_key_value_heads", "n_kv_head", "num_kv_heads", "kv_n_heads"},
+  MEMPLAN_IO_CHECK(get({"n_kv_heads", "num_key_value_heads", "n_kv_head", "num_kv_heads", "kv_n_heads", "num_query_groups"},
                        cm.num_kv_heads));
   MEMPLAN_IO_CHECK(get({"d_ffn", "intermediate_size", "ffn_dim", "d_ff", "ffn_hidden_size", "n_inner", "mlp_dim"},
                        cm.intermediate_size));
   MEMPLAN_IO_CHECK(get({"vocab_size", "n_vocab", "padded_vocab_size"}, cm.vocab_size));
-  MEMPLAN_IO_CHECK(get({"head_dim"}, cm.head_dim));
+  MEMPLAN_IO_CHECK(get({"head_dim", "kv_channels"}, cm.head_dim));
   MEMPLAN_IO_CHECK(get({"max_seq_len", "max_position_embeddings", "n_positions", "block_size", "context_length"},
                        cm.max_position_embeddings));
   for (const char* k : {"expansion_ratio", "mlp_ratio"}) {

@@ -7,6 +7,9 @@
 //                   so it takes the default `d` and says the value is environment-dependent
 // Other resolvers (${eval:...}, custom ones) are left unresolved with a warning; the value is
 // then treated as absent (the dialect's default applies and is shown as such).
+#include <algorithm>
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
@@ -66,7 +69,13 @@ struct Resolver {
       return std::nullopt;
     }
     const auto colon = b.find(':');
-    if (colon != std::string::npos && b.find('.') != std::string::npos && b.find('.') < colon) {
+    // A key path has no ':'; `name:` before one is a resolver: oc.env, oc.select, oc.decode, and
+    // custom ones registered by the training code (NeMo's multiply, sum, ...).
+    const bool resolver = colon != std::string::npos && colon > 0 &&
+                          std::all_of(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(colon), [](char ch) {
+                            return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.';
+                          });
+    if (resolver) {
       // A resolver: oc.env, oc.select, oc.decode, ...
       const std::string name = b.substr(0, colon);
       const std::string args = b.substr(colon + 1);

@@ -138,6 +138,7 @@ Status map_accelerate(Mapper& m, bool primary);
 Status map_litgpt(Mapper& m);
 Status map_automodel(Mapper& m);
 Status map_llm_foundry(Mapper& m);
+Status map_megatron(Mapper& m);  // NeMo 1.x / NeMo-Framework-Launcher Megatron configs
 // OmegaConf `${a.b}` interpolation in a merged tree (dialects_interpolation.cpp), resolved as
 // OmegaConf resolves it; `${oc.env:X,default}` takes the default and is a warning.
 Status resolve_interpolations(YamlNode& root, LoadedConfig& out);

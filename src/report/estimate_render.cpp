@@ -161,6 +161,17 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
   v.push_back({"offload_optimizer", b(p.offload_optimizer)});
   v.push_back({"offload_params", b(p.offload_params)});
   if (p.tensor_parallel != 1) v.push_back({"tensor_parallel", std::to_string(p.tensor_parallel)});
+  if (p.pipeline_parallel != 1) {
+    v.push_back({"pipeline_parallel", std::to_string(p.pipeline_parallel)});
+    v.push_back({"pp_schedule", to_string(p.pp_schedule)});
+    if (p.virtual_stages != 1) v.push_back({"virtual_stages", std::to_string(p.virtual_stages)});
+    if (p.pp_first_stage_layers > 0) v.push_back({"pp_first_stage_layers", std::to_string(p.pp_first_stage_layers)});
+    if (p.pp_last_stage_layers > 0) v.push_back({"pp_last_stage_layers", std::to_string(p.pp_last_stage_layers)});
+    if (p.pp_layers_per_stage > 0) v.push_back({"pp_layers_per_stage", std::to_string(p.pp_layers_per_stage)});
+  }
+  if (p.context_parallel != 1) v.push_back({"context_parallel", std::to_string(p.context_parallel)});
+  if (p.expert_parallel != 1) v.push_back({"expert_parallel", std::to_string(p.expert_parallel)});
+  if (p.moe_capacity_factor > 0) v.push_back({"moe_capacity_factor", fmt::format("{:g}", p.moe_capacity_factor)});
   return v;
 }
 

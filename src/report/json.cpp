@@ -81,6 +81,12 @@ json to_json(const TrainingConfig& c) {
   j["parallel"] = {{"num_gpus", p.num_gpus},
                    {"nodes", p.nodes},
                    {"tensor_parallel", p.tensor_parallel},
+                   {"pipeline_parallel", p.pipeline_parallel},
+                   {"pp_schedule", to_string(p.pp_schedule)},
+                   {"virtual_stages", p.virtual_stages},
+                   {"context_parallel", p.context_parallel},
+                   {"expert_parallel", p.expert_parallel},
+                   {"moe_capacity_factor", p.moe_capacity_factor},
                    {"data_parallel", p.data_parallel_size()},
                    {"sharding", to_string(p.sharding)},
                    {"fsdp_version", p.fsdp_version},
@@ -98,7 +104,7 @@ json to_json(const Estimate& e) {
   for (const auto& c : e.overhead) over.push_back({{"name", c.name}, {"bytes", c.bytes.count()}, {"detail", c.detail}});
   json phases = json::array();
   for (const auto& p : e.phases) phases.push_back({{"phase", to_string(p.phase)}, {"peak_bytes", p.peak.count()}});
-  return {{"peak_bytes", e.peak.count()},
+  json out = {{"peak_bytes", e.peak.count()},
           {"peak_phase", to_string(e.peak_phase)},
           {"reserved_bytes", e.reserved.count()},
           {"total_bytes", e.total.count()},
@@ -108,6 +114,9 @@ json to_json(const Estimate& e) {
           {"parameters", {{"total", e.params.total}, {"trainable", e.params.trainable}}},
           {"assumptions", e.assumptions},
           {"warnings", e.warnings}};
+  // Pipeline parallelism: the numbers are the worst stage's.
+  if (e.pipeline_ranks > 0) out["pipeline"] = {{"worst_stage", e.pipeline_rank}, {"stages", e.pipeline_ranks}};
+  return out;
 }
 
 json inputs_json(const io::ResolvedInputs& in) {

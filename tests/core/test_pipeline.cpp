@@ -66,6 +66,21 @@ TEST_CASE("pipeline stages split the decoder layers evenly, the remainder to the
   CHECK((*r)[3].head);
   CHECK_FALSE((*r)[1].embedding);
   CHECK_FALSE((*r)[1].head);
+  // torchtitan's layers_per_stage: 32 layers + embedding + head = 34 over ceil(34 / 5) = 7 stages,
+  // rounded down to 4 ranks x 1 chunk for a multi-stage schedule: 34 / 4 = 8, 8, 9, 9, less one
+  // layer's weight for the embedding (rank 0) and the head (rank 3).
+  p = pp(4, 4);
+  p.pp_schedule = PipelineSchedule::kInterleaved1F1B;
+  p.pp_layers_per_stage = 5;
+  CHECK(layers_of(toy_llama(32), p) == std::vector<int>{7, 8, 9, 8});
+  // 2 layers per stage: 17 stages, 4 chunks per rank of 34 / 16 = 2 or 3 weighted layers.
+  p.pp_layers_per_stage = 2;
+  r = pipeline_ranks(toy_llama(32), p);
+  REQUIRE(r);
+  CHECK((*r)[0].chunks == 4);
+  int total = 0;
+  for (const auto& rk : *r) total += rk.layers;
+  CHECK(total == 32);
   // More chunks than layers, and first/last counts that leave nothing for the middle, are errors.
   CHECK_FALSE(pipeline_ranks(toy_llama(3), pp(4, 4)));
   p = pp(3, 3);
@@ -77,16 +92,16 @@ TEST_CASE("pipeline stages split the decoder layers evenly, the remainder to the
 TEST_CASE("micro-batches in flight per schedule") {
   ParallelConfig p = pp(4, 4);
   // 1F1B: rank r runs p - r - 1 warmup forwards, then holds one more (Megatron, torch pipelining).
-  for (int r = 0; r < 4; ++r) CHECK(in_flight_chunks(p, r, 8) == 4 - r);
-  CHECK(in_flight_chunks(p, 0, 2) == 2);
+  for (int r = 0; r < 4; ++r) CHECK(in_flight_chunks(p, r, 1, 8) == 4 - r);
+  CHECK(in_flight_chunks(p, 0, 1, 2) == 2);
   p.pp_schedule = PipelineSchedule::kGPipe;
-  CHECK(in_flight_chunks(p, 3, 8) == 8);
+  CHECK(in_flight_chunks(p, 3, 1, 8) == 8);
   // Interleaved, v = 2: warmup 2 (p - r - 1) + (v - 1) p, plus one; capped at m x v.
   p.pp_schedule = PipelineSchedule::kInterleaved1F1B;
   p.virtual_stages = 2;
-  CHECK(in_flight_chunks(p, 0, 8) == 11);
-  CHECK(in_flight_chunks(p, 3, 8) == 5);
-  CHECK(in_flight_chunks(p, 0, 1) == 2);
+  CHECK(in_flight_chunks(p, 0, 2, 8) == 11);
+  CHECK(in_flight_chunks(p, 3, 2, 8) == 5);
+  CHECK(in_flight_chunks(p, 0, 2, 1) == 2);
 }
 
 TEST_CASE("a pipeline stage holds the checkpointed inputs of every micro-batch in flight") {

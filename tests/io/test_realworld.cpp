@@ -166,6 +166,16 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
   if (key == "offload_optimizer") return as_bool(c.parallel.offload_optimizer);
   if (key == "offload_params") return as_bool(c.parallel.offload_params);
   if (key == "fsdp_version") return as_int(c.parallel.fsdp_version);
+  if (key == "tensor_parallel") return as_int(c.parallel.tensor_parallel);
+  if (key == "pipeline_parallel") return as_int(c.parallel.pipeline_parallel);
+  if (key == "virtual_stages") return as_int(c.parallel.virtual_stages);
+  if (key == "pp_schedule") return {to_string(c.parallel.pp_schedule) == w, to_string(c.parallel.pp_schedule)};
+  if (key == "context_parallel") return as_int(c.parallel.context_parallel);
+  if (key == "expert_parallel") return as_int(c.parallel.expert_parallel);
+  if (key == "moe_capacity_factor")
+    return {or_else<double>(parse_double(w, ""), -1) == c.parallel.moe_capacity_factor,
+            fmt::format("{}", c.parallel.moe_capacity_factor)};
+  if (key == "attn_implementation") return {to_string(c.attn_impl()) == w, to_string(c.attn_impl())};
   return {false, "(unknown expected key '" + key + "')"};
 }
 
