@@ -94,6 +94,9 @@ struct Candidate {
     int gathered_layers = 0;
   };
   std::optional<Sharding> sharding;
+  // Context parallelism's ring-attention buffers at this event, added to communication_buckets
+  // by materialize() (the total already has them).
+  Poly ring;
   // A later micro-batch's candidate (docs/formulas.md#gradient-accumulation): the same
   // categories with this gradient term, applied by materialize().
   std::optional<Poly> grads;
@@ -380,9 +383,38 @@ CatVec lerped(const Candidate& k, const CatVec& base) {
   return v;
 }
 
-void materialize(Candidate& k, const CatVec& base) {
-  if (k.c == nullptr && !k.sharding && !k.grads) return;
+// The candidate's categories before sharding: lerped (or as materialized) plus its ring buffers.
+CatVec unsharded(const Candidate& k, const CatVec& base) {
   CatVec v = k.c != nullptr ? lerped(k, base) : *k.cats;
+  v[static_cast<std::size_t>(Cat::kBuckets)] += k.ring;
+  return v;
+}
+
+// The categories apply_sharding() changes (each on its own).
+constexpr Cat kShardedCats[] = {Cat::kWeights,         Cat::kAdapterWeights, Cat::kReference,
+                                Cat::kGradients,       Cat::kOptimizerStates, Cat::kOptimizerTemps,
+                                Cat::kMasterWeights,   Cat::kBuckets,         Cat::kGathered};
+
+// One category of unsharded(k, base), computed alone.
+Poly unsharded_category(const Candidate& k, Cat cat, const CatVec& base) {
+  const auto i = static_cast<std::size_t>(cat);
+  Poly p;
+  if (k.c == nullptr) {
+    p = (*k.cats)[i];
+  } else {
+    p = (*k.c)[i];
+    if (k.d != nullptr && k.m != 0) p += ((*k.d)[i] - (*k.c)[i]) * k.m;
+    p += base[i];
+    if (k.extra != nullptr) p += (*k.extra)[i];
+  }
+  if (cat == Cat::kBuckets) p += k.ring;
+  return p;
+}
+
+void materialize(Candidate& k, const CatVec& base) {
+  if (k.c == nullptr && !k.sharding && !k.grads && k.ring.is_zero()) return;
+  CatVec v = unsharded(k, base);
+  k.ring = Poly{};
   if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
   if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
   k.cats = std::make_shared<const CatVec>(v);
@@ -394,18 +426,10 @@ void materialize(Candidate& k, const CatVec& base) {
 
 // One category of a candidate as its total counts it (before any gradient override).
 Poly category(const Candidate& k, Cat cat, const CatVec& base) {
-  const auto i = static_cast<std::size_t>(cat);
-  if (k.c == nullptr && !k.sharding) return (*k.cats)[i];
-  if (!k.sharding) {
-    Poly p = (*k.c)[i];
-    if (k.d != nullptr && k.m != 0) p += ((*k.d)[i] - (*k.c)[i]) * k.m;
-    p += base[i];
-    if (k.extra != nullptr) p += (*k.extra)[i];
-    return p;
-  }
-  CatVec v = k.c != nullptr ? lerped(k, base) : *k.cats;
-  if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
-  return v[i];
+  if (!k.sharding) return unsharded_category(k, cat, base);
+  const CatVec v =
+      apply_sharding(*k.sharding->plan, unsharded(k, base), k.sharding->optimizer_step, k.sharding->gathered_layers);
+  return v[static_cast<std::size_t>(cat)];
 }
 
 // GRPO generation with model.generate (docs/formulas.md#grpo-generation): no gradients exist
@@ -566,8 +590,7 @@ CatVec retained_at_backward(const sim::ProgramResult& r3, const sim::ProgramResu
 // Engine's AttnFuncWithCPAndKVP2P: in forward every K/V block received (cp of them) and cp
 // per-step outputs live until the layer's attention returns; backward holds dQ and two K/V +
 // dK/dV ring buffers. Polynomials in the local sequence (the engine evaluates at s / cp).
-void add_ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfig& c, std::vector<Candidate>& cands,
-                                const CatVec& base) {
+void add_ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfig& c, std::vector<Candidate>& cands) {
   const std::int64_t cp = c.parallel.context_parallel;
   const std::int64_t act = c.autocast ? 2 : dtype_size(c.torch_dtype);
   const std::int64_t hd = rank_model.head_dim;
@@ -579,11 +602,8 @@ void add_ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfi
     const bool fwd_layer = cand.segment >= sim::kSegFwdFirst && cand.segment <= sim::kSegFwdLast;
     const bool bwd_layer = cand.segment >= sim::kSegBwdFirst && cand.segment <= sim::kSegBwdLast;
     if (!fwd_layer && !bwd_layer) continue;
-    materialize(cand, base);
-    auto v = std::make_shared<CatVec>(*cand.cats);
-    (*v)[static_cast<std::size_t>(Cat::kBuckets)] += fwd_layer ? fwd : bwd;
+    cand.ring += fwd_layer ? fwd : bwd;
     cand.total += fwd_layer ? fwd : bwd;
-    cand.cats = std::move(v);
   }
 }
 
@@ -789,7 +809,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
               add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
           cands.push_back(generation_candidate(model, config, persistent));
         }
-        if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands, base);
+        if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands);
         // Each candidate's gradient term as its total counts it (for the later micro-batches).
         std::vector<Poly> grads_now(cands.size());
         if (multi) {
@@ -801,9 +821,11 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
                 &st.shard, cand.segment == kSegOptimizer,
                 gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
                                 fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)};
-            const CatVec v = apply_sharding(st.shard, cand.c != nullptr ? lerped(cand, base) : *cand.cats,
-                                            cand.sharding->optimizer_step, cand.sharding->gathered_layers);
-            cand.total = total(v);
+            // apply_sharding maps each category on its own: only the ones it changes matter.
+            CatVec part{};
+            for (Cat c : kShardedCats) part[static_cast<std::size_t>(c)] = unsharded_category(cand, c, base);
+            const CatVec v = apply_sharding(st.shard, part, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
+            cand.total += total(v) - total(part);
             grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
           }
         } else if (st.trainable > 0) {

@@ -126,6 +126,12 @@ CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gat
     // of every trainable gradient, allocated when DDP wraps the model.
     at(v, Cat::kBuckets) += Poly::constant(p.trainable_bytes);
   }
+  // The optimizer's own states and temporaries first: the fp32 partition below is already a
+  // shard (sharding it again counted 4 Psi / N^2).
+  if (p.shard_optim) {
+    at(v, Cat::kOptimizerStates) = p.offload_optimizer ? Poly{} : shard(p, at(v, Cat::kOptimizerStates), n);
+    at(v, Cat::kOptimizerTemps) = p.offload_optimizer ? Poly{} : shard(p, at(v, Cat::kOptimizerTemps), n);
+  }
   if (p.deepspeed) {
     at(v, Cat::kBuckets) += Poly::constant(p.bucket_bytes);
     // The fp32 master copy of the trainable parameters, sharded (on the CPU with offload).
@@ -133,10 +139,6 @@ CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gat
     // ZeRO-1/2 upcast the gradient partition to fp32 for the step.
     if (optimizer_step && !p.offload_optimizer && p.zero_stage <= 2)
       at(v, Cat::kOptimizerTemps) += shard(p, Poly::constant(p.trainable_params * 4), n);
-  }
-  if (p.shard_optim) {
-    at(v, Cat::kOptimizerStates) = p.offload_optimizer ? Poly{} : shard(p, at(v, Cat::kOptimizerStates), n);
-    at(v, Cat::kOptimizerTemps) = p.offload_optimizer ? Poly{} : shard(p, at(v, Cat::kOptimizerTemps), n);
   }
   return v;
 }

@@ -115,3 +115,25 @@ TEST_CASE("tensor parallelism divides heads and MLP width per rank") {
   CHECK(r.intermediate_size == 3584);
   CHECK(r.hidden_size == 4096);
 }
+
+TEST_CASE("ZeRO-1/2 hold the fp32 gradient partition, 4 bytes per parameter / N, at the step") {
+  // DeepSpeed's stage 1/2 optimizer upcasts its gradient partition to fp32 before stepping.
+  // With fused Adam (no temporaries of its own) the step's temporaries are exactly that
+  // partition: 4 Psi / N, each GPU's shard once (not divided again with the optimizer's own).
+  const ModelSpec m = memplan::testing::toy_llama(4);
+  TrainingConfig c;
+  c.torch_dtype = DType::kFloat32;
+  c.autocast = DType::kBFloat16;
+  c.micro_batch = 1;
+  c.seq_len = 16;
+  c.parallel.num_gpus = 8;
+  c.parallel.sharding = ShardingStrategy::kZero2;
+  c.optim.kind = OptimizerKind::kAdamWTorchFused;
+  auto est = Estimator::create(m, c);
+  REQUIRE(est);
+  auto e = est->at_phase(1, 16, Phase::kOptimizerStep);
+  REQUIRE(e);
+  require_consistent(*e);
+  const std::int64_t psi = e->params.trainable;
+  CHECK(component(*e, "optimizer_temporaries") == (psi * 4 + 7) / 8);
+}
