@@ -165,6 +165,9 @@ struct ParallelConfig {
   // of the data-parallel group; capacity factor 0 = dropless (balanced routing assumed).
   int expert_parallel = 1;
   double moe_capacity_factor = 0.0;
+  // Megatron sequence parallelism (docs/formulas.md#sequence-parallelism): with tensor
+  // parallelism, norms, dropouts and the residual stream hold seq_len / tp tokens per GPU.
+  bool sequence_parallel = false;
 
   int world_size() const { return num_gpus * nodes; }
   // GPUs that hold one copy of the model: a tensor x pipeline x context parallel group.

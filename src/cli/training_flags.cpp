@@ -157,6 +157,9 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_option("--pp-layers-per-stage", f.pp_layers_per_stage,
                  "torchtitan's layers_per_stage: stages = ceil((layers + 2) / N), the embedding and head as a layer each")
       ->group("Multi-GPU");
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "Megatron sequence parallelism with --tensor-parallel: norms and residuals hold seq-len / tp tokens")
+      ->group("Multi-GPU");
   app.add_option("--context-parallel", f.context_parallel, "Context-parallel degree: GPUs that split each sequence (default 1)")
       ->group("Multi-GPU");
   app.add_option("--expert-parallel", f.expert_parallel, "Expert-parallel degree: GPUs that split the routed experts (default 1)")
@@ -469,6 +472,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (given("--pp-layers-per-stage")) {
     c.parallel.pp_layers_per_stage = f.pp_layers_per_stage;
     mark("pp_layers_per_stage", "--pp-layers-per-stage");
+  }
+  if (f.sequence_parallel) {
+    c.parallel.sequence_parallel = true;
+    mark("sequence_parallel", "--sequence-parallel");
   }
   if (given("--context-parallel")) {
     c.parallel.context_parallel = f.context_parallel;

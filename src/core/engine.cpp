@@ -183,6 +183,15 @@ Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
                         fmt::format("expert-parallel = {} must divide the number of routed experts ({})",
                                     p.expert_parallel, m.moe.num_experts));
   }
+  if (p.sequence_parallel && p.tensor_parallel > 1) {
+    if (m.hidden_size % p.tensor_parallel != 0)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("sequence parallelism splits hidden states over tensor-parallel ranks: "
+                                    "hidden_size {} is not a multiple of tensor-parallel {}",
+                                    m.hidden_size, p.tensor_parallel));
+    if (m.is_encoder())
+      return make_error(ErrorCode::kUnsupported, "sequence parallelism is modelled for decoders only");
+  }
   const bool pp = p.pipeline_parallel > 1, cp = p.context_parallel > 1;
   if (!pp && !cp) return Ok{};
   const char* what = pp ? "pipeline parallelism" : "context parallelism";
@@ -625,6 +634,8 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     // routed to them (docs/formulas.md#expert-parallelism).
     if (config.parallel.expert_parallel > 1) sp.model.moe.local_experts = model.moe.num_experts / config.parallel.expert_parallel;
     sp.expert_parallel = config.parallel.expert_parallel;
+    if (config.parallel.sequence_parallel && config.parallel.tensor_parallel > 1)
+      sp.sequence_parallel = config.parallel.tensor_parallel;
     if (config.parallel.moe_capacity_factor > 0)
       sp.moe_tokens_per_mille = static_cast<std::int64_t>(std::ceil(config.parallel.moe_capacity_factor * 1000 - 1e-9));
     sp.weight_dt = to_dt(config.torch_dtype);

@@ -125,10 +125,7 @@ Status map_automodel(Mapper& m) {
   MEMPLAN_IO_CHECK(size("distributed.pp_size", "pipeline_parallel", c.parallel.pipeline_parallel));
   MEMPLAN_IO_CHECK(size("distributed.cp_size", "context_parallel", c.parallel.context_parallel));
   MEMPLAN_IO_CHECK(size("distributed.ep_size", "expert_parallel", c.parallel.expert_parallel));
-  MEMPLAN_TRY(auto seq_par, m.boolean("distributed.sequence_parallel"));
-  if (seq_par.value_or(false))
-    m.warn_at(*m.node("distributed.sequence_parallel"), "sequence_parallel is not modelled: memplan keeps the norm and residual activations whole on "
-                   "every tensor-parallel rank (an overestimate)");
+  MEMPLAN_IO_CHECK(m.read("distributed.sequence_parallel", "sequence_parallel", c.parallel.sequence_parallel));
   if (c.parallel.pipeline_parallel > 1) {
     // The pipeline section: distributed.pipeline (current) or autopipeline (older recipes).
     const std::string sec = m.node("distributed.pipeline") != nullptr ? "distributed.pipeline" : "autopipeline";

@@ -59,11 +59,7 @@ Status map_megatron(Mapper& m) {
     m.from_file("pp_schedule", *m.node("model.virtual_pipeline_model_parallel_size"),
                 "model.virtual_pipeline_model_parallel_size (interleaved 1F1B)");
   }
-  MEMPLAN_TRY(auto seq_par, m.boolean("model.sequence_parallel"));
-  if (seq_par.value_or(false))
-    m.warn_at(*m.node("model.sequence_parallel"),
-              "sequence_parallel is not modelled: memplan keeps the norm and residual activations whole on every "
-              "tensor-parallel rank (an overestimate)");
+  MEMPLAN_IO_CHECK(m.read("model.sequence_parallel", "sequence_parallel", par.sequence_parallel));
   MEMPLAN_TRY(auto cf, m.number("model.moe_expert_capacity_factor"));
   if (cf && *cf > 0) {
     MEMPLAN_TRY(auto pad, m.boolean("model.moe_pad_expert_input_to_capacity"));

@@ -81,6 +81,7 @@ json to_json(const TrainingConfig& c) {
   j["parallel"] = {{"num_gpus", p.num_gpus},
                    {"nodes", p.nodes},
                    {"tensor_parallel", p.tensor_parallel},
+                   {"sequence_parallel", p.sequence_parallel},
                    {"pipeline_parallel", p.pipeline_parallel},
                    {"pp_schedule", to_string(p.pp_schedule)},
                    {"virtual_stages", p.virtual_stages},

@@ -236,3 +236,35 @@ TEST_CASE("context parallelism evaluates each GPU's share of the sequence") {
   // Forward ring buffers: cp x (K + V + per-step output) = 2 x (2*2*64 + 4*64) x 2 bytes per token.
   CHECK(a->peak.count() - b->peak.count() <= 128LL * 2 * (2 * 2 * 64 + 4 * 64) * 2 + 128LL * (4 * 64 + 4 * 2 * 2 * 64) * 2);
 }
+
+TEST_CASE("sequence parallelism keeps s / t tokens of the residual stream per rank") {
+  // Reentrant checkpointing keeps each layer's input: the residual stream, b x s x h x 2 bytes
+  // whole, or / t under sequence parallelism (plus each checkpoint's 5056-byte RNG state).
+  // 4 layers, b = 2, s = 64, h = 256, t = 2: 4 x 2*64*256*2 = 262144 whole, 131072 sharded.
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c = bf16_cfg(2, 64);
+  c.gradient_checkpointing = true;
+  c.checkpoint_reentrant = true;
+  c.attn = AttnImpl::kSdpa;
+  c.parallel.num_gpus = 2;
+  c.parallel.tensor_parallel = 2;
+  auto whole = Estimator::create(m, c);
+  c.parallel.sequence_parallel = true;
+  auto shard = Estimator::create(m, c);
+  REQUIRE(whole);
+  REQUIRE(shard);
+  auto a = whole->at_phase(2, 64, Phase::kForward), b = shard->at_phase(2, 64, Phase::kForward);
+  REQUIRE(a);
+  REQUIRE(b);
+  require_consistent(*b);
+  CHECK(component(*a, "checkpointed_inputs") == 262144 + 4 * 5056);
+  CHECK(component(*b, "checkpointed_inputs") == 131072 + 4 * 5056);
+  // Without tensor parallelism there is nothing to split.
+  c.parallel.tensor_parallel = 1;
+  auto one = estimate(m, c);
+  c.parallel.sequence_parallel = false;
+  auto off = estimate(m, c);
+  REQUIRE(one);
+  REQUIRE(off);
+  CHECK(one->peak == off->peak);
+}

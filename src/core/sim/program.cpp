@@ -40,6 +40,26 @@ class Step {
  private:
   // ---- sizes (Polys in b and s); DPO/GRPO scale the batch.
   Poly tok(std::int64_t k) const { return Poly::mono(kBS, k * sp_.batch_multiplier); }
+  // The residual stream per rank: hidden-size rows of all tokens, or of s / t tokens under
+  // sequence parallelism.
+  bool seq_par() const { return sp_.sequence_parallel > 1; }
+  Poly htok() const {
+    return seq_par() ? Poly::mono(kBS, m_.hidden_size * sp_.batch_multiplier / sp_.sequence_parallel)
+                     : tok(m_.hidden_size);
+  }
+  // Sequence parallelism's all-gather (to every token) or reduce-scatter (to the rank's share):
+  // a new tensor; backward does the opposite, a gradient shaped like the input.
+  int sp_region(int x, const Poly& out_numel) {
+    const int r = g_.make(out_numel, g_.at(x).dt, ops_.cat);
+    g_.node({x}, {r}, {}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
+    return r;
+  }
+  // The all-gathered input of a column-parallel GEMM (QKV, FC1): a transient; the GEMM saves
+  // the rank's share and gathers again in backward.
+  void sp_gather_buffer(int x) {
+    if (!seq_par()) return;
+    g_.drop(g_.make(tok(m_.hidden_size), g_.at(x).dt, ops_.cat));
+  }
   Poly scores(std::int64_t k) const { return Poly::mono(kBSS, k * sp_.batch_multiplier); }
   Poly per_seq(std::int64_t k) const { return Poly::mono(kB, k * sp_.batch_multiplier); }
   static Poly c(std::int64_t k) { return Poly::constant(k); }
@@ -703,11 +723,18 @@ int Step::decoder_layer(int h, int layer) {
   const bool post_norms = m_.norms_per_layer == 4;
   g_.hold(h);  // residual = hidden_states
   const int residual = h;
-  const int n1 = norm(h, lp.norms[0], lp.norms[1], hs, tok(hs));
+  const Poly H = htok();
+  const int n1 = norm(h, lp.norms[0], lp.norms[1], hs, H);
+  sp_gather_buffer(n1);
   auto [attn, probs] = attention(n1, lp);
   g_.drop(n1);
+  if (seq_par()) {  // reduce-scatter of the row-parallel output projection
+    const int a = sp_region(attn, H);
+    g_.drop(attn);
+    attn = a;
+  }
   if (post_norms) {
-    const int a2 = norm(attn, lp.norms[2], lp.norms[3], hs, tok(hs));
+    const int a2 = norm(attn, lp.norms[2], lp.norms[3], hs, H);
     g_.drop(attn);
     attn = a2;
   }
@@ -716,14 +743,29 @@ int Step::decoder_layer(int h, int layer) {
     g_.drop(attn);
     attn = d;
   }
-  const int h2 = ops_.add(residual, attn, tok(hs));
+  const int h2 = ops_.add(residual, attn, H);
   g_.drop(attn);
   g_.drop(residual);
-  const int n2 = norm(h2, lp.norms[post_norms ? 4 : 2], lp.norms[post_norms ? 5 : 3], hs, tok(hs));
-  int m = lp.moe ? moe(n2, lp) : mlp(n2, lp, "", m_.intermediate_size, tok(1), gpt2);
+  const int n2 = norm(h2, lp.norms[post_norms ? 4 : 2], lp.norms[post_norms ? 5 : 3], hs, H);
+  int m;
+  if (lp.moe) {
+    // MoE layers route every token of the sequence: gathered (and kept by the router) under
+    // sequence parallelism.
+    const int in = seq_par() ? sp_region(n2, tok(hs)) : n2;
+    m = moe(in, lp);
+    if (in != n2) g_.drop(in);
+  } else {
+    sp_gather_buffer(n2);
+    m = mlp(n2, lp, "", m_.intermediate_size, tok(1), gpt2);
+  }
   g_.drop(n2);
+  if (seq_par()) {
+    const int r = sp_region(m, H);
+    g_.drop(m);
+    m = r;
+  }
   if (post_norms) {
-    const int m2 = norm(m, lp.norms[6], lp.norms[7], hs, tok(hs));
+    const int m2 = norm(m, lp.norms[6], lp.norms[7], hs, H);
     g_.drop(m);
     m = m2;
   }
@@ -732,7 +774,7 @@ int Step::decoder_layer(int h, int layer) {
     g_.drop(m);
     m = d;
   }
-  const int h3 = ops_.add(h2, m, tok(hs));
+  const int h3 = ops_.add(h2, m, H);
   g_.drop(m);
   g_.drop(h2);
   if (probs >= 0) g_.drop(probs);  // `hidden_states, _ = self.self_attn(...)`: `_` lives to here
@@ -832,7 +874,7 @@ int Step::embed_and_layers(bool policy) {
   const bool received = policy && !sp_.stage_embedding;
   // A later pipeline stage: the previous stage's hidden states arrive (requires_grad: their
   // gradient is sent back).
-  int hcur = received ? g_.make(tok(h), embed_dt(), Cat::kActivations, true) : ops_.embedding(ids_, emb_w, tok(h));
+  int hcur = received ? g_.make(htok(), embed_dt(), Cat::kActivations, true) : ops_.embedding(ids_, emb_w, tok(h));
   if (m_.scale_embeddings && !received) {  // Gemma: inputs_embeds * sqrt(hidden)
     const int s = ops_.scalar_op(hcur);
     g_.drop(hcur);
@@ -846,6 +888,11 @@ int Step::embed_and_layers(bool policy) {
     const int d = ops_.dropout(sum, policy ? 0.1 : 0.0);
     g_.drop(sum);
     hcur = d;
+  }
+  if (seq_par() && !received) {  // the embedding's output is scattered over the sequence
+    const int sc = sp_region(hcur, htok());
+    g_.drop(hcur);
+    hcur = sc;
   }
   if (policy && sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(hcur).requires_grad) {
     // TRL calls enable_input_require_grads() for PEFT with checkpointing: the embedding output
@@ -926,7 +973,12 @@ void Step::drop_forward_locals() {
 int Step::head_logits(int h, const Poly& rows) {
   const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
   ops_.cat = Cat::kActivations;
-  const int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, tok(hs));
+  int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, htok());
+  if (seq_par()) {  // the output layer's input is gathered over the sequence
+    const int g = sp_region(hn, tok(hs));
+    g_.drop(hn);
+    hn = g;
+  }
   drop_forward_locals();  // LlamaModel.forward returns: its locals (mask, rotary tables) go
   const bool all = rows == tok(1);
   const int s1 = ops_.slice(hn, tok(hs), true);
@@ -1006,7 +1058,12 @@ int Step::sft_loss(int logits) {
 int Step::fused_sft_loss(int h) {
   const std::int64_t hs = m_.hidden_size;
   ops_.cat = Cat::kActivations;
-  const int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, tok(hs));
+  int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, htok());
+  if (seq_par()) {
+    const int g = sp_region(hn, tok(hs));
+    g_.drop(hn);
+    hn = g;
+  }
   drop_forward_locals();
   const int head = w_->lm_head_copy >= 0 ? w_->lm_head_copy
                    : w_->lm_head >= 0    ? w_->lm_head

@@ -107,6 +107,9 @@ struct ProgramSpec {
   // (per mille: 1000 = dropless with balanced routing; capacity factor x 1000 with padding).
   int expert_parallel = 1;
   std::int64_t moe_tokens_per_mille = 1000;
+  // Megatron sequence parallelism with tensor parallelism t (docs/formulas.md#sequence-parallelism):
+  // the residual stream, norms and dropouts hold s / t tokens per rank; 1 = off.
+  int sequence_parallel = 1;
 };
 
 // A parameter tensor of the simulated model, for the optimizer model.
