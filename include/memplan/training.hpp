@@ -168,6 +168,11 @@ struct ParallelConfig {
   // Megatron sequence parallelism (docs/formulas.md#sequence-parallelism): with tensor
   // parallelism, norms, dropouts and the residual stream hold seq_len / tp tokens per GPU.
   bool sequence_parallel = false;
+  // Megatron-Core's layouts (docs/formulas.md#megatron-core): the embedding, the output layer and
+  // the cross-entropy split over the vocabulary across tensor-parallel ranks, and pipeline stage
+  // outputs freed after their send (deallocate_output_tensor). Otherwise Hugging Face's tp_plan
+  // (whole vocabulary on every rank) and torch.distributed.pipelining (outputs kept).
+  bool megatron_core = false;
 
   int world_size() const { return num_gpus * nodes; }
   // GPUs that hold one copy of the model: a tensor x pipeline x context parallel group.

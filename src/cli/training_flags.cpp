@@ -160,6 +160,9 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "Megatron sequence parallelism with --tensor-parallel: norms and residuals hold seq-len / tp tokens")
       ->group("Multi-GPU");
+  app.add_flag("--megatron-core", f.megatron_core,
+               "Megatron-Core layouts: vocabulary-parallel embedding/output/loss, pipeline outputs freed after the send")
+      ->group("Multi-GPU");
   app.add_option("--context-parallel", f.context_parallel, "Context-parallel degree: GPUs that split each sequence (default 1)")
       ->group("Multi-GPU");
   app.add_option("--expert-parallel", f.expert_parallel, "Expert-parallel degree: GPUs that split the routed experts (default 1)")
@@ -476,6 +479,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (f.sequence_parallel) {
     c.parallel.sequence_parallel = true;
     mark("sequence_parallel", "--sequence-parallel");
+  }
+  if (f.megatron_core) {
+    c.parallel.megatron_core = true;
+    mark("megatron_core", "--megatron-core");
   }
   if (given("--context-parallel")) {
     c.parallel.context_parallel = f.context_parallel;

@@ -629,7 +629,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
   try {
     sim::ProgramSpec sp;
     // Each tensor-parallel rank computes a slice of every layer.
-    sp.model = tensor_parallel_rank(model, config.parallel.tensor_parallel);
+    sp.model = tensor_parallel_rank(model, config.parallel.tensor_parallel, config.parallel.megatron_core);
     // Each expert-parallel rank holds num_experts / ep routed experts and computes every token
     // routed to them (docs/formulas.md#expert-parallelism).
     if (config.parallel.expert_parallel > 1) sp.model.moe.local_experts = model.moe.num_experts / config.parallel.expert_parallel;
@@ -729,6 +729,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       const std::int64_t extra = L > 3 ? L - 3 : 0;
       sp.stage_embedding = rk.embedding;
       sp.stage_head = rk.head;
+      sp.free_stage_output = config.parallel.megatron_core;
       Runs& runs = runs_of[key];
       for (int cls = batch_one_differs ? 0 : 1; cls < 2; ++cls) {
         const auto ci = static_cast<std::size_t>(cls);
@@ -889,6 +890,11 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     impl->params.trainable = trainable;
     if (config.device == Device::kCpu)
       impl->assumptions.push_back("cpu: PyTorch 1.13 behaviour (single-tensor optimizers, eager attention)");
+    if (config.parallel.megatron_core)
+      impl->assumptions.push_back(
+          "Megatron-Core: vocabulary-parallel embedding, output layer and loss, pipeline outputs freed after the "
+          "send; the layers themselves are simulated as Hugging Face's modules (Transformer Engine's fused kernels "
+          "are not modelled)");
     if (config.quant.load_in_4bit && impl->shard.fsdp && impl->shard.shard_params &&
         (!config.quant.quant_storage || dtype_size(*config.quant.quant_storage) != dtype_size(config.torch_dtype)))
       impl->assumptions.push_back(
@@ -1035,12 +1041,13 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
       const std::int64_t k = in_flight_chunks(c.parallel, r.rank, r.chunks, c.grad_accum);
       e.assumptions.push_back(fmt::format(
           "pipeline: the worst GPU is stage {} of {} ({} decoder layers{}{}), holding the activations of {} "
-          "({} schedule, {} micro-batches per step; stage outputs kept until their backward, as "
-          "torch.distributed.pipelining does)",
+          "({} schedule, {} micro-batches per step; {})",
           r.rank, impl_->ranks.size(), r.layers, r.embedding ? ", the embedding" : "", r.head ? ", the head and loss" : "",
           r.chunks > 1 ? fmt::format("{} model-chunk micro-batches ({} chunks per GPU)", k, r.chunks)
                        : fmt::format("{} micro-batch(es)", k),
-          to_string(c.parallel.pp_schedule), c.grad_accum));
+          to_string(c.parallel.pp_schedule), c.grad_accum,
+          c.parallel.megatron_core ? "stage outputs freed after their send, as Megatron-Core does"
+                                   : "stage outputs kept until their backward, as torch.distributed.pipelining does"));
     }
     add_runtime_overhead(impl_->config, e);
     if (st.opt.paged_bytes > 0 && impl_->config.device == Device::kCuda) {

@@ -79,7 +79,7 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
   return p;
 }
 
-ModelSpec tensor_parallel_rank(const ModelSpec& m, int t) {
+ModelSpec tensor_parallel_rank(const ModelSpec& m, int t, bool vocab_parallel) {
   if (t <= 1) return m;
   ModelSpec r = m;
   // Megatron / HF tp_plan: q/k/v and gate/up column-parallel, o/down row-parallel: each rank
@@ -88,6 +88,9 @@ ModelSpec tensor_parallel_rank(const ModelSpec& m, int t) {
   r.num_kv_heads = std::max(1, m.num_kv_heads / t);
   r.intermediate_size = std::max<std::int64_t>(1, m.intermediate_size / t);
   if (m.moe.enabled()) r.moe.expert_intermediate_size = std::max<std::int64_t>(1, m.moe.expert_intermediate_size / t);
+  // Megatron-Core: VocabParallelEmbedding, a column-parallel output layer and the vocab-parallel
+  // cross-entropy hold V / t rows and logits per rank (the vocabulary padded to a multiple of t).
+  if (vocab_parallel) r.vocab_size = (m.vocab_size + t - 1) / t;
   return r;
 }
 

@@ -50,8 +50,9 @@ inline bool fsdp_family(ShardingStrategy s) {
 ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int64_t trainable_params,
                           std::int64_t trainable_bytes, std::int64_t layer_param_bytes);
 
-// The model as one tensor-parallel rank sees it (heads and MLP width divided by t).
-ModelSpec tensor_parallel_rank(const ModelSpec& m, int t);
+// The model as one tensor-parallel rank sees it (heads and MLP width divided by t; with
+// `vocab_parallel`, Megatron's, the vocabulary too).
+ModelSpec tensor_parallel_rank(const ModelSpec& m, int t, bool vocab_parallel = false);
 
 // Applies the plan to one timeline event (categories in, categories out). `optimizer_step`
 // marks the optimizer-step event, which holds DeepSpeed's fp32 gradient partition and no

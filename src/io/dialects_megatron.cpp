@@ -40,6 +40,8 @@ TokenizerModel tokenizer_model(Mapper& m) {
 Status map_megatron(Mapper& m) {
   TrainingConfig& c = m.config();
   ParallelConfig& par = c.parallel;
+  par.megatron_core = true;  // the trainer is Megatron's
+  if (const YamlNode* mdl = m.node("model")) m.from_file("megatron_core", *mdl, "model (a Megatron config)");
 
   // GPUs: trainer.devices x trainer.num_nodes.
   MEMPLAN_IO_CHECK(m.read("trainer.devices", "num_gpus", par.num_gpus));

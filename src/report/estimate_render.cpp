@@ -162,6 +162,7 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
   v.push_back({"offload_params", b(p.offload_params)});
   if (p.tensor_parallel != 1) v.push_back({"tensor_parallel", std::to_string(p.tensor_parallel)});
   if (p.sequence_parallel) v.push_back({"sequence_parallel", b(true)});
+  if (p.megatron_core) v.push_back({"megatron_core", b(true)});
   if (p.pipeline_parallel != 1) {
     v.push_back({"pipeline_parallel", std::to_string(p.pipeline_parallel)});
     v.push_back({"pp_schedule", to_string(p.pp_schedule)});

@@ -82,6 +82,7 @@ json to_json(const TrainingConfig& c) {
                    {"nodes", p.nodes},
                    {"tensor_parallel", p.tensor_parallel},
                    {"sequence_parallel", p.sequence_parallel},
+                   {"megatron_core", p.megatron_core},
                    {"pipeline_parallel", p.pipeline_parallel},
                    {"pp_schedule", to_string(p.pp_schedule)},
                    {"virtual_stages", p.virtual_stages},

@@ -268,3 +268,40 @@ TEST_CASE("sequence parallelism keeps s / t tokens of the residual stream per ra
   REQUIRE(off);
   CHECK(one->peak == off->peak);
 }
+
+TEST_CASE("Megatron-Core: vocabulary-parallel embedding and output layer; stage outputs freed after the send") {
+  // Tensor parallel 2: Hugging Face's tp_plan keeps both V x h matrices whole on every rank,
+  // Megatron's VocabParallelEmbedding and output layer hold V / 2 rows each: 2 x 8000*256 bytes
+  // fewer in bf16 (V = 8000, h = 256).
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c = bf16_cfg(1, 32);
+  c.parallel.num_gpus = 2;
+  c.parallel.tensor_parallel = 2;
+  auto hf = estimate(m, c);
+  c.parallel.megatron_core = true;
+  auto mc = estimate(m, c);
+  REQUIRE(hf);
+  REQUIRE(mc);
+  require_consistent(*mc);
+  CHECK(component(*hf, "weights") - component(*mc, "weights") == 2LL * 8000 * 256);
+
+  // The pipeline test's stage 0 (above) without its kept output: 64128 - 16384 per micro-batch.
+  ModelSpec small = toy_llama(8);
+  small.vocab_size = 64;
+  TrainingConfig p = bf16_cfg(2, 16);
+  p.gradient_checkpointing = true;
+  p.checkpoint_reentrant = true;
+  p.attn = AttnImpl::kSdpa;
+  p.parallel = pp(4, 4);
+  p.parallel.megatron_core = true;
+  p.grad_accum = 3;
+  auto e = estimate(small, p);
+  REQUIRE(e);
+  require_consistent(*e);
+  auto est = Estimator::create(small, p);
+  REQUIRE(est);
+  auto bwd = est->at_phase(2, 16, Phase::kBackward);
+  REQUIRE(bwd);
+  CHECK(bwd->pipeline_rank == 0);
+  CHECK(component(*bwd, "in_flight_activations") == 2 * (64128 - 16384));
+}

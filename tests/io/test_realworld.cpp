@@ -168,6 +168,7 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
   if (key == "fsdp_version") return as_int(c.parallel.fsdp_version);
   if (key == "tensor_parallel") return as_int(c.parallel.tensor_parallel);
   if (key == "sequence_parallel") return as_bool(c.parallel.sequence_parallel);
+  if (key == "megatron_core") return as_bool(c.parallel.megatron_core);
   if (key == "pipeline_parallel") return as_int(c.parallel.pipeline_parallel);
   if (key == "virtual_stages") return as_int(c.parallel.virtual_stages);
   if (key == "pp_schedule") return {to_string(c.parallel.pp_schedule) == w, to_string(c.parallel.pp_schedule)};

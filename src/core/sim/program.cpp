@@ -1340,6 +1340,7 @@ ProgramResult Step::run() {
 
   int loss = -1;
   int sent = -1;
+  bool sent_freed = false;
   switch (sp_.method) {
     case StepMethod::kSft: {
       if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
@@ -1350,6 +1351,10 @@ ProgramResult Step::run() {
         drop_forward_locals();
         if (sp_.autocast) ops_.exit_autocast();
         sent = h;
+        if (sp_.free_stage_output) {  // its graph stays; its bytes go with the send
+          g_.drop(h);
+          sent_freed = true;
+        }
         break;
       }
       g_.set_segment(kSegHead);
@@ -1395,7 +1400,7 @@ ProgramResult Step::run() {
     g_.set_segment(kSegHeadBwd);
     const int rg = g_.make(g_.at(sent).numel, g_.at(sent).dt, Cat::kActivationGrads);
     g_.backward_from(sent, rg, 0);
-    loss = sent;
+    loss = sent_freed ? -1 : sent;
   } else {
     g_.backward(loss, 0);
   }
@@ -1405,7 +1410,7 @@ ProgramResult Step::run() {
   const int eg = g_.take_grad(emb_leaf_);  // the embedding leaf's .grad dies with the graph
   g_.release_graph(0);
   if (eg >= 0) g_.drop(eg);
-  g_.drop(loss);
+  if (loss >= 0) g_.drop(loss);
   res.events = g_.take_events();
   res.params = params_;
   // zero_grad(set_to_none=True) after the optimizer step.

@@ -98,6 +98,9 @@ struct ProgramSpec {
   // gradient the next stage sends back). SFT only.
   bool stage_embedding = true;
   bool stage_head = true;
+  // Megatron-Core frees a stage output's storage once it is sent (deallocate_output_tensor);
+  // torch.distributed.pipelining keeps it until its backward.
+  bool free_stage_output = false;
   // A micro-batch after the first of a gradient-accumulation step: every trainable parameter
   // already has its .grad from the earlier micro-batches; backward adds into it in place
   // (docs/formulas.md#gradient-accumulation).
