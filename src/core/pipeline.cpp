@@ -38,7 +38,7 @@ Result<std::vector<PipelineRank>> pipeline_ranks(const ModelSpec& m, const Paral
                                     "other stage(s)",
                                     p.pp_first_stage_layers, p.pp_last_stage_layers, rest, L, middle_stages),
                         "every stage needs at least one decoder layer");
-  } else if (chunks > L) {
+  } else if (chunks > L + (lps > 0 ? 2 : 0)) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("pipeline-parallel x virtual-stages = {} model chunks for {} decoder layers", chunks, L),
                       "every model chunk needs at least one decoder layer");
