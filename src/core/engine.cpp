@@ -799,6 +799,14 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
         Poly grads;
         for (const auto& p : st.opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
+        // Megatron-Core keeps every gradient in a persistent fp32 buffer (main_grad; Megatron-LM
+        // forces accumulate_allreduce_grads_in_fp32 with bf16), allocated when the model is
+        // wrapped: all of it is live from the first micro-batch's forward on.
+        const bool main_grads32 = config.parallel.megatron_core && st.trainable > 0;
+        if (main_grads32) {
+          grads = Poly{};
+          for (const auto& p : st.opt_params) grads += Poly::constant(p.numel * 4 * p.count);
+        }
         opt_extra[static_cast<int>(Cat::kGradients)] = grads;
         opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
         std::vector<Candidate> cands;
@@ -865,7 +873,9 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         }
         for (int acc = 0; acc < 2; ++acc) {
           // Nothing trainable: every micro-batch is the first.
-          std::vector<Candidate> list = acc == 0 || st.trainable == 0 ? cands : std::move(later);
+          std::vector<Candidate> list = st.trainable == 0 || (acc == 0 && !main_grads32) ? cands
+                                        : acc == 0                                         ? later
+                                                                                           : std::move(later);
           auto kept = prune(std::move(list));
           for (auto& cand : kept) materialize(cand, base);
           auto& slot = st.candidates[static_cast<std::size_t>(acc)];

@@ -76,6 +76,7 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
       break;
   }
   p.expert_shard_over = std::max(1, p.shard_over / std::max(1, par.expert_parallel));
+  p.megatron = par.megatron_core;
   return p;
 }
 
@@ -140,7 +141,7 @@ CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gat
     // The fp32 master copy of the trainable parameters, sharded (on the CPU with offload).
     if (!p.offload_optimizer) at(v, Cat::kMasterWeights) += shard(p, Poly::constant(p.trainable_params * 4), n);
     // ZeRO-1/2 upcast the gradient partition to fp32 for the step.
-    if (optimizer_step && !p.offload_optimizer && p.zero_stage <= 2)
+    if (optimizer_step && !p.offload_optimizer && p.zero_stage <= 2 && !p.megatron)
       at(v, Cat::kOptimizerTemps) += shard(p, Poly::constant(p.trainable_params * 4), n);
   }
   return v;

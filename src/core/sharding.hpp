@@ -39,6 +39,8 @@ struct ShardPlan {
   std::int64_t expert_share_per_mille = 0;            // of all parameter bytes (weights)
   std::int64_t expert_trainable_share_per_mille = 0;  // of trainable bytes (gradients, optimizer)
   int expert_shard_over = 1;
+  // Megatron-Core's distributed optimizer steps on its fp32 gradient buffer: no upcast copy.
+  bool megatron = false;
 };
 
 // FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD: one of PyTorch FSDP's sharding strategies.

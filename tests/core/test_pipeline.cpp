@@ -305,3 +305,20 @@ TEST_CASE("Megatron-Core: vocabulary-parallel embedding and output layer; stage 
   CHECK(bwd->pipeline_rank == 0);
   CHECK(component(*bwd, "in_flight_activations") == 2 * (64128 - 16384));
 }
+
+TEST_CASE("Megatron-Core keeps every gradient in a persistent fp32 buffer") {
+  // bf16 parameters, one micro-batch per step: in the forward Hugging Face's Trainer holds no
+  // gradient yet; Megatron's main_grad buffer holds 4 bytes per parameter from the start.
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c = bf16_cfg(1, 32);
+  c.parallel.megatron_core = true;
+  auto est = Estimator::create(m, c);
+  REQUIRE(est);
+  auto fwd = est->at_phase(1, 32, Phase::kForward);
+  REQUIRE(fwd);
+  require_consistent(*fwd);
+  CHECK(component(*fwd, "gradients") == fwd->params.total * 4);
+  auto step = est->at_phase(1, 32, Phase::kOptimizerStep);
+  REQUIRE(step);
+  CHECK(component(*step, "gradients") == step->params.total * 4);
+}
