@@ -284,6 +284,16 @@ Result<ApplyPlan> plan_apply(const LoadedConfig& config, const Edits& edits) {
     if (*v < 1 || *v > (1 << 24))
       return make_error(ErrorCode::kInvalidArgument, fmt::format("--apply: {} = {} is out of range", what, *v));
     const ValueSite* primary = config.primary_site(k);
+    if (primary == nullptr && effective(config, k) == *v) {
+      plan.unchanged.push_back(fmt::format("{} is already {}", what, *v));
+      return Ok{};
+    }
+    // Megatron / Automodel-style configs hold the accumulation only through the global batch:
+    // the global-batch site below is rewritten to micro-batch x accumulation x data-parallel.
+    const bool via_global = k == Knob::kGradAccum && std::any_of(config.sites.begin(), config.sites.end(), [](const ValueSite& s) {
+                              return s.knob == Knob::kGlobalBatch && s.present && s.world_size >= 1;
+                            });
+    if (primary == nullptr && via_global) return Ok{};
     if (primary == nullptr)
       return make_error(ErrorCode::kUnsupported,
                         fmt::format("the {} config does not say where the {} lives", to_string(config.dialect), what),

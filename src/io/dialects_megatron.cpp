@@ -81,6 +81,8 @@ Status map_megatron(Mapper& m) {
     const std::int64_t world = static_cast<std::int64_t>(std::max(1, par.num_gpus)) * std::max(1, par.nodes);
     const std::int64_t dp = world % mp == 0 ? world / mp : 0;
     const YamlNode& g = *m.node("model.global_batch_size");
+    // --apply keeps global_batch_size = micro_batch_size x accumulation x data-parallel.
+    if (dp > 0) m.mirror_site(Knob::kGlobalBatch, "model.global_batch_size", dp);
     if (dp > 0 && *gbs % (c.micro_batch * dp) == 0) {
       c.grad_accum = *gbs / (c.micro_batch * dp);
       m.derived("grad_accum", fmt::format("global_batch_size {} at {} / (micro_batch_size {} x data-parallel {})", *gbs,

@@ -829,3 +829,26 @@ TEST_CASE("--apply on a standalone DeepSpeed JSON writes a number over \"auto\",
   CHECK(p.files[0].after == "{\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"gradient_accumulation_steps\": \"8\",\n"
                             "  \"zero_optimization\": {\"stage\": 3}\n}\n");
 }
+
+TEST_CASE("apply: a Megatron config keeps its accumulation in global_batch_size") {
+  // 2 devices x 1 node, TP 1: data-parallel 2; micro_batch_size 2 x accumulation 4 x 2 = 16.
+  MemoryFileSystem fs;
+  fs.files["megatron.yaml"] =
+      "trainer:\n  devices: 2\n  num_nodes: 1\n  precision: bf16\n"
+      "model:\n  micro_batch_size: 2\n  global_batch_size: 16\n  tensor_model_parallel_size: 1\n"
+      "  pipeline_model_parallel_size: 1\n  encoder_seq_length: 1024\n  num_layers: 2\n  hidden_size: 64\n"
+      "  ffn_hidden_size: 128\n  num_attention_heads: 4\n";
+  LoadedConfig c = load(fs, {"megatron.yaml"});
+  REQUIRE(c.inputs.config.grad_accum == 4);
+  // Micro-batch 4 x accumulation 2 keeps the global batch: only micro_batch_size changes.
+  ApplyPlan same = plan(c, edits(4, 2, std::nullopt));
+  auto r = commit_apply(same, fs);
+  REQUIRE(r.has_value());
+  CHECK(fs.files["megatron.yaml"].find("  micro_batch_size: 4\n  global_batch_size: 16\n") != std::string::npos);
+  // Accumulation 8 at micro-batch 4: global_batch_size becomes 4 x 8 x 2 = 64.
+  LoadedConfig again = load(fs, {"megatron.yaml"});
+  ApplyPlan grow = plan(again, edits(4, 8, std::nullopt));
+  auto r2 = commit_apply(grow, fs);
+  REQUIRE(r2.has_value());
+  CHECK(fs.files["megatron.yaml"].find("  micro_batch_size: 4\n  global_batch_size: 64\n") != std::string::npos);
+}
