@@ -1041,7 +1041,8 @@ Result<Sweep> sweep(const Estimator& est, const SweepRequest& req) {
   SweepPoint* p = out.points.data();
   for (const std::int64_t s : req.seq_lens) {
     for (std::size_t i = 0; i < req.micro_batches.size(); ++i, ++p) {
-      auto r = est.peak_bytes(req.micro_batches[i], s);
+      // At each point's own accumulation (later micro-batches hold the earlier gradients).
+      auto r = est.peak_bytes(req.micro_batches[i], s, accum[i]);
       Bytes peak;
       if (r) peak = *r;
       else if (r.error().code == ErrorCode::kOverflow) peak = kUnbounded;

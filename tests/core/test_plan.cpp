@@ -885,6 +885,19 @@ TEST_CASE("sweep: with a target each point's accumulation keeps the global batch
   REQUIRE(s);
   const std::int64_t expected[] = {16, 8, 5, 4, 1};  // 32 / (b x 2 GPUs); 3 x 5 x 2 = 30 beats 36
   for (std::size_t i = 0; i < 5; ++i) CHECK(s->points[i].grad_accum == expected[i]);
+  // Each peak is the engine's at the point's own accumulation: the last point (one micro-batch
+  // per step) holds no earlier gradients, the others do.
+  auto est = Estimator::create(m, c);
+  REQUIRE(est);
+  for (std::size_t i = 0; i < 5; ++i) {
+    auto p = est->peak_bytes(s->points[i].micro_batch, 1024, expected[i]);
+    REQUIRE(p);
+    CHECK(s->points[i].peak == *p);
+  }
+  auto first = est->peak_bytes(64, 1024, 1), later = est->peak_bytes(64, 1024, 2);
+  REQUIRE(first);
+  REQUIRE(later);
+  CHECK(*later > *first);
 }
 
 TEST_CASE("sweep: errors") {
