@@ -283,7 +283,10 @@ json violation_json(const std::optional<MonotoneViolation>& v) {
 }
 
 json search_json(const FitSearch& s) {
-  return {{"evaluations", s.evaluations}, {"monotone", !s.violation}, {"violation", violation_json(s.violation)}};
+  return {{"evaluations", s.evaluations},
+          {"grad_accum", s.grad_accum},
+          {"monotone", !s.violation},
+          {"violation", violation_json(s.violation)}};
 }
 
 json suggestions_json(const std::vector<Suggestion>& s, const char* best_key) {
