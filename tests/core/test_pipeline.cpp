@@ -38,6 +38,23 @@ TrainingConfig bf16_cfg(std::int64_t b, std::int64_t s) {
   return c;
 }
 
+// 8 layers on 4 pipeline stages of 2, bf16 weights without autocast, reentrant checkpointing,
+// sdpa, b = 2 x s = 16. A 64-token vocabulary keeps the last stage's logits small, so stage 0
+// is the worst GPU.
+struct PipelineCase {
+  ModelSpec model;
+  TrainingConfig config;
+};
+PipelineCase four_stages() {
+  PipelineCase k{toy_llama(8), bf16_cfg(2, 16)};
+  k.model.vocab_size = 64;
+  k.config.gradient_checkpointing = true;
+  k.config.checkpoint_reentrant = true;
+  k.config.attn = AttnImpl::kSdpa;
+  k.config.parallel = pp(4, 4);
+  return k;
+}
+
 std::int64_t phase_peak(const Estimate& e, Phase ph) {
   for (const auto& p : e.phases)
     if (p.phase == ph) return p.peak.count();
@@ -113,14 +130,7 @@ TEST_CASE("a pipeline stage holds the checkpointed inputs of every micro-batch i
   //   rotary cos and sin (bf16), which every checkpoint keeps as an input: 2 x 16*64*2 = 4096
   //   the RNG state each checkpoint saves (preserve_rng_state): 2 x 5056 = 10112
   //   = 64128 bytes. Stage 0 holds min(4, m) micro-batches: m - 1 besides the one it computes.
-  // A 64-token vocabulary keeps the last stage's logits small: stage 0 is the worst GPU.
-  ModelSpec m = toy_llama(8);
-  m.vocab_size = 64;
-  TrainingConfig c = bf16_cfg(2, 16);
-  c.gradient_checkpointing = true;
-  c.checkpoint_reentrant = true;
-  c.attn = AttnImpl::kSdpa;
-  c.parallel = pp(4, 4);
+  auto [m, c] = four_stages();
   const std::int64_t per_micro_batch = 32768 + 16384 + 768 + 4096 + 10112;
   for (const auto& [accum, held] : std::vector<std::pair<int, int>>{{2, 1}, {3, 2}, {4, 3}, {9, 3}}) {
     INFO("grad_accum " << accum);
@@ -286,13 +296,7 @@ TEST_CASE("Megatron-Core: vocabulary-parallel embedding and output layer; stage 
   CHECK(component(*hf, "weights") - component(*mc, "weights") == 2LL * 8000 * 256);
 
   // The pipeline test's stage 0 (above) without its kept output: 64128 - 16384 per micro-batch.
-  ModelSpec small = toy_llama(8);
-  small.vocab_size = 64;
-  TrainingConfig p = bf16_cfg(2, 16);
-  p.gradient_checkpointing = true;
-  p.checkpoint_reentrant = true;
-  p.attn = AttnImpl::kSdpa;
-  p.parallel = pp(4, 4);
+  auto [small, p] = four_stages();
   p.parallel.megatron_core = true;
   p.grad_accum = 3;
   auto e = estimate(small, p);
