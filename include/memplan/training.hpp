@@ -173,6 +173,10 @@ struct ParallelConfig {
   // outputs freed after their send (deallocate_output_tensor). Otherwise Hugging Face's tp_plan
   // (whole vocabulary on every rank) and torch.distributed.pipelining (outputs kept).
   bool megatron_core = false;
+  // HSDP (hybrid_shard) replica groups: the data-parallel x context ranks split into this many
+  // replicas, each sharding over the rest (torchtitan data_parallel_replicate_degree, Automodel
+  // dp_replicate_size). 0: one replica per node, each sharding over its node's GPUs.
+  int dp_replicate = 0;
 
   int world_size() const { return num_gpus * nodes; }
   // GPUs that hold one copy of the model: a tensor x pipeline x context parallel group.

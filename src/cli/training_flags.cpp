@@ -163,6 +163,10 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_flag("--megatron-core", f.megatron_core,
                "Megatron-Core layouts: vocabulary-parallel embedding/output/loss, pipeline outputs freed after the send")
       ->group("Multi-GPU");
+  app.add_option("--dp-replicate", f.dp_replicate,
+                 "HSDP replica groups (with --fsdp hybrid_shard): shards span the other data-parallel ranks "
+                 "(default: one replica per node)")
+      ->group("Multi-GPU");
   app.add_option("--context-parallel", f.context_parallel, "Context-parallel degree: GPUs that split each sequence (default 1)")
       ->group("Multi-GPU");
   app.add_option("--expert-parallel", f.expert_parallel, "Expert-parallel degree: GPUs that split the routed experts (default 1)")
@@ -483,6 +487,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (f.megatron_core) {
     c.parallel.megatron_core = true;
     mark("megatron_core", "--megatron-core");
+  }
+  if (given("--dp-replicate")) {
+    c.parallel.dp_replicate = f.dp_replicate;
+    mark("dp_replicate", "--dp-replicate");
   }
   if (given("--context-parallel")) {
     c.parallel.context_parallel = f.context_parallel;

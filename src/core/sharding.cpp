@@ -69,7 +69,9 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
       p.fsdp = p.shard_params = p.shard_grads = p.shard_optim = true;
       // HSDP: shards within a node (the node's GPUs outside tensor/pipeline groups), replicas across.
       if (par.sharding == ShardingStrategy::kFsdpHybridShard)
-        p.shard_over = std::max(1, par.num_gpus / std::max(1, par.tensor_parallel * par.pipeline_parallel));
+        p.shard_over = par.dp_replicate > 0
+                           ? std::max(1, p.shard_over / par.dp_replicate)
+                           : std::max(1, par.num_gpus / std::max(1, par.tensor_parallel * par.pipeline_parallel));
       break;
     case ShardingStrategy::kFsdpShardGradOp:
       p.fsdp = p.shard_grads = p.shard_optim = true;

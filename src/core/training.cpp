@@ -193,6 +193,16 @@ Status validate_parallel(const ParallelConfig& p) {
                       fmt::format("virtual-stages = {} needs the interleaved_1f1b schedule (got {})", p.virtual_stages,
                                   to_string(p.pp_schedule)),
                       "add --pp-schedule interleaved_1f1b, or drop --virtual-stages");
+  if (p.dp_replicate < 0 || p.dp_replicate > 65536) return range_error("dp-replicate", p.dp_replicate, "1 to 65536");
+  if (p.dp_replicate > 0) {
+    const std::int64_t group = static_cast<std::int64_t>(p.data_parallel_size()) * std::max(1, p.context_parallel);
+    if (p.sharding != ShardingStrategy::kFsdpHybridShard)
+      return make_error(ErrorCode::kConflict, "dp-replicate sets HSDP's replica groups: it needs --fsdp hybrid_shard");
+    if (group % p.dp_replicate != 0)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("dp-replicate = {} must divide the data-parallel x context ranks ({})",
+                                    p.dp_replicate, group));
+  }
   if (p.pp_layers_per_stage < 0 || p.pp_layers_per_stage > 65536)
     return range_error("pp-layers-per-stage", p.pp_layers_per_stage, "1 to 65536");
   if (p.pp_schedule == PipelineSchedule::kInterleaved1F1B && p.pipeline_parallel > 1 && p.virtual_stages < 2 &&

@@ -473,13 +473,12 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
     const std::int64_t mp = static_cast<std::int64_t>(std::max(1, par.tensor_parallel)) * std::max(1, par.pipeline_parallel) *
                             std::max(1, par.context_parallel);
     const std::int64_t ep = std::max(1, par.expert_parallel), cp = std::max(1, par.context_parallel);
-    std::int64_t g = ep, r = cp;
-    while (r != 0) {
-      const std::int64_t t = g % r;
-      g = r;
-      r = t;
-    }
-    const std::int64_t world = mp * (ep / g);
+    const std::int64_t replicas = std::max(1, par.dp_replicate);
+    // The smallest data-parallel size whose dp x cp ranks hold whole expert-parallel groups and
+    // HSDP replicas.
+    std::int64_t dp = 1;
+    while (dp < 65536 && ((dp * cp) % ep != 0 || (dp * cp) % replicas != 0)) ++dp;
+    const std::int64_t world = mp * dp;
     if (par.num_gpus == 1 && par.nodes == 1 && world > 1 && mp <= 65536 && ep <= 65536) {
       const bool one_node = world <= 8 || world % 8 != 0;
       if (!one_node || world <= 1024) {

@@ -125,6 +125,16 @@ Status map_automodel(Mapper& m) {
   MEMPLAN_IO_CHECK(size("distributed.pp_size", "pipeline_parallel", c.parallel.pipeline_parallel));
   MEMPLAN_IO_CHECK(size("distributed.cp_size", "context_parallel", c.parallel.context_parallel));
   MEMPLAN_IO_CHECK(size("distributed.ep_size", "expert_parallel", c.parallel.expert_parallel));
+  // HSDP: dp_replicate_size replicas, each FSDP-sharding over the rest of the data-parallel ranks.
+  {
+    int replicas = 1;
+    MEMPLAN_IO_CHECK(size("distributed.dp_replicate_size", "dp_replicate", replicas));
+    if (replicas > 1) {
+      c.parallel.dp_replicate = replicas;
+      c.parallel.sharding = ShardingStrategy::kFsdpHybridShard;
+      m.from_file("sharding", *m.node("distributed.dp_replicate_size"), "distributed.dp_replicate_size (HSDP)");
+    }
+  }
   MEMPLAN_IO_CHECK(m.read("distributed.sequence_parallel", "sequence_parallel", c.parallel.sequence_parallel));
   if (c.parallel.pipeline_parallel > 1) {
     // The pipeline section: distributed.pipeline (current) or autopipeline (older recipes).

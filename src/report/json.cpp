@@ -83,6 +83,7 @@ json to_json(const TrainingConfig& c) {
                    {"tensor_parallel", p.tensor_parallel},
                    {"sequence_parallel", p.sequence_parallel},
                    {"megatron_core", p.megatron_core},
+                   {"dp_replicate", p.dp_replicate},
                    {"pipeline_parallel", p.pipeline_parallel},
                    {"pp_schedule", to_string(p.pp_schedule)},
                    {"virtual_stages", p.virtual_stages},

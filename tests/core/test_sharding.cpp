@@ -137,3 +137,32 @@ TEST_CASE("ZeRO-1/2 hold the fp32 gradient partition, 4 bytes per parameter / N,
   const std::int64_t psi = e->params.trainable;
   CHECK(component(*e, "optimizer_temporaries") == (psi * 4 + 7) / 8);
 }
+
+TEST_CASE("HSDP shards over one node by default, or over the ranks of a replica group") {
+  // 2 nodes x 8 GPUs. hybrid_shard: each node a replica, states / 8; --dp-replicate 4: four
+  // replicas of 4 GPUs, states / 4; 16 replicas: a full copy on every GPU.
+  const ModelSpec m = memplan::testing::toy_llama(4);
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.micro_batch = 1;
+  c.seq_len = 16;
+  auto one = estimate(m, c);
+  REQUIRE(one);
+  const std::int64_t states = component(*one, "optimizer_states");
+  c.parallel.num_gpus = 8;
+  c.parallel.nodes = 2;
+  c.parallel.sharding = ShardingStrategy::kFsdpHybridShard;
+  for (const auto& [replicas, shard] : std::vector<std::pair<int, int>>{{0, 8}, {2, 8}, {4, 4}, {16, 1}}) {
+    INFO("dp_replicate " << replicas);
+    c.parallel.dp_replicate = replicas;
+    auto e = estimate(m, c);
+    REQUIRE(e);
+    require_consistent(*e);
+    CHECK(component(*e, "optimizer_states") == (states + shard - 1) / shard);
+  }
+  c.parallel.dp_replicate = 3;  // does not divide 16 data-parallel ranks
+  CHECK_FALSE(estimate(m, c));
+  c.parallel.dp_replicate = 2;
+  c.parallel.sharding = ShardingStrategy::kFsdpFullShard;  // replicas need HSDP
+  CHECK_FALSE(estimate(m, c));
+}
