@@ -254,5 +254,9 @@ std::int64_t dtype_size(DType d);
 
 // Range and consistency checks on a config (batch >= 1, lora r >= 1, 4-bit needs LoRA...).
 Status validate(const TrainingConfig& c);
+// The parallel layout alone (degrees, tp x pp x cp dividing the GPUs, ep dividing dp x cp, HSDP
+// replicas, schedules): validate() calls it; plan suggestions and config loaders that pick a GPU
+// count check their pick with it.
+Status validate_parallel(const ParallelConfig& p);
 
 }  // namespace memplan

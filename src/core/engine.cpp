@@ -184,13 +184,12 @@ Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
                                     p.expert_parallel, m.moe.num_experts));
   }
   if (p.sequence_parallel && p.tensor_parallel > 1) {
+    // (Encoders with tensor parallelism are refused before this: check_supported.)
     if (m.hidden_size % p.tensor_parallel != 0)
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("sequence parallelism splits hidden states over tensor-parallel ranks: "
                                     "hidden_size {} is not a multiple of tensor-parallel {}",
                                     m.hidden_size, p.tensor_parallel));
-    if (m.is_encoder())
-      return make_error(ErrorCode::kUnsupported, "sequence parallelism is modelled for decoders only");
   }
   const bool pp = p.pipeline_parallel > 1, cp = p.context_parallel > 1;
   if (!pp && !cp) return Ok{};
@@ -289,12 +288,8 @@ struct Estimator::Impl {
   std::vector<StageSim> sims;
   std::vector<RankSim> ranks;  // every pipeline rank (one without pipeline parallelism)
   ParamSummary params;
-  OptimizerFootprint opt;
-  std::vector<OptParam> opt_params;
-  ShardPlan shard;
   std::vector<std::string> assumptions;
   std::vector<std::string> warnings;
-  std::int64_t bytes_per_weight_elem = 4;
 };
 
 namespace {
@@ -378,35 +373,9 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   return out;
 }
 
-// Builds a candidate's category vector (base + c + m * (d - c) + extra), in one pass.
-CatVec lerped(const Candidate& k, const CatVec& base) {
-  CatVec v;
-  const bool lerp = k.d != nullptr && k.m != 0;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    Poly p = (*k.c)[i];
-    if (lerp) p += ((*k.d)[i] - (*k.c)[i]) * k.m;
-    p += base[i];
-    if (k.extra != nullptr) p += (*k.extra)[i];
-    v[i] = p;
-  }
-  return v;
-}
-
-// The candidate's categories before sharding: lerped (or as materialized) plus its ring buffers.
-CatVec unsharded(const Candidate& k, const CatVec& base) {
-  CatVec v = k.c != nullptr ? lerped(k, base) : *k.cats;
-  v[static_cast<std::size_t>(Cat::kBuckets)] += k.ring;
-  return v;
-}
-
-// The categories apply_sharding() changes (each on its own).
-constexpr Cat kShardedCats[] = {Cat::kWeights,         Cat::kAdapterWeights, Cat::kReference,
-                                Cat::kGradients,       Cat::kOptimizerStates, Cat::kOptimizerTemps,
-                                Cat::kMasterWeights,   Cat::kBuckets,         Cat::kGathered};
-
-// One category of unsharded(k, base), computed alone.
-Poly unsharded_category(const Candidate& k, Cat cat, const CatVec& base) {
-  const auto i = static_cast<std::size_t>(cat);
+// Category i of a candidate before sharding: base + c + m * (d - c) + extra until
+// materialize(), its materialized value after; plus its ring buffers in communication_buckets.
+Poly unsharded_at(const Candidate& k, std::size_t i, const CatVec& base) {
   Poly p;
   if (k.c == nullptr) {
     p = (*k.cats)[i];
@@ -416,9 +385,21 @@ Poly unsharded_category(const Candidate& k, Cat cat, const CatVec& base) {
     p += base[i];
     if (k.extra != nullptr) p += (*k.extra)[i];
   }
-  if (cat == Cat::kBuckets) p += k.ring;
+  if (i == static_cast<std::size_t>(Cat::kBuckets)) p += k.ring;
   return p;
 }
+
+// Every category of a candidate before sharding.
+CatVec unsharded(const Candidate& k, const CatVec& base) {
+  CatVec v;
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = unsharded_at(k, i, base);
+  return v;
+}
+
+// The categories apply_sharding() changes (each on its own).
+constexpr Cat kShardedCats[] = {Cat::kWeights,         Cat::kAdapterWeights, Cat::kReference,
+                                Cat::kGradients,       Cat::kOptimizerStates, Cat::kOptimizerTemps,
+                                Cat::kMasterWeights,   Cat::kBuckets,         Cat::kGathered};
 
 void materialize(Candidate& k, const CatVec& base) {
   if (k.c == nullptr && !k.sharding && !k.grads && k.ring.is_zero()) return;
@@ -431,14 +412,6 @@ void materialize(Candidate& k, const CatVec& base) {
   k.extra = nullptr;
   k.sharding.reset();
   k.grads.reset();
-}
-
-// One category of a candidate as its total counts it (before any gradient override).
-Poly category(const Candidate& k, Cat cat, const CatVec& base) {
-  if (!k.sharding) return unsharded_category(k, cat, base);
-  const CatVec v =
-      apply_sharding(*k.sharding->plan, unsharded(k, base), k.sharding->optimizer_step, k.sharding->gathered_layers);
-  return v[static_cast<std::size_t>(cat)];
 }
 
 // GRPO generation with model.generate (docs/formulas.md#grpo-generation): no gradients exist
@@ -746,10 +719,12 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         const sim::ProgramResult& r3 = *runs.r3[ci];
         const sim::ProgramResult* r4 = runs.r4[ci] ? &*runs.r4[ci] : nullptr;
         if (st.opt_params.empty() && st.trainable == 0) {
-          // The stage's parameter list for the optimizer: the middle simulated layer repeats.
+          // How many of the stage's layers a simulated parameter stands for: the middle
+          // simulated layer repeats.
+          const auto reps_of = [L](const sim::ParamRec& p) { return p.sim_layer == 1 && L > 3 ? L - 2 : 1; };
           for (const auto& p : r3.params) {
             if (!p.trainable) continue;
-            const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
+            const int reps = reps_of(p);
             OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
             if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
             op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
@@ -770,7 +745,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
             if (p.rows > 0 && p.count > 1) expert_trainable += p.numel * p.elem_bytes * p.count;
           }
           for (const auto& p : r3.params) {
-            const int reps = p.sim_layer == 1 && L > 3 ? L - 2 : 1;
+            const int reps = reps_of(p);
             if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
             if (p.rows > 0 && p.count > 1) expert_bytes += p.numel * sim::esize(p.dt) * reps;
             all_bytes += p.numel * sim::esize(p.dt) * reps;
@@ -797,16 +772,13 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         CatVec base{}, opt_extra{};
         base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
         if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
-        Poly grads;
-        for (const auto& p : st.opt_params) grads += Poly::constant(p.numel * p.elem_bytes * p.count);
         // Megatron-Core keeps every gradient in a persistent fp32 buffer (main_grad; Megatron-LM
         // forces accumulate_allreduce_grads_in_fp32 with bf16), allocated when the model is
         // wrapped: all of it is live from the first micro-batch's forward on.
         const bool main_grads32 = config.parallel.megatron_core && st.trainable > 0;
-        if (main_grads32) {
-          grads = Poly{};
-          for (const auto& p : st.opt_params) grads += Poly::constant(p.numel * 4 * p.count);
-        }
+        Poly grads;
+        for (const auto& p : st.opt_params)
+          grads += Poly::constant(p.numel * (main_grads32 ? 4 : p.elem_bytes) * p.count);
         opt_extra[static_cast<int>(Cat::kGradients)] = grads;
         opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
         std::vector<Candidate> cands;
@@ -843,13 +815,17 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
                                 fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)};
             // apply_sharding maps each category on its own: only the ones it changes matter.
             CatVec part{};
-            for (Cat c : kShardedCats) part[static_cast<std::size_t>(c)] = unsharded_category(cand, c, base);
+            for (Cat c : kShardedCats) {
+              const auto idx = static_cast<std::size_t>(c);
+              part[idx] = unsharded_at(cand, idx, base);
+            }
             const CatVec v = apply_sharding(st.shard, part, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
             cand.total += total(v) - total(part);
             grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
           }
         } else if (st.trainable > 0) {
-          for (std::size_t i = 0; i < cands.size(); ++i) grads_now[i] = category(cands[i], Cat::kGradients, base);
+          for (std::size_t i = 0; i < cands.size(); ++i)
+            grads_now[i] = unsharded_at(cands[i], static_cast<std::size_t>(Cat::kGradients), base);
         }
         // A later micro-batch of an accumulation step (docs/formulas.md#gradient-accumulation):
         // the same program with every .grad allocated from the start. A new gradient is then
@@ -890,10 +866,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     std::int64_t trainable = trainable_all;
     if (pipelined && model.tie_word_embeddings && !config.lora.enabled)
       trainable -= model.vocab_size * model.hidden_size;
-    const StageSim& first_sim = impl->sims[impl->ranks.front().sim];
-    impl->opt = first_sim.opt;
-    impl->opt_params = first_sim.opt_params;
-    impl->shard = first_sim.shard;
+    const ShardPlan& first_shard = impl->sims[impl->ranks.front().sim].shard;
 
     impl->params.counts = count_parameters(model);
     impl->params.total = impl->params.counts.total;
@@ -905,7 +878,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
           "Megatron-Core: vocabulary-parallel embedding, output layer and loss, pipeline outputs freed after the "
           "send; the layers themselves are simulated as Hugging Face's modules (Transformer Engine's fused kernels "
           "are not modelled)");
-    if (config.quant.load_in_4bit && impl->shard.fsdp && impl->shard.shard_params &&
+    if (config.quant.load_in_4bit && first_shard.fsdp && first_shard.shard_params &&
         (!config.quant.quant_storage || dtype_size(*config.quant.quant_storage) != dtype_size(config.torch_dtype)))
       impl->assumptions.push_back(
           "FSDP cannot flatten bitsandbytes' uint8 4-bit storage with the model's other parameters; memplan assumes "

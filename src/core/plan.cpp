@@ -421,12 +421,13 @@ void enable_lora(TrainingConfig& c, std::vector<std::string>& flags) {
 bool set_world(TrainingConfig& c, int n, std::vector<std::string>& flags) {
   ParallelConfig& p = c.parallel;
   const int per_node = p.nodes == 1 ? std::min(n, 8) : p.num_gpus;
-  // The model-parallel group (tp x pp x cp) must divide the GPUs, and the expert-parallel group
-  // the data-parallel x context ranks.
-  const int mp = p.model_parallel_size();
-  if (per_node < 1 || n % per_node != 0 || n % mp != 0) return false;
-  if (p.expert_parallel > 1 && (n / mp * std::max(1, p.context_parallel)) % p.expert_parallel != 0) return false;
+  if (per_node < 1 || n % per_node != 0) return false;
   const int nodes = n / per_node;
+  // The layout must stay valid: tp x pp x cp divides the GPUs, ep the data-parallel x context ranks.
+  ParallelConfig next = p;
+  next.num_gpus = per_node;
+  next.nodes = nodes;
+  if (!validate_parallel(next)) return false;
   if (per_node != p.num_gpus) flags.push_back(fmt::format("--num-gpus {}", per_node));
   if (nodes != p.nodes) flags.push_back(fmt::format("--nodes {}", nodes));
   p.num_gpus = per_node;

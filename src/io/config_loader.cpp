@@ -466,29 +466,39 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   }
 
   // Model-parallel sizes without a GPU count (Automodel and Megatron recipes leave it to the
-  // launcher): the smallest layout they describe, one data-parallel replica (enough of them for
-  // the expert-parallel group).
+  // launcher): the smallest layout they describe, the fewest data-parallel ranks that make it
+  // valid (whole expert-parallel groups and HSDP replicas).
   {
     auto& par = out.inputs.config.parallel;
     const std::int64_t mp = static_cast<std::int64_t>(std::max(1, par.tensor_parallel)) * std::max(1, par.pipeline_parallel) *
                             std::max(1, par.context_parallel);
-    const std::int64_t ep = std::max(1, par.expert_parallel), cp = std::max(1, par.context_parallel);
-    const std::int64_t replicas = std::max(1, par.dp_replicate);
-    // The smallest data-parallel size whose dp x cp ranks hold whole expert-parallel groups and
-    // HSDP replicas.
-    std::int64_t dp = 1;
-    while (dp < 65536 && ((dp * cp) % ep != 0 || (dp * cp) % replicas != 0)) ++dp;
-    const std::int64_t world = mp * dp;
-    if (par.num_gpus == 1 && par.nodes == 1 && world > 1 && mp <= 65536 && ep <= 65536) {
-      const bool one_node = world <= 8 || world % 8 != 0;
-      if (!one_node || world <= 1024) {
-        par.num_gpus = one_node ? static_cast<int>(world) : 8;
-        par.nodes = one_node ? 1 : static_cast<int>(world / 8);
+    if (par.num_gpus == 1 && par.nodes == 1 && mp <= 65536 &&
+        (mp > 1 || par.expert_parallel > 1 || par.dp_replicate > 1)) {
+      std::optional<std::int64_t> world;
+      ParallelConfig trial = par;
+      for (std::int64_t dp = 1; dp <= 1024 && !world; ++dp) {
+        const std::int64_t w = mp * dp;
+        const bool one_node = w <= 8 || w % 8 != 0;
+        if (w > 65536 || (one_node && w > 1024)) break;
+        trial.num_gpus = static_cast<int>(one_node ? w : 8);
+        trial.nodes = static_cast<int>(one_node ? 1 : w / 8);
+        if (validate_parallel(trial)) world = w;
+      }
+      // No data-parallel size helps (a schedule or degree is wrong in itself): one replica, so
+      // that validation reports that error rather than the GPU count.
+      if (!world && mp > 1 && mp <= 1024) {
+        trial.num_gpus = static_cast<int>(mp);
+        trial.nodes = 1;
+        world = mp;
+      }
+      if (world && *world > 1) {
+        par.num_gpus = trial.num_gpus;
+        par.nodes = trial.nodes;
         m.warn_file(0, fmt::format("the config sets model-parallel sizes (tensor {} x pipeline {} x context {}, expert "
                                    "{}) but not the number of GPUs; memplan assumes the smallest layout, {} GPU(s), "
                                    "unless --num-gpus/--nodes say otherwise",
                                    par.tensor_parallel, par.pipeline_parallel, par.context_parallel, par.expert_parallel,
-                                   world));
+                                   *world));
       }
     }
   }
