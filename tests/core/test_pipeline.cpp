@@ -326,3 +326,52 @@ TEST_CASE("Megatron-Core keeps every gradient in a persistent fp32 buffer") {
   REQUIRE(step);
   CHECK(component(*step, "gradients") == step->params.total * 4);
 }
+
+TEST_CASE("parallel layout errors say what is wrong and what to do") {
+  const auto message = [](const ModelSpec& m, const TrainingConfig& c) {
+    auto e = estimate(m, c);
+    REQUIRE_FALSE(e);
+    return e.error().to_string();
+  };
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c = bf16_cfg(1, 64);
+  c.parallel.num_gpus = 6;
+  c.parallel.pipeline_parallel = 4;
+  CHECK(message(m, c) ==
+        "tensor-parallel x pipeline-parallel x context-parallel = 1 x 4 x 1 = 4 must divide the number of GPUs "
+        "(6 = 1 node(s) x 6); the GPUs left over form the data-parallel groups; use a multiple of the product");
+  c.parallel.num_gpus = 4;
+  c.parallel.virtual_stages = 2;
+  CHECK(message(m, c) ==
+        "virtual-stages = 2 needs the interleaved_1f1b schedule (got 1f1b); add --pp-schedule interleaved_1f1b, "
+        "or drop --virtual-stages");
+  c.parallel.pp_schedule = PipelineSchedule::kInterleaved1F1B;
+  CHECK(message(m, c) ==
+        "pipeline-parallel x virtual-stages = 8 model chunks for 4 decoder layers; every model chunk needs at least "
+        "one decoder layer");
+  c.parallel.virtual_stages = 1;
+  c.parallel.pp_schedule = PipelineSchedule::k1F1B;
+  c.parallel.sharding = ShardingStrategy::kZero3;
+  CHECK(message(m, c) ==
+        "DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only; use --zero-stage 1 (Megatron's distributed "
+        "optimizer shards the same way), or FSDP2");
+  c = bf16_cfg(1, 64);
+  c.parallel.num_gpus = 2;
+  c.parallel.context_parallel = 2;
+  c.attn = AttnImpl::kEager;
+  CHECK(message(m, c) ==
+        "context parallelism needs a fused attention kernel (ring attention over SDPA/flash/TE); use "
+        "--attn-implementation sdpa or flash_attention_2");
+  c = bf16_cfg(1, 64);
+  c.parallel.num_gpus = 4;
+  c.parallel.expert_parallel = 4;
+  CHECK(message(m, c) ==
+        "expert-parallel needs a mixture-of-experts model; toy has no routed experts; drop --expert-parallel / "
+        "--moe-capacity-factor");
+  c = bf16_cfg(1, 64);
+  c.parallel.num_gpus = 8;
+  c.parallel.nodes = 2;
+  c.parallel.sharding = ShardingStrategy::kFsdpHybridShard;
+  c.parallel.dp_replicate = 3;
+  CHECK(message(m, c) == "dp-replicate = 3 must divide the data-parallel x context ranks (16)");
+}
