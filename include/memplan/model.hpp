@@ -44,6 +44,35 @@ struct MoeSpec {
   bool is_moe_layer(int layer) const;
 };
 
+// The vision tower of a vision-language model (docs/formulas.md#vision-language-models), as
+// transformers builds it for *ForConditionalGeneration. depth == 0: a text-only model.
+enum class VisionKind {
+  kNone,
+  kQwen2Vl,   // Qwen2-VL: LayerNorm, fc1/QuickGELU/fc2 MLP, LayerNorm patch merger
+  kQwen25Vl,  // Qwen2.5-VL: RMSNorm, gated SiLU MLP with biases, windowed attention, RMSNorm merger
+  kSiglip,    // Gemma 3: SigLIP ViT (LayerNorm, GELU-tanh MLP) + average pooling + RMSNorm projector
+};
+
+struct VisionSpec {
+  VisionKind kind = VisionKind::kNone;
+  int depth = 0;                        // vision blocks
+  std::int64_t hidden_size = 0;         // ViT width (Qwen2-VL: embed_dim)
+  std::int64_t intermediate_size = 0;   // ViT MLP width (Qwen2-VL: embed_dim * mlp_ratio)
+  int num_heads = 0;
+  std::int64_t patch_size = 14;
+  int temporal_patch_size = 1;          // Qwen: 2 (a still image fills both frames of a patch)
+  int spatial_merge_size = 1;           // Qwen: 2 (2 x 2 patches per image token)
+  std::int64_t image_size = 0;          // SigLIP: the fixed input resolution (Gemma 3: 896)
+  std::int64_t tokens_per_image = 0;    // Gemma 3 mm_tokens_per_image (256)
+  std::int64_t window_size = 0;         // Qwen2.5-VL: attention window in pixels (112)
+  std::vector<int> fullatt_blocks;      // Qwen2.5-VL fullatt_block_indexes
+  std::string model_type;               // the multimodal config's model_type: qwen2_5_vl, qwen2_vl, gemma3
+
+  bool enabled() const { return depth > 0; }
+  // Rows of the patch-embedding input: channels x temporal x patch x patch values per patch.
+  std::int64_t patch_values() const { return 3 * temporal_patch_size * patch_size * patch_size; }
+};
+
 struct ModelSpec {
   std::string name;         // how the user named it: catalog id, short name or path
   std::string model_type;   // HF "model_type": llama, mistral, qwen2, qwen3, gemma2, phi3, gpt2, mixtral...
@@ -97,6 +126,7 @@ struct ModelSpec {
   // DeepSeek-V3 num_nextn_predict_layers: the MTP module is in the checkpoint (layer 61) but
   // transformers' DeepseekV3ForCausalLM does not load it, so it is not counted.
   int mtp_layers = 0;
+  VisionSpec vision;                   // vision-language models: the vision tower and projector
 
   bool is_encoder() const { return encoder; }
   bool is_mla() const { return kv_lora_rank > 0; }
@@ -128,6 +158,8 @@ struct ParameterCounts {
   std::int64_t mlp = 0;                 // all layers: dense MLP, experts, shared experts, routers
   std::int64_t norms = 0;               // all layers' layer norms plus the final norm
   std::int64_t lm_head = 0;             // 0 when tied to the embedding; encoders: pooler and head
+  std::int64_t vision = 0;              // vision-language models: the vision tower
+  std::int64_t projector = 0;           // and the projector (Qwen merger, Gemma 3 multi_modal_projector)
   std::int64_t total = 0;
   std::int64_t layer_linear_weights = 0;  // weights of decoder-layer Linear modules (quantizable)
   std::int64_t active_per_token = 0;      // MoE: parameters one token actually uses
@@ -151,6 +183,29 @@ ParameterCounts count_encoder_parameters(const ModelSpec& m);
 // Whether the encoder carries BertPooler: AutoModel (sentence-transformers) and BERT's
 // sequence classifier do; *ForMaskedLM and RoBERTa's classifier are built without it.
 bool encoder_has_pooler(const ModelSpec& m);
+
+// Vision-language models (src/core/model_vision.cpp, docs/formulas.md#vision-language-models).
+// The Linear modules of one vision block under the names PEFT matches (qkv/proj, q_proj/...).
+std::vector<LinearModule> vision_block_linears(const VisionSpec& v);
+// The Linear modules of the projector, into the language model's hidden size.
+std::vector<LinearModule> vision_projector_linears(const VisionSpec& v, std::int64_t text_hidden);
+struct VisionCounts {
+  std::int64_t tower = 0;
+  std::int64_t projector = 0;
+};
+VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidden);
+// What one image of height x width pixels becomes, as the model's image processor resizes it:
+// patches through the tower and tokens in the language model's sequence.
+struct ImageGrid {
+  std::int64_t height = 0, width = 0;  // after resizing
+  std::int64_t patches = 0;
+  std::int64_t tokens = 0;
+};
+ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t width);
+// The resolution memplan assumes when none is given (docs/formulas.md#image-tokens).
+std::int64_t default_image_side(const VisionSpec& v);
+std::string to_string(VisionKind k);
+Status validate_vision(const VisionSpec& v);
 
 std::string to_string(Activation a);
 std::string to_string(NormKind n);

@@ -129,6 +129,17 @@ struct ContrastiveConfig {
   bool operator==(const ContrastiveConfig&) const = default;
 };
 
+// Images in a vision-language model's training step (docs/formulas.md#vision-language-models).
+struct VisionInputs {
+  int images = -1;                  // images per sequence; -1: 1 for Qwen-VL, 0 for Gemma 3
+  std::int64_t image_height = 0;    // pixels before the processor resizes; 0: the model's default
+  std::int64_t image_width = 0;
+  bool train_vision_tower = false;  // LLaMA-Factory freeze_vision_tower: false / ms-swift freeze_vit: false
+  bool train_projector = false;     // freeze_multi_modal_projector: false / freeze_aligner: false
+
+  bool operator==(const VisionInputs&) const = default;
+};
+
 // Pipeline schedules (docs/formulas.md#pipeline-parallelism): how many micro-batches' activations
 // a stage holds at once. GPipe: all forwards, then all backwards. 1F1B (Megatron, DeepSpeed,
 // torch.distributed.pipelining): stage i holds min(p - i, m). Interleaved 1F1B: v model chunks
@@ -217,6 +228,7 @@ struct TrainingConfig {
   LossKernel loss_kernel = LossKernel::kEager;
   bool liger_kernels = false;
   ContrastiveConfig contrastive;
+  VisionInputs vision;
 
   // Tokens per sequence in the trained forward: GRPO's prompt + completion, else seq_len.
   std::int64_t sequence_length() const {

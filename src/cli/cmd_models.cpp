@@ -28,7 +28,7 @@ bool matches_filter(const io::CatalogEntry& c, const std::string& filter) {
   if (filter.empty()) return true;
   const std::string f = to_lower(filter);
   auto has = [&](const std::string& s) { return to_lower(s).find(f) != std::string::npos; };
-  if (has(c.id) || has(c.short_name) || has(c.spec.model_type)) return true;
+  if (has(c.id) || has(c.short_name) || has(c.spec.model_type) || has(c.spec.vision.model_type)) return true;
   for (const auto& a : c.aliases)
     if (has(a)) return true;
   return false;
@@ -41,7 +41,7 @@ std::string render_json(const std::vector<const io::CatalogEntry*>& entries) {
     models.push_back({{"short_name", c->short_name},
                       {"id", c->id},
                       {"aliases", c->aliases},
-                      {"model_type", c->spec.model_type},
+                      {"model_type", c->spec.vision.enabled() ? c->spec.vision.model_type : c->spec.model_type},
                       {"parameters", counts.total},
                       {"active_parameters", c->spec.moe.enabled() ? nlohmann::ordered_json(counts.active_per_token)
                                                                   : nlohmann::ordered_json(nullptr)},
@@ -58,7 +58,9 @@ std::string render_table(const std::vector<const io::CatalogEntry*>& entries, re
                        report::Align::kRight});
   for (const auto* c : entries) {
     const auto counts = count_parameters(c->spec);
-    t.add_row({c->short_name, c->id, c->spec.model_type, io::group_digits(counts.total),
+    // A vision-language model shows its multimodal model_type (qwen2_5_vl), not its text model's.
+    const std::string& type = c->spec.vision.enabled() ? c->spec.vision.model_type : c->spec.model_type;
+    t.add_row({c->short_name, c->id, type, io::group_digits(counts.total),
                c->spec.moe.enabled() ? io::group_digits(counts.active_per_token) : ""});
   }
   if (format == report::Format::kText) {

@@ -1,5 +1,6 @@
 #include "cli/training_flags.hpp"
 
+#include <charconv>
 #include <tuple>
 
 #include <CLI/CLI.hpp>
@@ -31,6 +32,26 @@ std::vector<std::string> split_list(const std::vector<std::string>& raw) {
     }
   }
   return out;
+}
+
+// --image-size: "WxH" (width x height, as image tools print it) or "N" for a square.
+Result<std::pair<std::int64_t, std::int64_t>> parse_image_size(const std::string& text) {
+  const auto number = [](std::string_view part, std::int64_t& out) {
+    if (part.empty() || part.size() > 6) return false;
+    const auto* end = part.data() + part.size();
+    const auto r = std::from_chars(part.data(), end, out);
+    return r.ec == std::errc() && r.ptr == end && out > 0;
+  };
+  const std::string t = trim(text);
+  const std::size_t x = t.find_first_of("xX*");
+  std::int64_t w = 0, h = 0;
+  const bool ok = x == std::string::npos ? number(t, w) && (h = w, true)
+                                         : number(std::string_view(t).substr(0, x), w) &&
+                                               number(std::string_view(t).substr(x + 1), h);
+  if (!ok)
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("'{}' is not an image size", text),
+                      "write WIDTHxHEIGHT in pixels, e.g. 1024x768, or one number for a square");
+  return std::pair{w, h};
 }
 
 Error flag_error(const std::string& flag, Error e) {
@@ -193,6 +214,18 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
       ->group("Encoders");
   app.add_option("--mini-batch-size", f.mini_batch_size, "Cached MNRL: sequences per forward/backward (default 32)")
       ->group("Encoders");
+  // Vision-language models
+  app.add_option("--images", f.images, "Vision-language models: images per sequence (default: 1 for Qwen-VL, 0 for Gemma 3; 0: text-only batches)")
+      ->group("Vision");
+  app.add_option("--image-size", f.image_size,
+                 "Image resolution before the processor resizes it: WxH or N for N x N (default: 768 x 768 for Qwen-VL, "
+                 "Gemma 3 always 896)")
+      ->group("Vision");
+  app.add_flag("--train-vision-tower", f.train_vision_tower,
+               "Train the vision tower (default frozen, as LLaMA-Factory and ms-swift; LoRA then reaches its Linears)")
+      ->group("Vision");
+  app.add_flag("--train-projector", f.train_projector, "Train the projector / patch merger (default frozen)")
+      ->group("Vision");
   // Config files
   // One file per --config, so that `check --config main.yaml stage.yaml` leaves stage.yaml positional.
   app.add_option("--config", f.configs, "Training config (YAML/JSON); repeat for stage files that override it")
@@ -531,6 +564,25 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (given("--mini-batch-size")) {
     c.contrastive.mini_batch_size = f.mini_batch_size;
     mark("mini_batch_size", "--mini-batch-size");
+  }
+  if (given("--images")) {
+    c.vision.images = f.images;
+    mark("images", "--images");
+  }
+  if (given("--image-size")) {
+    auto size = parse_image_size(f.image_size);
+    if (!size) return flag_error("--image-size", size.error());
+    c.vision.image_width = size->first;
+    c.vision.image_height = size->second;
+    mark("image_size", "--image-size");
+  }
+  if (f.train_vision_tower) {
+    c.vision.train_vision_tower = true;
+    mark("train_vision_tower", "--train-vision-tower");
+  }
+  if (f.train_projector) {
+    c.vision.train_projector = true;
+    mark("train_projector", "--train-projector");
   }
   if (c.contrastive.cached && !c.contrastive.enabled())
     return make_error(ErrorCode::kInvalidArgument, "--cached-mnrl needs --texts-per-example N",

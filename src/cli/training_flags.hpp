@@ -95,6 +95,10 @@ struct TrainingFlags {
   std::string head;              // --head pooling|mlm|classification (encoders)
   int num_labels = 0;            // --num-labels (classification head)
   int texts_per_example = 0;     // --texts-per-example N (contrastive: anchor + positives + negatives)
+  int images = 0;                // --images N (vision-language models: images per sequence)
+  std::string image_size;        // --image-size WxH or N (pixels, before the processor resizes)
+  bool train_vision_tower = false;
+  bool train_projector = false;
   bool cached_mnrl = false;      // --cached-mnrl: CachedMultipleNegativesRankingLoss (GradCache)
   int mini_batch_size = 0;       // --mini-batch-size (cached MNRL, default 32)
   // Config files (docs/configs.md)

@@ -169,6 +169,55 @@ sim::RefKind reference_kind(const TrainingConfig& c) {
 }
 
 // Pipeline, context and expert parallelism: what memplan models (docs/formulas.md#parallelism-layout).
+// The images of a vision-language model's step (docs/formulas.md#vision-language-models): how many
+// per sequence and the grid they are resized to. Text-only models take none.
+struct ImagePlan {
+  std::int64_t images = 0;
+  ImageGrid grid;
+};
+
+ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
+  ImagePlan p;
+  if (!m.vision.enabled()) return p;
+  // Qwen-VL models are trained on images; Gemma 3 is mostly fine-tuned on text (its tower loaded, unused).
+  p.images = c.vision.images >= 0 ? c.vision.images : m.vision.kind == VisionKind::kSiglip ? 0 : 1;
+  const std::int64_t side = default_image_side(m.vision);
+  p.grid = image_grid(m.vision, c.vision.image_height > 0 ? c.vision.image_height : side,
+                      c.vision.image_width > 0 ? c.vision.image_width : side);
+  return p;
+}
+
+Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
+  const bool asked = c.vision.images > 0 || c.vision.image_height > 0 || c.vision.image_width > 0 ||
+                     c.vision.train_vision_tower || c.vision.train_projector;
+  if (!m.vision.enabled()) {
+    if (asked)
+      return make_error(ErrorCode::kConflict,
+                        fmt::format("images and vision-tower options need a vision-language model; {} has no vision "
+                                    "tower",
+                                    m.name.empty() ? m.model_type : m.name),
+                        "use a Qwen2-VL, Qwen2.5-VL or Gemma 3 (4B and up) model, or drop the image options");
+    return Ok{};
+  }
+  const ImagePlan p = image_plan(m, c);
+  if (p.images == 0) return Ok{};
+  if (c.parallel.pipeline_parallel > 1 || c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1 ||
+      c.parallel.sequence_parallel)
+    return make_error(ErrorCode::kUnsupported,
+                      "images with tensor, pipeline, context or sequence parallelism are not modelled",
+                      "estimate a data-parallel (DDP, ZeRO, FSDP) layout, or --images 0 for text-only batches");
+  const std::int64_t tokens = checked_mul(p.images, p.grid.tokens);
+  // GRPO's images are in the prompt.
+  const std::int64_t seq = c.method == Method::kGrpo ? c.grpo.max_prompt_length : c.seq_len;
+  if (seq < tokens)
+    return make_error(ErrorCode::kConflict,
+                      fmt::format("a {} of {} tokens cannot hold {} image(s) of {}x{}: {} image tokens",
+                                  c.method == Method::kGrpo ? "prompt" : "sequence", seq,
+                                  p.images, p.grid.width, p.grid.height, tokens),
+                      "raise --seq-len, or lower --images or --image-size (image tokens are part of the sequence)");
+  return Ok{};
+}
+
 Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
   const ParallelConfig& p = c.parallel;
   if (p.expert_parallel > 1 || p.moe_capacity_factor > 0) {
@@ -252,6 +301,7 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                       "use an encoder such as bert-base-uncased, bge-base-en-v1.5 or all-MiniLM-L6-v2");
   }
   if (auto s = check_parallel_supported(m, c); !s) return s;
+  if (auto s = check_vision(m, c); !s) return s;
   for (const auto& s : c.lora.modules_to_save)
     if (s != "embed_tokens" && s != "lm_head")
       return make_error(ErrorCode::kUnsupported,
@@ -663,6 +713,14 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     sp.loss_kernel = model.is_encoder() || config.method != Method::kSft ? LossKernel::kEager : config.loss_kernel;
     sp.liger_kernels = config.liger_kernels && !model.is_encoder();
     sp.contrastive = config.contrastive;
+    const ImagePlan images = image_plan(model, config);
+    sp.images = images.images;
+    sp.image_patches = images.grid.patches;
+    sp.image_rows = images.grid.height / std::max<std::int64_t>(model.vision.patch_size, 1);
+    sp.image_cols = images.grid.width / std::max<std::int64_t>(model.vision.patch_size, 1);
+    sp.image_tokens = images.grid.tokens;
+    sp.train_vision_tower = config.vision.train_vision_tower;
+    sp.train_projector = config.vision.train_projector;
     sp.ops.cuda = config.device == Device::kCuda;
     sp.ops.trivial_slices_are_ops = config.device == Device::kCpu;
     sp.ops.mean_saves_input = config.device == Device::kCpu;
@@ -888,6 +946,19 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
           "loss kernel '{}' is modelled for SFT of decoders only; the {} loss is estimated as eager "
           "(TRL's Liger DPO/GRPO losses are not modelled)",
           to_string(config.loss_kernel), model.is_encoder() ? "encoder" : to_string(config.method)));
+    if (model.vision.enabled()) {
+      const VisionSpec& v = model.vision;
+      impl->assumptions.push_back(
+          images.images == 0
+              ? fmt::format("vision-language model ({}): text-only batches, the vision tower's weights loaded but not run",
+                            v.model_type)
+              : fmt::format("vision-language model ({}): {} image(s) per sequence at {}x{} after resizing, {:L} patches "
+                            "through the tower and {:L} image tokens in the sequence each; vision tower {}, projector {} "
+                            "(--images, --image-size, --train-vision-tower, --train-projector)",
+                            v.model_type, images.images, images.grid.width, images.grid.height, images.grid.patches,
+                            images.grid.tokens, config.vision.train_vision_tower ? "trained" : "frozen",
+                            config.vision.train_projector ? "trained" : "frozen"));
+    }
     if (model.is_encoder()) {
       impl->assumptions.push_back(fmt::format(
           "encoder: {} head{}; batches without padding (no SDPA mask)", to_string(model.head),

@@ -134,7 +134,7 @@ Status validate(const ModelSpec& m) {
     return make_error(ErrorCode::kOverflow,
                       fmt::format("model has about {:.3g} parameters, more than memplan models", total),
                       "check the sizes in the config");
-  return Ok{};
+  return validate_vision(m.vision);
 }
 
 std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
@@ -226,7 +226,10 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   active += norm_params(m, h);
   c.lm_head = m.tie_word_embeddings ? 0 : m.vocab_size * h + (m.lm_head_bias ? m.vocab_size : 0);
   active += c.lm_head;
-  c.total = c.embedding + c.position_embedding + c.attention + c.mlp + c.norms + c.lm_head;
+  const VisionCounts vc = count_vision_parameters(m.vision, h);
+  c.vision = vc.tower;
+  c.projector = vc.projector;
+  c.total = c.embedding + c.position_embedding + c.attention + c.mlp + c.norms + c.lm_head + c.vision + c.projector;
   c.active_per_token = active;
   return c;
 }

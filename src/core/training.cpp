@@ -254,6 +254,12 @@ Status validate(const TrainingConfig& c) {
       return make_error(ErrorCode::kConflict, "contrastive training (texts-per-example) is a sentence-transformers "
                                               "loss; it does not combine with DPO or GRPO");
   }
+  if (c.vision.images < -1 || c.vision.images > 1024) return range_error("images", c.vision.images, "0 to 1024");
+  if (c.vision.image_height < 0 || c.vision.image_height > (1 << 16) || c.vision.image_width < 0 ||
+      c.vision.image_width > (1 << 16))
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("image-size {}x{} is out of range (1 to 65536 pixels a side)", c.vision.image_width,
+                                  c.vision.image_height));
   if ((c.liger_kernels || c.loss_kernel == LossKernel::kLiger || c.loss_kernel == LossKernel::kCce) &&
       c.device == Device::kCpu)
     return make_error(ErrorCode::kUnsupported,

@@ -244,22 +244,96 @@ Status parse_mla_fields(const Fields& f, ModelSpec& m, const std::string& origin
   return Ok{};
 }
 
+// The vision_config of a vision-language model (docs/formulas.md#vision-language-models), with
+// the config classes' defaults where a key is absent: Qwen2VLVisionConfig,
+// Qwen2_5_VLVisionConfig, SiglipVisionConfig (as Gemma 3 checkpoints spell it out).
+Result<VisionSpec> parse_vision_config(const json& top, const std::string& type, const std::string& origin,
+                                       std::int64_t& out_hidden) {
+  VisionSpec v;
+  const json* vc = Fields(top, origin).find("vision_config");
+  if (!vc) return v;
+  if (!vc->is_object())
+    return config_error(origin, fmt::format("\"vision_config\" must be an object, got {}", describe(*vc)));
+  const Fields f(*vc, origin + " vision_config");
+  v.model_type = type;
+  if (type == "gemma3") {
+    v.kind = VisionKind::kSiglip;
+    MEMPLAN_TRY(std::int64_t depth, f.integer({"num_hidden_layers"}, 12));
+    MEMPLAN_TRY(v.hidden_size, f.integer({"hidden_size"}, 768));
+    MEMPLAN_TRY(v.intermediate_size, f.integer({"intermediate_size"}, 3072));
+    MEMPLAN_TRY(std::int64_t heads, f.integer({"num_attention_heads"}, 12));
+    MEMPLAN_TRY(v.image_size, f.integer({"image_size"}, 224));
+    MEMPLAN_TRY(v.patch_size, f.integer({"patch_size"}, 16));
+    MEMPLAN_TRY(auto head, f.boolean("vision_use_head"));
+    if (head.value_or(false))
+      return config_error(origin, "vision_config \"vision_use_head\": true is not modelled (Gemma 3 has no pooling head)");
+    MEMPLAN_TRY(v.tokens_per_image, Fields(top, origin).integer({"mm_tokens_per_image"}, 256));
+    v.depth = narrow(depth);
+    v.num_heads = narrow(heads);
+  } else {
+    const bool v25 = type == "qwen2_5_vl";
+    v.kind = v25 ? VisionKind::kQwen25Vl : VisionKind::kQwen2Vl;
+    MEMPLAN_TRY(std::int64_t depth, f.integer({"depth"}, 32));
+    MEMPLAN_TRY(std::int64_t heads, f.integer({"num_heads"}, 16));
+    if (v25) {
+      MEMPLAN_TRY(v.hidden_size, f.integer({"hidden_size"}));
+      MEMPLAN_TRY(out_hidden, f.integer({"out_hidden_size"}, 0));
+      MEMPLAN_TRY(v.intermediate_size, f.integer({"intermediate_size"}, 3420));
+      MEMPLAN_TRY(v.window_size, f.integer({"window_size"}, 112));
+      MEMPLAN_TRY(v.fullatt_blocks, f.int_list("fullatt_block_indexes"));
+      MEMPLAN_TRY(std::string act, f.string("hidden_act"));
+      if (!act.empty() && act != "silu")
+        return config_error(origin, fmt::format("vision_config \"hidden_act\" '{}' is not modelled (Qwen2.5-VL uses silu)", act));
+    } else {
+      // Qwen2-VL: embed_dim is the ViT width; vision_config.hidden_size is the merger's output.
+      MEMPLAN_TRY(v.hidden_size, f.integer({"embed_dim"}, 1280));
+      MEMPLAN_TRY(out_hidden, f.integer({"hidden_size"}, 0));
+      MEMPLAN_TRY(std::int64_t ratio, f.integer({"mlp_ratio"}, 4));
+      v.intermediate_size = v.hidden_size <= (1 << 20) && ratio >= 0 && ratio <= 64 ? v.hidden_size * ratio : -1;
+    }
+    MEMPLAN_TRY(v.patch_size, f.integer({"patch_size", "spatial_patch_size"}, 14));
+    MEMPLAN_TRY(std::int64_t tps, f.integer({"temporal_patch_size"}, 2));
+    MEMPLAN_TRY(std::int64_t merge, f.integer({"spatial_merge_size"}, 2));
+    MEMPLAN_TRY(std::int64_t chans, f.integer({"in_chans", "in_channels"}, 3));
+    if (chans != 3) return config_error(origin, fmt::format("vision_config \"in_chans\" = {} is not modelled (3)", chans));
+    v.depth = narrow(depth);
+    v.num_heads = narrow(heads);
+    v.temporal_patch_size = narrow(tps);
+    v.spatial_merge_size = narrow(merge);
+  }
+  if (v.depth <= 0) return config_error(origin, fmt::format("vision_config depth = {} must be positive", v.depth));
+  return v;
+}
+
 Result<ModelSpec> parse_config(json j, const std::string& origin) {
   if (!j.is_object())
     return config_error(origin, fmt::format("config.json must be a JSON object, got {}", describe(j)), kWrongFileHint);
   ModelSpec m;
+  VisionSpec vision;
+  std::int64_t vision_out = 0;  // the merger's output width, which must be the text hidden size
   {
     Fields top(j, origin);
     MEMPLAN_TRY(std::string type, top.string("model_type"));
-    // Gemma 3 checkpoints above 1B are multimodal: the language model is the text_config.
-    if (type == "gemma3") {
+    // Gemma 3 checkpoints above 1B and Qwen2-VL / Qwen2.5-VL are vision-language models: the
+    // language model is the text_config (Qwen: the top level, or a text_config in configs saved by
+    // transformers >= 4.52), the vision tower the vision_config.
+    const bool qwen_vl = type == "qwen2_vl" || type == "qwen2_5_vl";
+    if (type == "gemma3" || qwen_vl) {
+      MEMPLAN_TRY(vision, parse_vision_config(j, type, origin, vision_out));
       const json* t = top.find("text_config");
-      if (!t || !t->is_object())
+      if (type == "gemma3" && (!t || !t->is_object()))
         return config_error(origin, "model_type 'gemma3' has no \"text_config\" object", kWrongFileHint);
-      json text = *t;
+      if (t && !t->is_object())
+        return config_error(origin, fmt::format("\"text_config\" must be an object, got {}", describe(*t)));
+      json text = t ? *t : j;
+      if (t && qwen_vl)  // the top level still carries the text keys in older saves
+        for (const auto& [k, val] : j.items())
+          if (!text.contains(k) && k != "vision_config") text[k] = val;
       for (const char* inherited : {"tie_word_embeddings", "torch_dtype", "dtype"})
         if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
-      if (!text.contains("model_type")) text["model_type"] = "gemma3_text";
+      if (qwen_vl) text["model_type"] = "qwen2";  // Qwen2-architecture language model
+      else if (!text.contains("model_type")) text["model_type"] = "gemma3_text";
+      text.erase("vision_config");
       j = std::move(text);
     }
   }
@@ -394,6 +468,10 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   }
   if (mla_type)
     if (auto mla = parse_mla_fields(f, m, origin); !mla) return mla.error();
+  if (vision_out > 0 && vision_out != m.hidden_size)
+    return config_error(origin, fmt::format("vision_config's output width {} differs from the language model's "
+                                            "hidden_size {}", vision_out, m.hidden_size));
+  m.vision = std::move(vision);
   if (auto s = validate(m); !s) {
     Error e = s.error();
     e.where = SourceLocation{origin, 0, 0};
@@ -408,7 +486,8 @@ const std::vector<std::string>& supported_model_types() {
   static const std::vector<std::string> t = {"llama",   "mistral",     "mixtral",  "qwen2",     "qwen2_moe",
                                              "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
                                              "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2",
-                                             "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2"};
+                                             "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
+                                             "qwen2_vl", "qwen2_5_vl"};
   return t;
 }
 

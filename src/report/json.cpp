@@ -36,6 +36,16 @@ json to_json(const ModelSpec& m) {
                 {"expert_intermediate_size", m.moe.expert_intermediate_size},
                 {"num_shared_experts", m.moe.num_shared_experts},
                 {"active_parameters", c.active_per_token}};
+  if (m.vision.enabled())
+    j["vision"] = {{"model_type", m.vision.model_type},
+                   {"kind", to_string(m.vision.kind)},
+                   {"depth", m.vision.depth},
+                   {"hidden_size", m.vision.hidden_size},
+                   {"intermediate_size", m.vision.intermediate_size},
+                   {"num_heads", m.vision.num_heads},
+                   {"patch_size", m.vision.patch_size},
+                   {"tower_parameters", c.vision},
+                   {"projector_parameters", c.projector}};
   return j;
 }
 

@@ -254,22 +254,80 @@ TEST_CASE("Gemma 2 has four norms per layer, tied embeddings and head_dim apart 
   CHECK(count_parameters(*m).total == 6'400 + 2 * (16'384 + 8'192 + 24'576 + 256) + 64);
 }
 
-TEST_CASE("a multimodal Gemma 3 config counts its text_config, with Gemma3TextConfig defaults") {
+TEST_CASE("a multimodal Gemma 3 config counts its text_config, with Gemma3TextConfig defaults, and its SigLIP tower") {
   // The shape of google/gemma-3-4b-it's config.json: text_config names only what differs from
   // the defaults (heads 8, kv 4, head_dim 256, vocab 262208).
-  const std::string cfg = R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-      "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
-                      "num_hidden_layers": 34, "sliding_window": 1024},
-      "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"},
-      "torch_dtype": "bfloat16"})";
-  auto m = io::parse_hf_config(cfg, "c");
+  const std::string text = R"("text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+      "model_type": "gemma3_text", "num_hidden_layers": 34, "sliding_window": 1024},
+      "torch_dtype": "bfloat16")";
+  const std::string vision = R"("mm_tokens_per_image": 256, "vision_config": {"hidden_size": 1152,
+      "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false},)";
+  auto m = io::parse_hf_config(R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", )" +
+                                   vision + text + "}",
+                               "c");
   REQUIRE(m.has_value());
   CHECK(m->model_type == "gemma3_text");
   CHECK(m->vocab_size == 262208);
   CHECK(m->torch_dtype == "bfloat16");
   CHECK(m->tie_word_embeddings);
-  // The language-model total derived in configs/models/gemma-3-4b.json from published counts.
-  CHECK(count_parameters(*m).total == 3'880'263'168);
+  CHECK(m->vision.kind == VisionKind::kSiglip);
+  CHECK(m->vision.tokens_per_image == 256);
+  // Hub safetensors.total of google/gemma-3-4b-it; the language model alone is 3,880,263,168.
+  const auto c = count_parameters(*m);
+  CHECK(c.total == 4'300'079'472);
+  CHECK(c.total - c.vision - c.projector == 3'880'263'168);
+
+  // Without a vision_config only the language model is built.
+  auto t = io::parse_hf_config(R"({"model_type": "gemma3", )" + text + "}", "c");
+  REQUIRE(t.has_value());
+  CHECK_FALSE(t->vision.enabled());
+  CHECK(count_parameters(*t).total == 3'880'263'168);
+
+  // A vision_config whose pooling cannot work (SigLIP's 224 px and 16 px patches: 14 patches a side do
+  // not pool to 16 x 16 tokens) is refused.
+  auto bad = io::parse_hf_config(
+      R"({"model_type": "gemma3", "vision_config": {"hidden_size": 1152}, )" + text + "}", "c");
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().message ==
+        "model mm_tokens_per_image = 256 must be a square whose side divides the 14 patches per image side");
+}
+
+TEST_CASE("Qwen2.5-VL and Qwen2-VL configs: the top level is the language model, vision_config the tower") {
+  auto m = io::parse_hf_config(R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"],
+      "model_type": "qwen2_5_vl", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+      "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": false,
+      "torch_dtype": "bfloat16", "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280,
+      "intermediate_size": 3420, "num_heads": 16, "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14,
+      "spatial_merge_size": 2, "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31],
+      "temporal_patch_size": 2}})",
+                               "c");
+  REQUIRE(m.has_value());
+  CHECK(m->model_type == "qwen2");
+  CHECK(m->qkv_bias);
+  CHECK(m->vision.model_type == "qwen2_5_vl");
+  CHECK(m->vision.fullatt_blocks == std::vector<int>{7, 15, 23, 31});
+  CHECK(count_parameters(*m).total == 8'292'166'656);
+
+  // transformers >= 4.52 saves the language model under text_config.
+  auto nested = io::parse_hf_config(R"({"model_type": "qwen2_vl", "torch_dtype": "bfloat16",
+      "text_config": {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
+      "num_hidden_layers": 28, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": true},
+      "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "hidden_size": 1536,
+      "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}})",
+                                    "c");
+  REQUIRE(nested.has_value());
+  CHECK(nested->vision.kind == VisionKind::kQwen2Vl);
+  CHECK(nested->vision.intermediate_size == 5120);
+  CHECK(count_parameters(*nested).total == 2'208'985'600);  // Qwen/Qwen2-VL-2B-Instruct
+
+  // A merger that does not end in the language model's width cannot be spliced into its embeddings.
+  auto bad = io::parse_hf_config(R"({"model_type": "qwen2_5_vl", "hidden_size": 2048, "intermediate_size": 11008,
+      "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 2, "vocab_size": 151936,
+      "vision_config": {"hidden_size": 1280, "out_hidden_size": 3584}})",
+                                 "c");
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().message == "vision_config's output width 3584 differs from the language model's hidden_size 2048");
 }
 
 TEST_CASE("GPT-2's own config names: n_embd, n_layer, n_head, n_inner null") {
@@ -437,7 +495,7 @@ TEST_CASE("unsupported model types: near misses suggested, known ones explained"
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "t5"})", "c.json")) ==
         "c.json: model_type 't5' is not supported; supported model types: llama, mistral, mixtral, qwen2, "
         "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3, gemma3_text, phi3, gpt2, deepseek, olmo2, granite, "
-        "smollm3, deepseek_v2, deepseek_v3, kimi_k2");
+        "smollm3, deepseek_v2, deepseek_v3, kimi_k2, qwen2_vl, qwen2_5_vl");
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "gemma3"})", "c.json")) ==
         "c.json: model_type 'gemma3' has no \"text_config\" object; is this the model's config.json? "
         "generation_config.json and tokenizer_config.json do not describe the architecture");

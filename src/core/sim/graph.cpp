@@ -238,7 +238,13 @@ int Graph::begin_checkpoint_region(std::function<void()> recompute, std::vector<
   return open_region_;
 }
 
-void Graph::end_checkpoint_region() { open_region_ = -1; }
+void Graph::end_checkpoint_region() {
+  // A region whose forward recorded no node (nothing in it required grad, e.g. a frozen vision
+  // tower) saved nothing: torch's checkpoint frame dies with the forward and keeps no input.
+  if (open_region_ >= 0 && regions_[static_cast<std::size_t>(open_region_)].nodes.empty())
+    maybe_free_region(open_region_);
+  open_region_ = -1;
+}
 
 void Graph::maybe_free_region(int r) {
   Region& reg = regions_[static_cast<std::size_t>(r)];

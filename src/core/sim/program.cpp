@@ -1,6 +1,7 @@
 #include "core/sim/program.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -27,13 +28,31 @@ struct LayerParams {
   bool moe = false;
 };
 
+// Qwen2.5-VL get_window_index: the merged-token grid of an image is cut into windows of
+// window_size / patch / merge units a side (the last row and column of windows shorter); the
+// blocks outside fullatt_block_indexes attend within a window. Returns the sum over one image's
+// windows of (patches per window)^2 = merge^4 x (sum of squared window heights) x (sum of
+// squared window widths), in merged units.
+std::int64_t window_square_sum(const ProgramSpec& sp) {
+  const VisionSpec& v = sp.model.vision;
+  if (v.kind != VisionKind::kQwen25Vl || sp.image_patches <= 0) return 0;
+  const std::int64_t merge = v.spatial_merge_size;
+  const std::int64_t units = std::max<std::int64_t>(1, v.window_size / v.patch_size / merge);
+  const auto squares = [units](std::int64_t n) { return (n / units) * units * units + (n % units) * (n % units); };
+  return checked_mul(checked_mul(squares(sp.image_rows / merge), squares(sp.image_cols / merge)),
+                     merge * merge * merge * merge);
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
 class Step {
  public:
-  explicit Step(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) { g_.reserve(4096); }
+  explicit Step(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) {
+    g_.reserve(4096);
+    vision_window_sq_ = window_square_sum(sp);
+  }
 
   ProgramResult run();
 
@@ -78,8 +97,11 @@ class Step {
     params_.push_back({numel, dt, train, cur_layer_, rows, cols, count});
     return g_.param(c(numel), dt, cat, train);
   }
-  LinearParams make_linear(const LinearModule& mod);
+  // train: whether the base weight is trained (full fine-tuning); lora_ok: whether LoRA may wrap it.
+  LinearParams make_linear(const LinearModule& mod, bool train, bool lora_ok = true);
+  LinearParams make_linear(const LinearModule& mod) { return make_linear(mod, sp_.full_finetune); }
   void make_params();
+  void make_vision_params();
 
   // ---- building blocks
   int norm(int x, int w, int bias, std::int64_t width, Poly numel);
@@ -96,8 +118,27 @@ class Step {
   int moe(int x, LayerParams& lp);
   int gelu_new(int x);
   int decoder_layer(int h, int layer);
-  int checkpointed_layer(int h, int layer);
-  int checkpointed_layer_nonreentrant(int h, int layer);
+  // torch.utils.checkpoint around `body` (a decoder layer or a vision block): `holds` are the
+  // tensors the bound arguments keep (mask, rotary tables); fsdp_unit: the body is an FSDP unit
+  // whose reshard-only hook keeps its input (decoder layers under PEFT's wrap policy).
+  using Body = std::function<int(int)>;
+  int checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit);
+  int checkpointed_nonreentrant(int h, const Body& body, const std::vector<int>& holds);
+  int layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit);
+  // ---- vision-language models (docs/formulas.md#vision-language-models)
+  bool vision_on() const { return m_.vision.enabled() && sp_.images > 0 && sp_.stage_embedding; }
+  Poly vpt(std::int64_t k) const {  // per patch through the tower
+    return Poly::mono(kB, checked_mul(checked_mul(k, sp_.images * sp_.image_patches), sp_.batch_multiplier));
+  }
+  Poly vtok(std::int64_t k) const {  // per image token in the language model's sequence
+    return Poly::mono(kB, checked_mul(checked_mul(k, sp_.images * sp_.image_tokens), sp_.batch_multiplier));
+  }
+  int vision_norm(int x, int w, int bias, const Poly& numel, const Poly& rows);
+  int vision_attention(int x, LayerParams& lp, int block);
+  int vision_mlp(int x, LayerParams& lp);
+  int vision_block(int h, int block);
+  int vision_features();
+  int merge_image_features(int embeds, int features);
   int embed_and_layers(bool policy);
   void drop_forward_locals();
   int head_logits(int h, const Poly& rows);
@@ -121,23 +162,33 @@ class Step {
   Ops ops_;
   int ids_ = -1, attn_mask2d_ = -1, labels_ = -1;
   // One model's parameters; the DPO/GRPO reference copy is a second set.
+  struct VisionWeights {
+    int patch_w = -1, patch_b = -1, pos = -1, post_w = -1, post_b = -1;  // patch embedding, SigLIP positions/post norm
+    std::vector<LayerParams> blocks;                                    // norms: norm1 (w, b), norm2 (w, b)
+    int merge_norm_w = -1, merge_norm_b = -1;                           // Qwen ln_q, Gemma 3 mm_soft_emb_norm
+    std::map<std::string, LinearParams> proj;                           // projector Linears
+  };
   struct Weights {
     int embed = -1, pos_embed = -1, final_norm = -1, final_norm_b = -1, lm_head = -1;
     int embed_copy = -1, lm_head_copy = -1;  // PEFT modules_to_save trainable copies
     std::vector<LayerParams> layers;
+    VisionWeights vision;
   };
   Weights policy_, ref_;
   Weights* w_ = &policy_;
   bool adapters_off_ = false;  // PeftModel.disable_adapter(): the reference under PEFT
   bool making_ref_ = false;
   int mask_ = -1, cos_ = -1, sin_ = -1;
+  int pixels_ = -1, vpos_ids_ = -1;
+  // Qwen2.5-VL windowed blocks: the sum over windows of (patches in the window)^2, per image.
+  std::int64_t vision_window_sq_ = 0;  // pixel_values from the collator; SigLIP position ids (a buffer)
   int layer_ = 0;
   int cur_layer_ = -1;
   std::vector<ParamRec> params_;
   std::vector<int> fsdp_retained_;  // layer inputs and their grads the FSDP hooks keep (to backward's end)
 };
 
-LinearParams Step::make_linear(const LinearModule& mod) {
+LinearParams Step::make_linear(const LinearModule& mod, bool train, bool lora_ok) {
   LinearParams p;
   p.mod = mod;
   const std::int64_t n = mod.weight_params();
@@ -156,10 +207,10 @@ LinearParams Step::make_linear(const LinearModule& mod) {
     bytes += sp_.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
     p.w = make_param(bytes, DT::kU8, false);
   } else {
-    p.w = make_param(n, sp_.weight_dt, sp_.full_finetune, Cat::kWeights, mod.out_features, mod.in_features, mod.count);
+    p.w = make_param(n, sp_.weight_dt, train, Cat::kWeights, mod.out_features, mod.in_features, mod.count);
   }
-  if (mod.bias) p.b = make_param(mod.bias_params(), other_dt(), sp_.full_finetune);
-  if (sp_.lora.enabled && !making_ref_ && mod.nn_linear && contains(sp_.lora.targets, mod.name)) {
+  if (mod.bias) p.b = make_param(mod.bias_params(), other_dt(), train);
+  if (lora_ok && sp_.lora.enabled && !making_ref_ && mod.nn_linear && contains(sp_.lora.targets, mod.name)) {
     const std::int64_t r = sp_.lora.r;
     p.A = make_param(r * mod.in_features * mod.count, sp_.adapter_dt, true, Cat::kAdapterWeights, r, mod.in_features,
                      mod.count);
@@ -180,6 +231,7 @@ void Step::make_params() {
       w_->pos_embed = make_param(m_.max_position_embeddings * h, embed_dt(), trainable("wpe"), Cat::kWeights,
                                  m_.max_position_embeddings, h);
   }
+  if (sp_.stage_embedding && m_.vision.enabled()) make_vision_params();
   const int n = static_cast<int>(sp_.model_layers.size());
   for (int l = 0; l < n; ++l) {
     cur_layer_ = l;
@@ -216,6 +268,47 @@ void Step::make_params() {
     w_->lm_head = make_param(V * h, embed_dt(), trainable("lm_head"), Cat::kWeights, V, h);
     if (contains(sp_.lora.modules_to_save, "lm_head") && sp_.lora.enabled && !making_ref_)
       w_->lm_head_copy = make_param(V * h, embed_dt(), true, Cat::kWeights, V, h);
+  }
+}
+
+
+// The vision tower and projector as *ForConditionalGeneration loads them: trained only with
+// full fine-tuning and train_vision_tower / train_projector; LoRA wraps tower Linears (by the
+// names PEFT matches) only when the tower is trained, as LLaMA-Factory's freeze_vision_tower
+// excludes them otherwise. A projector trained next to LoRA is a PEFT modules_to_save copy.
+void Step::make_vision_params() {
+  const VisionSpec& v = m_.vision;
+  VisionWeights& vw = w_->vision;
+  const std::int64_t h = v.hidden_size;
+  const bool siglip = v.kind == VisionKind::kSiglip;
+  const bool ln = v.kind != VisionKind::kQwen25Vl;
+  const bool tower = sp_.full_finetune && sp_.train_vision_tower;
+  vw.patch_w = make_param(v.patch_values() * h, other_dt(), tower, Cat::kWeights, h, v.patch_values());
+  if (siglip) {
+    vw.patch_b = make_param(h, other_dt(), tower);
+    const std::int64_t side = v.image_size / v.patch_size;
+    vw.pos = make_param(side * side * h, other_dt(), tower, Cat::kWeights, side * side, h);
+  }
+  for (int l = 0; l < v.depth; ++l) {
+    LayerParams lp;
+    for (const auto& mod : vision_block_linears(v)) lp.lin.emplace(mod.name, make_linear(mod, tower, sp_.train_vision_tower));
+    for (int i = 0; i < 2; ++i) {
+      lp.norms.push_back(make_param(h, other_dt(), tower));
+      lp.norms.push_back(ln ? make_param(h, other_dt(), tower) : -1);
+    }
+    vw.blocks.push_back(std::move(lp));
+  }
+  if (siglip) {
+    vw.post_w = make_param(h, other_dt(), tower);
+    vw.post_b = make_param(h, other_dt(), tower);
+  }
+  const bool copy = sp_.lora.enabled && sp_.train_projector;  // modules_to_save: frozen original + trained copy
+  for (int pass = copy ? 0 : 1; pass < 2; ++pass) {
+    const bool train = pass == 1 && sp_.train_projector;
+    vw.merge_norm_w = make_param(h, other_dt(), train);
+    vw.merge_norm_b = ln && !siglip ? make_param(h, other_dt(), train) : -1;
+    for (const auto& mod : vision_projector_linears(v, m_.hidden_size))
+      vw.proj.insert_or_assign(mod.name, make_linear(mod, train, false));
   }
 }
 
@@ -781,19 +874,22 @@ int Step::decoder_layer(int h, int layer) {
   return h3;
 }
 
-int Step::checkpointed_layer(int h, int layer) {
+int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit) {
   // torch.utils.checkpoint (use_reentrant=True): forward without grad; the node saves the
   // positional input and (through the bound functools.partial) the mask and rotary tables, plus
   // the CPU RNG state; backward recomputes the layer with grad (and autocast, if it was on)
   // and runs a nested backward through it.
   const bool outer = g_.grad_enabled();
   g_.set_grad_enabled(false);
-  const int out = decoder_layer(h, layer);
+  const int out = body(h);
   g_.set_grad_enabled(outer);
   const int rng = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
   const std::optional<DT> ac = ops_.autocast();
   if (g_.at(h).cat == Cat::kActivations) g_.retag(h, Cat::kCheckpoints);
-  const bool made = g_.node({h}, {out}, {h, mask_, cos_, sin_, rng}, [this, h, layer, ac](Bwd& ctx) {
+  std::vector<int> saved{h};
+  saved.insert(saved.end(), holds.begin(), holds.end());
+  saved.push_back(rng);
+  const bool made = g_.node({h}, {out}, saved, [this, h, body, ac, fsdp_unit](Bwd& ctx) {
     Graph& g = ctx.graph();
     const int rng2 = g.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);  // fork_rng
     const int hv = g.view(h, g.at(h).numel);
@@ -804,7 +900,7 @@ int Step::checkpointed_layer(int h, int layer) {
     const Cat saved_cat = ops_.cat;
     ops_.cat = Cat::kActivations;
     if (ac) ops_.enter_autocast(*ac);
-    const int rec = decoder_layer(hv, layer);
+    const int rec = body(hv);
     if (ac) ops_.exit_autocast();
     ops_.cat = saved_cat;
     g.set_grad_enabled(false);
@@ -815,7 +911,7 @@ int Step::checkpointed_layer(int h, int layer) {
     g.drop(rng2);
     g.set_grad_enabled(prev);
     const int gi = g.take_grad(hv);
-    if (sp_.fsdp_frozen_units) {
+    if (fsdp_unit && sp_.fsdp_frozen_units) {
       // docs/formulas.md#fsdp-reshard-only-hook: FSDP's _pre_forward registered a multi-grad hook
       // on the detached input (a leaf); its closure holds the leaf's AccumulateGrad node, which
       // holds the leaf: the input's storage and its .grad live until _finalize_params removes the
@@ -835,7 +931,7 @@ int Step::checkpointed_layer(int h, int layer) {
   return out;
 }
 
-int Step::checkpointed_layer_nonreentrant(int h, int layer) {
+int Step::checkpointed_nonreentrant(int h, const Body& body, const std::vector<int>& holds) {
   // torch.utils.checkpoint (use_reentrant=False): the forward builds the graph but its pack hook
   // stores only an index; the closure keeps the inputs (and through the partial the mask and
   // rotary tables) and the RNG state. The first unpack in backward reruns the layer with an
@@ -843,22 +939,317 @@ int Step::checkpointed_layer_nonreentrant(int h, int layer) {
   const int rng = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
   const std::optional<DT> ac = ops_.autocast();
   if (g_.at(h).cat == Cat::kActivations) g_.retag(h, Cat::kCheckpoints);
+  std::vector<int> kept{h};
+  kept.insert(kept.end(), holds.begin(), holds.end());
+  kept.push_back(rng);
   g_.begin_checkpoint_region(
-      [this, h, layer, ac]() {
+      [this, h, body, ac]() {
         const int rng2 = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);  // fork_rng
         const Cat saved_cat = ops_.cat;
         ops_.cat = Cat::kActivations;
         if (ac) ops_.enter_autocast(*ac);
-        const int unused = decoder_layer(h, layer);
+        const int unused = body(h);
         if (ac) ops_.exit_autocast();
         ops_.cat = saved_cat;
         g_.drop(unused);
         g_.drop(rng2);
       },
-      {h, mask_, cos_, sin_, rng});
-  const int out = decoder_layer(h, layer);
+      kept);
+  const int out = body(h);
   g_.end_checkpoint_region();
   g_.drop(rng);
+  return out;
+}
+
+// One layer of the trained forward: plain, or checkpointed as the config asks.
+int Step::layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit) {
+  if (!sp_.gradient_checkpointing) return body(h);
+  return sp_.checkpoint_reentrant ? checkpointed(h, body, holds, fsdp_unit) : checkpointed_nonreentrant(h, body, holds);
+}
+
+
+// ---- vision tower (docs/formulas.md#vision-language-models)
+
+int Step::vision_norm(int x, int w, int bias, const Poly& numel, const Poly& rows) {
+  if (m_.vision.kind != VisionKind::kQwen25Vl) return layer_norm(x, w, bias, numel, rows);
+  // Qwen2RMSNorm, as LlamaRMSNorm (Liger patches only the language model's norms).
+  const DT in_dt = g_.at(x).dt;
+  const int n = rms_normalize(x, numel, rows);
+  const int nd = ops_.to(n, in_dt);
+  g_.drop(n);
+  const int out = ops_.mul(w, nd, numel);
+  g_.drop(nd);
+  return out;
+}
+
+int Step::vision_attention(int x, LayerParams& lp, int block) {
+  const VisionSpec& v = m_.vision;
+  const std::int64_t h = v.hidden_size;
+  const bool siglip = v.kind == VisionKind::kSiglip;
+  const Poly qn = vpt(h);
+  int q, k, val;
+  if (siglip) {  // SiglipAttention: q/k/v_proj, .view().transpose(1, 2)
+    const int q0 = lin(x, lp.lin.at("q_proj"), qn);
+    const int k0 = lin(x, lp.lin.at("k_proj"), qn);
+    const int v0 = lin(x, lp.lin.at("v_proj"), qn);
+    q = ops_.transpose_view(q0);
+    k = ops_.transpose_view(k0);
+    val = ops_.transpose_view(v0);
+    g_.drop(q0);
+    g_.drop(k0);
+    g_.drop(v0);
+  } else {
+    // qkv(x).reshape(seq, 3, heads, -1).permute(1, 0, 2, 3).unbind(0): three views; UnbindBackward
+    // stacks their gradients into one qkv-sized tensor.
+    const int qkv = lin(x, lp.lin.at("qkv"), vpt(3 * h));
+    const int q0 = g_.view(qkv, qn), k0 = g_.view(qkv, qn), v0 = g_.view(qkv, qn);
+    g_.node({qkv}, {q0, k0, v0}, {}, [qkv](Bwd& c) { c.give(qkv, c.like(qkv)); });
+    g_.drop(qkv);
+    // apply_rotary_pos_emb_vision: q and k in fp32 with fp32 cos/sin, cast back to their dtype.
+    const auto rotate = [&](int t) {
+      const DT dt = g_.at(t).dt;
+      const int t32 = ops_.to(t, DT::kF32);
+      const int r = rope(t32, qn);
+      g_.drop(t32);
+      const int back = ops_.to(r, dt);
+      g_.drop(r);
+      return back;
+    };
+    q = rotate(q0);
+    k = rotate(k0);
+    g_.drop(q0);
+    g_.drop(k0);
+    val = v0;
+  }
+  const std::int64_t heads = v.num_heads;
+  // Attention runs per image (Qwen: per window in the windowed blocks); the score elements of a
+  // sequence are heads x the sum of the chunk lengths squared.
+  const bool full = v.kind != VisionKind::kQwen25Vl ||
+                    std::find(v.fullatt_blocks.begin(), v.fullatt_blocks.end(), block) != v.fullatt_blocks.end();
+  const std::int64_t sq = full ? sp_.image_patches * sp_.image_patches : vision_window_sq_;
+  const Poly scores = Poly::mono(kB, checked_mul(checked_mul(heads * sp_.images, sq), sp_.batch_multiplier));
+  int out = -1;
+  if (sp_.attn == AttnImpl::kEager) {
+    ops_.cat = Cat::kAttentionScores;
+    const int kT = ops_.view(k);
+    // SigLIP's (images, heads, n, d) query folds into bmm with a copy; Qwen's chunks have batch 1.
+    const int sc = ops_.matmul(q, kT, scores, siglip, false);
+    g_.drop(kT);
+    const int scaled = ops_.scalar_op(sc);
+    g_.drop(sc);
+    const int p32 = ops_.softmax_f32(scaled);
+    g_.drop(scaled);
+    const int probs = ops_.to(p32, g_.at(q).dt);
+    g_.drop(p32);
+    ops_.cat = Cat::kActivations;
+    const int o = ops_.matmul(probs, val, qn, false, false);
+    g_.drop(probs);
+    const int ot = ops_.transpose_view(o);
+    g_.drop(o);
+    out = ops_.clone(ot);  // .transpose(1, 2).contiguous()
+    g_.drop(ot);
+  } else {
+    // SDPA / flash-attention kernels: saved q, k, v, output and an fp32 logsumexp per row.
+    const int q16 = ops_.cast_for_autocast(q);
+    const int k16 = ops_.cast_for_autocast(k);
+    const int v16 = ops_.cast_for_autocast(val);
+    const int o = g_.make(qn, g_.at(q16).dt, ops_.cat);
+    const Poly rows = vpt(heads);
+    const int lse = g_.make(rows, DT::kF32, ops_.cat);
+    g_.node({q16, k16, v16}, {o}, {q16, k16, v16, o, lse}, [q16, k16, v16, rows, qn](Bwd& c) {
+      const int acc = c.temp(qn, DT::kF32);
+      const int d = c.temp(rows, DT::kF32);
+      const int gq = c.needs(q16) ? c.like(q16) : -1;
+      const int gk = c.needs(k16) ? c.like(k16) : -1;
+      const int gv = c.needs(v16) ? c.like(v16) : -1;
+      c.drop(acc);
+      c.drop(d);
+      if (gq >= 0) c.give(q16, gq);
+      if (gk >= 0) c.give(k16, gk);
+      if (gv >= 0) c.give(v16, gv);
+    });
+    g_.drop(lse);
+    g_.drop(q16);
+    g_.drop(k16);
+    g_.drop(v16);
+    if (!siglip && sp_.attn != AttnImpl::kFlashAttention2) {
+      out = ops_.clone(o);  // SDPA per chunk, then torch.cat of the chunk outputs
+    } else {
+      out = ops_.view(o);   // one varlen flash call (or SigLIP's single SDPA call)
+    }
+    g_.drop(o);
+  }
+  g_.drop(q);
+  g_.drop(k);
+  g_.drop(val);
+  const int r = ops_.view(out);  // reshape(seq, -1)
+  g_.drop(out);
+  const int o = lin(r, lp.lin.at(siglip ? "out_proj" : "proj"), qn);
+  g_.drop(r);
+  return o;
+}
+
+int Step::vision_mlp(int x, LayerParams& lp) {
+  const VisionSpec& v = m_.vision;
+  const Poly wide = vpt(v.intermediate_size), narrow = vpt(v.hidden_size);
+  if (v.kind == VisionKind::kQwen25Vl) {  // down_proj(silu(gate_proj(x)) * up_proj(x)), with biases
+    const int gate = lin(x, lp.lin.at("gate_proj"), wide);
+    const int act = ops_.silu(gate);
+    g_.drop(gate);
+    const int up = lin(x, lp.lin.at("up_proj"), wide);
+    const int p = ops_.mul(act, up, wide);
+    g_.drop(act);
+    g_.drop(up);
+    const int o = lin(p, lp.lin.at("down_proj"), narrow);
+    g_.drop(p);
+    return o;
+  }
+  const int f = lin(x, lp.lin.at("fc1"), wide);
+  int act;
+  if (v.kind == VisionKind::kSiglip) {
+    act = ops_.gelu(f);  // gelu_pytorch_tanh: one op saving its input
+  } else {               // QuickGELU: x * sigmoid(1.702 x)
+    const int a = ops_.scalar_op(f);
+    const int sg = ops_.tanh(a);  // sigmoid saves its result, as tanh does
+    g_.drop(a);
+    act = ops_.mul(f, sg, wide);
+    g_.drop(sg);
+  }
+  g_.drop(f);
+  const int o = lin(act, lp.lin.at("fc2"), narrow);
+  g_.drop(act);
+  return o;
+}
+
+int Step::vision_block(int h, int block) {
+  LayerParams& lp = w_->vision.blocks[static_cast<std::size_t>(block)];
+  const Poly H = vpt(m_.vision.hidden_size), rows = vpt(1);
+  g_.hold(h);
+  const int residual = h;
+  const int n1 = vision_norm(h, lp.norms[0], lp.norms[1], H, rows);
+  const int a = vision_attention(n1, lp, block);
+  g_.drop(n1);
+  const int h2 = ops_.add(residual, a, H);
+  g_.drop(a);
+  g_.drop(residual);
+  const int n2 = vision_norm(h2, lp.norms[2], lp.norms[3], H, rows);
+  const int m = vision_mlp(n2, lp);
+  g_.drop(n2);
+  const int h3 = ops_.add(h2, m, H);
+  g_.drop(m);
+  g_.drop(h2);
+  return h3;
+}
+
+// The image features of the batch: patch embedding, every vision block (checkpointed like the
+// decoder layers), then Qwen's patch merger or Gemma 3's pooling projector; one row of the
+// language model's hidden size per image token.
+int Step::vision_features() {
+  const VisionSpec& v = m_.vision;
+  VisionWeights& vw = w_->vision;
+  const std::int64_t h = v.hidden_size;
+  const bool siglip = v.kind == VisionKind::kSiglip;
+  const Poly H = vpt(h);
+  ops_.cat = Cat::kActivations;
+  // pixel_values.type(visual.dtype) / .to(patch_embedding.weight.dtype): a copy in the model dtype.
+  const int px = ops_.to(pixels_, g_.at(vw.patch_w).dt);
+  // Conv3d / Conv2d with stride == kernel: one GEMM over the patches, saving its input.
+  int x = ops_.linear(px, vw.patch_w, vw.patch_b, H);
+  g_.drop(px);
+  if (siglip) {  // + position_embedding(position_ids): a (1, patches, h) lookup broadcast over images
+    const std::int64_t n = (v.image_size / v.patch_size) * (v.image_size / v.patch_size);
+    const int pe = ops_.embedding(vpos_ids_, vw.pos, Poly::constant(n * h));
+    const int sum = ops_.add(x, pe, H);
+    g_.drop(pe);
+    g_.drop(x);
+    x = sum;
+  }
+  // Rotary tables (Qwen): fp32 (patches, head_dim) cos and sin, kept by every block.
+  const int lm_cos = cos_, lm_sin = sin_;
+  if (!siglip) {
+    const Poly rot = vpt(h / v.num_heads);
+    const int half = g_.make(vpt(h / v.num_heads / 2), DT::kF32, Cat::kInputs);
+    const int emb = g_.make(rot, DT::kF32, Cat::kInputs);  // cat((rotary, rotary), -1)
+    g_.drop(half);
+    cos_ = g_.make(rot, DT::kF32, Cat::kInputs);
+    sin_ = g_.make(rot, DT::kF32, Cat::kInputs);
+    g_.drop(emb);
+  }
+  if (v.kind == VisionKind::kQwen25Vl) {  // hidden_states[window_index]: a gathered copy
+    const int r = g_.make(H, g_.at(x).dt, ops_.cat);
+    g_.node({x}, {r}, {}, [x](Bwd& c) { c.give(x, c.like(x)); });
+    g_.drop(x);
+    x = r;
+  }
+  const std::vector<int> holds = siglip ? std::vector<int>{} : std::vector<int>{cos_, sin_};
+  for (int l = 0; l < v.depth; ++l) {
+    const Body body = [this, l](int t) { return vision_block(t, l); };
+    const int next = layer_forward(x, body, holds, false);
+    g_.drop(x);
+    x = next;
+  }
+  if (!siglip) {
+    g_.drop(cos_);
+    g_.drop(sin_);
+  }
+  cos_ = lm_cos;
+  sin_ = lm_sin;
+  const Poly T = vtok(m_.hidden_size);
+  int feats;
+  if (siglip) {
+    // post_layernorm; Gemma3MultiModalProjector: transpose + reshape (a copy), AvgPool2d (saves
+    // its input), flatten/transpose, Gemma3RMSNorm, matmul with mm_input_projection_weight.
+    const int pn = layer_norm(x, vw.post_w, vw.post_b, H, vpt(1));
+    g_.drop(x);
+    const int tv = ops_.transpose_view(pn);
+    g_.drop(pn);
+    const int grid = ops_.clone(tv);
+    g_.drop(tv);
+    const int pooled = g_.make(vtok(h), g_.at(grid).dt, ops_.cat);
+    g_.node({grid}, {pooled}, {grid}, [grid](Bwd& c) { c.give(grid, c.like(grid)); });
+    g_.drop(grid);
+    const int pv = ops_.transpose_view(pooled);
+    g_.drop(pooled);
+    Poly rows = vtok(1);
+    const int nrm = gemma_rmsnorm(pv, vw.merge_norm_w, vtok(h), rows);
+    g_.drop(pv);
+    feats = lin(nrm, vw.proj.at("mm_input_projection_weight"), T);
+    g_.drop(nrm);
+  } else {
+    // PatchMerger: ln_q, view(-1, 4h), Linear, GELU, Linear into the text hidden size.
+    const int n = vision_norm(x, vw.merge_norm_w, vw.merge_norm_b, H, vpt(1));
+    g_.drop(x);
+    const int nv = ops_.view(n);
+    g_.drop(n);
+    const int l0 = lin(nv, vw.proj.at("mlp.0"), H);
+    g_.drop(nv);
+    const int ge = ops_.gelu(l0);
+    g_.drop(l0);
+    feats = lin(ge, vw.proj.at("mlp.2"), T);
+    g_.drop(ge);
+    if (v.kind == VisionKind::kQwen25Vl) {  // hidden_states[reverse_indices]
+      const int r = g_.make(T, g_.at(feats).dt, ops_.cat);
+      g_.node({feats}, {r}, {}, [f = feats](Bwd& c) { c.give(f, c.like(f)); });
+      g_.drop(feats);
+      feats = r;
+    }
+    const int cat = ops_.clone(feats);  // torch.cat of the per-image splits
+    g_.drop(feats);
+    feats = cat;
+  }
+  return feats;
+}
+
+// inputs_embeds.masked_scatter(image_mask, image_features): a new embedding tensor; backward
+// gives the embeddings a masked_fill copy and the features a masked_select.
+int Step::merge_image_features(int embeds, int features) {
+  const int mask = g_.make(tok(1), DT::kBool, Cat::kInputs);  // input_ids == image_token_id
+  const int out = g_.make(g_.at(embeds).numel, g_.at(embeds).dt, ops_.cat);
+  g_.node({embeds, features}, {out}, {mask}, [embeds, features](Bwd& c) {
+    if (c.needs(embeds)) c.give(embeds, c.like(embeds));
+    if (c.needs(features)) c.give(features, c.like(features));
+  });
+  g_.drop(mask);
   return out;
 }
 
@@ -879,6 +1270,13 @@ int Step::embed_and_layers(bool policy) {
     const int s = ops_.scalar_op(hcur);
     g_.drop(hcur);
     hcur = s;
+  }
+  if (vision_on() && !received) {  // image features replace the image placeholder tokens' embeddings
+    const int feats = vision_features();
+    const int merged = merge_image_features(hcur, feats);
+    g_.drop(feats);
+    g_.drop(hcur);
+    hcur = merged;
   }
   if (m_.learned_positions && !received) {  // GPT-2: wte + wpe, then embd dropout
     const int pe = ops_.embedding(ids_, w_->pos_embed, Poly::mono(kS, h));
@@ -952,9 +1350,8 @@ int Step::embed_and_layers(bool policy) {
     g_.set_instance(l == 0 || last ? 0 : l - 1);
     ops_.cat = Cat::kActivations;
     layer_ = l;
-    const int next = !policy || !sp_.gradient_checkpointing ? decoder_layer(hcur, l)
-                     : sp_.checkpoint_reentrant            ? checkpointed_layer(hcur, l)
-                                                           : checkpointed_layer_nonreentrant(hcur, l);
+    const Body body = [this, l](int x) { return decoder_layer(x, l); };
+    const int next = policy ? layer_forward(hcur, body, {mask_, cos_, sin_}, true) : body(hcur);
     g_.drop(hcur);
     hcur = next;
   }
@@ -1337,6 +1734,13 @@ ProgramResult Step::run() {
   ids_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
   attn_mask2d_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
   labels_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  if (vision_on()) {  // pixel_values (fp32, flattened patches); SigLIP's position_ids buffer
+    pixels_ = g_.make(vpt(m_.vision.patch_values()), DT::kF32, Cat::kInputs);
+    if (m_.vision.kind == VisionKind::kSiglip) {
+      const std::int64_t side = m_.vision.image_size / m_.vision.patch_size;
+      vpos_ids_ = g_.make(Poly::constant(side * side), DT::kI64, Cat::kInputs);
+    }
+  }
 
   int loss = -1;
   int sent = -1;

@@ -113,6 +113,15 @@ struct ProgramSpec {
   // Megatron sequence parallelism with tensor parallelism t (docs/formulas.md#sequence-parallelism):
   // the residual stream, norms and dropouts hold s / t tokens per rank; 1 = off.
   int sequence_parallel = 1;
+  // Vision-language models (docs/formulas.md#vision-language-models): images per sequence, the
+  // patches one image is cut into for the tower and the tokens it becomes in the sequence; whether
+  // the tower and the projector are trained (LoRA reaches the tower only when it is).
+  std::int64_t images = 0;
+  std::int64_t image_patches = 0;   // rows x cols of the patch grid
+  std::int64_t image_rows = 0, image_cols = 0;
+  std::int64_t image_tokens = 0;
+  bool train_vision_tower = false;
+  bool train_projector = false;
 };
 
 // A parameter tensor of the simulated model, for the optimizer model.

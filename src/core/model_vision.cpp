@@ -1,0 +1,164 @@
+// Vision towers and projectors of vision-language models (docs/formulas.md#vision-language-models):
+// the modules transformers builds in Qwen2VisionTransformerPretrainedModel,
+// Qwen2_5_VisionTransformerPretrainedModel and SiglipVisionModel (Gemma 3), their exact parameter
+// counts, and what one image becomes under each model's image processor.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "memplan/model.hpp"
+
+namespace memplan {
+
+namespace {
+
+bool layer_norms(const VisionSpec& v) { return v.kind != VisionKind::kQwen25Vl; }  // LayerNorm: weight + bias
+
+std::int64_t norm_numel(const VisionSpec& v) { return layer_norms(v) ? 2 * v.hidden_size : v.hidden_size; }
+
+Error vision_error(const std::string& field, std::int64_t value, const std::string& why) {
+  return make_error(ErrorCode::kInvalidConfig, fmt::format("model vision_config {} = {} {}", field, value, why));
+}
+
+}  // namespace
+
+std::string to_string(VisionKind k) {
+  switch (k) {
+    case VisionKind::kNone: return "none";
+    case VisionKind::kQwen2Vl: return "qwen2_vl";
+    case VisionKind::kQwen25Vl: return "qwen2_5_vl";
+    case VisionKind::kSiglip: return "siglip";
+  }
+  return "?";
+}
+
+Status validate_vision(const VisionSpec& v) {
+  if (!v.enabled()) return Ok{};
+  if (v.depth > 1024) return vision_error("depth", v.depth, "must be at most 1024");
+  if (v.hidden_size <= 0 || v.hidden_size > (1 << 16)) return vision_error("hidden_size", v.hidden_size, "must be between 1 and 65536");
+  if (v.intermediate_size <= 0 || v.intermediate_size > (1 << 18))
+    return vision_error("intermediate_size", v.intermediate_size, "must be between 1 and 262144");
+  if (v.num_heads <= 0 || v.hidden_size % v.num_heads != 0)
+    return vision_error("num_heads", v.num_heads, fmt::format("must divide hidden_size ({})", v.hidden_size));
+  if (v.patch_size <= 0 || v.patch_size > 1024) return vision_error("patch_size", v.patch_size, "must be between 1 and 1024");
+  if (v.temporal_patch_size <= 0 || v.temporal_patch_size > 64)
+    return vision_error("temporal_patch_size", v.temporal_patch_size, "must be between 1 and 64");
+  if (v.spatial_merge_size <= 0 || v.spatial_merge_size > 64)
+    return vision_error("spatial_merge_size", v.spatial_merge_size, "must be between 1 and 64");
+  if (v.hidden_size * v.spatial_merge_size * v.spatial_merge_size > (1 << 20))
+    return vision_error("spatial_merge_size", v.spatial_merge_size,
+                        fmt::format("makes the merged width hidden_size x merge^2 larger than 2^20 (hidden_size {})",
+                                    v.hidden_size));
+  if (v.kind == VisionKind::kSiglip) {
+    if (v.image_size <= 0 || v.image_size > (1 << 14) || v.image_size % v.patch_size != 0)
+      return vision_error("image_size", v.image_size, fmt::format("must be a positive multiple of patch_size ({})", v.patch_size));
+    const std::int64_t side = v.image_size / v.patch_size;
+    const auto pooled = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(v.tokens_per_image))));
+    if (v.tokens_per_image <= 0 || pooled * pooled != v.tokens_per_image || side % pooled != 0)
+      return make_error(ErrorCode::kInvalidConfig,
+                        fmt::format("model mm_tokens_per_image = {} must be a square whose side divides the {} "
+                                    "patches per image side",
+                                    v.tokens_per_image, side));
+  }
+  return Ok{};
+}
+
+std::vector<LinearModule> vision_block_linears(const VisionSpec& v) {
+  const std::int64_t h = v.hidden_size, f = v.intermediate_size;
+  std::vector<LinearModule> out;
+  if (v.kind == VisionKind::kSiglip) {  // SiglipAttention, SiglipMLP
+    for (const char* n : {"q_proj", "k_proj", "v_proj"}) out.push_back({n, h, h, true, 1, LinearRole::kAttention});
+    out.push_back({"out_proj", h, h, true, 1, LinearRole::kAttention});
+    out.push_back({"fc1", h, f, true, 1, LinearRole::kMlp});
+    out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
+    return out;
+  }
+  // Qwen2-VL VisionAttention / Qwen2.5-VL Qwen2_5_VLVisionAttention: one qkv Linear and proj.
+  out.push_back({"qkv", h, 3 * h, true, 1, LinearRole::kAttention});
+  out.push_back({"proj", h, h, true, 1, LinearRole::kAttention});
+  if (v.kind == VisionKind::kQwen25Vl) {  // Qwen2_5_VLMLP(bias=True)
+    out.push_back({"gate_proj", h, f, true, 1, LinearRole::kMlp});
+    out.push_back({"up_proj", h, f, true, 1, LinearRole::kMlp});
+    out.push_back({"down_proj", f, h, true, 1, LinearRole::kMlp});
+  } else {  // Qwen2-VL VisionMlp: fc1, QuickGELU, fc2
+    out.push_back({"fc1", h, f, true, 1, LinearRole::kMlp});
+    out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
+  }
+  return out;
+}
+
+std::vector<LinearModule> vision_projector_linears(const VisionSpec& v, std::int64_t text_hidden) {
+  if (v.kind == VisionKind::kSiglip) {
+    // Gemma3MultiModalProjector.mm_input_projection_weight: a bare Parameter used with matmul.
+    LinearModule w{"mm_input_projection_weight", v.hidden_size, text_hidden, false, 1, LinearRole::kMlp};
+    w.nn_linear = false;
+    return {w};
+  }
+  // Qwen2VLPatchMerger / Qwen2_5_VLPatchMerger: mlp = Linear(4h, 4h), GELU, Linear(4h, text hidden).
+  const std::int64_t m = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
+  return {{"mlp.0", m, m, true, 1, LinearRole::kMlp}, {"mlp.2", m, text_hidden, true, 1, LinearRole::kMlp}};
+}
+
+VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidden) {
+  VisionCounts c;
+  if (!v.enabled()) return c;
+  const std::int64_t h = v.hidden_size;
+  std::int64_t block = 2 * norm_numel(v);
+  for (const auto& l : vision_block_linears(v)) block += l.weight_params() + l.bias_params();
+  c.tower = block * v.depth;
+  if (v.kind == VisionKind::kSiglip) {
+    const std::int64_t side = v.image_size / v.patch_size;
+    c.tower += v.patch_values() * h + h;  // patch_embedding Conv2d with bias
+    c.tower += side * side * h;           // position_embedding
+    c.tower += 2 * h;                     // post_layernorm
+    c.projector = h;                      // mm_soft_emb_norm (Gemma3RMSNorm)
+  } else {
+    c.tower += v.patch_values() * h;      // patch_embed.proj Conv3d, no bias
+    c.projector = norm_numel(v);          // merger.ln_q
+  }
+  for (const auto& l : vision_projector_linears(v, text_hidden)) c.projector += l.weight_params() + l.bias_params();
+  return c;
+}
+
+std::int64_t default_image_side(const VisionSpec& v) {
+  // SigLIP resizes every image to its fixed size. For Qwen the processor keeps the resolution up
+  // to max_pixels = 12,845,056; memplan assumes LLaMA-Factory's image_max_pixels default, 768 x 768.
+  return v.kind == VisionKind::kSiglip ? v.image_size : 768;
+}
+
+ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t width) {
+  ImageGrid g;
+  if (!v.enabled() || height <= 0 || width <= 0) return g;
+  if (v.kind == VisionKind::kSiglip) {
+    // Gemma3ImageProcessor resizes to image_size x image_size (pan-and-scan off); the projector
+    // average-pools the patch grid down to mm_tokens_per_image.
+    g.height = g.width = v.image_size;
+    const std::int64_t side = v.image_size / v.patch_size;
+    g.patches = side * side;
+    g.tokens = v.tokens_per_image;
+    return g;
+  }
+  // Qwen2VLImageProcessor smart_resize: each side rounded (half to even, as Python's round) to a
+  // multiple of patch x merge, then scaled to stay within [min_pixels, max_pixels].
+  const double factor = static_cast<double>(v.patch_size * v.spatial_merge_size);
+  const double min_pixels = 56.0 * 56.0, max_pixels = 12845056.0;
+  const double hh = static_cast<double>(height), ww = static_cast<double>(width);
+  double hb = std::nearbyint(hh / factor) * factor;
+  double wb = std::nearbyint(ww / factor) * factor;
+  if (hb * wb > max_pixels) {
+    const double beta = std::sqrt(hh * ww / max_pixels);
+    hb = std::max(factor, std::floor(hh / beta / factor) * factor);
+    wb = std::max(factor, std::floor(ww / beta / factor) * factor);
+  } else if (hb * wb < min_pixels) {
+    const double beta = std::sqrt(min_pixels / (hh * ww));
+    hb = std::ceil(hh * beta / factor) * factor;
+    wb = std::ceil(ww * beta / factor) * factor;
+  }
+  g.height = static_cast<std::int64_t>(hb);
+  g.width = static_cast<std::int64_t>(wb);
+  g.patches = (g.height / v.patch_size) * (g.width / v.patch_size);
+  g.tokens = g.patches / (static_cast<std::int64_t>(v.spatial_merge_size) * v.spatial_merge_size);
+  return g;
+}
+
+}  // namespace memplan

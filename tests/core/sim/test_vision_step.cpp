@@ -1,0 +1,136 @@
+// The vision tower in the training step (src/core/sim/program.cpp, docs/formulas.md#vision-language-models):
+// what a trained tower saves for backward, counted by hand from transformers' Qwen2.5-VL modules,
+// and what a frozen one costs (its input only).
+#include <catch2/catch.hpp>
+
+#include "memplan/engine.hpp"
+#include "support/invariants.hpp"
+
+using namespace memplan;
+using memplan::testing::component;
+using memplan::testing::require_consistent;
+
+namespace {
+
+// A small Qwen2.5-VL: Qwen2 text model (hidden 128) and a 3-block vision tower of width 64.
+ModelSpec tiny_qwen25_vl() {
+  ModelSpec m;
+  m.name = "tiny-qwen2.5-vl";
+  m.model_type = "qwen2";
+  m.vocab_size = 1000;
+  m.hidden_size = 128;
+  m.intermediate_size = 256;
+  m.num_layers = 2;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 32;
+  m.qkv_bias = true;
+  m.torch_dtype = "bfloat16";
+  VisionSpec& v = m.vision;
+  v.kind = VisionKind::kQwen25Vl;
+  v.model_type = "qwen2_5_vl";
+  v.depth = 3;
+  v.hidden_size = 64;
+  v.intermediate_size = 96;
+  v.num_heads = 4;
+  v.patch_size = 14;
+  v.temporal_patch_size = 2;
+  v.spatial_merge_size = 2;
+  v.window_size = 112;
+  v.fullatt_blocks = {2};
+  return m;
+}
+
+TrainingConfig cfg() {
+  TrainingConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 64;
+  c.torch_dtype = DType::kBFloat16;
+  c.device = Device::kCuda;
+  c.attn = AttnImpl::kSdpa;
+  c.optim.kind = OptimizerKind::kSgd;
+  c.vision.images = 1;
+  c.vision.image_height = c.vision.image_width = 112;  // 8 x 8 patches, 16 image tokens
+  return c;
+}
+
+std::int64_t forward_peak(const Estimate& e) {
+  for (const auto& p : e.phases)
+    if (p.phase == Phase::kForward) return p.peak.count();
+  FAIL("no forward phase");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a trained Qwen2.5-VL tower keeps every block's saved tensors until backward") {
+  const ModelSpec m = tiny_qwen25_vl();
+  TrainingConfig frozen = cfg();
+  TrainingConfig trained = cfg();
+  trained.vision.train_vision_tower = true;
+  auto ef = estimate(m, frozen);
+  auto et = estimate(m, trained);
+  REQUIRE(ef.has_value());
+  REQUIRE(et.has_value());
+  require_consistent(*ef);
+  require_consistent(*et);
+  // Per patch and block, in bf16 (h = 64, I = 96, heads 4; transformers' Qwen2_5_VLVisionBlock):
+  //   norm1 (Qwen2RMSNorm): the fp32 input 4h, rsqrt 4, the bf16 normalized 2h     6h + 4
+  //   qkv's input 2h; the rotated q and k (bf16) 4h; v, a view keeping qkv's 6h     12h
+  //   SDPA's output 2h and logsumexp 4 x heads; torch.cat's copy (proj's input) 2h  4h + 16
+  //   norm2                                                                          6h + 4
+  //   MLP: input 2h; silu's input (gate) 2I, its output 2I, up 2I, down's input 2I  2h + 8I
+  // = 30h + 8I + 24 = 2,712 bytes. Outside the blocks, per patch: the bf16 pixel copy the
+  // Conv3d saves (2 x 1176); the fp32 rotary cos and sin the rotations keep (2 x 4 x head_dim
+  // 16 = 128); and the frozen merger's share: its weights need no gradient, so ln_q keeps only
+  // the fp32 input and rsqrt (4h + 4) and the two Linears keep no input, while GELU keeps its
+  // input (2h per patch): 6h + 4. (masked_scatter's mask is saved in both runs: the embedding
+  // is trained.)
+  const std::int64_t patches = 2 * 64;  // b x 8 x 8
+  const std::int64_t per_patch = 3 * 2'712 + 2'352 + 128 + (6 * 64 + 4);
+  CHECK(forward_peak(*et) - forward_peak(*ef) == patches * per_patch);
+  // The tower's parameters become trainable: the Conv3d 1176 x 64 and three blocks of 35,456.
+  CHECK(et->params.trainable - ef->params.trainable == 1176 * 64 + 3 * 35'456);
+
+  // Training the merger too: ln_q's bf16 normalized input (2h) and the inputs of its two
+  // Linears (2h per patch each) are saved for the weights' gradients.
+  TrainingConfig both = trained;
+  both.vision.train_projector = true;
+  auto eb = estimate(m, both);
+  REQUIRE(eb.has_value());
+  CHECK(forward_peak(*eb) - forward_peak(*et) == patches * 6 * 64);
+}
+
+TEST_CASE("a frozen tower saves nothing: the images cost their pixel_values only") {
+  const ModelSpec m = tiny_qwen25_vl();
+  TrainingConfig with = cfg();
+  with.lora.enabled = true;
+  with.lora.target_modules = {"q_proj", "v_proj"};
+  TrainingConfig without = with;
+  without.vision.images = 0;
+  auto a = estimate(m, with);
+  auto b = estimate(m, without);
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  // pixel_values: fp32 (patches, 3 x 2 x 14 x 14), alive for the step.
+  CHECK(forward_peak(*a) - forward_peak(*b) == 2 * 64 * 1176 * 4);
+  CHECK(component(*a, "activations") == component(*b, "activations"));
+}
+
+TEST_CASE("image tokens must fit in the sequence") {
+  TrainingConfig c = cfg();
+  c.seq_len = 15;  // 16 image tokens
+  const auto e = estimate(tiny_qwen25_vl(), c);
+  REQUIRE_FALSE(e.has_value());
+  CHECK(e.error().message == "a sequence of 15 tokens cannot hold 1 image(s) of 112x112: 16 image tokens");
+}
+
+TEST_CASE("image options on a text-only model are an error, not ignored") {
+  ModelSpec m = tiny_qwen25_vl();
+  m.vision = VisionSpec{};
+  TrainingConfig c = cfg();
+  const auto e = estimate(m, c);
+  REQUIRE_FALSE(e.has_value());
+  CHECK(e.error().message ==
+        "images and vision-tower options need a vision-language model; tiny-qwen2.5-vl has no vision tower");
+}
