@@ -103,6 +103,9 @@ struct ModelSpec {
   double final_logit_softcap = 0.0;    // Gemma 2: tanh soft-capping of logits
   double attn_logit_softcap = 0.0;     // Gemma 2: tanh soft-capping of attention scores
   std::int64_t sliding_window = 0;     // 0: none
+  // Qwen2-VL / Qwen2.5-VL multimodal rotary embedding: (3, b, s, head_dim) cos/sin tables, and
+  // per attention call the mrope sections concatenated into (b, s, head_dim) ones.
+  bool mrope = false;
   std::string torch_dtype;             // dtype the checkpoint is stored in, e.g. "bfloat16"
   MoeSpec moe;
   // ---- Bidirectional encoders (BERT, RoBERTa, XLM-R, ModernBERT; docs/formulas.md#encoders).

@@ -719,8 +719,9 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     sp.image_rows = images.grid.height / std::max<std::int64_t>(model.vision.patch_size, 1);
     sp.image_cols = images.grid.width / std::max<std::int64_t>(model.vision.patch_size, 1);
     sp.image_tokens = images.grid.tokens;
-    sp.train_vision_tower = config.vision.train_vision_tower;
-    sp.train_projector = config.vision.train_projector;
+    // Without images no gradient reaches the tower or the projector: AdamW creates no state for them.
+    sp.train_vision_tower = config.vision.train_vision_tower && images.images > 0;
+    sp.train_projector = config.vision.train_projector && images.images > 0;
     sp.ops.cuda = config.device == Device::kCuda;
     sp.ops.trivial_slices_are_ops = config.device == Device::kCpu;
     sp.ops.mean_saves_input = config.device == Device::kCpu;

@@ -97,6 +97,13 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
     else if (prep == "trl_legacy") cfg.quant.kbit_prepare = QuantConfig::KbitPrepare::kTrlLegacy;
     else if (prep != "freeze_only") return case_error(path, c.id, "quant.kbit_prepare must be freeze_only, peft_upcast or trl_legacy");
   }
+  // Vision-language cases (tools/measure/hf_qwen_vl.py): square images of image_size pixels.
+  if (c.model.vision.enabled()) {
+    cfg.vision.images = t.value("images", 1);
+    cfg.vision.image_height = cfg.vision.image_width = t.value("image_size", std::int64_t{0});
+    cfg.vision.train_vision_tower = t.value("train_vision_tower", false);
+    cfg.vision.train_projector = t.value("train_projector", false);
+  }
   cfg.parallel.num_gpus = t.value("num_gpus", 1);
   if (t.contains("fsdp")) {
     MEMPLAN_TRY(cfg.parallel.sharding, parse_fsdp(t["fsdp"].get<std::string>()));

@@ -471,6 +471,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   if (vision_out > 0 && vision_out != m.hidden_size)
     return config_error(origin, fmt::format("vision_config's output width {} differs from the language model's "
                                             "hidden_size {}", vision_out, m.hidden_size));
+  m.mrope = vision.kind == VisionKind::kQwen2Vl || vision.kind == VisionKind::kQwen25Vl;
   m.vision = std::move(vision);
   if (auto s = validate(m); !s) {
     Error e = s.error();

@@ -23,6 +23,7 @@ import torch
 
 import hf_bert
 import hf_llama
+import hf_qwen_vl
 import memtrace
 import optimizers
 import peft_lora
@@ -61,9 +62,43 @@ def build_encoder(case):
     return model, opt, inputs, None
 
 
+def build_vlm(case):
+    """Qwen2.5-VL cases: training.images, image_size (pixels a side, a multiple of 28),
+    train_vision_tower and train_projector (LLaMA-Factory's freeze_* flags inverted)."""
+    torch.manual_seed(0)
+    t = case["training"]
+    model = hf_qwen_vl.Qwen25VLForConditionalGeneration(case["model"]).to(DTYPES[t.get("torch_dtype", "float32")])
+    lora = t.get("lora")
+    for p in model.visual.parameters():
+        p.requires_grad_(t.get("train_vision_tower", False) and not lora)
+    for p in model.visual.merger.parameters():
+        p.requires_grad_(t.get("train_projector", False) and not lora)
+    if lora:
+        # LLaMA-Factory: adapters in the language model (and the tower when it is trained); a
+        # trained projector is a modules_to_save copy.
+        scope = model if t.get("train_vision_tower") else torch.nn.ModuleList(model.language_model_modules())
+        for p in model.parameters():
+            p.requires_grad_(False)
+        peft_lora.apply_lora(scope, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
+                             lora.get("target_modules"))
+        if t.get("train_projector"):
+            model.model.visual.merger = peft_lora.ModulesToSaveWrapper(model.model.visual.merger)
+    if t.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable(use_reentrant=t.get("checkpoint_reentrant", True))
+        if lora:
+            model.enable_input_require_grads()
+    model.train()
+    opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"),
+                                    [p for p in model.parameters() if p.requires_grad], t.get("optim_args"))
+    inputs = hf_qwen_vl.make_inputs(case["model"], t, torch.Generator().manual_seed(1))
+    return model, opt, inputs, None
+
+
 def build(case):
     if case["model"].get("model_type") in ENCODERS:
         return build_encoder(case)
+    if case["model"].get("model_type") == "qwen2_5_vl":
+        return build_vlm(case)
     torch.manual_seed(0)
     t = case["training"]
     cfg = hf_llama.Config(case["model"])

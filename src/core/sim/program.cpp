@@ -43,6 +43,16 @@ std::int64_t window_square_sum(const ProgramSpec& sp) {
                      merge * merge * merge * merge);
 }
 
+// The patches of the largest Qwen2.5-VL window of an image (a full window, or the whole image
+// when it is smaller than one).
+std::int64_t largest_window(const ProgramSpec& sp) {
+  const VisionSpec& v = sp.model.vision;
+  if (v.kind != VisionKind::kQwen25Vl || sp.image_patches <= 0) return 0;
+  const std::int64_t merge = v.spatial_merge_size;
+  const std::int64_t units = std::max<std::int64_t>(1, v.window_size / v.patch_size / merge);
+  return std::min(units, sp.image_rows / merge) * std::min(units, sp.image_cols / merge) * merge * merge;
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -52,6 +62,7 @@ class Step {
   explicit Step(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) {
     g_.reserve(4096);
     vision_window_sq_ = window_square_sum(sp);
+    vision_window_max_ = largest_window(sp);
   }
 
   ProgramResult run();
@@ -135,6 +146,8 @@ class Step {
   }
   int vision_norm(int x, int w, int bias, const Poly& numel, const Poly& rows);
   int vision_attention(int x, LayerParams& lp, int block);
+  int chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores, const Poly& all_scores,
+                              std::int64_t chunk_rows);
   int vision_mlp(int x, LayerParams& lp);
   int vision_block(int h, int block);
   int vision_features();
@@ -180,12 +193,16 @@ class Step {
   bool making_ref_ = false;
   int mask_ = -1, cos_ = -1, sin_ = -1;
   int pixels_ = -1, vpos_ids_ = -1;
-  // Qwen2.5-VL windowed blocks: the sum over windows of (patches in the window)^2, per image.
-  std::int64_t vision_window_sq_ = 0;  // pixel_values from the collator; SigLIP position ids (a buffer)
+  int mrope_ids_ = -1;  // Qwen-VL get_rope_index position ids
+  // Qwen2.5-VL windowed blocks: the sum over windows of (patches in the window)^2, per image,
+  // and the patches of the largest window.
+  std::int64_t vision_window_sq_ = 0;
+  std::int64_t vision_window_max_ = 0;  // pixel_values from the collator; SigLIP position ids (a buffer)
   int layer_ = 0;
   int cur_layer_ = -1;
   std::vector<ParamRec> params_;
-  std::vector<int> fsdp_retained_;  // layer inputs and their grads the FSDP hooks keep (to backward's end)
+  std::vector<int> fsdp_retained_;
+  std::vector<int> graph_held_;     // tensors the autograd graph itself keeps (leaves held by AccumulateGrad)  // layer inputs and their grads the FSDP hooks keep (to backward's end)
 };
 
 LinearParams Step::make_linear(const LinearModule& mod, bool train, bool lora_ok) {
@@ -579,10 +596,23 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     g_.drop(qt);
     g_.drop(kt);
   } else if (m_.model_type != "gpt2") {
+    // apply_multimodal_rotary_pos_emb: torch.cat of the mrope sections gives this call its own
+    // (b, s, head_dim) cos and sin, which the products with q and k keep for backward.
+    const int tables_cos = cos_, tables_sin = sin_;
+    if (m_.mrope) {
+      cos_ = g_.make(tok(hd), g_.at(tables_cos).dt, Cat::kInputs);
+      sin_ = g_.make(tok(hd), g_.at(tables_sin).dt, Cat::kInputs);
+    }
     qe = rope(qt, qn);
     ke = rope(kt, kvn);
     g_.drop(qt);
     g_.drop(kt);
+    if (m_.mrope) {
+      g_.drop(cos_);
+      g_.drop(sin_);
+      cos_ = tables_cos;
+      sin_ = tables_sin;
+    }
   }
   const int n_rep = m_.num_heads / m_.num_kv_heads;
   int out = -1, probs = -1;
@@ -1029,7 +1059,11 @@ int Step::vision_attention(int x, LayerParams& lp, int block) {
   const std::int64_t sq = full ? sp_.image_patches * sp_.image_patches : vision_window_sq_;
   const Poly scores = Poly::mono(kB, checked_mul(checked_mul(heads * sp_.images, sq), sp_.batch_multiplier));
   int out = -1;
-  if (sp_.attn == AttnImpl::kEager) {
+  if (sp_.attn == AttnImpl::kEager && !siglip) {
+    // The largest chunk: a whole image in the full-attention blocks, else the largest window.
+    const std::int64_t rows = full ? sp_.image_patches : vision_window_max_;
+    out = chunked_eager_attention(q, k, val, heads * rows * rows, scores, rows);
+  } else if (sp_.attn == AttnImpl::kEager) {
     ops_.cat = Cat::kAttentionScores;
     const int kT = ops_.view(k);
     // SigLIP's (images, heads, n, d) query folds into bmm with a copy; Qwen's chunks have batch 1.
@@ -1087,6 +1121,76 @@ int Step::vision_attention(int x, LayerParams& lp, int block) {
   const int o = lin(r, lp.lin.at(siglip ? "out_proj" : "proj"), qn);
   g_.drop(r);
   return o;
+}
+
+// Qwen's eager vision attention runs chunk by chunk (a list comprehension over torch.split by
+// cu_seqlens, then torch.cat): the score tensors of one chunk are transients, those autograd
+// saves (fp32 softmax output, the probabilities in the activation dtype) accumulate over the
+// chunks, and so do the chunk outputs until the cat. Modelled as the state before the last
+// chunk (every other chunk's saved scores and outputs), the last (largest) chunk's ops, and the
+// cat. Backward runs chunk by chunk too: its score-sized temporaries are one chunk's; the q/k/v
+// gradients of every chunk accumulate (docs/formulas.md#vision-attention).
+int Step::chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores, const Poly& all_scores,
+                                  std::int64_t chunk_rows) {
+  const DT dt = g_.at(q).dt;
+  const Poly qn = g_.at(q).numel;
+  const Poly c_sc = Poly::constant(chunk_scores);
+  const Poly c_out = Poly::constant(chunk_rows * m_.vision.hidden_size);
+  const bool train = g_.rg(q) || g_.rg(k) || g_.rg(v);
+  const Cat sc_cat = Cat::kAttentionScores;
+  // Earlier chunks: their saved scores (with grad) and their contiguous outputs in the list.
+  const int prev_out = g_.make(qn - c_out, dt, Cat::kActivations);
+  const int prev_p32 = train ? g_.make(all_scores - c_sc, DT::kF32, sc_cat) : -1;
+  const int prev_probs = train && dt != DT::kF32 ? g_.make(all_scores - c_sc, dt, sc_cat) : -1;
+  // The last chunk: q k^T, * scaling, softmax in fp32 (a cast first when dt is 16-bit), .to(dt).
+  const int sc = g_.make(c_sc, dt, sc_cat);
+  const int scaled = g_.make(c_sc, dt, sc_cat);
+  g_.drop(sc);
+  const int xc = dt != DT::kF32 ? g_.make(c_sc, DT::kF32, sc_cat) : (g_.hold(scaled), scaled);
+  const int p32 = g_.make(c_sc, DT::kF32, sc_cat);
+  g_.drop(xc);
+  g_.drop(scaled);
+  const int probs = dt != DT::kF32 ? g_.make(c_sc, dt, sc_cat) : (g_.hold(p32), p32);
+  const int o = g_.make(c_out, dt, Cat::kActivations);  // probs @ v
+  const int oc = g_.make(c_out, dt, Cat::kActivations);  // .transpose(1, 2).contiguous()
+  g_.drop(o);
+  const int out = g_.make(qn, dt, Cat::kActivations);    // torch.cat of every chunk's output
+  g_.drop(oc);
+  g_.drop(prev_out);
+  std::vector<int> saved{q, k, v, p32, probs};
+  if (prev_p32 >= 0) saved.push_back(prev_p32);
+  if (prev_probs >= 0) saved.push_back(prev_probs);
+  g_.node({q, k, v}, {out}, saved, [q, k, v, c_sc, c_out, dt](Bwd& ctx) {
+    // One chunk's chain, each gradient alive until the next node has produced its own: dprobs
+    // (with the chunk's dv) from the second bmm, its fp32 cast (ToCopyBackward), softmax
+    // backward, the cast back to the input dtype, * scaling, then dq and dk from the first bmm.
+    const Cat sc = Cat::kAttentionScores;
+    const int dv = ctx.temp(c_out, dt);
+    int cur = ctx.temp(c_sc, dt, sc);  // dprobs
+    const auto step = [&](DT to_dt) {
+      const int next = ctx.temp(c_sc, to_dt, sc);
+      ctx.drop(cur);
+      cur = next;
+    };
+    if (dt != DT::kF32) step(DT::kF32);  // probs = p32.to(dt)
+    step(DT::kF32);                      // _softmax_backward_data
+    if (dt != DT::kF32) step(dt);        // the softmax input's cast to fp32
+    step(dt);                            // * scaling
+    const int dq = ctx.temp(c_out, dt), dk = ctx.temp(c_out, dt);
+    ctx.drop(cur);
+    ctx.drop(dq);
+    ctx.drop(dk);
+    ctx.drop(dv);
+    // SplitWithSizesBackward concatenates every chunk's gradient for q, k and v.
+    if (ctx.needs(q)) ctx.give(q, ctx.like(q));
+    if (ctx.needs(k)) ctx.give(k, ctx.like(k));
+    if (ctx.needs(v)) ctx.give(v, ctx.like(v));
+  });
+  g_.drop(p32);
+  g_.drop(probs);
+  if (prev_p32 >= 0) g_.drop(prev_p32);
+  if (prev_probs >= 0) g_.drop(prev_probs);
+  return out;
 }
 
 int Step::vision_mlp(int x, LayerParams& lp) {
@@ -1151,11 +1255,11 @@ int Step::vision_features() {
   const bool siglip = v.kind == VisionKind::kSiglip;
   const Poly H = vpt(h);
   ops_.cat = Cat::kActivations;
-  // pixel_values.type(visual.dtype) / .to(patch_embedding.weight.dtype): a copy in the model dtype.
+  // pixel_values.type(visual.dtype) / .to(patch_embedding.weight.dtype): a copy in the model
+  // dtype, a local of get_image_features (transformers >= 4.52) alive until the features return.
   const int px = ops_.to(pixels_, g_.at(vw.patch_w).dt);
   // Conv3d / Conv2d with stride == kernel: one GEMM over the patches, saving its input.
   int x = ops_.linear(px, vw.patch_w, vw.patch_b, H);
-  g_.drop(px);
   if (siglip) {  // + position_embedding(position_ids): a (1, patches, h) lookup broadcast over images
     const std::int64_t n = (v.image_size / v.patch_size) * (v.image_size / v.patch_size);
     const int pe = ops_.embedding(vpos_ids_, vw.pos, Poly::constant(n * h));
@@ -1233,6 +1337,9 @@ int Step::vision_features() {
       g_.drop(feats);
       feats = r;
     }
+  }
+  g_.drop(px);  // get_image_features returns
+  if (!siglip) {
     const int cat = ops_.clone(feats);  // torch.cat of the per-image splits
     g_.drop(feats);
     feats = cat;
@@ -1272,6 +1379,16 @@ int Step::embed_and_layers(bool policy) {
     hcur = s;
   }
   if (vision_on() && !received) {  // image features replace the image placeholder tokens' embeddings
+    if (policy && sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(hcur).requires_grad) {
+      // enable_input_require_grads hooks embed_tokens: its output, before the merge, is the leaf.
+      // Nothing saves it (masked_scatter keeps only the mask), but its AccumulateGrad node holds
+      // it until the graph is freed.
+      g_.at(hcur).requires_grad = true;
+      emb_leaf_ = hcur;
+      g_.hold(emb_leaf_);
+      g_.hold(hcur);
+      graph_held_.push_back(hcur);
+    }
     const int feats = vision_features();
     const int merged = merge_image_features(hcur, feats);
     g_.drop(feats);
@@ -1297,7 +1414,7 @@ int Step::embed_and_layers(bool policy) {
     // becomes a leaf that requires grad.
     g_.at(hcur).requires_grad = true;
   }
-  if (policy) {
+  if (policy && emb_leaf_ < 0) {
     emb_leaf_ = hcur;
     g_.hold(emb_leaf_);
   }
@@ -1322,8 +1439,11 @@ int Step::embed_and_layers(bool policy) {
   // Rotary cos/sin: (1, s, head_dim), computed in fp32 and cast to the activation dtype.
   {
     const std::int64_t rot_dim = m_.is_mla() ? m_.qk_rope_head_dim : m_.head_dim;  // MLA rotates the rope part
-    const Poly rot = Poly::mono(kS, rot_dim);
-    const int f = g_.make(Poly::mono(kS, rot_dim / 2), DT::kF32, Cat::kInputs);
+    // Qwen-VL's multimodal rotary embedding computes t/h/w tables per sequence: (3, b, s, d),
+    // from get_rope_index's (3, b, s) int64 position ids (a local of the model forward).
+    if (m_.mrope) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
+    const Poly rot = m_.mrope ? tok(3 * rot_dim) : Poly::mono(kS, rot_dim);
+    const int f = g_.make(m_.mrope ? tok(3 * rot_dim / 2) : Poly::mono(kS, rot_dim / 2), DT::kF32, Cat::kInputs);
     const int e = g_.make(rot, DT::kF32, Cat::kInputs);
     g_.drop(f);
     const int c0 = g_.make(rot, DT::kF32, Cat::kInputs);
@@ -1360,6 +1480,8 @@ int Step::embed_and_layers(bool policy) {
 }
 
 void Step::drop_forward_locals() {
+  if (mrope_ids_ >= 0) g_.drop(mrope_ids_);
+  mrope_ids_ = -1;
   g_.drop(mask_);
   g_.drop(cos_);
   g_.drop(sin_);
@@ -1811,6 +1933,7 @@ ProgramResult Step::run() {
   g_.set_segment(kSegBwdPre);
   for (const int t : fsdp_retained_) g_.drop(t);  // FSDP's post-backward final callback
   fsdp_retained_.clear();
+  for (const int t : graph_held_) g_.drop(t);
   const int eg = g_.take_grad(emb_leaf_);  // the embedding leaf's .grad dies with the graph
   g_.release_graph(0);
   if (eg >= 0) g_.drop(eg);
