@@ -136,6 +136,9 @@ struct VisionInputs {
   std::int64_t image_width = 0;
   bool train_vision_tower = false;  // LLaMA-Factory freeze_vision_tower: false / ms-swift freeze_vit: false
   bool train_projector = false;     // freeze_multi_modal_projector: false / freeze_aligner: false
+  // The dtype frozen vision parameters keep when it differs from torch_dtype: LLaMA-Factory loads
+  // in bf16/fp16 and upcasts only trainable parameters to fp32 for full fine-tuning.
+  std::optional<DType> frozen_dtype;
 
   bool operator==(const VisionInputs&) const = default;
 };

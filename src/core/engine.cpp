@@ -110,6 +110,10 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
       if (mod.nn_linear && std::find(names.begin(), names.end(), mod.name) == names.end()) names.push_back(mod.name);
     if (!m.moe.enabled()) break;
   }
+  // A vision tower's Linears are PEFT targets too; LoRA reaches them when the tower is trained
+  // (docs/formulas.md#vision-language-models).
+  for (const auto& mod : vision_block_linears(m.vision))
+    if (m.vision.enabled() && std::find(names.begin(), names.end(), mod.name) == names.end()) names.push_back(mod.name);
   if (l.all_linear) {
     // PEFT "all-linear": every Linear except the output layer; MoE routers are Linear too.
     return names;
@@ -188,17 +192,14 @@ ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
 }
 
 Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
-  const bool asked = c.vision.images > 0 || c.vision.image_height > 0 || c.vision.image_width > 0 ||
-                     c.vision.train_vision_tower || c.vision.train_projector;
-  if (!m.vision.enabled()) {
-    if (asked)
-      return make_error(ErrorCode::kConflict,
-                        fmt::format("images and vision-tower options need a vision-language model; {} has no vision "
-                                    "tower",
-                                    m.name.empty() ? m.model_type : m.name),
-                        "use a Qwen2-VL, Qwen2.5-VL or Gemma 3 (4B and up) model, or drop the image options");
-    return Ok{};
-  }
+  // Images asked of a text-only model are an error; the other image options (a resolution, the
+  // freeze switches of a LLaMA-Factory file) have nothing to act on and get a warning instead.
+  if (!m.vision.enabled() && c.vision.images > 0)
+    return make_error(ErrorCode::kConflict,
+                      fmt::format("images need a vision-language model; {} has no vision tower",
+                                  m.name.empty() ? m.model_type : m.name),
+                      "use a Qwen2-VL, Qwen2.5-VL or Gemma 3 (4B and up) model, or --images 0");
+  if (!m.vision.enabled()) return Ok{};
   const ImagePlan p = image_plan(m, c);
   if (p.images == 0) return Ok{};
   if (c.parallel.pipeline_parallel > 1 || c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1 ||
@@ -722,6 +723,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     // Without images no gradient reaches the tower or the projector: AdamW creates no state for them.
     sp.train_vision_tower = config.vision.train_vision_tower && images.images > 0;
     sp.train_projector = config.vision.train_projector && images.images > 0;
+    if (config.vision.frozen_dtype) sp.vision_frozen_dt = to_dt(*config.vision.frozen_dtype);
     sp.ops.cuda = config.device == Device::kCuda;
     sp.ops.trivial_slices_are_ops = config.device == Device::kCpu;
     sp.ops.mean_saves_input = config.device == Device::kCpu;
@@ -947,6 +949,9 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
           "loss kernel '{}' is modelled for SFT of decoders only; the {} loss is estimated as eager "
           "(TRL's Liger DPO/GRPO losses are not modelled)",
           to_string(config.loss_kernel), model.is_encoder() ? "encoder" : to_string(config.method)));
+    if (!model.vision.enabled() && (config.vision.image_height > 0 || config.vision.train_vision_tower ||
+                                    config.vision.train_projector))
+      impl->warnings.push_back("the image size and vision-tower settings are ignored: the model has no vision tower");
     if (model.vision.enabled()) {
       const VisionSpec& v = model.vision;
       impl->assumptions.push_back(

@@ -2,12 +2,57 @@
 // that matter for memory: LoRA unless finetuning_type says otherwise (rank 8, all linear layers),
 // gradient checkpointing on unless disable_gradient_checkpointing, cutoff_len 2048, and
 // trainable parameters upcast to fp32 unless pure_bf16 (src/llamafactory/model/adapter.py).
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::io {
+
+// Vision-language models (docs/configs.md#llama-factory): freeze_vision_tower and
+// freeze_multi_modal_projector default to true; image_max_pixels bounds an image's area before
+// the processor resizes it (memplan plans for a square of that area). Frozen parameters keep the
+// load dtype: only trainable ones are upcast to fp32 for full fine-tuning.
+namespace {
+
+Status read_llamafactory_vision(Mapper& m) {
+  TrainingConfig& c = m.config();
+  MEMPLAN_TRY(auto tower, m.boolean("freeze_vision_tower"));
+  if (tower && !*tower) {
+    c.vision.train_vision_tower = true;
+    m.from_file("train_vision_tower", *m.node("freeze_vision_tower"), "freeze_vision_tower");
+  }
+  MEMPLAN_TRY(auto projector, m.boolean("freeze_multi_modal_projector"));
+  if (projector && !*projector) {
+    c.vision.train_projector = true;
+    m.from_file("train_projector", *m.node("freeze_multi_modal_projector"), "freeze_multi_modal_projector");
+  }
+  MEMPLAN_TRY(auto proj_only, m.boolean("train_mm_proj_only"));
+  if (proj_only.value_or(false)) {
+    c.vision.train_projector = true;
+    m.from_file("train_projector", *m.node("train_mm_proj_only"), "train_mm_proj_only");
+    m.warn_at(*m.node("train_mm_proj_only"),
+              "train_mm_proj_only freezes the language model, which memplan does not model: the estimate trains "
+              "it too (an upper bound)");
+  }
+  MEMPLAN_TRY(auto frozen_lm, m.boolean("freeze_language_model"));
+  if (frozen_lm.value_or(false))
+    m.warn_at(*m.node("freeze_language_model"),
+              "a frozen language model is not modelled: the estimate trains it (an upper bound)");
+  MEMPLAN_TRY(auto pixels, m.integer("image_max_pixels"));
+  if (pixels) {
+    const auto side = static_cast<std::int64_t>(std::sqrt(static_cast<double>(*pixels)));
+    c.vision.image_height = c.vision.image_width = std::max<std::int64_t>(side, 1);
+    m.from_file("image_size", *m.node("image_max_pixels"), "image_max_pixels");
+  }
+  if (!c.lora.enabled && c.torch_dtype == DType::kFloat32 && c.autocast) c.vision.frozen_dtype = *c.autocast;
+  return Ok{};
+}
+
+}  // namespace
 
 Status map_llamafactory(Mapper& m) {
   TrainingConfig& c = m.config();
@@ -133,6 +178,8 @@ Status map_llamafactory(Mapper& m) {
     m.from_default("torch_dtype", c.lora.enabled ? "the checkpoint's dtype (LLaMA-Factory infers it)"
                                                  : "float32: full fine-tuning upcasts trainable weights");
   }
+
+  MEMPLAN_IO_CHECK(read_llamafactory_vision(m));
 
   MEMPLAN_TRY(auto no_gc, m.boolean("disable_gradient_checkpointing"));
   c.gradient_checkpointing = !no_gc.value_or(false);

@@ -178,6 +178,9 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
     return {or_else<double>(parse_double(w, ""), -1) == c.parallel.moe_capacity_factor,
             fmt::format("{}", c.parallel.moe_capacity_factor)};
   if (key == "attn_implementation") return {to_string(c.attn_impl()) == w, to_string(c.attn_impl())};
+  if (key == "image_size") return as_int(c.vision.image_height);  // square: image_max_pixels
+  if (key == "train_vision_tower") return as_bool(c.vision.train_vision_tower);
+  if (key == "train_projector") return as_bool(c.vision.train_projector);
   return {false, "(unknown expected key '" + key + "')"};
 }
 

@@ -300,32 +300,42 @@ void Step::make_vision_params() {
   const bool siglip = v.kind == VisionKind::kSiglip;
   const bool ln = v.kind != VisionKind::kQwen25Vl;
   const bool tower = sp_.full_finetune && sp_.train_vision_tower;
-  vw.patch_w = make_param(v.patch_values() * h, other_dt(), tower, Cat::kWeights, h, v.patch_values());
+  // Frozen parameters may stay in the load dtype (LLaMA-Factory upcasts trainable ones only).
+  const auto dt = [this](bool train, DT usual) { return !train && sp_.vision_frozen_dt ? *sp_.vision_frozen_dt : usual; };
+  const auto lin = [&](const LinearModule& mod, bool train, bool lora_ok) {
+    if (train || !sp_.vision_frozen_dt || sp_.load_in_4bit || sp_.load_in_8bit) return make_linear(mod, train, lora_ok);
+    LinearParams p;  // a frozen Linear in the load dtype (with LoRA only when the tower is trained)
+    p.mod = mod;
+    p.w = make_param(mod.weight_params(), *sp_.vision_frozen_dt, false, Cat::kWeights, mod.out_features, mod.in_features);
+    if (mod.bias) p.b = make_param(mod.bias_params(), *sp_.vision_frozen_dt, false);
+    return p;
+  };
+  vw.patch_w = make_param(v.patch_values() * h, dt(tower, other_dt()), tower, Cat::kWeights, h, v.patch_values());
   if (siglip) {
-    vw.patch_b = make_param(h, other_dt(), tower);
+    vw.patch_b = make_param(h, dt(tower, other_dt()), tower);
     const std::int64_t side = v.image_size / v.patch_size;
-    vw.pos = make_param(side * side * h, other_dt(), tower, Cat::kWeights, side * side, h);
+    vw.pos = make_param(side * side * h, dt(tower, other_dt()), tower, Cat::kWeights, side * side, h);
   }
   for (int l = 0; l < v.depth; ++l) {
     LayerParams lp;
-    for (const auto& mod : vision_block_linears(v)) lp.lin.emplace(mod.name, make_linear(mod, tower, sp_.train_vision_tower));
+    for (const auto& mod : vision_block_linears(v)) lp.lin.emplace(mod.name, lin(mod, tower, sp_.train_vision_tower));
     for (int i = 0; i < 2; ++i) {
-      lp.norms.push_back(make_param(h, other_dt(), tower));
-      lp.norms.push_back(ln ? make_param(h, other_dt(), tower) : -1);
+      lp.norms.push_back(make_param(h, dt(tower, other_dt()), tower));
+      lp.norms.push_back(ln ? make_param(h, dt(tower, other_dt()), tower) : -1);
     }
     vw.blocks.push_back(std::move(lp));
   }
   if (siglip) {
-    vw.post_w = make_param(h, other_dt(), tower);
-    vw.post_b = make_param(h, other_dt(), tower);
+    vw.post_w = make_param(h, dt(tower, other_dt()), tower);
+    vw.post_b = make_param(h, dt(tower, other_dt()), tower);
   }
   const bool copy = sp_.lora.enabled && sp_.train_projector;  // modules_to_save: frozen original + trained copy
   for (int pass = copy ? 0 : 1; pass < 2; ++pass) {
     const bool train = pass == 1 && sp_.train_projector;
-    vw.merge_norm_w = make_param(h, other_dt(), train);
-    vw.merge_norm_b = ln && !siglip ? make_param(h, other_dt(), train) : -1;
+    vw.merge_norm_w = make_param(h, dt(train, other_dt()), train);
+    vw.merge_norm_b = ln && !siglip ? make_param(h, dt(train, other_dt()), train) : -1;
     for (const auto& mod : vision_projector_linears(v, m_.hidden_size))
-      vw.proj.insert_or_assign(mod.name, make_linear(mod, train, false));
+      vw.proj.insert_or_assign(mod.name, lin(mod, train, false));
   }
 }
 

@@ -122,6 +122,7 @@ struct ProgramSpec {
   std::int64_t image_tokens = 0;
   bool train_vision_tower = false;
   bool train_projector = false;
+  std::optional<DT> vision_frozen_dt;  // dtype of frozen vision parameters, when not weight_dt
 };
 
 // A parameter tensor of the simulated model, for the optimizer model.

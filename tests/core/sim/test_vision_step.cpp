@@ -1,6 +1,8 @@
 // The vision tower in the training step (src/core/sim/program.cpp, docs/formulas.md#vision-language-models):
 // what a trained tower saves for backward, counted by hand from transformers' Qwen2.5-VL modules,
 // and what a frozen one costs (its input only).
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "memplan/engine.hpp"
@@ -125,12 +127,18 @@ TEST_CASE("image tokens must fit in the sequence") {
   CHECK(e.error().message == "a sequence of 15 tokens cannot hold 1 image(s) of 112x112: 16 image tokens");
 }
 
-TEST_CASE("image options on a text-only model are an error, not ignored") {
+TEST_CASE("images asked of a text-only model are an error; the other vision settings a warning") {
   ModelSpec m = tiny_qwen25_vl();
   m.vision = VisionSpec{};
   TrainingConfig c = cfg();
   const auto e = estimate(m, c);
   REQUIRE_FALSE(e.has_value());
-  CHECK(e.error().message ==
-        "images and vision-tower options need a vision-language model; tiny-qwen2.5-vl has no vision tower");
+  CHECK(e.error().message == "images need a vision-language model; tiny-qwen2.5-vl has no vision tower");
+  c.vision.images = -1;  // not asked: a LLaMA-Factory file's image_max_pixels and freeze switches
+  c.vision.train_vision_tower = true;
+  const auto w = estimate(m, c);
+  REQUIRE(w.has_value());
+  CHECK(std::find(w->warnings.begin(), w->warnings.end(),
+                  "the image size and vision-tower settings are ignored: the model has no vision tower") !=
+        w->warnings.end());
 }
