@@ -105,6 +105,12 @@ json to_json(const TrainingConfig& c) {
                    {"fsdp_version", p.fsdp_version},
                    {"offload_optimizer", p.offload_optimizer},
                    {"offload_params", p.offload_params}};
+  if (c.vision != VisionInputs{})  // vision-language models (docs/formulas.md#vision-language-models)
+    j["vision"] = {{"images", c.vision.images < 0 ? json(nullptr) : json(c.vision.images)},
+                   {"image_height", c.vision.image_height},
+                   {"image_width", c.vision.image_width},
+                   {"train_vision_tower", c.vision.train_vision_tower},
+                   {"train_projector", c.vision.train_projector}};
   return j;
 }
 

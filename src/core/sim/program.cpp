@@ -1139,7 +1139,7 @@ int Step::vision_attention(int x, LayerParams& lp, int block) {
 // chunks, and so do the chunk outputs until the cat. Modelled as the state before the last
 // chunk (every other chunk's saved scores and outputs), the last (largest) chunk's ops, and the
 // cat. Backward runs chunk by chunk too: its score-sized temporaries are one chunk's; the q/k/v
-// gradients of every chunk accumulate (docs/formulas.md#vision-attention).
+// gradients of every chunk accumulate (docs/formulas.md#vision-language-models).
 int Step::chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores, const Poly& all_scores,
                                   std::int64_t chunk_rows) {
   const DT dt = g_.at(q).dt;
