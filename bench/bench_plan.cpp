@@ -195,6 +195,65 @@ void BM_PlanLora(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanLora)->Unit(benchmark::kMicrosecond);
 
+// Qwen2.5-VL-7B: the Qwen2 language model with multimodal RoPE and a 32-block vision tower
+// (docs/formulas.md#vision-language-models), each block simulated.
+ModelSpec qwen25_vl_7b() {
+  ModelSpec m;
+  m.name = "Qwen/Qwen2.5-VL-7B-Instruct";
+  m.model_type = "qwen2";
+  m.vocab_size = 152064;
+  m.hidden_size = 3584;
+  m.intermediate_size = 18944;
+  m.num_layers = 28;
+  m.num_heads = 28;
+  m.num_kv_heads = 4;
+  m.head_dim = 128;
+  m.qkv_bias = true;
+  m.mrope = true;
+  m.torch_dtype = "bfloat16";
+  VisionSpec& v = m.vision;
+  v.kind = VisionKind::kQwen25Vl;
+  v.model_type = "qwen2_5_vl";
+  v.depth = 32;
+  v.hidden_size = 1280;
+  v.intermediate_size = 3420;
+  v.num_heads = 16;
+  v.temporal_patch_size = 2;
+  v.spatial_merge_size = 2;
+  v.window_size = 112;
+  v.fullatt_blocks = {7, 15, 23, 31};
+  return m;
+}
+
+// LoRA on the language model, one 768 x 768 image per sequence: the tower runs without a graph.
+void BM_PlanQwen25VlLora(benchmark::State& state) {
+  const ModelSpec m = qwen25_vl_7b();
+  TrainingConfig c = lora_checkpointed();
+  c.seq_len = 2048;
+  PlanRequest req;
+  req.budget = budget(80);
+  req.target_global_batch = 32;
+  time_fitting_plan(state, m, c, req);
+}
+BENCHMARK(BM_PlanQwen25VlLora)->Unit(benchmark::kMicrosecond);
+
+// Full fine-tuning with the tower trained: every block's saved tensors in the timeline.
+void BM_PlanQwen25VlTrainedTower(benchmark::State& state) {
+  const ModelSpec m = qwen25_vl_7b();
+  TrainingConfig c = bf16_sft();
+  c.seq_len = 2048;
+  c.gradient_checkpointing = true;
+  c.vision.train_vision_tower = true;
+  c.vision.train_projector = true;
+  c.parallel.num_gpus = 8;
+  c.parallel.sharding = ShardingStrategy::kZero3;
+  PlanRequest req;
+  req.budget = budget(80);
+  req.target_global_batch = 64;
+  time_fitting_plan(state, m, c, req);
+}
+BENCHMARK(BM_PlanQwen25VlTrainedTower)->Unit(benchmark::kMicrosecond);
+
 void BM_SolveSeqLen(benchmark::State& state) {
   const ModelSpec m = llama31_8b();
   const TrainingConfig c = bf16_sft();

@@ -1296,7 +1296,18 @@ int Step::vision_features() {
     x = r;
   }
   const std::vector<int> holds = siglip ? std::vector<int>{} : std::vector<int>{cos_, sin_};
-  for (int l = 0; l < v.depth; ++l) {
+  // A frozen tower runs without a graph: every block starts from the same live set and leaves
+  // only its output, so the blocks of one attention kind record identical events. One block of
+  // each kind (windowed, full) gives the same timeline maximum as all of them.
+  std::vector<int> blocks;
+  const auto full_block = [&v](int l) {
+    return v.kind != VisionKind::kQwen25Vl ||
+           std::find(v.fullatt_blocks.begin(), v.fullatt_blocks.end(), l) != v.fullatt_blocks.end();
+  };
+  for (int l = 0; l < v.depth; ++l)
+    if (sp_.train_vision_tower || blocks.empty() || (blocks.size() == 1 && full_block(l) != full_block(blocks[0])))
+      blocks.push_back(l);
+  for (const int l : blocks) {
     const Body body = [this, l](int t) { return vision_block(t, l); };
     const int next = layer_forward(x, body, holds, false);
     g_.drop(x);
