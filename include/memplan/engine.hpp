@@ -16,6 +16,10 @@ namespace memplan {
 // One configuration's full breakdown.
 Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& config);
 
+// Image tokens each sequence carries for a vision-language model (images x tokens per image at
+// the configured resolution; docs/formulas.md#image-tokens); 0 for text-only models and batches.
+std::int64_t image_tokens_per_sequence(const ModelSpec& model, const TrainingConfig& config);
+
 // A prepared estimator for fast repeated queries over micro-batch and sequence length
 // (plan, sweep). Construction validates and precomputes everything that does not depend on
 // (batch, seq_len); peak_bytes() is then allocation-free.

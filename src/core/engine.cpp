@@ -1130,6 +1130,11 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
   }
 }
 
+std::int64_t image_tokens_per_sequence(const ModelSpec& model, const TrainingConfig& config) {
+  const ImagePlan p = image_plan(model, config);
+  return checked_mul(p.images, p.grid.tokens);
+}
+
 Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& config) {
   auto est = Estimator::create(model, config);
   if (!est) return est.error();

@@ -977,7 +977,12 @@ Result<SeqLenPlan> solve_seq_len(const ModelSpec& model, const TrainingConfig& c
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("max-seq-len = {} is out of range (1 to {})", request.max_seq_len, kMaxSeqLen));
   try {
-    MEMPLAN_TRY(auto est, Estimator::create(model, config));
+    // A vision-language model's sequences hold their image tokens: the search starts there, and
+    // the estimator is built at a length that holds them.
+    const std::int64_t image_tokens = image_tokens_per_sequence(model, config);
+    TrainingConfig at = config;
+    at.seq_len = std::max(config.seq_len, image_tokens);
+    MEMPLAN_TRY(auto est, Estimator::create(model, at));
     SeqLenPlan out;
     out.budget = request.budget;
     out.micro_batch = config.micro_batch;
@@ -991,14 +996,14 @@ Result<SeqLenPlan> solve_seq_len(const ModelSpec& model, const TrainingConfig& c
     const PeakFn at_seq = [&](std::int64_t s) { return est.peak_bytes(config.micro_batch, s); };
     MEMPLAN_TRY(out.search, find_largest_fitting(at_seq, budget, out.cap));
     out.seq_len = out.search.largest;
-    out.fits = out.seq_len > 0;
+    out.fits = out.seq_len > 0 && out.seq_len >= image_tokens;
     out.peak = out.search.peak;
     out.utilization = utilization(out.peak, request.budget.capacity);
     if (!out.fits) {
       EstimatorCache estimators(model, &est);
       SuggestContext ctx{model, budget, Mode::kSeqLen, config.micro_batch, 1, out.cap, &estimators,
                          request.budget.unified, Bytes::zero()};
-      MEMPLAN_TRY(auto s, suggest(config, ctx));
+      MEMPLAN_TRY(auto s, suggest(at, ctx));
       out.suggestions = std::move(s.ranked);
       out.combination = std::move(s.combination);
     }

@@ -814,6 +814,29 @@ TEST_CASE("solve_seq_len: the longest sequence fits and one more token does not"
   }
 }
 
+TEST_CASE("solve_seq_len: a vision-language model's sequence holds its image tokens") {
+  const ModelSpec m = memplan::testing::tiny_qwen25_vl();
+  TrainingConfig c = bf16_config();
+  c.seq_len = 8;  // shorter than the images: the search, not the config, decides the length
+  c.vision.images = 2;
+  c.vision.image_height = c.vision.image_width = 112;  // 16 image tokens each
+  TrainingConfig at = c;
+  at.seq_len = 32;
+  auto est = Estimator::create(m, at);
+  REQUIRE(est);
+  SeqLenRequest req{exact_budget(peak_of(*est, 1, 40))};
+  auto p = solve_seq_len(m, c, req);
+  REQUIRE(p);
+  CHECK(p->fits);
+  CHECK(p->seq_len >= 40);
+  // A budget that holds only sequences shorter than the 32 image tokens: nothing fits.
+  req = SeqLenRequest{exact_budget(peak_of(*est, 1, 31))};
+  auto short_one = solve_seq_len(m, c, req);
+  REQUIRE(short_one);
+  CHECK(short_one->seq_len < 32);
+  CHECK_FALSE(short_one->fits);
+}
+
 TEST_CASE("solve_seq_len: the cap, nothing fitting, and GRPO") {
   const ModelSpec m = small_llama();
   TrainingConfig c = bf16_config();

@@ -37,4 +37,34 @@ inline ModelSpec toy_llama(int layers = 4) {
   return m;
 }
 
+// A small Qwen2.5-VL: a Qwen2 language model (hidden 128) and a 3-block vision tower of width 64
+// (docs/formulas.md#vision-language-models).
+inline ModelSpec tiny_qwen25_vl() {
+  ModelSpec m;
+  m.name = "tiny-qwen2.5-vl";
+  m.model_type = "qwen2";
+  m.vocab_size = 1000;
+  m.hidden_size = 128;
+  m.intermediate_size = 256;
+  m.num_layers = 2;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 32;
+  m.qkv_bias = true;
+  m.torch_dtype = "bfloat16";
+  VisionSpec& v = m.vision;
+  v.kind = VisionKind::kQwen25Vl;
+  v.model_type = "qwen2_5_vl";
+  v.depth = 3;
+  v.hidden_size = 64;
+  v.intermediate_size = 96;
+  v.num_heads = 4;
+  v.patch_size = 14;
+  v.temporal_patch_size = 2;
+  v.spatial_merge_size = 2;
+  v.window_size = 112;
+  v.fullatt_blocks = {2};
+  return m;
+}
+
 }  // namespace memplan::testing
