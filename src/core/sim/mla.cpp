@@ -134,24 +134,7 @@ std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
     const int k16 = ops.cast_for_autocast(key);
     const int v16 = ops.cast_for_autocast(v_in);
     g.drop(v_in);
-    const DT kdt = g.at(q16).dt;
-    const int o = g.make(tok(nh * od), kdt, ops.cat);
-    const Poly rows = st.heads_rows;
-    const int lse = g.make(rows, DT::kF32, ops.cat);
-    const Poly qn = tok(nh * qk);
-    g.node({q16, k16, v16}, {o}, {q16, k16, v16, o, lse}, [q16, k16, v16, rows, qn](Bwd& c) {
-      const int acc = c.temp(qn, DT::kF32);  // fp32 dq accumulator
-      const int d = c.temp(rows, DT::kF32);
-      const int gq = c.needs(q16) ? c.like(q16) : -1;
-      const int gk = c.needs(k16) ? c.like(k16) : -1;
-      const int gv = c.needs(v16) ? c.like(v16) : -1;
-      c.drop(acc);
-      c.drop(d);
-      if (gq >= 0) c.give(q16, gq);
-      if (gk >= 0) c.give(k16, gk);
-      if (gv >= 0) c.give(v16, gv);
-    });
-    g.drop(lse);
+    const int o = ops.fused_attention(q16, k16, v16, tok(nh * od), st.heads_rows);
     g.drop(q16);
     g.drop(k16);
     g.drop(v16);

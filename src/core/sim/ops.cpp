@@ -310,6 +310,26 @@ int Ops::repeat_kv(int x, int n_rep, bool single_kv_head) {
   return y;
 }
 
+int Ops::fused_attention(int q, int k, int v, Poly out_numel, Poly rows) {
+  const int o = g_.make(out_numel, g_.at(q).dt, cat);
+  const int lse = g_.make(rows, DT::kF32, cat);
+  const Poly qn = g_.at(q).numel;
+  g_.node({q, k, v}, {o}, {q, k, v, o, lse}, [q, k, v, rows, qn](Bwd& c) {
+    const int acc = c.temp(qn, DT::kF32);
+    const int d = c.temp(rows, DT::kF32);
+    const int gq = c.needs(q) ? c.like(q) : -1;
+    const int gk = c.needs(k) ? c.like(k) : -1;
+    const int gv = c.needs(v) ? c.like(v) : -1;
+    c.drop(acc);
+    c.drop(d);
+    if (gq >= 0) c.give(q, gq);
+    if (gk >= 0) c.give(k, gk);
+    if (gv >= 0) c.give(v, gv);
+  });
+  g_.drop(lse);
+  return o;
+}
+
 int Ops::softmax_f32(int x) {
   const int xc = to(x, DT::kF32);
   const int y = g_.make(g_.at(xc).numel, DT::kF32, cat);

@@ -65,6 +65,11 @@ class Ops {
   // torch.matmul of 4-D tensors: autocast casts first (keeping layouts), then folding the batch
   // dimensions into bmm copies an operand that cannot be viewed that way (copy_a / copy_b).
   int matmul(int a, int b, Poly out_numel, bool copy_a = false, bool copy_b = false);
+  // SDPA's flash / memory-efficient / cuDNN kernels and flash_attention_2, on q, k, v already cast
+  // for autocast: the output (out_numel, q's dtype); the kernel saves q, k, v, the output and an
+  // fp32 logsumexp per row and head (`rows`); backward allocates dq, dk, dv, an fp32 dq
+  // accumulator and per-row softmax sums (measured on an H100: tests/data/measurements/cuda_h100.json).
+  int fused_attention(int q, int k, int v, Poly out_numel, Poly rows);
   // expand + reshape: a copy when n_rep > 1, unless there is one KV head (then a stride-0 view).
   int repeat_kv(int x, int n_rep, bool single_kv_head);
 
