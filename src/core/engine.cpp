@@ -215,7 +215,9 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
                       fmt::format("a {} of {} tokens cannot hold {} image(s) of {}x{}: {} image tokens",
                                   c.method == Method::kGrpo ? "prompt" : "sequence", seq,
                                   p.images, p.grid.width, p.grid.height, tokens),
-                      "raise --seq-len, or lower --images or --image-size (image tokens are part of the sequence)");
+                      fmt::format("raise {}, or lower --images or --image-size (image tokens are part of the {})",
+                                  c.method == Method::kGrpo ? "--max-prompt-length" : "--seq-len",
+                                  c.method == Method::kGrpo ? "prompt" : "sequence"));
   return Ok{};
 }
 

@@ -1,6 +1,7 @@
 #include "core/sim/program.hpp"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -150,6 +151,7 @@ class Step {
                               std::int64_t chunk_rows);
   int vision_mlp(int x, LayerParams& lp);
   int vision_block(int h, int block);
+  int trained_vision_blocks(int x, const std::vector<int>& holds, const std::function<bool(int)>& full_block);
   int vision_features();
   int merge_image_features(int embeds, int features);
   int embed_and_layers(bool policy);
@@ -1222,6 +1224,92 @@ int Step::vision_block(int h, int block) {
   return h3;
 }
 
+// A trained tower: every block of one attention kind adds the same saved tensors in forward and
+// the same gradients in backward, so the live bytes at a block are linear in its position among
+// the blocks of its kind, and a maximum over them lies at the first or the last. Those are
+// simulated; each run of blocks between simulated ones is a single node holding their saved
+// bytes per category (measured across the simulated block of the same kind), whose backward
+// frees them and then gives every parameter of those blocks its gradient, as the blocks' own
+// backward would by the time the next simulated block runs (docs/formulas.md#vision-language-models).
+int Step::trained_vision_blocks(int x, const std::vector<int>& holds, const std::function<bool(int)>& full_block) {
+  const VisionSpec& v = m_.vision;
+  // Block 0 is always simulated and never measured: its input may not require grad (a frozen
+  // patch embedding under LoRA), which changes what it saves.
+  std::array<int, 2> first{-1, -1}, last{-1, -1};
+  for (int l = 1; l < v.depth; ++l) {
+    const int k = full_block(l) ? 1 : 0;
+    if (first[k] < 0) first[k] = l;
+    last[k] = l;
+  }
+  std::array<std::optional<CatVec>, 2> delta;  // live bytes one block of each kind leaves behind
+  std::array<std::int64_t, 2> pending{0, 0};
+  std::vector<int> pending_params;
+  const auto flush = [&]() {
+    if (pending[0] + pending[1] == 0) return;
+    if (!g_.rg(x)) {
+      // No graph reaches these blocks (reentrant checkpointing from an input that needs no
+      // gradient: their LoRA adapters get none, as in PyTorch); they leave nothing behind.
+      pending = {0, 0};
+      pending_params.clear();
+      return;
+    }
+    std::vector<int> held;
+    for (int c = 0; c < kNumCats; ++c) {
+      Poly bytes;
+      for (int k = 0; k < 2; ++k)
+        if (pending[k] > 0) bytes += (*delta[k])[static_cast<std::size_t>(c)] * pending[k];
+      if (!(bytes == Poly{})) held.push_back(g_.make(bytes, DT::kU8, static_cast<Cat>(c)));
+    }
+    const int out = g_.make(g_.at(x).numel, g_.at(x).dt, Cat::kActivations);
+    std::vector<int> inputs{x};
+    inputs.insert(inputs.end(), pending_params.begin(), pending_params.end());
+    const bool made = g_.node(inputs, {out}, {}, [held, params = pending_params, x](Bwd& c) {
+      for (const int t : held) c.drop(t);
+      for (const int p : params)
+        if (c.needs(p)) c.give(p, c.like(p));
+      if (c.needs(x)) c.give(x, c.like(x));
+    });
+    if (!made)
+      for (const int t : held) g_.drop(t);
+    g_.drop(x);
+    x = out;
+    pending = {0, 0};
+    pending_params.clear();
+  };
+  const auto nonnegative = [](const CatVec& d) {
+    for (const auto& p : d)
+      for (const auto c : p.c)
+        if (c < 0) return false;
+    return true;
+  };
+  for (int l = 0; l < v.depth; ++l) {
+    const int k = full_block(l) ? 1 : 0;
+    if (l != 0 && l != first[k] && l != last[k] && delta[k]) {
+      ++pending[k];
+      const LayerParams& lp = w_->vision.blocks[static_cast<std::size_t>(l)];
+      for (const auto& [name, lin] : lp.lin)
+        for (const int p : {lin.w, lin.b, lin.A, lin.B})
+          if (p >= 0 && g_.at(p).requires_grad) pending_params.push_back(p);
+      for (const int p : lp.norms)
+        if (p >= 0 && g_.at(p).requires_grad) pending_params.push_back(p);
+      continue;
+    }
+    flush();
+    const CatVec before = g_.live();
+    const Body body = [this, l](int t) { return vision_block(t, l); };
+    const int next = layer_forward(x, body, holds, false);
+    g_.drop(x);
+    x = next;
+    if (l == first[k]) {
+      CatVec d = g_.live();
+      for (int c = 0; c < kNumCats; ++c) d[static_cast<std::size_t>(c)] -= before[static_cast<std::size_t>(c)];
+      if (nonnegative(d)) delta[k] = d;  // otherwise every block of this kind is simulated
+    }
+  }
+  flush();
+  return x;
+}
+
 // The image features of the batch: patch embedding, every vision block (checkpointed like the
 // decoder layers), then Qwen's patch merger or Gemma 3's pooling projector; one row of the
 // language model's hidden size per image token.
@@ -1271,14 +1359,18 @@ int Step::vision_features() {
     return v.kind != VisionKind::kQwen25Vl ||
            std::find(v.fullatt_blocks.begin(), v.fullatt_blocks.end(), l) != v.fullatt_blocks.end();
   };
-  for (int l = 0; l < v.depth; ++l)
-    if (sp_.train_vision_tower || blocks.empty() || (blocks.size() == 1 && full_block(l) != full_block(blocks[0])))
-      blocks.push_back(l);
-  for (const int l : blocks) {
-    const Body body = [this, l](int t) { return vision_block(t, l); };
-    const int next = layer_forward(x, body, holds, false);
-    g_.drop(x);
-    x = next;
+  if (!sp_.train_vision_tower || sp_.vision_all_blocks) {
+    for (int l = 0; l < v.depth; ++l)
+      if (sp_.vision_all_blocks || blocks.empty() || (blocks.size() == 1 && full_block(l) != full_block(blocks[0])))
+        blocks.push_back(l);
+    for (const int l : blocks) {
+      const Body body = [this, l](int t) { return vision_block(t, l); };
+      const int next = layer_forward(x, body, holds, false);
+      g_.drop(x);
+      x = next;
+    }
+  } else {
+    x = trained_vision_blocks(x, holds, full_block);
   }
   if (!siglip) {
     g_.drop(cos_);

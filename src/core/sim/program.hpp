@@ -123,6 +123,9 @@ struct ProgramSpec {
   bool train_vision_tower = false;
   bool train_projector = false;
   std::optional<DT> vision_frozen_dt;  // dtype of frozen vision parameters, when not weight_dt
+  // Simulate every vision block instead of the first and last of each kind (tests check that
+  // both give the same maximum).
+  bool vision_all_blocks = false;
 };
 
 // A parameter tensor of the simulated model, for the optimizer model.
