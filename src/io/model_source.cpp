@@ -254,7 +254,8 @@ Result<VisionSpec> parse_vision_config(const json& top, const std::string& type,
   if (!vc) return v;
   if (!vc->is_object())
     return config_error(origin, fmt::format("\"vision_config\" must be an object, got {}", describe(*vc)));
-  const Fields f(*vc, origin + " vision_config");
+  const std::string where = origin + " vision_config";  // Fields keeps a reference to it
+  const Fields f(*vc, where);
   v.model_type = type;
   if (type == "gemma3") {
     v.kind = VisionKind::kSiglip;

@@ -321,6 +321,17 @@ TEST_CASE("Qwen2.5-VL and Qwen2-VL configs: the top level is the language model,
   CHECK(nested->vision.intermediate_size == 5120);
   CHECK(count_parameters(*nested).total == 2'208'985'600);  // Qwen/Qwen2-VL-2B-Instruct
 
+  // A malformed vision_config value is an error naming the section (the fuzzer found the origin
+  // string of this message read after its scope ended).
+  auto typo = io::parse_hf_config(R"({"model_type": "qwen2_vl", "hidden_size": 1536, "intermediate_size": 8960,
+      "num_attention_heads": 12, "num_hidden_layers": 28, "vocab_size": 151936,
+      "vision_config": {"depth": "thirty-two"}})",
+                                  "c");
+  REQUIRE_FALSE(typo.has_value());
+  REQUIRE(typo.error().where.has_value());
+  CHECK(typo.error().where->file == "c vision_config");
+  CHECK(typo.error().message.find("depth") != std::string::npos);
+
   // A merger that does not end in the language model's width cannot be spliced into its embeddings.
   auto bad = io::parse_hf_config(R"({"model_type": "qwen2_5_vl", "hidden_size": 2048, "intermediate_size": 11008,
       "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 2, "vocab_size": 151936,
