@@ -44,8 +44,9 @@ Status read_llamafactory_vision(Mapper& m) {
               "a frozen language model is not modelled: the estimate trains it (an upper bound)");
   MEMPLAN_TRY(auto pixels, m.integer("image_max_pixels"));
   if (pixels) {
+    // The processor caps an image at 12,845,056 pixels anyway: a larger bound plans the same.
     const auto side = static_cast<std::int64_t>(std::sqrt(static_cast<double>(*pixels)));
-    c.vision.image_height = c.vision.image_width = std::max<std::int64_t>(side, 1);
+    c.vision.image_height = c.vision.image_width = std::clamp<std::int64_t>(side, 1, 65536);
     m.from_file("image_size", *m.node("image_max_pixels"), "image_max_pixels");
   }
   if (!c.lora.enabled && c.torch_dtype == DType::kFloat32 && c.autocast) c.vision.frozen_dtype = *c.autocast;

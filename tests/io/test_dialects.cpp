@@ -297,6 +297,32 @@ TEST_CASE("axolotl: adapter, dtype resolution, defaults") {
   CHECK(origin(a, "torch_dtype") == "default (axolotl bf16: auto, assuming a GPU with bf16 (Ampere or newer))");
 }
 
+TEST_CASE("llama-factory: vision-language keys") {
+  MemoryFileSystem fs;
+  fs.files["vl.yaml"] = "model_name_or_path: Qwen/Qwen2.5-VL-7B-Instruct\nimage_max_pixels: 262144\n"
+                        "finetuning_type: full\nfreeze_vision_tower: false\nfreeze_multi_modal_projector: false\n"
+                        "bf16: true\n";
+  LoadedConfig c = load_ok(fs, {"vl.yaml"});
+  const VisionInputs& v = c.inputs.config.vision;
+  CHECK(v.image_height == 512);  // a square of 262,144 pixels
+  CHECK(v.image_width == 512);
+  CHECK(v.train_vision_tower);
+  CHECK(v.train_projector);
+  CHECK(v.frozen_dtype == DType::kBFloat16);  // full fine-tuning upcasts only what trains
+  CHECK(origin(c, "train_vision_tower") == "vl.yaml:4");
+
+  // Defaults: both frozen; an absurd pixel bound plans like the processor's own cap.
+  fs.files["d.yaml"] = "model_name_or_path: m\nstage: sft\ncutoff_len: 1024\nimage_max_pixels: 9000000000000000000\n"
+                       "train_mm_proj_only: true\n";
+  LoadedConfig d = load_ok(fs, {"d.yaml"});
+  CHECK_FALSE(d.inputs.config.vision.train_vision_tower);
+  CHECK(d.inputs.config.vision.train_projector);
+  CHECK(d.inputs.config.vision.image_height == 65536);
+  bool warned = false;
+  for (const auto& w : d.diagnostics) warned = warned || w.message.find("train_mm_proj_only freezes the language model") == 0;
+  CHECK(warned);
+}
+
 TEST_CASE("llama-factory: LoRA by default, checkpointing by default, full fine-tuning upcasts") {
   MemoryFileSystem fs;
   fs.files["lf.yaml"] = "model_name_or_path: m\nstage: sft\nfinetuning_type: full\ncutoff_len: 1024\nbf16: true\n";
