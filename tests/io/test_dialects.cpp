@@ -613,6 +613,21 @@ TEST_CASE("--config on the command line: dialect flag, flags override files, cus
   CHECK(from_file["training"]["micro_batch"] == 1);
 }
 
+TEST_CASE("the shipped Qwen2.5-VL example: its image bound becomes the tower's input") {
+  // image_max_pixels 262,144 is a 512 x 512 square; smart_resize rounds 512 / 28 = 18.3 down to 18:
+  // 504 x 504, 36 x 36 = 1296 patches, 1296 / 4 = 324 image tokens in the 2048-token sequence.
+  auto j = estimate_json({"--config", kExamples + "llama-factory-qwen2.5-vl-lora.yaml"});
+  CHECK(j["training"]["vision"]["image_height"] == 512);
+  CHECK(j["training"]["vision"]["train_vision_tower"] == false);
+  CHECK(j["model"]["vision"]["model_type"] == "qwen2_5_vl");
+  CHECK(j["model"]["parameters"] == 8'292'166'656LL);
+  bool said = false;
+  for (const auto& a : j["estimate"]["assumptions"])
+    said = said || a.get<std::string>().find("1 image(s) per sequence at 504x504 after resizing, 1296 patches through "
+                                             "the tower and 324 image tokens") != std::string::npos;
+  CHECK(said);
+}
+
 TEST_CASE("torch_dtype: auto takes the checkpoint's dtype once the model is known") {
   const std::string dir = std::filesystem::temp_directory_path().string();
   const std::string path = dir + "/memplan-auto-dtype.yaml";
