@@ -201,7 +201,8 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
 // patches through the tower and tokens in the language model's sequence.
 struct ImageGrid {
   std::int64_t height = 0, width = 0;  // after resizing
-  std::int64_t patches = 0;
+  std::int64_t rows = 0, cols = 0;     // patches down and across
+  std::int64_t patches = 0;            // rows x cols
   std::int64_t tokens = 0;
 };
 ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t width);

@@ -719,8 +719,8 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     const ImagePlan images = image_plan(model, config);
     sp.images = images.images;
     sp.image_patches = images.grid.patches;
-    sp.image_rows = images.grid.height / std::max<std::int64_t>(model.vision.patch_size, 1);
-    sp.image_cols = images.grid.width / std::max<std::int64_t>(model.vision.patch_size, 1);
+    sp.image_rows = images.grid.rows;
+    sp.image_cols = images.grid.cols;
     sp.image_tokens = images.grid.tokens;
     // Without images no gradient reaches the tower or the projector: AdamW creates no state for them.
     sp.train_vision_tower = config.vision.train_vision_tower && images.images > 0;

@@ -133,8 +133,8 @@ ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t widt
     // Gemma3ImageProcessor resizes to image_size x image_size (pan-and-scan off); the projector
     // average-pools the patch grid down to mm_tokens_per_image.
     g.height = g.width = v.image_size;
-    const std::int64_t side = v.image_size / v.patch_size;
-    g.patches = side * side;
+    g.rows = g.cols = v.image_size / v.patch_size;
+    g.patches = g.rows * g.cols;
     g.tokens = v.tokens_per_image;
     return g;
   }
@@ -156,7 +156,9 @@ ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t widt
   }
   g.height = static_cast<std::int64_t>(hb);
   g.width = static_cast<std::int64_t>(wb);
-  g.patches = (g.height / v.patch_size) * (g.width / v.patch_size);
+  g.rows = g.height / v.patch_size;
+  g.cols = g.width / v.patch_size;
+  g.patches = g.rows * g.cols;
   g.tokens = g.patches / (static_cast<std::int64_t>(v.spatial_merge_size) * v.spatial_merge_size);
   return g;
 }

@@ -104,6 +104,8 @@ TEST_CASE("smart_resize: sides rounded half-to-even to multiples of 28, bounded 
     INFO(c.h << "x" << c.w);
     CHECK(g.height == c.rh);
     CHECK(g.width == c.rw);
+    CHECK(g.rows == c.rh / 14);
+    CHECK(g.cols == c.rw / 14);
     CHECK(g.patches == c.patches);
     CHECK(g.tokens == c.tokens);
   }
@@ -113,6 +115,8 @@ TEST_CASE("Gemma 3 resizes every image to 896 x 896: 4096 patches pooled to 256 
   const ImageGrid g = image_grid(siglip_gemma3(), 480, 640);
   CHECK(g.height == 896);
   CHECK(g.width == 896);
+  CHECK(g.rows == 64);
+  CHECK(g.cols == 64);
   CHECK(g.patches == 4096);
   CHECK(g.tokens == 256);
 }

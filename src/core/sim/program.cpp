@@ -109,8 +109,10 @@ class Step {
     params_.push_back({numel, dt, train, cur_layer_, rows, cols, count});
     return g_.param(c(numel), dt, cat, train);
   }
-  // train: whether the base weight is trained (full fine-tuning); lora_ok: whether LoRA may wrap it.
-  LinearParams make_linear(const LinearModule& mod, bool train, bool lora_ok = true);
+  // train: whether the base weight is trained (full fine-tuning); lora_ok: whether LoRA may wrap it;
+  // frozen_dt: the dtype an unquantized weight and bias keep when not trained (the load dtype).
+  LinearParams make_linear(const LinearModule& mod, bool train, bool lora_ok = true,
+                           std::optional<DT> frozen_dt = std::nullopt);
   LinearParams make_linear(const LinearModule& mod) { return make_linear(mod, sp_.full_finetune); }
   void make_params();
   void make_vision_params();
@@ -118,7 +120,8 @@ class Step {
   // ---- building blocks
   int norm(int x, int w, int bias, std::int64_t width, Poly numel);
   int rms_normalize(int x, const Poly& numel, const Poly& rows);
-  int llama_rmsnorm(int x, int w, Poly numel, Poly rows);
+  // liger: Liger's kernel replaces it when --liger is on (the language model's norms only).
+  int llama_rmsnorm(int x, int w, Poly numel, Poly rows, bool liger = true);
   int gemma_rmsnorm(int x, int w, Poly numel, Poly rows);
   int layer_norm(int x, int w, int bias, Poly numel, Poly rows);
   int lin(int x, LinearParams& p, Poly out_numel);
@@ -207,7 +210,8 @@ class Step {
   std::vector<int> graph_held_;     // tensors the autograd graph itself keeps (leaves held by AccumulateGrad)  // layer inputs and their grads the FSDP hooks keep (to backward's end)
 };
 
-LinearParams Step::make_linear(const LinearModule& mod, bool train, bool lora_ok) {
+LinearParams Step::make_linear(const LinearModule& mod, bool train, bool lora_ok, std::optional<DT> frozen_dt) {
+  const bool keep_dt = !train && frozen_dt.has_value();
   LinearParams p;
   p.mod = mod;
   const std::int64_t n = mod.weight_params();
@@ -226,9 +230,10 @@ LinearParams Step::make_linear(const LinearModule& mod, bool train, bool lora_ok
     bytes += sp_.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
     p.w = make_param(bytes, DT::kU8, false);
   } else {
-    p.w = make_param(n, sp_.weight_dt, train, Cat::kWeights, mod.out_features, mod.in_features, mod.count);
+    p.w = make_param(n, keep_dt ? *frozen_dt : sp_.weight_dt, train, Cat::kWeights, mod.out_features, mod.in_features,
+                     mod.count);
   }
-  if (mod.bias) p.b = make_param(mod.bias_params(), other_dt(), train);
+  if (mod.bias) p.b = make_param(mod.bias_params(), keep_dt ? *frozen_dt : other_dt(), train);
   if (lora_ok && sp_.lora.enabled && !making_ref_ && mod.nn_linear && contains(sp_.lora.targets, mod.name)) {
     const std::int64_t r = sp_.lora.r;
     p.A = make_param(r * mod.in_features * mod.count, sp_.adapter_dt, true, Cat::kAdapterWeights, r, mod.in_features,
@@ -304,14 +309,6 @@ void Step::make_vision_params() {
   const bool tower = sp_.full_finetune && sp_.train_vision_tower;
   // Frozen parameters may stay in the load dtype (LLaMA-Factory upcasts trainable ones only).
   const auto dt = [this](bool train, DT usual) { return !train && sp_.vision_frozen_dt ? *sp_.vision_frozen_dt : usual; };
-  const auto lin = [&](const LinearModule& mod, bool train, bool lora_ok) {
-    if (train || !sp_.vision_frozen_dt || sp_.load_in_4bit || sp_.load_in_8bit) return make_linear(mod, train, lora_ok);
-    LinearParams p;  // a frozen Linear in the load dtype (with LoRA only when the tower is trained)
-    p.mod = mod;
-    p.w = make_param(mod.weight_params(), *sp_.vision_frozen_dt, false, Cat::kWeights, mod.out_features, mod.in_features);
-    if (mod.bias) p.b = make_param(mod.bias_params(), *sp_.vision_frozen_dt, false);
-    return p;
-  };
   vw.patch_w = make_param(v.patch_values() * h, dt(tower, other_dt()), tower, Cat::kWeights, h, v.patch_values());
   if (siglip) {
     vw.patch_b = make_param(h, dt(tower, other_dt()), tower);
@@ -320,7 +317,8 @@ void Step::make_vision_params() {
   }
   for (int l = 0; l < v.depth; ++l) {
     LayerParams lp;
-    for (const auto& mod : vision_block_linears(v)) lp.lin.emplace(mod.name, lin(mod, tower, sp_.train_vision_tower));
+    for (const auto& mod : vision_block_linears(v))
+      lp.lin.emplace(mod.name, make_linear(mod, tower, sp_.train_vision_tower, sp_.vision_frozen_dt));
     for (int i = 0; i < 2; ++i) {
       lp.norms.push_back(make_param(h, dt(tower, other_dt()), tower));
       lp.norms.push_back(ln ? make_param(h, dt(tower, other_dt()), tower) : -1);
@@ -337,7 +335,7 @@ void Step::make_vision_params() {
     vw.merge_norm_w = make_param(h, dt(train, other_dt()), train);
     vw.merge_norm_b = ln && !siglip ? make_param(h, dt(train, other_dt()), train) : -1;
     for (const auto& mod : vision_projector_linears(v, m_.hidden_size))
-      vw.proj.insert_or_assign(mod.name, lin(mod, train, false));
+      vw.proj.insert_or_assign(mod.name, make_linear(mod, train, false, sp_.vision_frozen_dt));
   }
 }
 
@@ -359,8 +357,8 @@ int Step::rms_normalize(int x, const Poly& numel, const Poly& rows) {
   return n;
 }
 
-int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows) {
-  if (sp_.liger_kernels) return liger_rms_norm(g_, ops_, x, w, numel, rows);
+int Step::llama_rmsnorm(int x, int w, Poly numel, Poly rows, bool liger) {
+  if (liger && sp_.liger_kernels) return liger_rms_norm(g_, ops_, x, w, numel, rows);
   // LlamaRMSNorm: rms_normalize, to(input dtype), weight * x
   const DT in_dt = g_.at(x).dt;
   const int n = rms_normalize(x, numel, rows);
@@ -996,14 +994,7 @@ int Step::layer_forward(int h, const Body& body, const std::vector<int>& holds, 
 
 int Step::vision_norm(int x, int w, int bias, const Poly& numel, const Poly& rows) {
   if (m_.vision.kind != VisionKind::kQwen25Vl) return layer_norm(x, w, bias, numel, rows);
-  // Qwen2RMSNorm, as LlamaRMSNorm (Liger patches only the language model's norms).
-  const DT in_dt = g_.at(x).dt;
-  const int n = rms_normalize(x, numel, rows);
-  const int nd = ops_.to(n, in_dt);
-  g_.drop(n);
-  const int out = ops_.mul(w, nd, numel);
-  g_.drop(nd);
-  return out;
+  return llama_rmsnorm(x, w, numel, rows, /*liger=*/false);  // Qwen2RMSNorm, as LlamaRMSNorm
 }
 
 int Step::vision_attention(int x, LayerParams& lp, int block) {
