@@ -454,6 +454,25 @@ constexpr Cat kShardedCats[] = {Cat::kWeights,         Cat::kAdapterWeights, Cat
                                 Cat::kGradients,       Cat::kOptimizerStates, Cat::kOptimizerTemps,
                                 Cat::kMasterWeights,   Cat::kBuckets,         Cat::kGathered};
 
+// Whether two candidates' sharded categories come from the same inputs (so apply_sharding gives
+// the same result): most events change only activations, not what sharding acts on.
+bool same_sharded_inputs(const Candidate& a, const Candidate& b) {
+  const auto same = [](const Poly& x, const Poly& y) { return x == y; };
+  if (a.m != b.m || a.extra != b.extra || !same(a.ring, b.ring) || (a.c == nullptr) != (b.c == nullptr) ||
+      (a.d == nullptr) != (b.d == nullptr))
+    return false;
+  for (Cat c : kShardedCats) {
+    const auto i = static_cast<std::size_t>(c);
+    if (a.c == nullptr) {
+      if (!same((*a.cats)[i], (*b.cats)[i])) return false;
+      continue;
+    }
+    if (!same((*a.c)[i], (*b.c)[i])) return false;
+    if (a.d != nullptr && !same((*a.d)[i], (*b.d)[i])) return false;
+  }
+  return true;
+}
+
 void materialize(Candidate& k, const CatVec& base) {
   if (k.c == nullptr && !k.sharding && !k.grads && k.ring.is_zero()) return;
   CatVec v = unsharded(k, base);
@@ -515,27 +534,29 @@ bool fsdp_no_backward_prefetch(const TrainingConfig& c) {
   return fsdp(c) && c.parallel.fsdp_version == 1 && c.gradient_checkpointing && c.reentrant_checkpointing();
 }
 
-// Drops candidates another candidate of the same phase dominates coefficient-wise: they can
-// never be a phase's maximum for any (b, s).
-std::vector<Candidate> prune(std::vector<Candidate> in) {
+// The candidates no other candidate of the same phase dominates coefficient-wise (the rest can
+// never be a phase's maximum for any (b, s)), by their totals or by `totals` where given; in
+// order of decreasing coefficient sum.
+std::vector<std::size_t> undominated(const std::vector<Candidate>& in, const std::vector<Poly>* totals) {
+  const auto total_of = [&](std::size_t i) -> const Poly& { return totals != nullptr ? (*totals)[i] : in[i].total; };
   // Largest coefficient sum first: a dominating candidate then comes before what it dominates.
   std::vector<std::pair<std::int64_t, std::size_t>> order(in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
     std::int64_t sum = 0;
-    for (auto v : in[i].total.c) sum += v;
+    for (auto v : total_of(i).c) sum += v;
     order[i] = {sum, i};
   }
   std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<Candidate> kept;
+  std::vector<std::size_t> kept;
   for (const auto& [sum, i] : order) {
-    Candidate& c = in[i];
+    const Phase ph = phase_of(in[i].segment);
     bool dominated = false;
-    for (const auto& k : kept)
-      if (phase_of(k.segment) == phase_of(c.segment) && k.total.dominates(c.total)) {
+    for (std::size_t k : kept)
+      if (phase_of(in[k].segment) == ph && total_of(k).dominates(total_of(i))) {
         dominated = true;
         break;
       }
-    if (!dominated) kept.push_back(std::move(c));
+    if (!dominated) kept.push_back(i);
   }
   return kept;
 }
@@ -870,12 +891,20 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         if (multi) {
           // Multi-GPU rules act per category: the totals are computed from each candidate's
           // categories; materialize() builds the categories again for the few that are kept.
+          Poly delta;  // the previous candidate's total change by sharding
           for (std::size_t i = 0; i < cands.size(); ++i) {
             Candidate& cand = cands[i];
             cand.sharding = Candidate::Sharding{
                 &st.shard, cand.segment == kSegOptimizer,
                 gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
                                 fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)};
+            if (i > 0 && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
+                cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers &&
+                same_sharded_inputs(cands[i - 1], cand)) {
+              cand.total += delta;
+              grads_now[i] = grads_now[i - 1];
+              continue;
+            }
             // apply_sharding maps each category on its own: only the ones it changes matter.
             CatVec part{};
             for (Cat c : kShardedCats) {
@@ -883,7 +912,8 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
               part[idx] = unsharded_at(cand, idx, base);
             }
             const CatVec v = apply_sharding(st.shard, part, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
-            cand.total += total(v) - total(part);
+            delta = total(v) - total(part);
+            cand.total += delta;
             grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
           }
         } else if (st.trainable > 0) {
@@ -897,26 +927,29 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         // through accelerate/Trainer the earlier micro-batches run in no_sync(), where gradients
         // accumulate unsharded); the step is the same. Totals first: categories only for the
         // candidates that survive pruning.
-        std::vector<Candidate> later;
+        std::vector<Poly> later_totals;
+        Poly all;
         if (st.trainable > 0) {
-          const Poly all = multi ? sharded_gradients(st.shard, grads, !pipelined && fsdp(config)) : grads;
-          later.reserve(cands.size());
+          all = multi ? sharded_gradients(st.shard, grads, !pipelined && fsdp(config)) : grads;
+          later_totals.reserve(cands.size());
           for (std::size_t i = 0; i < cands.size(); ++i) {
-            Candidate k = cands[i];
-            if (k.segment != kSegOptimizer && k.segment != kSegGeneration) {
-              k.total += all - grads_now[i];
-              k.grads = all;
-            }
-            later.push_back(std::move(k));
+            const bool grads_change = cands[i].segment != kSegOptimizer && cands[i].segment != kSegGeneration;
+            later_totals.push_back(grads_change ? cands[i].total + (all - grads_now[i]) : cands[i].total);
           }
         }
         for (int acc = 0; acc < 2; ++acc) {
           // Nothing trainable: every micro-batch is the first.
-          std::vector<Candidate> list = st.trainable == 0 || (acc == 0 && !main_grads32) ? cands
-                                        : acc == 0                                         ? later
-                                                                                           : std::move(later);
-          auto kept = prune(std::move(list));
-          for (auto& cand : kept) materialize(cand, base);
+          const bool later = st.trainable > 0 && (acc == 1 || main_grads32);
+          std::vector<Candidate> kept;
+          for (std::size_t i : undominated(cands, later ? &later_totals : nullptr)) {
+            Candidate k = cands[i];
+            if (later && k.segment != kSegOptimizer && k.segment != kSegGeneration) {
+              k.total = later_totals[i];
+              k.grads = all;
+            }
+            materialize(k, base);
+            kept.push_back(std::move(k));
+          }
           auto& slot = st.candidates[static_cast<std::size_t>(acc)];
           slot[ci] = std::move(kept);
           if (!batch_one_differs) slot[0] = slot[1];

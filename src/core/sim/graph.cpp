@@ -105,6 +105,7 @@ void Graph::drop(int t) {
     drop(x.base);
     return;
   }
+  flush();
   const Poly b = x.bytes();
   live_[static_cast<int>(x.cat)] -= b;
   live_total_ -= b;
@@ -114,6 +115,7 @@ void Graph::drop(int t) {
 void Graph::retag(int t, Cat cat) {
   Tensor& x = at(t);
   if (x.alive) {
+    flush();
     const Poly b = x.bytes();
     live_[static_cast<int>(x.cat)] -= b;
     live_[static_cast<int>(cat)] += b;
@@ -122,26 +124,30 @@ void Graph::retag(int t, Cat cat) {
   x.cat = cat;
 }
 
-void Graph::record() {
+void Graph::flush() {
   // An allocation with no free since the previous event of the same segment only raises every
   // category, so it replaces that event. Whether something was freed depends only on the
   // program, not on sizes, so the timelines of the two reduced models still align event by event
   // (the engine prunes dominated events only after extrapolating).
-  if (!recording_) return;
+  if (!pending_) return;
+  pending_ = false;
   if (!freed_since_event_ && !events_.empty() && events_.back().segment == segment_ &&
       events_.back().instance == instance_) {
     events_.back().total = live_total_;
     events_.back().cats = live_;
     return;
   }
-  events_.push_back(Event{segment_, instance_, live_total_, live_});
+  Event& e = events_.emplace_back();
+  e.segment = segment_;
+  e.instance = instance_;
+  e.total = live_total_;
+  e.cats = live_;
   freed_since_event_ = false;
 }
 
 // ---- autograd
 
-bool Graph::node(const std::vector<int>& inputs, const std::vector<int>& outputs, const std::vector<int>& saved,
-                 BackwardFn fn) {
+bool Graph::node(const Ids& inputs, const Ids& outputs, const Ids& saved, BackwardFn fn) {
   if (capture_ != nullptr) {
     // Recomputation under checkpoint's inner pack hook: keep what this op saves, make no node.
     bool any = false;
@@ -281,13 +287,14 @@ void Graph::run_node(int idx) {
     bool has_grad = false;
     for (int o : n.outputs) has_grad = has_grad || buffer_[static_cast<std::size_t>(o)] >= 0;
     if (has_grad) {
+      flush();
       segment_ = backward_segment_ ? backward_segment_(node_segment_[static_cast<std::size_t>(idx)])
                                    : node_segment_[static_cast<std::size_t>(idx)];
       instance_ = node_instance_[static_cast<std::size_t>(idx)];
       recompute_region(n.group);
     }
   }
-  std::vector<int> grads;
+  Ids grads;
   bool any = false;
   for (int o : n.outputs) {
     int& b = buffer_[static_cast<std::size_t>(o)];
@@ -297,12 +304,14 @@ void Graph::run_node(int idx) {
   }
   if (!any) return;
   const int seg = node_segment_[static_cast<std::size_t>(idx)];
+  flush();
   segment_ = backward_segment_ ? backward_segment_(seg) : seg;
   instance_ = node_instance_[static_cast<std::size_t>(idx)];
   std::vector<std::pair<int, int>> pending;
   {
-    BackwardFn fn = n.fn;  // the rule may append nodes (checkpoint recomputation)
-    std::vector<int> outs = nodes_[static_cast<std::size_t>(idx)].outputs;
+    // Moved out (a node runs once): the rule may append nodes (checkpoint recomputation).
+    const BackwardFn fn = std::move(nodes_[static_cast<std::size_t>(idx)].fn);
+    const Ids outs = nodes_[static_cast<std::size_t>(idx)].outputs;
     Bwd ctx(*this, outs, grads);
     fn(ctx);
     pending = std::move(ctx.pending);

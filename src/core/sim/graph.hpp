@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -72,10 +73,47 @@ struct Tensor {
 
 class Graph;
 
+// A short list of tensor ids (a node's inputs, outputs, saved tensors): up to kInline stored in
+// place, so recording an op allocates nothing for them; longer lists (a concat of many) spill.
+class Ids {
+ public:
+  static constexpr int kInline = 6;
+  Ids() = default;
+  Ids(std::initializer_list<int> l) {
+    for (int v : l) push_back(v);
+  }
+  Ids(const std::vector<int>& v) {  // NOLINT: implicit, like the braced lists
+    for (int x : v) push_back(x);
+  }
+  void push_back(int v) {
+    if (n_ < kInline) {
+      a_[static_cast<std::size_t>(n_++)] = v;
+      return;
+    }
+    if (n_ == kInline) heap_.assign(a_.begin(), a_.end());
+    heap_.push_back(v);
+    ++n_;
+  }
+  const int* begin() const { return n_ <= kInline ? a_.data() : heap_.data(); }
+  const int* end() const { return begin() + n_; }
+  int operator[](std::size_t i) const { return begin()[i]; }
+  std::size_t size() const { return static_cast<std::size_t>(n_); }
+  bool empty() const { return n_ == 0; }
+  void clear() {
+    n_ = 0;
+    heap_.clear();
+  }
+
+ private:
+  std::array<int, kInline> a_{};
+  int n_ = 0;
+  std::vector<int> heap_;
+};
+
 // What a node's backward rule can do while it runs.
 class Bwd {
  public:
-  Bwd(Graph& g, const std::vector<int>& outs, const std::vector<int>& grads) : g_(g), outs_(outs), grads_(grads) {}
+  Bwd(Graph& g, const Ids& outs, const Ids& grads) : g_(g), outs_(outs), grads_(grads) {}
   // Gradients given by the rule, delivered by the engine once the node has released its saved
   // tensors and incoming gradients (as PyTorch's evaluate_function does).
   std::vector<std::pair<int, int>> pending;
@@ -95,16 +133,16 @@ class Bwd {
 
  private:
   Graph& g_;
-  const std::vector<int>& outs_;
-  const std::vector<int>& grads_;
+  const Ids& outs_;
+  const Ids& grads_;
 };
 
 using BackwardFn = std::function<void(Bwd&)>;
 
 struct Node {
-  std::vector<int> inputs;   // inputs that require grad when the node was created
-  std::vector<int> outputs;
-  std::vector<int> saved;    // tensors held until the node has run
+  Ids inputs;   // inputs that require grad when the node was created
+  Ids outputs;
+  Ids saved;    // tensors held until the node has run
   BackwardFn fn;
   bool released = false;
   int group = -1;            // non-reentrant checkpoint region whose saved tensors are recomputed
@@ -147,8 +185,7 @@ class Graph {
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
   // Records a node if any of `inputs` requires grad (and grad mode is on); marks the outputs as
   // requiring grad; holds `saved`. Returns false (and saves nothing) otherwise.
-  bool node(const std::vector<int>& inputs, const std::vector<int>& outputs, const std::vector<int>& saved,
-            BackwardFn fn);
+  bool node(const Ids& inputs, const Ids& outputs, const Ids& saved, BackwardFn fn);
   // Runs backward from `root` (whose gradient is a 4-byte scalar) over the nodes created since
   // `first_node`; used for the whole step and for checkpoint recomputation.
   void backward(int root, int first_node = 0);
@@ -177,16 +214,29 @@ class Graph {
   int take_grad(int t);
 
   // ---- recording
-  void set_segment(int s) { segment_ = s; }
+  void set_segment(int s) {
+    flush();
+    segment_ = s;
+  }
   int segment() const { return segment_; }
-  void set_instance(int i) { instance_ = i; }
+  void set_instance(int i) {
+    flush();
+    instance_ = i;
+  }
   // Set-up allocations (parameters) are not timeline events.
-  void set_recording(bool on) { recording_ = on; }
+  void set_recording(bool on) {
+    flush();
+    recording_ = on;
+  }
   // Maps the segment a node was created in to the segment its backward is recorded in.
   void set_backward_segment_map(std::function<int(int)> f) { backward_segment_ = std::move(f); }
-  const std::vector<Event>& events() const { return events_; }
+  const std::vector<Event>& events() {
+    flush();
+    return events_;
+  }
   // Hands the timeline over at the end of a program (no copy; nothing is recorded after).
   std::vector<Event> take_events() {
+    flush();
     recording_ = false;
     return std::move(events_);
   }
@@ -197,7 +247,10 @@ class Graph {
   friend class Bwd;
   void deliver(int input, int g);
   void accumulate_param(int p, int g);
-  void record();
+  // An allocation marks the live state for recording; the event is written when something is
+  // freed next (or the segment changes), so a run of allocations copies the categories once.
+  void record() { pending_ = recording_; }
+  void flush();
   void run_node(int n);
 
   std::vector<Tensor> tensors_;
@@ -212,6 +265,7 @@ class Graph {
   int instance_ = 0;
   bool recording_ = true;
   bool freed_since_event_ = true;
+  bool pending_ = false;  // allocations since the last event write
   std::function<int(int)> backward_segment_;
   bool grad_enabled_ = true;
   bool inplace_accumulation_ = false;

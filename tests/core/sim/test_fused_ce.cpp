@@ -10,7 +10,7 @@ using namespace memplan::sim;
 
 namespace {
 
-std::int64_t peak(const Graph& g, std::int64_t b, std::int64_t s) {
+std::int64_t peak(Graph& g, std::int64_t b, std::int64_t s) {
   std::int64_t p = 0;
   for (const auto& e : g.events()) p = std::max(p, e.total.eval(b, s));
   return p;
