@@ -14,9 +14,13 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -137,7 +141,68 @@ class Bwd {
   const Ids& grads_;
 };
 
-using BackwardFn = std::function<void(Bwd&)>;
+// A node's backward rule: a callable stored in place when its captures fit (nearly every op's
+// do: a few ids and sizes), so recording an op allocates nothing; move-only.
+class BackwardFn {
+ public:
+  BackwardFn() = default;
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, BackwardFn>>>
+  BackwardFn(F&& f) {  // NOLINT: implicit, like std::function
+    using T = std::decay_t<F>;
+    if constexpr (sizeof(T) <= kInline && alignof(T) <= alignof(std::max_align_t) &&
+                  std::is_nothrow_move_constructible_v<T>) {
+      new (buf_) T(std::forward<F>(f));
+      ops_ = &inline_ops<T>;
+    } else {
+      *reinterpret_cast<T**>(buf_) = new T(std::forward<F>(f));
+      ops_ = &heap_ops<T>;
+    }
+  }
+  BackwardFn(BackwardFn&& o) noexcept : ops_(o.ops_) {
+    if (ops_ != nullptr) ops_->move(buf_, o.buf_);
+    o.ops_ = nullptr;  // moved from: nothing left to destroy
+  }
+  BackwardFn& operator=(BackwardFn&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ops_ = o.ops_;
+      if (ops_ != nullptr) ops_->move(buf_, o.buf_);
+      o.ops_ = nullptr;
+    }
+    return *this;
+  }
+  BackwardFn(const BackwardFn&) = delete;
+  BackwardFn& operator=(const BackwardFn&) = delete;
+  ~BackwardFn() { reset(); }
+  explicit operator bool() const { return ops_ != nullptr; }
+  void operator()(Bwd& ctx) const { ops_->call(const_cast<unsigned char*>(buf_), ctx); }
+
+ private:
+  static constexpr std::size_t kInline = 96;
+  struct Ops {
+    void (*call)(void*, Bwd&);
+    void (*move)(void* to, void* from);  // moves the callable from `from` into `to`; `from` holds none after
+    void (*destroy)(void*);
+  };
+  template <class T>
+  static constexpr Ops inline_ops{
+      [](void* p, Bwd& c) { (*static_cast<T*>(p))(c); },
+      [](void* to, void* from) {
+        new (to) T(std::move(*static_cast<T*>(from)));
+        static_cast<T*>(from)->~T();
+      },
+      [](void* p) { static_cast<T*>(p)->~T(); }};
+  template <class T>
+  static constexpr Ops heap_ops{[](void* p, Bwd& c) { (**static_cast<T**>(p))(c); },
+                                [](void* to, void* from) { *static_cast<T**>(to) = *static_cast<T**>(from); },
+                                [](void* p) { delete *static_cast<T**>(p); }};
+  void reset() {
+    if (ops_ != nullptr) ops_->destroy(buf_);
+    ops_ = nullptr;
+  }
+  alignas(std::max_align_t) unsigned char buf_[kInline];
+  const Ops* ops_ = nullptr;
+};
 
 struct Node {
   Ids inputs;   // inputs that require grad when the node was created
