@@ -51,6 +51,7 @@ enum class VisionKind {
   kQwen2Vl,   // Qwen2-VL: LayerNorm, fc1/QuickGELU/fc2 MLP, LayerNorm patch merger
   kQwen25Vl,  // Qwen2.5-VL: RMSNorm, gated SiLU MLP with biases, windowed attention, RMSNorm merger
   kSiglip,    // Gemma 3: SigLIP ViT (LayerNorm, GELU-tanh MLP) + average pooling + RMSNorm projector
+  kMllama,    // Llama 3.2 Vision: tiled ViT (local + gated global layers) read by cross-attention layers
 };
 
 struct VisionSpec {
@@ -66,11 +67,21 @@ struct VisionSpec {
   std::int64_t tokens_per_image = 0;    // Gemma 3 mm_tokens_per_image (256)
   std::int64_t window_size = 0;         // Qwen2.5-VL: attention window in pixels (112)
   std::vector<int> fullatt_blocks;      // Qwen2.5-VL fullatt_block_indexes
+  // Llama 3.2 Vision (mllama): depth counts the local layers ("transformer"); global_depth the
+  // gated ones; every image is max_num_tiles tiles of image_size pixels; the outputs of the
+  // intermediate_layers are concatenated to the last one (vision_output_dim = hidden x (1 + n)).
+  int global_depth = 0;
+  int max_num_tiles = 0;
+  int max_aspect_ratio_id = 0;          // len(supported_aspect_ratios): 8
+  std::vector<int> intermediate_layers;
   std::string model_type;               // the multimodal config's model_type: qwen2_5_vl, qwen2_vl, gemma3
 
   bool enabled() const { return depth > 0; }
   // Rows of the patch-embedding input: channels x temporal x patch x patch values per patch.
   std::int64_t patch_values() const { return 3 * temporal_patch_size * patch_size * patch_size; }
+  // mllama: positions per tile (patches + the class token), and padded to a multiple of 8.
+  std::int64_t tile_positions() const { return (image_size / patch_size) * (image_size / patch_size) + 1; }
+  std::int64_t tile_positions_padded() const { return (tile_positions() + 7) / 8 * 8; }
 };
 
 struct ModelSpec {
@@ -130,8 +141,14 @@ struct ModelSpec {
   // transformers' DeepseekV3ForCausalLM does not load it, so it is not counted.
   int mtp_layers = 0;
   VisionSpec vision;                   // vision-language models: the vision tower and projector
+  // Llama 3.2 Vision: the decoder layers that are MllamaCrossAttentionDecoderLayer (their K/V
+  // read the projected image features), and the embedding rows beyond vocab_size (8: the
+  // <|image|> token and 7 reserved; lm_head has vocab_size rows).
+  std::vector<int> cross_attention_layers;
+  std::int64_t extra_embedding_rows = 0;
 
   bool is_encoder() const { return encoder; }
+  bool is_cross_attention_layer(int layer) const;
   bool is_mla() const { return kv_lora_rank > 0; }
 };
 
@@ -206,6 +223,8 @@ struct ImageGrid {
   std::int64_t tokens = 0;
 };
 ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t width);
+// mllama: the width of the tower's output, the last layer concatenated with the intermediate ones.
+std::int64_t mllama_output_dim(const VisionSpec& v);
 // The resolution memplan assumes when none is given (docs/formulas.md#image-tokens).
 std::int64_t default_image_side(const VisionSpec& v);
 std::string to_string(VisionKind k);

@@ -183,7 +183,8 @@ struct ImagePlan {
 ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
   ImagePlan p;
   if (!m.vision.enabled()) return p;
-  // Qwen-VL models are trained on images; Gemma 3 is mostly fine-tuned on text (its tower loaded, unused).
+  // Qwen-VL and Llama 3.2 Vision models are trained on images; Gemma 3 is mostly fine-tuned on
+  // text (its tower loaded, unused).
   p.images = c.vision.images >= 0 ? c.vision.images : m.vision.kind == VisionKind::kSiglip ? 0 : 1;
   const std::int64_t side = default_image_side(m.vision);
   p.grid = image_grid(m.vision, c.vision.image_height > 0 ? c.vision.image_height : side,
@@ -200,6 +201,24 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
                                   m.name.empty() ? m.model_type : m.name),
                       "use a Qwen2-VL, Qwen2.5-VL or Gemma 3 (4B and up) model, or --images 0");
   if (!m.vision.enabled()) return Ok{};
+  if (m.vision.kind == VisionKind::kMllama) {
+    // docs/formulas.md#llama-32-vision: what is and is not modelled.
+    if (c.vision.train_vision_tower)
+      return make_error(ErrorCode::kUnsupported,
+                        "training the Llama 3.2 Vision tower is not modelled (transformers 4.55-4.57 do not "
+                        "checkpoint its 40 layers: about 11 GB of activations per image)",
+                        "freeze the vision tower (LLaMA-Factory's default); the projector may be trained");
+    if (c.parallel.pipeline_parallel > 1 || c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1 ||
+        c.parallel.sequence_parallel)
+      return make_error(ErrorCode::kUnsupported,
+                        "Llama 3.2 Vision with tensor, pipeline, context or sequence parallelism is not modelled",
+                        "estimate a data-parallel (DDP, ZeRO, FSDP) layout");
+    if (c.attn_impl() == AttnImpl::kFlashAttention2)
+      return make_error(ErrorCode::kUnsupported,
+                        "Llama 3.2 Vision does not run with flash_attention_2: its vision and cross-attention layers "
+                        "take a 4D mask, and transformers 4.56-4.57 give its attention classes no is_causal",
+                        "use --attn-implementation sdpa (the transformers default on CUDA) or eager");
+  }
   const ImagePlan p = image_plan(m, c);
   if (p.images == 0) return Ok{};
   if (c.parallel.pipeline_parallel > 1 || c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1 ||
@@ -600,7 +619,9 @@ namespace {
 // that is (docs/formulas.md#mla-parameters).
 std::pair<std::vector<int>, std::vector<int>> simulated_layers(const ModelSpec& model, int first, int n) {
   std::vector<int> layers3, layers4;
-  if (n <= 3) {
+  // Llama 3.2 Vision interleaves cross-attention layers: no two-model extrapolation represents
+  // both kinds at their positions, so every layer is simulated (docs/formulas.md#llama-32-vision).
+  if (n <= 3 || !model.cross_attention_layers.empty()) {
     for (int l = first; l < first + n; ++l) layers3.push_back(l);
     return {layers3, layers4};
   }
@@ -805,7 +826,10 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         if (st.opt_params.empty() && st.trainable == 0) {
           // How many of the stage's layers a simulated parameter stands for: the middle
           // simulated layer repeats.
-          const auto reps_of = [L](const sim::ParamRec& p) { return p.sim_layer == 1 && L > 3 ? L - 2 : 1; };
+          const bool every_layer = static_cast<int>(layers3.size()) == L;
+          const auto reps_of = [L, every_layer](const sim::ParamRec& p) {
+            return p.sim_layer == 1 && L > 3 && !every_layer ? L - 2 : 1;
+          };
           for (const auto& p : r3.params) {
             if (!p.trainable) continue;
             const int reps = reps_of(p);
@@ -987,7 +1011,21 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     if (!model.vision.enabled() && (config.vision.image_height > 0 || config.vision.train_vision_tower ||
                                     config.vision.train_projector))
       impl->warnings.push_back("the image size and vision-tower settings are ignored: the model has no vision tower");
-    if (model.vision.enabled()) {
+    if (model.vision.kind == VisionKind::kMllama && images.images > 0) {
+      const VisionSpec& v = model.vision;
+      impl->assumptions.push_back(fmt::format(
+          "Llama 3.2 Vision: {} image(s) per sequence, each {} tiles of {}x{} pixels ({:L} positions through the frozen "
+          "tower, {:L} image tokens read by each of the {} cross-attention layers; every layer simulated); projector {} "
+          "(--images, --train-projector)",
+          images.images, v.max_num_tiles, v.image_size, v.image_size, images.grid.patches,
+          v.max_num_tiles * v.tile_positions(), model.cross_attention_layers.size(),
+          config.vision.train_projector ? "trained" : "frozen"));
+      if (config.vision.train_projector && config.gradient_checkpointing && config.reentrant_checkpointing())
+        impl->warnings.push_back(
+            "a trained projector with reentrant gradient checkpointing fails in PyTorch (\"Trying to backward through the "
+            "graph a second time\"): every cross-attention layer's recomputation backpropagates into the shared "
+            "projector output; use gradient_checkpointing_kwargs {\"use_reentrant\": false}");
+    } else if (model.vision.enabled()) {
       const VisionSpec& v = model.vision;
       impl->assumptions.push_back(
           images.images == 0

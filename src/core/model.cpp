@@ -137,6 +137,10 @@ Status validate(const ModelSpec& m) {
   return validate_vision(m.vision);
 }
 
+bool ModelSpec::is_cross_attention_layer(int layer) const {
+  return std::find(cross_attention_layers.begin(), cross_attention_layers.end(), layer) != cross_attention_layers.end();
+}
+
 std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   if (m.is_encoder()) return encoder_layer_linears(m);
   std::vector<LinearModule> out;
@@ -203,7 +207,7 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   if (m.is_encoder()) return count_encoder_parameters(m);
   ParameterCounts c;
   const std::int64_t h = m.hidden_size;
-  c.embedding = m.vocab_size * h;
+  c.embedding = (m.vocab_size + m.extra_embedding_rows) * h;
   c.position_embedding = m.learned_positions ? m.max_position_embeddings * h : 0;
   std::int64_t active = c.embedding + c.position_embedding;
   for (int l = 0; l < m.num_layers; ++l) {
@@ -219,6 +223,13 @@ ParameterCounts count_parameters(const ModelSpec& m) {
     }
     c.attention += qk_norm_params(m);
     active += qk_norm_params(m);
+    if (m.is_cross_attention_layer(l)) {
+      // MllamaCrossAttentionDecoderLayer: q_norm and k_norm (RMSNorm over head_dim) and the two
+      // scalar tanh gates, cross_attn_attn_gate and cross_attn_mlp_gate.
+      c.attention += 2 * m.head_dim + 1;
+      c.mlp += 1;
+      active += 2 * m.head_dim + 2;
+    }
     c.norms += m.norms_per_layer * norm_params(m, h);
     active += m.norms_per_layer * norm_params(m, h);
   }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "memplan/bytes.hpp"
 #include "memplan/model.hpp"
 
 namespace memplan {
@@ -13,6 +14,9 @@ namespace memplan {
 namespace {
 
 bool layer_norms(const VisionSpec& v) { return v.kind != VisionKind::kQwen25Vl; }  // LayerNorm: weight + bias
+
+// mllama: rows of the aspect-ratio embedding tables (id 0 is padding).
+std::int64_t aspect_rows(const VisionSpec& v) { return static_cast<std::int64_t>(v.max_aspect_ratio_id) + 1; }
 
 std::int64_t norm_numel(const VisionSpec& v) { return layer_norms(v) ? 2 * v.hidden_size : v.hidden_size; }
 
@@ -28,6 +32,7 @@ std::string to_string(VisionKind k) {
     case VisionKind::kQwen2Vl: return "qwen2_vl";
     case VisionKind::kQwen25Vl: return "qwen2_5_vl";
     case VisionKind::kSiglip: return "siglip";
+    case VisionKind::kMllama: return "mllama";
   }
   return "?";
 }
@@ -49,6 +54,20 @@ Status validate_vision(const VisionSpec& v) {
     return vision_error("spatial_merge_size", v.spatial_merge_size,
                         fmt::format("makes the merged width hidden_size x merge^2 larger than 2^20 (hidden_size {})",
                                     v.hidden_size));
+  if (v.kind == VisionKind::kMllama) {
+    if (v.image_size <= 0 || v.image_size > (1 << 14) || v.image_size % v.patch_size != 0)
+      return vision_error("image_size", v.image_size, fmt::format("must be a positive multiple of patch_size ({})", v.patch_size));
+    if (v.max_num_tiles <= 0 || v.max_num_tiles > 64) return vision_error("max_num_tiles", v.max_num_tiles, "must be between 1 and 64");
+    if (v.max_aspect_ratio_id <= 0 || v.max_aspect_ratio_id > 4096)
+      return vision_error("supported_aspect_ratios", v.max_aspect_ratio_id, "(entries) must be between 1 and 4096");
+    if (v.global_depth < 0 || v.global_depth > 1024) return vision_error("num_global_layers", v.global_depth, "must be between 0 and 1024");
+    if (v.intermediate_layers.size() > 64)
+      return vision_error("intermediate_layers_indices", static_cast<std::int64_t>(v.intermediate_layers.size()),
+                          "(entries) must be at most 64");
+    for (const int i : v.intermediate_layers)
+      if (i < 0 || i >= v.depth)
+        return vision_error("intermediate_layers_indices", i, fmt::format("must name a local layer (0..{})", v.depth - 1));
+  }
   if (v.kind == VisionKind::kSiglip) {
     if (v.image_size <= 0 || v.image_size > (1 << 14) || v.image_size % v.patch_size != 0)
       return vision_error("image_size", v.image_size, fmt::format("must be a positive multiple of patch_size ({})", v.patch_size));
@@ -69,6 +88,12 @@ std::vector<LinearModule> vision_block_linears(const VisionSpec& v) {
   if (v.kind == VisionKind::kSiglip) {  // SiglipAttention, SiglipMLP
     for (const char* n : {"q_proj", "k_proj", "v_proj"}) out.push_back({n, h, h, true, 1, LinearRole::kAttention});
     out.push_back({"out_proj", h, h, true, 1, LinearRole::kAttention});
+    out.push_back({"fc1", h, f, true, 1, LinearRole::kMlp});
+    out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
+    return out;
+  }
+  if (v.kind == VisionKind::kMllama) {  // MllamaVisionAttention (no biases), MllamaVisionMLP
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, false, 1, LinearRole::kAttention});
     out.push_back({"fc1", h, f, true, 1, LinearRole::kMlp});
     out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
     return out;
@@ -94,6 +119,8 @@ std::vector<LinearModule> vision_projector_linears(const VisionSpec& v, std::int
     w.nn_linear = false;
     return {w};
   }
+  if (v.kind == VisionKind::kMllama)  // MllamaModel.multi_modal_projector: Linear(vision_output_dim, text hidden)
+    return {{"multi_modal_projector", mllama_output_dim(v), text_hidden, true, 1, LinearRole::kMlp}};
   // Qwen2VLPatchMerger / Qwen2_5_VLPatchMerger: mlp = Linear(4h, 4h), GELU, Linear(4h, text hidden).
   const std::int64_t m = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
   return {{"mlp.0", m, m, true, 1, LinearRole::kMlp}, {"mlp.2", m, text_hidden, true, 1, LinearRole::kMlp}};
@@ -106,13 +133,24 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
   std::int64_t block = 2 * norm_numel(v);
   for (const auto& l : vision_block_linears(v)) block += l.weight_params() + l.bias_params();
   c.tower = block * v.depth;
-  if (v.kind == VisionKind::kSiglip) {
+  if (v.kind == VisionKind::kMllama) {
+    // MllamaVisionModel: the global layers carry gate_attn and gate_ffn; patch_embedding is a
+    // Conv2d without bias; class_embedding; gated_positional_embedding (embedding, gate, and a
+    // tile_embedding of max_num_tiles x positions x h per aspect-ratio id); pre- and
+    // post-tile positional embeddings (max_num_tiles x h per id, and a gate); layernorm_pre/post.
+    const std::int64_t T = v.max_num_tiles, P = v.tile_positions(), A = aspect_rows(v);
+    c.tower += (block + 2) * v.global_depth;
+    c.tower += v.patch_values() * h + h;
+    c.tower += P * h + 1 + A * T * P * h;
+    c.tower += 2 * (A * T * h + 1);
+    c.tower += 4 * h;
+  } else if (v.kind == VisionKind::kSiglip) {
     const std::int64_t side = v.image_size / v.patch_size;
     c.tower += v.patch_values() * h + h;  // patch_embedding Conv2d with bias
     c.tower += side * side * h;           // position_embedding
     c.tower += 2 * h;                     // post_layernorm
     c.projector = h;                      // mm_soft_emb_norm (Gemma3RMSNorm)
-  } else {
+  } else if (v.kind != VisionKind::kMllama) {
     c.tower += v.patch_values() * h;      // patch_embed.proj Conv3d, no bias
     c.projector = norm_numel(v);          // merger.ln_q
   }
@@ -120,7 +158,12 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
   return c;
 }
 
+std::int64_t mllama_output_dim(const VisionSpec& v) {
+  return v.hidden_size * (1 + static_cast<std::int64_t>(v.intermediate_layers.size()));
+}
+
 std::int64_t default_image_side(const VisionSpec& v) {
+  if (v.kind == VisionKind::kMllama) return v.image_size;  // one tile; the tensor has max_num_tiles anyway
   // SigLIP resizes every image to its fixed size. For Qwen the processor keeps the resolution up
   // to max_pixels = 12,845,056; memplan assumes LLaMA-Factory's image_max_pixels default, 768 x 768.
   return v.kind == VisionKind::kSiglip ? v.image_size : 768;
@@ -129,6 +172,18 @@ std::int64_t default_image_side(const VisionSpec& v) {
 ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t width) {
   ImageGrid g;
   if (!v.enabled() || height <= 0 || width <= 0) return g;
+  if (v.kind == VisionKind::kMllama) {
+    // MllamaImageProcessor fits the image to a canvas of at most max_num_tiles tiles, but
+    // pack_images always gives every image max_num_tiles tiles (unused ones zero): the tower
+    // runs on tiles x positions padded to a multiple of 8, and one <|image|> token stands for the
+    // image in the text (its features reach the text through cross-attention).
+    g.height = height;
+    g.width = width;
+    g.rows = g.cols = v.image_size / v.patch_size;
+    g.patches = checked_mul(v.max_num_tiles, v.tile_positions_padded());
+    g.tokens = 1;
+    return g;
+  }
   if (v.kind == VisionKind::kSiglip) {
     // Gemma3ImageProcessor resizes to image_size x image_size (pan-and-scan off); the projector
     // average-pools the patch grid down to mm_tokens_per_image.

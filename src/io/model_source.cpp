@@ -257,7 +257,42 @@ Result<VisionSpec> parse_vision_config(const json& top, const std::string& type,
   const std::string where = origin + " vision_config";  // Fields keeps a reference to it
   const Fields f(*vc, where);
   v.model_type = type;
-  if (type == "gemma3") {
+  if (type == "mllama") {
+    // MllamaVisionConfig: attention_heads is how the config stores num_attention_heads.
+    v.kind = VisionKind::kMllama;
+    MEMPLAN_TRY(std::int64_t depth, f.integer({"num_hidden_layers"}, 32));
+    MEMPLAN_TRY(std::int64_t global, f.integer({"num_global_layers"}, 8));
+    MEMPLAN_TRY(v.hidden_size, f.integer({"hidden_size"}, 1280));
+    MEMPLAN_TRY(v.intermediate_size, f.integer({"intermediate_size"}, 5120));
+    MEMPLAN_TRY(std::int64_t heads, f.integer({"attention_heads", "num_attention_heads"}, 16));
+    MEMPLAN_TRY(v.image_size, f.integer({"image_size"}, 448));
+    MEMPLAN_TRY(v.patch_size, f.integer({"patch_size"}, 14));
+    MEMPLAN_TRY(std::int64_t tiles, f.integer({"max_num_tiles"}, 4));
+    MEMPLAN_TRY(std::int64_t chans, f.integer({"num_channels"}, 3));
+    if (chans != 3) return config_error(origin, fmt::format("vision_config \"num_channels\" = {} is not modelled (3)", chans));
+    if (f.has("intermediate_layers_indices")) {
+      MEMPLAN_TRY(v.intermediate_layers, f.int_list("intermediate_layers_indices"));
+    } else {
+      v.intermediate_layers = {3, 7, 15, 23, 30};
+    }
+    v.max_aspect_ratio_id = 8;  // the 8 arrangements of up to 4 tiles, the only ones the config allows
+    if (const json* ar = f.find("supported_aspect_ratios"); ar && ar->is_array())
+      v.max_aspect_ratio_id = static_cast<int>(std::min<std::size_t>(ar->size(), 1 << 20));
+    MEMPLAN_TRY(std::string act, f.string("hidden_act"));
+    if (!act.empty() && act != "gelu")
+      return config_error(origin, fmt::format("vision_config \"hidden_act\" '{}' is not modelled (mllama uses gelu)", act));
+    v.depth = narrow(depth);
+    v.global_depth = narrow(global);
+    v.num_heads = narrow(heads);
+    v.max_num_tiles = narrow(tiles);
+    MEMPLAN_TRY(std::int64_t out_dim, f.integer({"vision_output_dim"}, 0));
+    const std::int64_t concat = v.hidden_size * (1 + static_cast<std::int64_t>(v.intermediate_layers.size()));
+    if (out_dim != 0 && out_dim != concat)
+      return config_error(origin, fmt::format("vision_config \"vision_output_dim\" {} must be hidden_size x (1 + "
+                                              "len(intermediate_layers_indices)) = {}: MllamaVisionModel concatenates "
+                                              "those layers' outputs",
+                                              out_dim, concat));
+  } else if (type == "gemma3") {
     v.kind = VisionKind::kSiglip;
     MEMPLAN_TRY(std::int64_t depth, f.integer({"num_hidden_layers"}, 12));
     MEMPLAN_TRY(v.hidden_size, f.integer({"hidden_size"}, 768));
@@ -319,7 +354,19 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
     // language model is the text_config (Qwen: the top level, or a text_config in configs saved by
     // transformers >= 4.52), the vision tower the vision_config.
     const bool qwen_vl = type == "qwen2_vl" || type == "qwen2_5_vl";
-    if (type == "gemma3" || qwen_vl) {
+    if (type == "mllama") {
+      // Llama 3.2 Vision: the language model is the text_config (MllamaTextConfig), a Llama with
+      // cross-attention layers; the vision tower the vision_config.
+      MEMPLAN_TRY(vision, parse_vision_config(j, type, origin, vision_out));
+      const json* t = top.find("text_config");
+      if (!t || !t->is_object())
+        return config_error(origin, "model_type 'mllama' has no \"text_config\" object", kWrongFileHint);
+      json text = *t;
+      for (const char* inherited : {"tie_word_embeddings", "torch_dtype", "dtype"})
+        if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
+      text["model_type"] = "mllama";
+      j = std::move(text);
+    } else if (type == "gemma3" || qwen_vl) {
       MEMPLAN_TRY(vision, parse_vision_config(j, type, origin, vision_out));
       const json* t = top.find("text_config");
       if (type == "gemma3" && (!t || !t->is_object()))
@@ -469,6 +516,22 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   }
   if (mla_type)
     if (auto mla = parse_mla_fields(f, m, origin); !mla) return mla.error();
+  if (t == "mllama") {
+    // MllamaTextConfig: cross_attention_layers (default every fifth from 3), and embed_tokens of
+    // vocab_size + 8 rows (MllamaTextModel); lm_head has vocab_size.
+    if (f.has("cross_attention_layers")) {
+      MEMPLAN_TRY(m.cross_attention_layers, f.int_list("cross_attention_layers"));
+    } else {
+      m.cross_attention_layers = {3, 8, 13, 18, 23, 28, 33, 38};
+    }
+    for (const int l : m.cross_attention_layers)
+      if (l < 0 || l >= m.num_layers)
+        return config_error(origin, fmt::format("text_config \"cross_attention_layers\" names layer {}, outside "
+                                                "0..{}", l, m.num_layers - 1));
+    m.extra_embedding_rows = 8;
+    if (!vision.enabled())
+      return config_error(origin, "model_type 'mllama' has no \"vision_config\" object", kWrongFileHint);
+  }
   if (vision_out > 0 && vision_out != m.hidden_size)
     return config_error(origin, fmt::format("vision_config's output width {} differs from the language model's "
                                             "hidden_size {}", vision_out, m.hidden_size));
@@ -489,7 +552,7 @@ const std::vector<std::string>& supported_model_types() {
                                              "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
                                              "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2",
                                              "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
-                                             "qwen2_vl", "qwen2_5_vl"};
+                                             "qwen2_vl", "qwen2_5_vl", "mllama"};
   return t;
 }
 

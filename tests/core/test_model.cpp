@@ -230,3 +230,21 @@ TEST_CASE("validate: MoE and size limits") {
   CHECK(validate(l405).has_value());
   CHECK(count_parameters(l405).total == 405'853'388'800);
 }
+
+TEST_CASE("Llama 3.2 Vision's language model: Llama-3.1-8B plus 8 cross-attention layers and 8 embedding rows") {
+  // MllamaTextModel for 11B: 40 layers, cross-attention at 3, 8, ..., 38. A cross-attention layer
+  // has a self-attention layer's projections, MLP and norms, plus q_norm and k_norm over head_dim
+  // (2 x 128) and two scalar tanh gates: 218,112,000 + 258. embed_tokens has 128,256 + 8 rows.
+  auto m = llama31_8b();
+  m.model_type = "mllama";
+  m.num_layers = 40;
+  m.cross_attention_layers = {3, 8, 13, 18, 23, 28, 33, 38};
+  m.extra_embedding_rows = 8;
+  const auto c = count_parameters(m);
+  CHECK(c.embedding == 128264LL * 4096);
+  CHECK(c.total == 8'030'261'248 + 8 * (218'112'000 + 258) + 8LL * 4096);
+  CHECK(c.total == 9'249'855'504 + 525'336'576);  // MllamaTextModel + lm_head
+  CHECK(layer_linears(m, 3).size() == layer_linears(m, 2).size());  // same Linears, the norms and gates apart
+  CHECK(m.is_cross_attention_layer(38));
+  CHECK_FALSE(m.is_cross_attention_layer(39));
+}

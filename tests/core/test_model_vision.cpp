@@ -1,6 +1,10 @@
 // Vision towers and projectors (src/core/model_vision.cpp, docs/formulas.md#vision-language-models):
 // parameter counts derived by hand from the transformers modules, and the image grids of the
 // Qwen2-VL processor's smart_resize.
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 #include "memplan/model.hpp"
@@ -136,4 +140,68 @@ TEST_CASE("vision_config values that cannot build a model are refused by name") 
   v = qwen25_vision();
   v.spatial_merge_size = 64;  // 1280 x 4096 wide merger
   CHECK_FALSE(validate_vision(v).has_value());
+}
+
+namespace {
+
+VisionSpec mllama_vision() {  // meta-llama/Llama-3.2-11B-Vision's vision_config
+  VisionSpec v;
+  v.kind = VisionKind::kMllama;
+  v.depth = 32;
+  v.global_depth = 8;
+  v.hidden_size = 1280;
+  v.intermediate_size = 5120;
+  v.num_heads = 16;
+  v.patch_size = 14;
+  v.image_size = 560;
+  v.max_num_tiles = 4;
+  v.max_aspect_ratio_id = 8;
+  v.intermediate_layers = {3, 7, 15, 23, 30};
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("Llama 3.2 Vision's tiled tower and projector, counted module by module") {
+  // A layer: q/k/v/o 1280 x 1280 without bias 6,553,600; fc1 1280x5120 + 5120 6,558,720; fc2
+  // 5120x1280 + 1280 6,554,880; two LayerNorm 5,120 = 19,672,320; the 8 global layers also carry
+  // gate_attn and gate_ffn. patch_embedding Conv2d(3, 1280, 14, bias=False) 752,640;
+  // class_embedding 1,280; gated positional embedding 1601 x 1280 + gate + tile_embedding
+  // 9 x (4 x 1601 x 1280) = 2,049,281 + 73,774,080; pre/post-tile embeddings 9 x 5120 + gate,
+  // twice 92,162; layernorm_pre/post 5,120.
+  const VisionSpec v = mllama_vision();
+  CHECK(v.tile_positions() == 1601);
+  CHECK(v.tile_positions_padded() == 1608);
+  CHECK(mllama_output_dim(v) == 7680);
+  const auto c = count_vision_parameters(v, 4096);
+  CHECK(c.tower == 32 * 19'672'320 + 8 * 19'672'322 + 752'640 + 1'280 + 2'049'281 + 73'774'080 + 92'162 + 5'120);
+  CHECK(c.tower == 863'567'379);
+  CHECK(c.projector == 7680 * 4096 + 4096);  // multi_modal_projector, with bias: 31,461,376
+  CHECK(count_vision_parameters(v, 8192).projector == 62'922'752);
+  std::vector<std::string> names;
+  for (const auto& l : vision_block_linears(v)) names.push_back(l.name + (l.bias ? "+b" : ""));
+  CHECK(names == std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "fc1+b", "fc2+b"});
+}
+
+TEST_CASE("mllama images: always max_num_tiles tiles through the tower, one <|image|> token in the text") {
+  const VisionSpec v = mllama_vision();
+  CHECK(default_image_side(v) == 560);
+  for (const auto& [h, w] : std::vector<std::pair<std::int64_t, std::int64_t>>{{560, 560}, {853, 1280}, {300, 3000}}) {
+    const ImageGrid g = image_grid(v, h, w);
+    CHECK(g.patches == 4 * 1608);  // pack_images gives every image 4 tiles; each padded to 1608 positions
+    CHECK(g.tokens == 1);
+  }
+}
+
+TEST_CASE("mllama vision_config values that cannot build the tower are refused") {
+  VisionSpec v = mllama_vision();
+  v.intermediate_layers = {3, 32};
+  CHECK_FALSE(validate_vision(v).has_value());
+  v = mllama_vision();
+  v.image_size = 561;
+  CHECK_FALSE(validate_vision(v).has_value());
+  v = mllama_vision();
+  v.max_num_tiles = 0;
+  CHECK_FALSE(validate_vision(v).has_value());
+  CHECK(validate_vision(mllama_vision()).has_value());
 }

@@ -341,6 +341,53 @@ TEST_CASE("Qwen2.5-VL and Qwen2-VL configs: the top level is the language model,
   CHECK(bad.error().message == "vision_config's output width 3584 differs from the language model's hidden_size 2048");
 }
 
+TEST_CASE("Llama 3.2 Vision (mllama): text_config with cross-attention layers, vision_config the tiled tower") {
+  // The hub's config.json of meta-llama/Llama-3.2-11B-Vision-Instruct, the keys that shape the model.
+  const std::string cfg = R"({"architectures": ["MllamaForConditionalGeneration"], "model_type": "mllama",
+      "image_token_index": 128256, "torch_dtype": "bfloat16",
+      "text_config": {"model_type": "mllama_text_model", "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38],
+        "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+        "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "tie_word_embeddings": false,
+        "vocab_size": 128256},
+      "vision_config": {"attention_heads": 16, "hidden_act": "gelu", "hidden_size": 1280, "image_size": 560,
+        "intermediate_layers_indices": [3, 7, 15, 23, 30], "intermediate_size": 5120, "max_num_tiles": 4,
+        "num_channels": 3, "num_global_layers": 8, "num_hidden_layers": 32, "patch_size": 14,
+        "supported_aspect_ratios": [[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2], [3, 1], [4, 1]],
+        "vision_output_dim": 7680}})";
+  auto m = io::parse_hf_config(cfg, "c");
+  REQUIRE(m.has_value());
+  CHECK(m->model_type == "mllama");
+  CHECK(m->torch_dtype == "bfloat16");  // inherited from the top level
+  CHECK(m->cross_attention_layers == std::vector<int>{3, 8, 13, 18, 23, 28, 33, 38});
+  CHECK(m->extra_embedding_rows == 8);
+  CHECK(m->vision.kind == VisionKind::kMllama);
+  CHECK(m->vision.global_depth == 8);
+  CHECK(m->vision.max_aspect_ratio_id == 8);
+  const auto c = count_parameters(*m);
+  CHECK(c.vision == 863'567'379);
+  CHECK(c.projector == 31'461'376);
+  CHECK(c.total == 10'670'220'835);  // the hub's safetensors total
+
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = cfg;
+    t.replace(t.find(from), from.size(), to);
+    return io::parse_hf_config(t, "c");
+  };
+  auto bad_dim = with(R"("vision_output_dim": 7680)", R"("vision_output_dim": 6400)");
+  REQUIRE_FALSE(bad_dim.has_value());
+  CHECK(bad_dim.error().message.find("\"vision_output_dim\" 6400 must be hidden_size x (1 + "
+                                     "len(intermediate_layers_indices)) = 7680") != std::string::npos);
+  auto bad_layer = with("[3, 8, 13, 18, 23, 28, 33, 38]", "[3, 8, 40]");
+  REQUIRE_FALSE(bad_layer.has_value());
+  CHECK(bad_layer.error().message.find("\"cross_attention_layers\" names layer 40, outside 0..39") != std::string::npos);
+  auto bad_act = with(R"("hidden_act": "gelu")", R"("hidden_act": "quick_gelu")");
+  REQUIRE_FALSE(bad_act.has_value());
+  CHECK(bad_act.error().message.find("'quick_gelu' is not modelled (mllama uses gelu)") != std::string::npos);
+  auto no_text = io::parse_hf_config(R"({"model_type": "mllama", "vision_config": {}})", "c");
+  REQUIRE_FALSE(no_text.has_value());
+  CHECK(no_text.error().message.find("model_type 'mllama' has no \"text_config\" object") != std::string::npos);
+}
+
 TEST_CASE("GPT-2's own config names: n_embd, n_layer, n_head, n_inner null") {
   const std::string cfg = R"({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": null,
       "n_positions": 1024, "n_ctx": 1024, "vocab_size": 50257, "activation_function": "gelu_new"})";
@@ -506,7 +553,7 @@ TEST_CASE("unsupported model types: near misses suggested, known ones explained"
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "t5"})", "c.json")) ==
         "c.json: model_type 't5' is not supported; supported model types: llama, mistral, mixtral, qwen2, "
         "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3, gemma3_text, phi3, gpt2, deepseek, olmo2, granite, "
-        "smollm3, deepseek_v2, deepseek_v3, kimi_k2, qwen2_vl, qwen2_5_vl");
+        "smollm3, deepseek_v2, deepseek_v3, kimi_k2, qwen2_vl, qwen2_5_vl, mllama");
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "gemma3"})", "c.json")) ==
         "c.json: model_type 'gemma3' has no \"text_config\" object; is this the model's config.json? "
         "generation_config.json and tokenizer_config.json do not describe the architecture");

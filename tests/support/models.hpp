@@ -67,4 +67,37 @@ inline ModelSpec tiny_qwen25_vl() {
   return m;
 }
 
+// A small Llama 3.2 Vision (mllama): 5 decoder layers, 1 and 3 cross-attention; a 4 + 2 layer
+// tower of 64 wide on 56-pixel tiles (4 x 4 patches + the class token = 17 positions, padded to
+// 24), intermediate layers 1 and 3 (output 192 wide). tools/measure/mllama_cases.json's model.
+inline ModelSpec tiny_mllama() {
+  ModelSpec m;
+  m.name = "tiny-mllama";
+  m.model_type = "mllama";
+  m.vocab_size = 1000;
+  m.hidden_size = 128;
+  m.intermediate_size = 256;
+  m.num_layers = 5;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 32;
+  m.torch_dtype = "bfloat16";
+  m.cross_attention_layers = {1, 3};
+  m.extra_embedding_rows = 8;
+  VisionSpec& v = m.vision;
+  v.kind = VisionKind::kMllama;
+  v.model_type = "mllama";
+  v.depth = 4;
+  v.global_depth = 2;
+  v.hidden_size = 64;
+  v.intermediate_size = 128;
+  v.num_heads = 4;
+  v.patch_size = 14;
+  v.image_size = 56;
+  v.max_num_tiles = 4;
+  v.max_aspect_ratio_id = 8;
+  v.intermediate_layers = {1, 3};
+  return m;
+}
+
 }  // namespace memplan::testing

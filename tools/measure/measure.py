@@ -23,6 +23,7 @@ import torch
 
 import hf_bert
 import hf_llama
+import hf_mllama
 import hf_qwen_vl
 import memtrace
 import optimizers
@@ -94,9 +95,40 @@ def build_vlm(case):
     return model, opt, inputs, None
 
 
+def build_mllama(case):
+    """Llama 3.2 Vision cases: training.images (tiles of vision_config.image_size each),
+    train_projector; the tower stays frozen (LLaMA-Factory's freeze_vision_tower)."""
+    torch.manual_seed(0)
+    t = case["training"]
+    model = hf_mllama.MllamaForConditionalGeneration(case["model"]).to(DTYPES[t.get("torch_dtype", "float32")])
+    lora = t.get("lora")
+    for p in model.model.vision_model.parameters():
+        p.requires_grad_(False)
+    for p in model.model.multi_modal_projector.parameters():
+        p.requires_grad_(t.get("train_projector", False) and not lora)
+    if lora:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        peft_lora.apply_lora(torch.nn.ModuleList(model.language_model_modules()), lora.get("r", 16),
+                             lora.get("alpha", 32), lora.get("dropout", 0.05), lora.get("target_modules"))
+        if t.get("train_projector"):
+            model.model.multi_modal_projector = peft_lora.ModulesToSaveWrapper(model.model.multi_modal_projector)
+    if t.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable(use_reentrant=t.get("checkpoint_reentrant", True))
+        if lora:
+            model.enable_input_require_grads()
+    model.train()
+    opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"),
+                                    [p for p in model.parameters() if p.requires_grad], t.get("optim_args"))
+    inputs = hf_mllama.make_inputs(case["model"], t, torch.Generator().manual_seed(1))
+    return model, opt, inputs, None
+
+
 def build(case):
     if case["model"].get("model_type") in ENCODERS:
         return build_encoder(case)
+    if case["model"].get("model_type") == "mllama":
+        return build_mllama(case)
     if case["model"].get("model_type") == "qwen2_5_vl":
         return build_vlm(case)
     torch.manual_seed(0)

@@ -310,11 +310,11 @@ int Ops::repeat_kv(int x, int n_rep, bool single_kv_head) {
   return y;
 }
 
-int Ops::fused_attention(int q, int k, int v, Poly out_numel, Poly rows) {
+int Ops::fused_attention(int q, int k, int v, Poly out_numel, Poly rows, int bias) {
   const int o = g_.make(out_numel, g_.at(q).dt, cat);
   const int lse = g_.make(rows, DT::kF32, cat);
   const Poly qn = g_.at(q).numel;
-  g_.node({q, k, v}, {o}, {q, k, v, o, lse}, [q, k, v, rows, qn](Bwd& c) {
+  g_.node({q, k, v}, {o}, {q, k, v, o, lse, bias}, [q, k, v, rows, qn](Bwd& c) {
     const int acc = c.temp(qn, DT::kF32);
     const int d = c.temp(rows, DT::kF32);
     const int gq = c.needs(q) ? c.like(q) : -1;

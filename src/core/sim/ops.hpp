@@ -69,7 +69,8 @@ class Ops {
   // for autocast: the output (out_numel, q's dtype); the kernel saves q, k, v, the output and an
   // fp32 logsumexp per row and head (`rows`); backward allocates dq, dk, dv, an fp32 dq
   // accumulator and per-row softmax sums (measured on an H100: tests/data/measurements/cuda_h100.json).
-  int fused_attention(int q, int k, int v, Poly out_numel, Poly rows);
+  // bias >= 0: an additive mask the memory-efficient kernel saves for backward.
+  int fused_attention(int q, int k, int v, Poly out_numel, Poly rows, int bias = -1);
   // expand + reshape: a copy when n_rep > 1, unless there is one KV head (then a stride-0 view).
   int repeat_kv(int x, int n_rep, bool single_kv_head);
 

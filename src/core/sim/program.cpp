@@ -27,6 +27,8 @@ struct LayerParams {
   std::vector<int> norms;                    // weights (and biases) of the layer norms, in order
   int q_norm = -1, k_norm = -1;
   bool moe = false;
+  bool cross = false;                        // mllama MllamaCrossAttentionDecoderLayer
+  int attn_gate = -1, mlp_gate = -1;         // its tanh gates (mllama global vision layers: gate_attn/gate_ffn)
 };
 
 // Qwen2.5-VL get_window_index: the merged-token grid of an image is cut into windows of
@@ -106,6 +108,7 @@ class Step {
   int make_param(std::int64_t numel, DT dt, bool train, Cat cat = Cat::kWeights, std::int64_t rows = 0,
                  std::int64_t cols = 0, int count = 1) {
     if (making_ref_) return g_.param(c(numel), dt, Cat::kReference, false);  // frozen copy
+    train = train && !no_grad_params_;
     params_.push_back({numel, dt, train, cur_layer_, rows, cols, count});
     return g_.param(c(numel), dt, cat, train);
   }
@@ -145,6 +148,19 @@ class Step {
   Poly vpt(std::int64_t k) const {  // per patch through the tower
     return Poly::mono(kB, checked_mul(checked_mul(k, sp_.images * sp_.image_patches), sp_.batch_multiplier));
   }
+  Poly per_image(std::int64_t k) const {  // k per image of the batch
+    return Poly::mono(kB, checked_mul(checked_mul(k, sp_.images), sp_.batch_multiplier));
+  }
+  Poly xtok(std::int64_t k) const {  // mllama: per vision token cross-attention reads (tiles x positions per image)
+    const VisionSpec& v = m_.vision;
+    return per_image(checked_mul(k, checked_mul(v.max_num_tiles, v.tile_positions())));
+  }
+  bool mllama() const { return m_.vision.kind == VisionKind::kMllama; }
+  int mllama_vision_features();
+  int mllama_global_block(int h, int block);
+  void mllama_cross_masks();
+  int cross_decoder_layer(int h, LayerParams& lp);
+  int cross_attention(int x, LayerParams& lp);
   Poly vtok(std::int64_t k) const {  // per image token in the language model's sequence
     return Poly::mono(kB, checked_mul(checked_mul(k, sp_.images * sp_.image_tokens), sp_.batch_multiplier));
   }
@@ -196,8 +212,16 @@ class Step {
   Weights* w_ = &policy_;
   bool adapters_off_ = false;  // PeftModel.disable_adapter(): the reference under PEFT
   bool making_ref_ = false;
+  // Parameters no gradient reaches (mllama's cross-attention layers in a text-only batch): they
+  // get no .grad and no optimizer state, whatever their requires_grad.
+  bool no_grad_params_ = false;
   int mask_ = -1, cos_ = -1, sin_ = -1;
   int pixels_ = -1, vpos_ids_ = -1;
+  // mllama: the projected image features every cross-attention layer reads, the (b, 1, s, M)
+  // cross-attention mask, full_text_row_masked_out_mask, and the collator's (b, s, images, tiles) mask.
+  int cross_states_ = -1, cross_mask_ = -1, cross_rows_ = -1, cross_mask_in_ = -1;
+  int vision_mask_ = -1;  // mllama: the tower's (images, 1, n, n) aspect-ratio mask while it runs
+  int vision_out_ = -1;   // mllama: the tower's concatenated output, a local of MllamaModel.forward
   int mrope_ids_ = -1;  // Qwen-VL get_rope_index position ids
   // Qwen2.5-VL windowed blocks: the sum over windows of (patches in the window)^2, per image,
   // and the patches of the largest window.
@@ -248,9 +272,10 @@ void Step::make_params() {
   const std::int64_t h = m_.hidden_size;
   const std::int64_t V = m_.vocab_size;
   if (sp_.stage_embedding) {
-    w_->embed = make_param(V * h, embed_dt(), trainable("embed_tokens"), Cat::kWeights, V, h);
+    const std::int64_t rows = V + m_.extra_embedding_rows;  // mllama: 8 rows past the vocabulary
+    w_->embed = make_param(rows * h, embed_dt(), trainable("embed_tokens"), Cat::kWeights, rows, h);
     if (contains(sp_.lora.modules_to_save, "embed_tokens") && sp_.lora.enabled && !making_ref_)
-      w_->embed_copy = make_param(V * h, embed_dt(), true, Cat::kWeights, V, h);
+      w_->embed_copy = make_param(rows * h, embed_dt(), true, Cat::kWeights, rows, h);
     if (m_.learned_positions)
       w_->pos_embed = make_param(m_.max_position_embeddings * h, embed_dt(), trainable("wpe"), Cat::kWeights,
                                  m_.max_position_embeddings, h);
@@ -262,6 +287,7 @@ void Step::make_params() {
     LayerParams lp;
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     lp.moe = m_.moe.is_moe_layer(model_layer);
+    no_grad_params_ = m_.is_cross_attention_layer(model_layer) && !vision_on();
     for (const auto& mod : layer_linears(m_, model_layer)) {
       std::string key = mod.name;
       if (mod.role == LinearRole::kSharedExpert) key = "shared." + key;
@@ -273,7 +299,13 @@ void Step::make_params() {
       lp.norms.push_back(make_param(h, other_dt(), sp_.full_finetune));
       lp.norms.push_back(bias ? make_param(h, other_dt(), sp_.full_finetune) : -1);
     }
-    if (m_.is_mla()) {  // q_a_layernorm (with q LoRA) and kv_a_layernorm
+    if (m_.is_cross_attention_layer(model_layer)) {  // q_norm, k_norm over head_dim; two scalar tanh gates
+      lp.cross = true;
+      lp.q_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
+      lp.k_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
+      lp.attn_gate = make_param(1, other_dt(), sp_.full_finetune);
+      lp.mlp_gate = make_param(1, other_dt(), sp_.full_finetune);
+    } else if (m_.is_mla()) {  // q_a_layernorm (with q LoRA) and kv_a_layernorm
       if (m_.q_lora_rank > 0) lp.q_norm = make_param(m_.q_lora_rank, other_dt(), sp_.full_finetune);
       lp.k_norm = make_param(m_.kv_lora_rank, other_dt(), sp_.full_finetune);
     } else if (m_.qk_norm) {
@@ -281,6 +313,7 @@ void Step::make_params() {
       lp.k_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
     }
     w_->layers.push_back(std::move(lp));
+    no_grad_params_ = false;
   }
   cur_layer_ = -1;
   if (!sp_.stage_head) return;
@@ -310,18 +343,29 @@ void Step::make_vision_params() {
   // Frozen parameters may stay in the load dtype (LLaMA-Factory upcasts trainable ones only).
   const auto dt = [this](bool train, DT usual) { return !train && sp_.vision_frozen_dt ? *sp_.vision_frozen_dt : usual; };
   vw.patch_w = make_param(v.patch_values() * h, dt(tower, other_dt()), tower, Cat::kWeights, h, v.patch_values());
+  if (v.kind == VisionKind::kMllama) {
+    // class_embedding, gated positional and tile embeddings, pre/post-tile embeddings and their
+    // gates: one frozen tensor (memplan does not model training this tower).
+    const std::int64_t T = v.max_num_tiles, P = v.tile_positions(), A = v.max_aspect_ratio_id + 1;
+    vw.pos = make_param(h + P * h + 1 + A * T * P * h + 2 * (A * T * h + 1), dt(false, other_dt()), false);
+    vw.post_w = make_param(4 * h, dt(false, other_dt()), false);  // layernorm_pre and layernorm_post
+  }
   if (siglip) {
     vw.patch_b = make_param(h, dt(tower, other_dt()), tower);
     const std::int64_t side = v.image_size / v.patch_size;
     vw.pos = make_param(side * side * h, dt(tower, other_dt()), tower, Cat::kWeights, side * side, h);
   }
-  for (int l = 0; l < v.depth; ++l) {
+  for (int l = 0; l < v.depth + v.global_depth; ++l) {  // mllama: the global layers follow the local ones
     LayerParams lp;
     for (const auto& mod : vision_block_linears(v))
       lp.lin.emplace(mod.name, make_linear(mod, tower, sp_.train_vision_tower, sp_.vision_frozen_dt));
     for (int i = 0; i < 2; ++i) {
       lp.norms.push_back(make_param(h, dt(tower, other_dt()), tower));
       lp.norms.push_back(ln ? make_param(h, dt(tower, other_dt()), tower) : -1);
+    }
+    if (l >= v.depth) {  // gate_attn, gate_ffn
+      lp.attn_gate = make_param(1, dt(tower, other_dt()), tower);
+      lp.mlp_gate = make_param(1, dt(tower, other_dt()), tower);
     }
     vw.blocks.push_back(std::move(lp));
   }
@@ -332,8 +376,10 @@ void Step::make_vision_params() {
   const bool copy = sp_.lora.enabled && sp_.train_projector;  // modules_to_save: frozen original + trained copy
   for (int pass = copy ? 0 : 1; pass < 2; ++pass) {
     const bool train = pass == 1 && sp_.train_projector;
-    vw.merge_norm_w = make_param(h, dt(train, other_dt()), train);
-    vw.merge_norm_b = ln && !siglip ? make_param(h, dt(train, other_dt()), train) : -1;
+    if (v.kind != VisionKind::kMllama) {  // mllama's projector is one Linear
+      vw.merge_norm_w = make_param(h, dt(train, other_dt()), train);
+      vw.merge_norm_b = ln && !siglip ? make_param(h, dt(train, other_dt()), train) : -1;
+    }
     for (const auto& mod : vision_projector_linears(v, m_.hidden_size))
       vw.proj.insert_or_assign(mod.name, make_linear(mod, train, false, sp_.vision_frozen_dt));
   }
@@ -833,6 +879,7 @@ int Step::moe(int x, LayerParams& lp) {
 
 int Step::decoder_layer(int h, int layer) {
   LayerParams& lp = w_->layers[static_cast<std::size_t>(layer)];
+  if (lp.cross) return cross_decoder_layer(h, lp);
   const std::int64_t hs = m_.hidden_size;
   const bool gpt2 = m_.model_type == "gpt2";
   const bool post_norms = m_.norms_per_layer == 4;
@@ -1000,10 +1047,12 @@ int Step::vision_norm(int x, int w, int bias, const Poly& numel, const Poly& row
 int Step::vision_attention(int x, LayerParams& lp, int block) {
   const VisionSpec& v = m_.vision;
   const std::int64_t h = v.hidden_size;
-  const bool siglip = v.kind == VisionKind::kSiglip;
+  // SigLIP and mllama project q, k, v separately; both run one attention call over the image
+  // (mllama: over all tiles of an image, with the aspect-ratio mask).
+  const bool siglip = v.kind == VisionKind::kSiglip || v.kind == VisionKind::kMllama;
   const Poly qn = vpt(h);
   int q, k, val;
-  if (siglip) {  // SiglipAttention: q/k/v_proj, .view().transpose(1, 2)
+  if (siglip) {  // SiglipAttention / MllamaVisionAttention: q/k/v_proj, .view().transpose(1, 2)
     const int q0 = lin(x, lp.lin.at("q_proj"), qn);
     const int k0 = lin(x, lp.lin.at("k_proj"), qn);
     const int v0 = lin(x, lp.lin.at("v_proj"), qn);
@@ -1054,8 +1103,13 @@ int Step::vision_attention(int x, LayerParams& lp, int block) {
     // SigLIP's (images, heads, n, d) query folds into bmm with a copy; Qwen's chunks have batch 1.
     const int sc = ops_.matmul(q, kT, scores, siglip, false);
     g_.drop(kT);
-    const int scaled = ops_.scalar_op(sc);
+    int scaled = ops_.scalar_op(sc);
     g_.drop(sc);
+    if (vision_mask_ >= 0) {  // mllama: + the aspect-ratio mask
+      const int masked = ops_.add(scaled, vision_mask_, scores);
+      g_.drop(scaled);
+      scaled = masked;
+    }
     const int p32 = ops_.softmax_f32(scaled);
     g_.drop(scaled);
     const int probs = ops_.to(p32, g_.at(q).dt);
@@ -1088,7 +1142,8 @@ int Step::vision_attention(int x, LayerParams& lp, int block) {
   g_.drop(val);
   const int r = ops_.view(out);  // reshape(seq, -1)
   g_.drop(out);
-  const int o = lin(r, lp.lin.at(siglip ? "out_proj" : "proj"), qn);
+  const char* out_name = v.kind == VisionKind::kMllama ? "o_proj" : siglip ? "out_proj" : "proj";
+  const int o = lin(r, lp.lin.at(out_name), qn);
   g_.drop(r);
   return o;
 }
@@ -1180,8 +1235,8 @@ int Step::vision_mlp(int x, LayerParams& lp) {
   }
   const int f = lin(x, lp.lin.at("fc1"), wide);
   int act;
-  if (v.kind == VisionKind::kSiglip) {
-    act = ops_.gelu(f);  // gelu_pytorch_tanh: one op saving its input
+  if (v.kind == VisionKind::kSiglip || v.kind == VisionKind::kMllama) {
+    act = ops_.gelu(f);  // gelu_pytorch_tanh (SigLIP), exact GELU (mllama): one op saving its input
   } else {               // QuickGELU: x * sigmoid(1.702 x)
     const int a = ops_.scalar_op(f);
     const int sg = ops_.tanh(a);  // sigmoid saves its result, as tanh does
@@ -1431,6 +1486,241 @@ int Step::merge_image_features(int embeds, int features) {
   return out;
 }
 
+// ---- Llama 3.2 Vision (docs/formulas.md#llama-32-vision)
+
+// MllamaVisionModel under no_grad (the tower is frozen; its outputs need no graph), then the
+// projector, following transformers 4.56-4.57 (docs/formulas.md#llama-32-vision). Every image is
+// max_num_tiles tiles of (side^2 + 1) positions, padded to a multiple of 8 for the encoders. What
+// stays alive is decided by Python references: the conv output (`patch_embeds`), the aspect-ratio
+// mask and both encoders' outputs with their hidden_states tuples are locals of the forward until
+// it returns, so the last local layer runs with depth - 1 earlier outputs alive and the last
+// global one with those, its own tuple and the local tuple. Blocks without a graph record
+// identical events, so one local and one global block stand for all.
+int Step::mllama_vision_features() {
+  const VisionSpec& v = m_.vision;
+  VisionWeights& vw = w_->vision;
+  const std::int64_t h = v.hidden_size, T = v.max_num_tiles, P = v.tile_positions();
+  const std::int64_t side = v.image_size / v.patch_size;
+  const DT dt = g_.at(vw.patch_w).dt;
+  ops_.cat = Cat::kActivations;
+  const bool outer = g_.grad_enabled();
+  g_.set_grad_enabled(false);
+  const Poly patches = per_image(checked_mul(T * side * side, h)), tiles = per_image(checked_mul(T * P, h));
+  // patch_embedding(pixel_values.to(dtype)): Conv2d with stride == kernel, as one GEMM; its
+  // flatten/transpose/reshape are views of it.
+  const int px = ops_.to(pixels_, dt);
+  const int conv = ops_.linear(px, vw.patch_w, -1, patches);
+  g_.drop(px);
+  const auto make = [&](const Poly& numel) { return g_.make(numel, dt, ops_.cat); };
+  int x = make(patches);  // + pre_tile_positional_embedding(aspect_ratio_ids) * gate.tanh()
+  int next = make(tiles);  // torch.cat with class_embedding
+  g_.drop(x);
+  x = next;
+  // gated_positional_embedding: hidden + (1 - gate.tanh()) * embedding, the tile_embedding
+  // lookup (tiles x positions x h per image), gate.tanh() * it, the sum; its locals die on return,
+  // the caller's hidden_state (the cat) when it is rebound.
+  const int a1 = make(tiles), te = make(tiles), tg = make(tiles);
+  next = make(tiles);
+  for (const int t : {a1, te, tg, x}) g_.drop(t);
+  x = next;
+  next = layer_norm(x, vw.post_w, -1, tiles, per_image(T * P));  // layernorm_pre
+  g_.drop(x);
+  x = make(vpt(h));  // F.pad to a multiple of 8 positions per tile
+  g_.drop(next);
+  // _prepare_aspect_ratio_attention_mask: m @ m^T, * finfo.min; (images, 1, n, n) in the model dtype.
+  const std::int64_t n = sp_.image_patches;
+  const int mm = g_.make(per_image(checked_mul(n, n)), dt, Cat::kInputs);
+  vision_mask_ = g_.make(per_image(checked_mul(n, n)), dt, Cat::kInputs);
+  g_.drop(mm);
+  // Local encoder: the earlier layers' outputs in its tuple, then the last layer.
+  const int earlier = g_.make(vpt(checked_mul(v.depth - 1, h)), dt, ops_.cat);
+  const int last_local = vision_block(x, v.depth - 1);
+  g_.drop(x);  // hidden_state = output.last_hidden_state
+  // layernorm_post, the post-tile embedding, then the gated global encoder and its tuple.
+  next = layer_norm(last_local, vw.post_w, -1, vpt(h), vpt(1));
+  x = make(vpt(h));
+  g_.drop(next);
+  int g_earlier = -1, g_last = -1;
+  if (v.global_depth > 0) {
+    g_earlier = g_.make(vpt(checked_mul(v.global_depth - 1, h)), dt, ops_.cat);
+    g_last = mllama_global_block(x, v.depth);
+    g_.drop(x);
+    x = -1;
+  }
+  // torch.stack of the intermediate layers' outputs, then torch.cat with the final hidden states
+  // (padding sliced off as views): (images, tiles, positions, vision_output_dim).
+  const std::int64_t k = static_cast<std::int64_t>(v.intermediate_layers.size());
+  const int stacked = k > 0 ? make(vpt(checked_mul(k, h))) : -1;
+  vision_out_ = make(per_image(checked_mul(T * P, mllama_output_dim(v))));
+  // The forward returns: its locals go.
+  for (const int t : {stacked, x, g_earlier, g_last, earlier, last_local, vision_mask_, conv})
+    if (t >= 0) g_.drop(t);
+  vision_mask_ = -1;
+  g_.set_grad_enabled(outer);
+  // multi_modal_projector (trainable with train_projector), reshaped into (images x tiles,
+  // positions, text hidden) for every cross-attention layer. vision_outputs (the concatenated
+  // features) stays a local of MllamaModel.forward until the language model returns.
+  return lin(vision_out_, vw.proj.at("multi_modal_projector"), xtok(m_.hidden_size));
+}
+
+// MllamaVisionEncoderLayer with is_gated: each residual branch times its gate's tanh.
+int Step::mllama_global_block(int h, int block) {
+  LayerParams& lp = w_->vision.blocks[static_cast<std::size_t>(block)];
+  const Poly H = vpt(m_.vision.hidden_size), rows = vpt(1);
+  const auto gate = [&](int branch, int g) {
+    const int t = ops_.tanh(g);
+    const int y = ops_.mul(t, branch, H);
+    g_.drop(t);
+    g_.drop(branch);
+    return y;
+  };
+  const int n1 = vision_norm(h, lp.norms[0], lp.norms[1], H, rows);
+  const int a = gate(vision_attention(n1, lp, block), lp.attn_gate);
+  g_.drop(n1);
+  const int h2 = ops_.add(h, a, H);
+  g_.drop(a);
+  const int n2 = vision_norm(h2, lp.norms[2], lp.norms[3], H, rows);
+  const int m = gate(vision_mlp(n2, lp), lp.mlp_gate);
+  g_.drop(n2);
+  const int h3 = ops_.add(h2, m, H);
+  g_.drop(m);
+  g_.drop(h2);
+  return h3;
+}
+
+// _prepare_cross_attention_mask: the collator's (b, s, images, tiles) int64 mask repeated per
+// position (int64), 1.0 - it (fp32), .to(dtype), masked_fill into the additive (b, 1, s, M)
+// mask; full_text_row_masked_out_mask from a (mask != min) comparison. The int64 copy lives until
+// masked_fill replaces it, the inverted mask until the function returns.
+void Step::mllama_cross_masks() {
+  const DT dt = g_.at(w_->embed).dt;
+  const std::int64_t M = checked_mul(sp_.images, m_.vision.max_num_tiles * m_.vision.tile_positions());
+  const Poly xm = tok(M);
+  const int rep = g_.make(xm, DT::kI64, Cat::kInputs);
+  const int inv32 = g_.make(xm, DT::kF32, Cat::kInputs);
+  const int inv = g_.make(xm, dt, Cat::kInputs);
+  g_.drop(inv32);
+  const int as_bool = g_.make(xm, DT::kBool, Cat::kInputs);
+  cross_mask_ = g_.make(xm, dt, Cat::kInputs);
+  g_.drop(as_bool);
+  g_.drop(rep);
+  const int ne = g_.make(xm, DT::kBool, Cat::kInputs);
+  cross_rows_ = g_.make(tok(1), dt, Cat::kInputs);
+  g_.drop(ne);
+  g_.drop(inv);
+}
+
+// MllamaTextCrossAttention: q from the text (q_norm over head_dim), k and v from the image
+// features (k_norm); the mask is never None, so sdpa_attention_forward repeats K/V to every head
+// and the memory-efficient kernel gets the mask, padded to a multiple of 8 keys when it is not
+// (PyTorch's preprocess_mask), and saves it.
+int Step::cross_attention(int x, LayerParams& lp) {
+  const std::int64_t nh = m_.num_heads, nkv = m_.num_kv_heads, hd = m_.head_dim;
+  const Poly qn = tok(nh * hd), kvn = xtok(nkv * hd);
+  const int q = lin(x, lp.lin.at("q_proj"), qn);
+  const int k = lin(cross_states_, lp.lin.at("k_proj"), kvn);
+  const int v = lin(cross_states_, lp.lin.at("v_proj"), kvn);
+  const int qt = ops_.transpose_view(q);
+  const int kt = ops_.transpose_view(k);
+  const int vt = ops_.transpose_view(v);
+  g_.drop(q);
+  g_.drop(k);
+  g_.drop(v);
+  const int qe = norm(qt, lp.q_norm, -1, hd, qn);
+  const int ke = norm(kt, lp.k_norm, -1, hd, kvn);
+  g_.drop(qt);
+  g_.drop(kt);
+  const int n_rep = static_cast<int>(nh / nkv);
+  const int kr0 = ops_.repeat_kv(ke, n_rep, nkv == 1);
+  const int vr0 = ops_.repeat_kv(vt, n_rep, nkv == 1);
+  const std::int64_t M = checked_mul(sp_.images, m_.vision.max_num_tiles * m_.vision.tile_positions());
+  if (sp_.attn == AttnImpl::kEager) {
+    // eager_attention_forward: q k^T * scaling + mask, fp32 softmax cast back, @ v, then
+    // .transpose(1, 2).contiguous(); the (b, heads, s, M) score tensors as in the decoder's.
+    const Poly sc_n = tok(checked_mul(nh, M));
+    const int kT = ops_.view(kr0);
+    ops_.cat = Cat::kAttentionScores;
+    const int sc = ops_.matmul(qe, kT, sc_n, !sp_.batch_one, false);
+    g_.drop(kT);
+    const int scaled = ops_.scalar_op(sc);
+    g_.drop(sc);
+    const int masked = ops_.add(scaled, cross_mask_, sc_n);
+    g_.drop(scaled);
+    const int p32 = ops_.softmax_f32(masked);
+    g_.drop(masked);
+    const int probs = ops_.to(p32, g_.at(qe).dt);
+    g_.drop(p32);
+    ops_.cat = Cat::kActivations;
+    const int o = ops_.matmul(probs, vr0, qn, false, false);
+    g_.drop(probs);
+    g_.drop(kr0);
+    g_.drop(vr0);
+    const int ot = ops_.transpose_view(o);
+    g_.drop(o);
+    const int out = ops_.clone(ot);
+    g_.drop(ot);
+    const int y = lin(out, lp.lin.at("o_proj"), tok(m_.hidden_size));
+    g_.drop(out);
+    g_.drop(qe);
+    g_.drop(ke);
+    g_.drop(vt);
+    return y;
+  }
+  const int q16 = ops_.cast_for_autocast(qe);
+  const int kr = ops_.cast_for_autocast(kr0);
+  const int vr = ops_.cast_for_autocast(vr0);
+  g_.drop(kr0);
+  g_.drop(vr0);
+  int bias = -1;
+  if (M % 8 != 0) bias = g_.make(tok((M + 7) / 8 * 8), g_.at(cross_mask_).dt, Cat::kInputs);
+  const int o = ops_.fused_attention(q16, kr, vr, qn, Poly::mono(kBS, nh * sp_.batch_multiplier), bias);
+  if (bias >= 0) g_.drop(bias);
+  g_.drop(q16);
+  g_.drop(kr);
+  g_.drop(vr);
+  const int out = ops_.view(o);  // the kernel's (b, s, heads, d) output: transpose(1, 2).contiguous() is free
+  g_.drop(o);
+  const int r = ops_.view(out);
+  g_.drop(out);
+  const int y = lin(r, lp.lin.at("o_proj"), tok(m_.hidden_size));
+  g_.drop(r);
+  g_.drop(qe);
+  g_.drop(ke);
+  g_.drop(vt);
+  return y;
+}
+
+// MllamaCrossAttentionDecoderLayer: residual + attn_gate.tanh() * cross_attn(norm(h)), then
+// residual + mlp_gate.tanh() * (full_text_row_masked_out_mask * mlp(norm(h))).
+int Step::cross_decoder_layer(int h, LayerParams& lp) {
+  const std::int64_t hs = m_.hidden_size;
+  const Poly H = htok();
+  const auto gate = [&](int branch, int g) {
+    const int t = ops_.tanh(g);
+    const int y = ops_.mul(t, branch, H);
+    g_.drop(t);
+    g_.drop(branch);
+    return y;
+  };
+  g_.hold(h);
+  const int n1 = norm(h, lp.norms[0], lp.norms[1], hs, H);
+  const int a = gate(cross_attention(n1, lp), lp.attn_gate);
+  g_.drop(n1);
+  const int h2 = ops_.add(h, a, H);
+  g_.drop(a);
+  g_.drop(h);
+  const int n2 = norm(h2, lp.norms[2], lp.norms[3], hs, H);
+  const int m = mlp(n2, lp, "", m_.intermediate_size, tok(1), false);
+  g_.drop(n2);
+  const int rows = ops_.mul(cross_rows_, m, H);
+  g_.drop(m);
+  const int gm = gate(rows, lp.mlp_gate);
+  const int h3 = ops_.add(h2, gm, H);
+  g_.drop(gm);
+  g_.drop(h2);
+  return h3;
+}
+
 // ---- model forward
 
 // Embedding, mask, rotary tables and every decoder layer; returns the last layer's output.
@@ -1443,13 +1733,19 @@ int Step::embed_and_layers(bool policy) {
   const bool received = policy && !sp_.stage_embedding;
   // A later pipeline stage: the previous stage's hidden states arrive (requires_grad: their
   // gradient is sent back).
+  if (vision_on() && mllama() && !received) {
+    // MllamaModel.forward: the tower and projector first, then the cross-attention masks, then
+    // the language model (whose <|image|> token is an ordinary embedding row).
+    cross_states_ = mllama_vision_features();
+    mllama_cross_masks();
+  }
   int hcur = received ? g_.make(htok(), embed_dt(), Cat::kActivations, true) : ops_.embedding(ids_, emb_w, tok(h));
   if (m_.scale_embeddings && !received) {  // Gemma: inputs_embeds * sqrt(hidden)
     const int s = ops_.scalar_op(hcur);
     g_.drop(hcur);
     hcur = s;
   }
-  if (vision_on() && !received) {  // image features replace the image placeholder tokens' embeddings
+  if (vision_on() && !mllama() && !received) {  // image features replace the image placeholder tokens' embeddings
     if (policy && sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(hcur).requires_grad) {
       // enable_input_require_grads hooks embed_tokens: its output, before the merge, is the leaf.
       // Nothing saves it (masked_scatter keeps only the mask), but its AccumulateGrad node holds
@@ -1536,13 +1832,23 @@ int Step::embed_and_layers(bool policy) {
   const int n = static_cast<int>(sp_.model_layers.size());
   const int first = policy ? kSegFwdFirst : kSegRefFirst;
   for (int l = 0; l < n; ++l) {
+    // A text-only batch skips the cross-attention layers (MllamaTextModel: no cross_attention_states).
+    const bool cross = w_->layers[static_cast<std::size_t>(l)].cross;
+    if (cross && cross_states_ < 0) continue;
     const bool last = l == n - 1 && n > 1;
     g_.set_segment(first + (l == 0 ? 0 : (last ? 2 : 1)));
     g_.set_instance(l == 0 || last ? 0 : l - 1);
     ops_.cat = Cat::kActivations;
     layer_ = l;
-    const Body body = [this, l](int x) { return decoder_layer(x, l); };
-    const int next = policy ? layer_forward(hcur, body, {mask_, cos_, sin_}, true) : body(hcur);
+    // A cross-attention layer's recomputation (in backward, after this forward's locals are
+    // gone) reads the image features and masks its call was given.
+    const Body body = [this, l, cs = cross_states_, cm = cross_mask_, cr = cross_rows_](int x) {
+      if (cs >= 0) std::tie(cross_states_, cross_mask_, cross_rows_) = std::make_tuple(cs, cm, cr);
+      return decoder_layer(x, l);
+    };
+    std::vector<int> holds{mask_, cos_, sin_};
+    if (cross) holds.insert(holds.end(), {cross_states_, cross_mask_, cross_rows_});  // the call's keyword arguments
+    const int next = policy ? layer_forward(hcur, body, holds, true) : body(hcur);
     g_.drop(hcur);
     hcur = next;
   }
@@ -1553,6 +1859,10 @@ int Step::embed_and_layers(bool policy) {
 void Step::drop_forward_locals() {
   if (mrope_ids_ >= 0) g_.drop(mrope_ids_);
   mrope_ids_ = -1;
+  for (int* t : {&cross_states_, &cross_mask_, &cross_rows_, &vision_out_}) {
+    if (*t >= 0) g_.drop(*t);
+    *t = -1;
+  }
   g_.drop(mask_);
   g_.drop(cos_);
   g_.drop(sin_);
@@ -1927,7 +2237,15 @@ ProgramResult Step::run() {
   ids_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
   attn_mask2d_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
   labels_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
-  if (vision_on()) {  // pixel_values (fp32, flattened patches); SigLIP's position_ids buffer
+  if (vision_on() && mllama()) {
+    // pixel_values (b, images, tiles, 3, side, side) fp32, aspect_ratio_ids / aspect_ratio_mask
+    // (int64, per image and tile) and cross_attention_mask (b, s, images, tiles) int64.
+    const VisionSpec& v = m_.vision;
+    const std::int64_t side = v.image_size / v.patch_size;
+    pixels_ = g_.make(per_image(checked_mul(v.max_num_tiles * side * side, v.patch_values())), DT::kF32, Cat::kInputs);
+    cross_mask_in_ = g_.make(tok(checked_mul(sp_.images, v.max_num_tiles)), DT::kI64, Cat::kInputs);
+    vpos_ids_ = g_.make(per_image(1 + v.max_num_tiles), DT::kI64, Cat::kInputs);
+  } else if (vision_on()) {  // pixel_values (fp32, flattened patches); SigLIP's position_ids buffer
     pixels_ = g_.make(vpt(m_.vision.patch_values()), DT::kF32, Cat::kInputs);
     if (m_.vision.kind == VisionKind::kSiglip) {
       const std::int64_t side = m_.vision.image_size / m_.vision.patch_size;
