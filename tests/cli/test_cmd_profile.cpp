@@ -99,9 +99,12 @@ std::int64_t self_peak_rss() {
 TEST_CASE("profile: rungs that fit run, the first past --stop-at is stopped near the limit, nothing runs after") {
   TempDir dir;
   // 40 MiB per batch unit at 1000 MiB/s: 1, 2, 4 hold 40, 80, 160 MiB (plus Python's ~10 MiB);
-  // 8 would hold 320 MiB > 300 MiB.
+  // 8 would hold 320 MiB > 300 MiB. Each rung holds its peak for 0.3 s before exiting: the watchdog
+  // samples, and a stand-in that exits the moment it reaches its peak can be missed on a loaded
+  // machine (a CI run sampled 77 MiB of 80).
   const auto r = run_cli(profile_args(dir, {"--stop-at", "300MiB", "--batches", "1,2,4,8,16"},
-                                      {"--batch", "{batch}", "--per-batch-mb", "40", "--rate-mbps", "1000"}));
+                                      {"--batch", "{batch}", "--per-batch-mb", "40", "--rate-mbps", "1000",
+                                       "--then", "sleep", "--sleep", "0.3"}));
   INFO(r.err);
   REQUIRE(r.code == memplan::cli::kExitOk);
   const json j = json::parse(r.out);
