@@ -260,7 +260,7 @@ TEST_CASE("profile --config: each rung gets a copy with its values; the user's f
   struct stat before {};
   REQUIRE(::stat(config.c_str(), &before) == 0);
   const auto r = run_cli(profile_args(dir, {"--config", config, "--stop-at", "300MiB", "--batches", "1,2"},
-                                      {"--config", "{config}", "--per-batch-mb", "10"}));
+                                      {"--config", "{config}", "--per-batch-mb", "10", "--then", "sleep", "--sleep", "0.3"}));
   INFO(r.err);
   REQUIRE(r.code == memplan::cli::kExitOk);
   CHECK(read_file(config) == original);
@@ -439,7 +439,7 @@ TEST_CASE("profile --seq-lens varies the sequence length at one micro-batch; --a
   TempDir dir;
   SECTION("--seq-lens") {
     const auto r = run_cli(profile_args(dir, {"--stop-at", "300MiB", "--seq-lens", "128,256", "--batch", "2"},
-                                        {"--batch", "{batch}", "--mb", "{seq_len}"}));
+                                        {"--batch", "{batch}", "--mb", "{seq_len}", "--then", "sleep", "--sleep", "0.3"}));
     INFO(r.err);
     REQUIRE(r.code == memplan::cli::kExitOk);
     const json j = json::parse(r.out);
