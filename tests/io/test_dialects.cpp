@@ -628,6 +628,25 @@ TEST_CASE("the shipped Qwen2.5-VL example: its image bound becomes the tower's i
   CHECK(said);
 }
 
+TEST_CASE("the shipped Llama 3.2 Vision example: LoRA on every text Linear, one image of 4 tiles per sequence") {
+  // lora_target: all with the tower frozen (LLaMA-Factory) is every Linear of the 40 text layers,
+  // the cross-attention ones included: 32 self-attention layers and 8 cross-attention layers have
+  // the same Linears. r = 32: q, o 32 x (4096 + 4096); k, v 32 x (4096 + 1024); gate, up, down
+  // 32 x (4096 + 14336): 524,288 + 327,680 + 1,769,472 = 2,621,440 per layer, x 40.
+  auto j = estimate_json({"--config", kExamples + "llama-factory-llama3.2-vision-lora.yaml"});
+  CHECK(j["model"]["model_type"] == "mllama");
+  CHECK(j["model"]["parameters"] == 10'670'220'835LL);
+  CHECK(j["training"]["micro_batch"] == 4);
+  CHECK(j["training"]["seq_len"] == 2048);
+  CHECK(j["estimate"]["parameters"]["trainable"] == 40LL * 2'621'440);
+  bool said = false;
+  for (const auto& a : j["estimate"]["assumptions"])
+    said = said || a.get<std::string>().find("1 image(s) per sequence, each 4 tiles of 560x560 pixels (6432 positions "
+                                             "through the frozen tower, 6404 image tokens read by each of the 8 "
+                                             "cross-attention layers") != std::string::npos;
+  CHECK(said);
+}
+
 TEST_CASE("torch_dtype: auto takes the checkpoint's dtype once the model is known") {
   const std::string dir = std::filesystem::temp_directory_path().string();
   const std::string path = dir + "/memplan-auto-dtype.yaml";
