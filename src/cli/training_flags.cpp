@@ -121,6 +121,10 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
       ->group("Optimizer");
   app.add_flag("--gradient-checkpointing", f.gradient_checkpointing, "Recompute activations layer by layer")
       ->group("Training");
+  app.add_option("--use-reentrant", f.use_reentrant,
+                 "Checkpointing's use_reentrant, true or false (gradient_checkpointing_kwargs; default false on "
+                 "cuda as TRL sets it, true on cpu; LLaMA-Factory's use_reentrant_gc defaults to true)")
+      ->group("Training");
   app.add_option("--attn-implementation", f.attn, "eager, sdpa, flash_attention_2 (default: sdpa on cuda, eager on cpu)")
       ->group("Training");
   app.add_flag("--use-peft", f.use_peft, "Train LoRA adapters instead of all weights")->group("PEFT");
@@ -314,6 +318,14 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (f.gradient_checkpointing) {
     c.gradient_checkpointing = true;
     mark("gradient_checkpointing", "--gradient-checkpointing");
+  }
+  if (given("--use-reentrant")) {
+    const std::string v = to_lower(trim(f.use_reentrant));
+    if (v != "true" && v != "false")
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("--use-reentrant = '{}' must be true or false", f.use_reentrant));
+    c.checkpoint_reentrant = v == "true";
+    mark("use_reentrant", "--use-reentrant");
   }
   if (given("--attn-implementation")) {
     auto a = parse_attn_impl(f.attn);

@@ -43,6 +43,7 @@ struct TrainingFlags {
   std::string optim;
   std::vector<std::string> optim_args;
   bool gradient_checkpointing = false;
+  std::string use_reentrant;  // true|false: torch.utils.checkpoint use_reentrant
   std::string attn;
   bool use_peft = false;
   int lora_r = 0;

@@ -327,6 +327,7 @@ Status map_axolotl(Mapper& m) {
     MEMPLAN_TRY(bool g, m.read("gradient_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
     if (!g) m.from_default("gradient_checkpointing", "axolotl gradient_checkpointing = false");
   }
+  MEMPLAN_IO_CHECK(read_checkpoint_kwargs(m));
   MEMPLAN_IO_CHECK(read_attention(m));
   MEMPLAN_IO_CHECK(read_fsdp(m));
   m.set_deepspeed_ref(m.node("deepspeed"));

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "io/dialects_map.hpp"
 #include "memplan/text.hpp"
@@ -236,6 +237,36 @@ Status warn_unmodelled_hf(Mapper& m) {
   return Ok{};
 }
 
+Status read_checkpoint_kwargs(Mapper& m) {
+  TrainingConfig& c = m.config();
+  const YamlNode* kw = m.node("gradient_checkpointing_kwargs");
+  if (kw == nullptr || kw->kind == YamlKind::kNull) return Ok{};
+  if (kw->is_map()) {
+    MEMPLAN_TRY(auto reentrant, m.boolean("gradient_checkpointing_kwargs.use_reentrant"));
+    if (reentrant) {
+      c.checkpoint_reentrant = *reentrant;
+      m.from_file("use_reentrant", *m.node("gradient_checkpointing_kwargs.use_reentrant"),
+                  "gradient_checkpointing_kwargs.use_reentrant");
+    }
+    return Ok{};
+  }
+  if (!kw->is_scalar())
+    return m.error_at(*kw, ErrorCode::kInvalidConfig, "gradient_checkpointing_kwargs must be a mapping",
+                      "write gradient_checkpointing_kwargs: {use_reentrant: false}");
+  // A command line's JSON string: '{"use_reentrant": false}'.
+  const auto j = nlohmann::json::parse(kw->value, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return m.error_at(*kw, ErrorCode::kInvalidConfig,
+                      fmt::format("gradient_checkpointing_kwargs '{}' is not a JSON object", kw->value),
+                      "write gradient_checkpointing_kwargs: {use_reentrant: false}");
+  if (!j.contains("use_reentrant")) return Ok{};
+  if (!j["use_reentrant"].is_boolean())
+    return m.error_at(*kw, ErrorCode::kInvalidConfig, "gradient_checkpointing_kwargs use_reentrant must be true or false");
+  c.checkpoint_reentrant = j["use_reentrant"].get<bool>();
+  m.from_file("use_reentrant", *kw, "gradient_checkpointing_kwargs");
+  return Ok{};
+}
+
 Status read_vllm(Mapper& m, std::string_view use_vllm_key, std::string_view mode_key) {
   TrainingConfig& c = m.config();
   MEMPLAN_TRY(auto vllm, m.boolean(use_vllm_key));
@@ -313,6 +344,7 @@ Status map_hf_trl(Mapper& m) {
     m.from_default("gradient_checkpointing", fmt::format("true: {}", kTrlDefaultNote));
     defaulted = true;
   }
+  MEMPLAN_IO_CHECK(read_checkpoint_kwargs(m));
   if (defaulted)
     m.warn_file(0, "bf16 or gradient_checkpointing is not set: memplan assumes TRL >= 0.22's defaults (both true; "
                    "transformers' Trainer alone leaves them off); set them to be sure");

@@ -187,6 +187,14 @@ Status map_llamafactory(Mapper& m) {
   if (no_gc) m.from_file("gradient_checkpointing", *m.node("disable_gradient_checkpointing"),
                          "disable_gradient_checkpointing");
   else m.from_default("gradient_checkpointing", "LLaMA-Factory checkpoints unless disable_gradient_checkpointing");
+  // use_reentrant_gc (ModelArguments, default true): LLaMA-Factory passes it as
+  // gradient_checkpointing_kwargs' use_reentrant (model_utils/checkpointing.py).
+  MEMPLAN_TRY(auto reentrant, m.boolean("use_reentrant_gc"));
+  if (c.gradient_checkpointing) {
+    c.checkpoint_reentrant = reentrant.value_or(true);
+    if (reentrant) m.from_file("use_reentrant", *m.node("use_reentrant_gc"), "use_reentrant_gc");
+    else m.from_default("use_reentrant", "LLaMA-Factory use_reentrant_gc = true");
+  }
 
   MEMPLAN_TRY(auto flash, m.text("flash_attn"));
   if (flash) {

@@ -117,6 +117,9 @@ class Mapper {
 Status read_training_arguments_batch(Mapper& m);
 // TRL's use_vllm and vllm_mode (colocate or server) at these keys (axolotl nests them under trl.).
 Status read_vllm(Mapper& m, std::string_view use_vllm_key, std::string_view mode_key);
+// gradient_checkpointing_kwargs: {use_reentrant: BOOL} (a mapping, or the JSON string a command
+// line gives) into checkpoint_reentrant, input "use_reentrant" (HF/TRL and axolotl).
+Status read_checkpoint_kwargs(Mapper& m);
 Status map_hf_trl(Mapper& m);
 // Warnings for the TrainingArguments/TRL keys that change memory but are not modelled
 // (use_liger_kernel, activation_offloading, optim_target_modules). LLaMA-Factory shares them.

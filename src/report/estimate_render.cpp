@@ -1,5 +1,7 @@
 #include "report/estimate_render.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "io/model_source.hpp"
@@ -113,6 +115,9 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
       {"device", to_string(c.device)},
       {"use_peft", b(c.lora.enabled)},
   };
+  if (c.gradient_checkpointing)  // after gradient_checkpointing
+    v.insert(std::find_if(v.begin(), v.end(), [](const auto& kv) { return kv.first == "gradient_checkpointing"; }) + 1,
+             {"use_reentrant", b(c.reentrant_checkpointing())});
   if (!c.optim.args.empty()) {
     std::string args;
     for (const auto& [k, val] : c.optim.args) args += (args.empty() ? "" : ",") + k + "=" + val;

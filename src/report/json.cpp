@@ -59,6 +59,7 @@ json to_json(const TrainingConfig& c) {
             {"optim", to_string(c.optim.kind)},
             {"optim_args", c.optim.args},
             {"gradient_checkpointing", c.gradient_checkpointing},
+            {"use_reentrant", c.gradient_checkpointing ? json(c.reentrant_checkpointing()) : json(nullptr)},
             {"attn_implementation", to_string(c.attn_impl())},
             {"device", to_string(c.device)}};
   if (c.lora.enabled) {

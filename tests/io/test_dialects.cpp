@@ -356,6 +356,43 @@ TEST_CASE("llama-factory: LoRA by default, checkpointing by default, full fine-t
         "rm.yaml:2: stage: rm is not modelled; memplan models stage: pt, sft, dpo and kto");
 }
 
+TEST_CASE("checkpointing's use_reentrant: gradient_checkpointing_kwargs, LLaMA-Factory's use_reentrant_gc") {
+  MemoryFileSystem fs;
+  // LLaMA-Factory passes use_reentrant_gc (default true) as gradient_checkpointing_kwargs.
+  fs.files["lf.yaml"] = "model_name_or_path: m\nstage: sft\ncutoff_len: 1024\n";
+  LoadedConfig lf = load_ok(fs, {"lf.yaml"});
+  CHECK(lf.inputs.config.checkpoint_reentrant == true);
+  CHECK(origin(lf, "use_reentrant") == "default (LLaMA-Factory use_reentrant_gc = true)");
+  fs.files["lf2.yaml"] = "model_name_or_path: m\nstage: sft\nfinetuning_type: lora\nuse_reentrant_gc: false\n";
+  LoadedConfig lf2 = load_ok(fs, {"lf2.yaml"});
+  CHECK(lf2.inputs.config.checkpoint_reentrant == false);
+  CHECK(origin(lf2, "use_reentrant") == "lf2.yaml:4");
+  fs.files["lf3.yaml"] = "model_name_or_path: m\nstage: sft\nfinetuning_type: lora\ndisable_gradient_checkpointing: true\n";
+  CHECK_FALSE(load_ok(fs, {"lf3.yaml"}).inputs.config.checkpoint_reentrant.has_value());
+  // TrainingArguments' gradient_checkpointing_kwargs: a mapping, or a command line's JSON string.
+  fs.files["hf.yaml"] = "model_name_or_path: m\ngradient_checkpointing: true\n"
+                        "gradient_checkpointing_kwargs:\n  use_reentrant: true\n";
+  LoadedConfig hf = load_ok(fs, {"hf.yaml"}, "hf");
+  CHECK(hf.inputs.config.checkpoint_reentrant == true);
+  CHECK(origin(hf, "use_reentrant") == "hf.yaml:4");
+  fs.files["hf2.yaml"] = "model_name_or_path: m\ngradient_checkpointing: true\n"
+                         "gradient_checkpointing_kwargs: '{\"use_reentrant\": false}'\n";
+  CHECK(load_ok(fs, {"hf2.yaml"}, "hf").inputs.config.checkpoint_reentrant == false);
+  fs.files["hf3.yaml"] = "model_name_or_path: m\ngradient_checkpointing_kwargs: use_reentrant\n";
+  CHECK(load(fs, {"hf3.yaml"}, "hf").error().to_string() ==
+        "hf3.yaml:2: gradient_checkpointing_kwargs 'use_reentrant' is not a JSON object; write "
+        "gradient_checkpointing_kwargs: {use_reentrant: false}");
+  fs.files["ax.yaml"] = "base_model: m\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
+                        "gradient_checkpointing_kwargs:\n  use_reentrant: false\n";
+  CHECK(load_ok(fs, {"ax.yaml"}, "axolotl").inputs.config.checkpoint_reentrant == false);
+  // And on the command line.
+  CliRun bad = run_cli({"estimate", "--model", "llama-3.1-8b", "--gradient-checkpointing", "--use-reentrant", "yes"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err == "memplan: error: --use-reentrant = 'yes' must be true or false\n");
+  auto j = estimate_json({"--model", "llama-3.1-8b", "--gradient-checkpointing", "--use-reentrant", "true"});
+  CHECK(j["training"]["use_reentrant"] == true);
+}
+
 TEST_CASE("torchtune: builders, LoRA modules, null max_seq_len") {
   MemoryFileSystem fs;
   fs.files["tt.yaml"] =
@@ -716,8 +753,8 @@ TEST_CASE("every shipped example gives the same estimate as the equivalent flags
       {{"--config", kExamples + "llama-factory-lora-sft.yaml"},
        {"--model", "meta-llama/Llama-3.1-8B-Instruct", "--use-peft", "--lora-r", "16", "--lora-alpha", "32",
         "--lora-dropout", "0", "--lora-target-modules", "all-linear", "--seq-len", "2048", "--batch", "2",
-        "--grad-accum", "8", "--torch-dtype", "bfloat16", "--bf16", "--gradient-checkpointing", "--zero-stage", "2",
-        "--offload-optimizer"}},
+        "--grad-accum", "8", "--torch-dtype", "bfloat16", "--bf16", "--gradient-checkpointing", "--use-reentrant",
+        "true", "--zero-stage", "2", "--offload-optimizer"}},
       {{"--config", kExamples + "torchtune-llama3_1-8b-qlora.yaml"},
        {"--model", "meta-llama/Llama-3.1-8B", "--use-peft", "--load-in-4bit", "--bnb-4bit-quant-type", "nf4",
         "--use-bnb-nested-quant", "--lora-r", "16", "--lora-alpha", "32", "--lora-dropout", "0",
