@@ -46,6 +46,12 @@ json to_json(const ModelSpec& m) {
                    {"patch_size", m.vision.patch_size},
                    {"tower_parameters", c.vision},
                    {"projector_parameters", c.projector}};
+  if (!m.cross_attention_layers.empty()) {  // mllama: its global layers, tiles and cross-attention layers
+    j["vision"]["global_depth"] = m.vision.global_depth;
+    j["vision"]["max_num_tiles"] = m.vision.max_num_tiles;
+    j["vision"]["image_size"] = m.vision.image_size;
+    j["cross_attention_layers"] = m.cross_attention_layers;
+  }
   return j;
 }
 
