@@ -232,6 +232,9 @@ struct TrainingConfig {
   bool liger_kernels = false;
   ContrastiveConfig contrastive;
   VisionInputs vision;
+  // Validation of the engine itself: simulate every decoder layer instead of extrapolating from
+  // the reduced models (docs/formulas.md#extrapolation). Same answer, slower; tests compare both.
+  bool simulate_every_layer = false;
 
   // Tokens per sequence in the trained forward: GRPO's prompt + completion, else seq_len.
   std::int64_t sequence_length() const {

@@ -347,6 +347,8 @@ struct StageSim {
   std::vector<OptParam> opt_params;
   ShardPlan shard;
   std::int64_t trainable = 0;
+  bool extrapolated = false;  // from the reduced models (else every layer was simulated)
+  int simulated_layers = 0;   // decoder layers in the reduced models' runs
 };
 
 struct RankSim {
@@ -612,20 +614,63 @@ const TrainingConfig& Estimator::config() const { return impl_->config; }
 
 namespace {
 
-// The decoder layers simulated for a run of n layers from `first`: {first, middle, last} and
-// {first, middle, middle, last} when n > 3 (docs/formulas.md#extrapolation). The middle layer
-// stands for all but the first and last: when the run's second layer is not of their majority
-// kind (DeepSeek-V3's first_k_dense_replace = 3: layer 1 dense, 56 of the 59 MoE), simulate one
-// that is (docs/formulas.md#mla-parameters).
-std::pair<std::vector<int>, std::vector<int>> simulated_layers(const ModelSpec& model, int first, int n) {
-  std::vector<int> layers3, layers4;
-  // Llama 3.2 Vision interleaves cross-attention layers: no two-model extrapolation represents
-  // both kinds at their positions, so every layer is simulated (docs/formulas.md#llama-32-vision).
-  if (n <= 3 || !model.cross_attention_layers.empty()) {
-    for (int l = first; l < first + n; ++l) layers3.push_back(l);
-    return {layers3, layers4};
-  }
+// The decoder layers the reduced models simulate (docs/formulas.md#extrapolation), for a stage of
+// n layers from `first`: r3 and r4, where r4 has one more repeating unit than r3; `extra` more
+// units make the stage. Usually the unit is one middle layer: r3 = {first, mid, last} and
+// r4 = {first, mid, mid, last}, the middle layer standing for all but the first and last; when
+// the run's second layer is not of their majority kind (DeepSeek-V3's first_k_dense_replace = 3:
+// layer 1 dense, 56 of the 59 MoE), one that is (docs/formulas.md#mla-parameters). Llama 3.2
+// Vision interleaves cross-attention layers at a fixed period: the unit is one period (a
+// cross-attention layer and the self-attention layers after it), the layers before the first
+// such unit are the first part and the last cross-attention layer onward the last part
+// (docs/formulas.md#llama-32-vision). Interleavings without a period are simulated in full.
+struct SimulatedLayers {
+  std::vector<int> r3, r4;
+  std::vector<std::pair<int, int>> slots3, slots4;  // empty: by position
+  std::vector<int> reps3;                           // model layers each of r3's layers stands for
+  std::int64_t extra = 0;
+};
+
+SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool every_layer) {
+  SimulatedLayers s;
+  const auto all = [&]() {
+    for (int l = first; l < first + n; ++l) s.r3.push_back(l);
+    s.reps3.assign(s.r3.size(), 1);
+    return s;
+  };
+  if (n <= 3 || every_layer) return all();
   const int last = first + n - 1;
+  if (!model.cross_attention_layers.empty()) {
+    std::vector<int> x;
+    for (const int l : model.cross_attention_layers)
+      if (l >= first && l <= last) x.push_back(l);
+    std::sort(x.begin(), x.end());
+    if (x.size() < 3 || x.front() == first) return all();
+    const int period = x[1] - x[0];
+    for (std::size_t i = 1; i < x.size(); ++i)
+      if (x[i] - x[i - 1] != period) return all();
+    const int units = static_cast<int>(x.size()) - 1;  // [x0, x0 + period) ... up to the last cross layer
+    const auto add = [&](std::vector<int>& layers, std::vector<std::pair<int, int>>& slots, int units_simulated) {
+      for (int l = first; l < x.front(); ++l) {
+        layers.push_back(l);
+        slots.emplace_back(0, 0);
+      }
+      for (int u = 0; u < units_simulated; ++u)
+        for (int l = x.front() + u * period; l < x.front() + (u + 1) * period; ++l) {
+          layers.push_back(l);
+          slots.emplace_back(1, u);
+        }
+      for (int l = x.back(); l <= last; ++l) {
+        layers.push_back(l);
+        slots.emplace_back(2, 0);
+      }
+    };
+    add(s.r3, s.slots3, 1);
+    add(s.r4, s.slots4, 2);
+    for (const auto& [part, instance] : s.slots3) s.reps3.push_back(part == 1 ? units : 1);
+    s.extra = units - 1;
+    return s;
+  }
   int mid = first + 1;
   int moe_mid = 0;
   for (int l = first + 1; l < last; ++l) moe_mid += model.moe.is_moe_layer(l) ? 1 : 0;
@@ -635,7 +680,11 @@ std::pair<std::vector<int>, std::vector<int>> simulated_layers(const ModelSpec& 
       mid = l;
       break;
     }
-  return {{first, mid, last}, {first, mid, mid, last}};
+  s.r3 = {first, mid, last};
+  s.r4 = {first, mid, mid, last};
+  s.reps3 = {1, n - 2, 1};
+  s.extra = n - 3;
+  return s;
 }
 
 // What one micro-batch holds as its backward begins (the first backward event, less the
@@ -789,7 +838,9 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     };
     std::map<std::vector<int>, Runs> runs_of;
     for (const auto& rk : ranks) {
-      const auto [layers3, layers4] = simulated_layers(model, rk.first_layer, rk.layers);
+      const SimulatedLayers simulated = simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer);
+      const std::vector<int>& layers3 = simulated.r3;
+      const std::vector<int>& layers4 = simulated.r4;
       std::vector<int> key{rk.embedding, rk.head, std::min(rk.layers, 4)};
       for (int l : layers3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
       std::vector<int> stage_key = key;
@@ -804,7 +855,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       sim_of.emplace(stage_key, impl->sims.size() - 1);
       impl->ranks.push_back({rk, impl->sims.size() - 1});
       const int L = rk.layers;
-      const std::int64_t extra = L > 3 ? L - 3 : 0;
+      const std::int64_t extra = simulated.extra;
       sp.stage_embedding = rk.embedding;
       sp.stage_head = rk.head;
       sp.free_stage_output = config.parallel.megatron_core;
@@ -814,10 +865,12 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         sp.batch_one = cls == 0;
         if (!runs.r3[ci]) {
           sp.model_layers = layers3;
+          sp.layer_slots = simulated.slots3;
           runs.r3[ci] = sim::run_step(sp);
           if (!runs.r3[ci]->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
           if (!layers4.empty()) {
             sp.model_layers = layers4;
+            sp.layer_slots = simulated.slots4;
             runs.r4[ci] = sim::run_step(sp);
           }
         }
@@ -826,9 +879,8 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         if (st.opt_params.empty() && st.trainable == 0) {
           // How many of the stage's layers a simulated parameter stands for: the middle
           // simulated layer repeats.
-          const bool every_layer = static_cast<int>(layers3.size()) == L;
-          const auto reps_of = [L, every_layer](const sim::ParamRec& p) {
-            return p.sim_layer == 1 && L > 3 && !every_layer ? L - 2 : 1;
+          const auto reps_of = [&simulated](const sim::ParamRec& p) {
+            return p.sim_layer >= 0 ? simulated.reps3[static_cast<std::size_t>(p.sim_layer)] : 1;
           };
           for (const auto& p : r3.params) {
             if (!p.trainable) continue;
@@ -891,11 +943,15 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
         std::vector<Candidate> cands;
         std::optional<sim::ProgramResult> full;
+        st.extrapolated = r4 != nullptr;
+        st.simulated_layers = static_cast<int>(layers3.size() + layers4.size());
         try {
           cands = extrapolate(r3, r4, extra, base, opt_extra);
         } catch (const TimelineMismatch&) {
+          st.extrapolated = false;
           // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
           sp.model_layers.clear();
+          sp.layer_slots.clear();
           for (int l = rk.first_layer; l < rk.first_layer + L; ++l) sp.model_layers.push_back(l);
           full = sim::run_step(sp);
           if (!full->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
@@ -1015,10 +1071,14 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       const VisionSpec& v = model.vision;
       impl->assumptions.push_back(fmt::format(
           "Llama 3.2 Vision: {} image(s) per sequence, each {} tiles of {}x{} pixels ({:L} positions through the frozen "
-          "tower, {:L} image tokens read by each of the {} cross-attention layers; every layer simulated); projector {} "
+          "tower, {:L} image tokens read by each of the {} cross-attention layers; {}); projector {} "
           "(--images, --train-projector)",
           images.images, v.max_num_tiles, v.image_size, v.image_size, images.grid.patches,
           v.max_num_tiles * v.tile_positions(), model.cross_attention_layers.size(),
+          !impl->sims.front().extrapolated
+              ? std::string("every layer simulated")
+              : fmt::format("{} layers simulated, the repeating cross-attention period extrapolated to {}",
+                            impl->sims.front().simulated_layers, model.num_layers),
           config.vision.train_projector ? "trained" : "frozen"));
       if (config.vision.train_projector && config.gradient_checkpointing && config.reentrant_checkpointing())
         impl->warnings.push_back(

@@ -137,6 +137,7 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
     return {false, got};
   }
   if (key == "gradient_checkpointing") return as_bool(c.gradient_checkpointing);
+  if (key == "use_reentrant") return as_bool(c.reentrant_checkpointing());
   if (key == "precision") {
     const std::string got = c.autocast ? to_string(*c.autocast) + " autocast" : to_string(c.torch_dtype) + " weights";
     auto dt = parse_dtype(w);

@@ -1836,8 +1836,14 @@ int Step::embed_and_layers(bool policy) {
     const bool cross = w_->layers[static_cast<std::size_t>(l)].cross;
     if (cross && cross_states_ < 0) continue;
     const bool last = l == n - 1 && n > 1;
-    g_.set_segment(first + (l == 0 ? 0 : (last ? 2 : 1)));
-    g_.set_instance(l == 0 || last ? 0 : l - 1);
+    if (sp_.layer_slots.empty()) {
+      g_.set_segment(first + (l == 0 ? 0 : (last ? 2 : 1)));
+      g_.set_instance(l == 0 || last ? 0 : l - 1);
+    } else {
+      const auto [part, instance] = sp_.layer_slots[static_cast<std::size_t>(l)];
+      g_.set_segment(first + part);
+      g_.set_instance(instance);
+    }
     ops_.cat = Cat::kActivations;
     layer_ = l;
     // A cross-attention layer's recomputation (in backward, after this forward's locals are

@@ -50,6 +50,10 @@ struct LoraPlan {
 struct ProgramSpec {
   ModelSpec model;
   std::vector<int> model_layers;  // the model layer each simulated decoder layer stands for
+  // Where each simulated layer's events are recorded: {0 first, 1 middle, 2 last} and the middle
+  // instance. Empty: by position (the first layer, the last, the ones between as instances 0, 1..).
+  // A repeating group of layers shares one middle instance (docs/formulas.md#extrapolation).
+  std::vector<std::pair<int, int>> layer_slots;
   DT weight_dt = DT::kF32;        // torch_dtype
   std::optional<DT> autocast;
   bool full_finetune = true;
