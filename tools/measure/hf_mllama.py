@@ -18,15 +18,14 @@ text-only batches. The logits stay in the activation dtype; the loss upcasts the
 Freezing follows LLaMA-Factory's defaults for mllama (freeze_vision_tower, freeze_multi_modal_projector);
 LoRA wraps only the language model's Linears.
 """
-import functools
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint
 
 import hf_llama
+from hf_qwen_vl import Checkpointed, VlmTraining
 
 IMAGE_TOKEN_ID = 7  # any id below the vocabulary; the collator puts one per image at the start
 
@@ -45,18 +44,6 @@ class VisionConfig:
         self.intermediate_layers_indices = d.get("intermediate_layers_indices", [3, 7, 15, 23, 30])
         self.max_aspect_ratio_id = len(d.get("supported_aspect_ratios", [[1, 1]] * 8))
         self.vision_output_dim = self.hidden_size * (1 + len(self.intermediate_layers_indices))
-
-
-class Checkpointed(nn.Module):
-    """transformers.modeling_layers.GradientCheckpointingLayer.__call__."""
-    gradient_checkpointing = False
-    use_reentrant = True
-
-    def __call__(self, *args, **kwargs):
-        if self.gradient_checkpointing and self.training:
-            return torch.utils.checkpoint.checkpoint(functools.partial(super().__call__, **kwargs), *args,
-                                                     use_reentrant=self.use_reentrant)
-        return super().__call__(*args, **kwargs)
 
 
 # ---- vision tower
@@ -411,7 +398,7 @@ class Model(nn.Module):
                                    full_text_row_masked_out_mask)
 
 
-class MllamaForConditionalGeneration(nn.Module):
+class MllamaForConditionalGeneration(VlmTraining, nn.Module):
     def __init__(self, d):
         super().__init__()
         t = dict(d["text_config"])
@@ -419,20 +406,6 @@ class MllamaForConditionalGeneration(nn.Module):
         self.config = text
         self.model = Model(d, text)
         self.lm_head = nn.Linear(text.hidden_size, text.vocab_size, bias=False)
-
-    def language_model_modules(self):
-        return [self.model.language_model, self.lm_head]
-
-    def gradient_checkpointing_enable(self, use_reentrant=True):
-        for m in self.modules():
-            if isinstance(m, Checkpointed):
-                m.gradient_checkpointing = True
-                m.use_reentrant = use_reentrant
-
-    def enable_input_require_grads(self):
-        def hook(module, input, output):
-            output.requires_grad_(True)
-        self._require_grads_hook = self.model.language_model.embed_tokens.register_forward_hook(hook)
 
     def forward(self, input_ids, attention_mask, pixel_values=None, aspect_ratio_ids=None, aspect_ratio_mask=None,
                 cross_attention_mask=None, labels=None):

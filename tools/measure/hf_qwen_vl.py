@@ -55,6 +55,24 @@ class Checkpointed(nn.Module):
         return super().__call__(*args, **kwargs)
 
 
+class VlmTraining:
+    """What the trainers call on a *ForConditionalGeneration (self.model.language_model, self.lm_head)."""
+
+    def language_model_modules(self):
+        return [self.model.language_model, self.lm_head]
+
+    def gradient_checkpointing_enable(self, use_reentrant=True):
+        for m in self.modules():
+            if isinstance(m, Checkpointed):
+                m.gradient_checkpointing = True
+                m.use_reentrant = use_reentrant
+
+    def enable_input_require_grads(self):
+        def hook(module, input, output):
+            output.requires_grad_(True)
+        self._require_grads_hook = self.model.language_model.embed_tokens.register_forward_hook(hook)
+
+
 # ---- vision tower
 
 class PatchEmbed(nn.Module):
@@ -345,7 +363,7 @@ class Model(nn.Module):
         return self.language_model(inputs_embeds, attention_mask, position_ids)
 
 
-class Qwen25VLForConditionalGeneration(nn.Module):
+class Qwen25VLForConditionalGeneration(VlmTraining, nn.Module):
     def __init__(self, d):
         super().__init__()
         text = hf_llama.Config(d)
@@ -360,20 +378,6 @@ class Qwen25VLForConditionalGeneration(nn.Module):
     @property
     def visual(self):
         return self.model.visual
-
-    def language_model_modules(self):
-        return [self.model.language_model, self.lm_head]
-
-    def gradient_checkpointing_enable(self, use_reentrant=True):
-        for m in self.modules():
-            if isinstance(m, Checkpointed):
-                m.gradient_checkpointing = True
-                m.use_reentrant = use_reentrant
-
-    def enable_input_require_grads(self):
-        def hook(module, input, output):
-            output.requires_grad_(True)
-        self._require_grads_hook = self.model.language_model.embed_tokens.register_forward_hook(hook)
 
     def forward(self, input_ids, attention_mask, pixel_values, image_grid_thw, labels=None):
         hidden_states = self.model(input_ids, attention_mask, pixel_values, image_grid_thw)

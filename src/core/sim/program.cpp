@@ -1634,6 +1634,7 @@ int Step::cross_attention(int x, LayerParams& lp) {
   const int kr0 = ops_.repeat_kv(ke, n_rep, nkv == 1);
   const int vr0 = ops_.repeat_kv(vt, n_rep, nkv == 1);
   const std::int64_t M = checked_mul(sp_.images, m_.vision.max_num_tiles * m_.vision.tile_positions());
+  int out = -1;  // (b, s, heads x head_dim), o_proj's input
   if (sp_.attn == AttnImpl::kEager) {
     // eager_attention_forward: q k^T * scaling + mask, fp32 softmax cast back, @ v, then
     // .transpose(1, 2).contiguous(); the (b, heads, s, M) score tensors as in the decoder's.
@@ -1657,33 +1658,29 @@ int Step::cross_attention(int x, LayerParams& lp) {
     g_.drop(vr0);
     const int ot = ops_.transpose_view(o);
     g_.drop(o);
-    const int out = ops_.clone(ot);
+    out = ops_.clone(ot);
     g_.drop(ot);
-    const int y = lin(out, lp.lin.at("o_proj"), tok(m_.hidden_size));
-    g_.drop(out);
-    g_.drop(qe);
-    g_.drop(ke);
-    g_.drop(vt);
-    return y;
+  } else {
+    const int q16 = ops_.cast_for_autocast(qe);
+    const int kr = ops_.cast_for_autocast(kr0);
+    const int vr = ops_.cast_for_autocast(vr0);
+    g_.drop(kr0);
+    g_.drop(vr0);
+    int bias = -1;
+    if (M % 8 != 0) bias = g_.make(tok((M + 7) / 8 * 8), g_.at(cross_mask_).dt, Cat::kInputs);
+    const int o = ops_.fused_attention(q16, kr, vr, qn, Poly::mono(kBS, nh * sp_.batch_multiplier), bias);
+    if (bias >= 0) g_.drop(bias);
+    g_.drop(q16);
+    g_.drop(kr);
+    g_.drop(vr);
+    // The kernel's (b, s, heads, d) output: transpose(1, 2).contiguous() and the reshape are views.
+    const int t = ops_.view(o);
+    g_.drop(o);
+    out = ops_.view(t);
+    g_.drop(t);
   }
-  const int q16 = ops_.cast_for_autocast(qe);
-  const int kr = ops_.cast_for_autocast(kr0);
-  const int vr = ops_.cast_for_autocast(vr0);
-  g_.drop(kr0);
-  g_.drop(vr0);
-  int bias = -1;
-  if (M % 8 != 0) bias = g_.make(tok((M + 7) / 8 * 8), g_.at(cross_mask_).dt, Cat::kInputs);
-  const int o = ops_.fused_attention(q16, kr, vr, qn, Poly::mono(kBS, nh * sp_.batch_multiplier), bias);
-  if (bias >= 0) g_.drop(bias);
-  g_.drop(q16);
-  g_.drop(kr);
-  g_.drop(vr);
-  const int out = ops_.view(o);  // the kernel's (b, s, heads, d) output: transpose(1, 2).contiguous() is free
-  g_.drop(o);
-  const int r = ops_.view(out);
+  const int y = lin(out, lp.lin.at("o_proj"), tok(m_.hidden_size));
   g_.drop(out);
-  const int y = lin(r, lp.lin.at("o_proj"), tok(m_.hidden_size));
-  g_.drop(r);
   g_.drop(qe);
   g_.drop(ke);
   g_.drop(vt);
