@@ -1080,6 +1080,10 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
               : fmt::format("{} layers simulated, the repeating cross-attention period extrapolated to {}",
                             impl->sims.front().simulated_layers, model.num_layers),
           config.vision.train_projector ? "trained" : "frozen"));
+      if (config.vision.image_height > 0)
+        impl->warnings.push_back(fmt::format(
+            "the image size has no effect on Llama 3.2 Vision: every image is packed as {} tiles of {}x{}",
+            v.max_num_tiles, v.image_size, v.image_size));
       if (config.vision.train_projector && config.gradient_checkpointing && config.reentrant_checkpointing())
         impl->warnings.push_back(
             "a trained projector with reentrant gradient checkpointing fails in PyTorch (\"Trying to backward through the "

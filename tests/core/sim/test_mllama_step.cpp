@@ -115,6 +115,14 @@ TEST_CASE("mllama configurations memplan refuses, and the one PyTorch refuses") 
   auto ok = estimate(tiny_mllama(), c);
   REQUIRE(ok.has_value());
   CHECK(ok->warnings.empty());
+  // Every image is packed as max_num_tiles tiles: a resolution changes nothing, and says so.
+  c.vision.image_height = c.vision.image_width = 1024;
+  auto sized = estimate(tiny_mllama(), c);
+  REQUIRE(sized.has_value());
+  CHECK(sized->warnings == std::vector<std::string>{
+                               "the image size has no effect on Llama 3.2 Vision: every image is packed as 4 tiles "
+                               "of 56x56"});
+  CHECK(sized->peak.count() == ok->peak.count());
 }
 
 TEST_CASE("periodic cross-attention layers: one period extrapolated gives every layer's simulation") {
