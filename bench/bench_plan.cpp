@@ -18,6 +18,7 @@ namespace {
 
 using namespace memplan;
 using memplan::testing::llama31_8b;
+using memplan::testing::llama32_11b_vision;
 
 TrainingConfig bf16_sft() {
   TrainingConfig c;
@@ -254,38 +255,9 @@ void BM_PlanQwen25VlTrainedTower(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanQwen25VlTrainedTower)->Unit(benchmark::kMicrosecond);
 
-// Llama 3.2 Vision 11B (configs/models/llama-3.2-11b-vision.json): 8 cross-attention layers among
-// 40, so every layer is simulated (docs/formulas.md#llama-32-vision). LoRA, one image.
-ModelSpec llama32_11b_vision() {
-  ModelSpec m;
-  m.name = "meta-llama/Llama-3.2-11B-Vision-Instruct";
-  m.model_type = "mllama";
-  m.vocab_size = 128256;
-  m.hidden_size = 4096;
-  m.intermediate_size = 14336;
-  m.num_layers = 40;
-  m.num_heads = 32;
-  m.num_kv_heads = 8;
-  m.head_dim = 128;
-  m.torch_dtype = "bfloat16";
-  m.cross_attention_layers = {3, 8, 13, 18, 23, 28, 33, 38};
-  m.extra_embedding_rows = 8;
-  VisionSpec& v = m.vision;
-  v.kind = VisionKind::kMllama;
-  v.model_type = "mllama";
-  v.depth = 32;
-  v.global_depth = 8;
-  v.hidden_size = 1280;
-  v.intermediate_size = 5120;
-  v.num_heads = 16;
-  v.patch_size = 14;
-  v.image_size = 560;
-  v.max_num_tiles = 4;
-  v.max_aspect_ratio_id = 8;
-  v.intermediate_layers = {3, 7, 15, 23, 30};
-  return m;
-}
-
+// Llama 3.2 Vision 11B (tests/support: configs/models/llama-3.2-11b-vision.json by hand): 8
+// cross-attention layers among 40, one 5-layer period extrapolated (docs/formulas.md#llama-32-vision).
+// LoRA, one image.
 void BM_PlanLlama32VisionLora(benchmark::State& state) {
   const ModelSpec m = llama32_11b_vision();
   TrainingConfig c = lora_checkpointed();

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "memplan/model.hpp"
+#include "support/models.hpp"
 
 using namespace memplan;
 
@@ -144,21 +145,7 @@ TEST_CASE("vision_config values that cannot build a model are refused by name") 
 
 namespace {
 
-VisionSpec mllama_vision() {  // meta-llama/Llama-3.2-11B-Vision's vision_config
-  VisionSpec v;
-  v.kind = VisionKind::kMllama;
-  v.depth = 32;
-  v.global_depth = 8;
-  v.hidden_size = 1280;
-  v.intermediate_size = 5120;
-  v.num_heads = 16;
-  v.patch_size = 14;
-  v.image_size = 560;
-  v.max_num_tiles = 4;
-  v.max_aspect_ratio_id = 8;
-  v.intermediate_layers = {3, 7, 15, 23, 30};
-  return v;
-}
+VisionSpec mllama_vision() { return memplan::testing::llama32_11b_vision().vision; }
 
 }  // namespace
 
@@ -178,6 +165,7 @@ TEST_CASE("Llama 3.2 Vision's tiled tower and projector, counted module by modul
   CHECK(c.tower == 863'567'379);
   CHECK(c.projector == 7680 * 4096 + 4096);  // multi_modal_projector, with bias: 31,461,376
   CHECK(count_vision_parameters(v, 8192).projector == 62'922'752);
+  CHECK(count_parameters(memplan::testing::llama32_11b_vision()).total == 10'670'220'835);  // the whole model
   std::vector<std::string> names;
   for (const auto& l : vision_block_linears(v)) names.push_back(l.name + (l.bias ? "+b" : ""));
   CHECK(names == std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "fc1+b", "fc2+b"});

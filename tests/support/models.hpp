@@ -67,6 +67,38 @@ inline ModelSpec tiny_qwen25_vl() {
   return m;
 }
 
+// meta-llama/Llama-3.2-11B-Vision by hand (configs/models/llama-3.2-11b-vision.json):
+// 10,670,220,835 parameters.
+inline ModelSpec llama32_11b_vision() {
+  ModelSpec m;
+  m.name = "meta-llama/Llama-3.2-11B-Vision-Instruct";
+  m.model_type = "mllama";
+  m.vocab_size = 128256;
+  m.hidden_size = 4096;
+  m.intermediate_size = 14336;
+  m.num_layers = 40;
+  m.num_heads = 32;
+  m.num_kv_heads = 8;
+  m.head_dim = 128;
+  m.torch_dtype = "bfloat16";
+  m.cross_attention_layers = {3, 8, 13, 18, 23, 28, 33, 38};
+  m.extra_embedding_rows = 8;
+  VisionSpec& v = m.vision;
+  v.kind = VisionKind::kMllama;
+  v.model_type = "mllama";
+  v.depth = 32;
+  v.global_depth = 8;
+  v.hidden_size = 1280;
+  v.intermediate_size = 5120;
+  v.num_heads = 16;
+  v.patch_size = 14;
+  v.image_size = 560;
+  v.max_num_tiles = 4;
+  v.max_aspect_ratio_id = 8;
+  v.intermediate_layers = {3, 7, 15, 23, 30};
+  return m;
+}
+
 // A small Llama 3.2 Vision (mllama): 5 decoder layers, 1 and 3 cross-attention; a 4 + 2 layer
 // tower of 64 wide on 56-pixel tiles (4 x 4 patches + the class token = 17 positions, padded to
 // 24), intermediate layers 1 and 3 (output 192 wide). tools/measure/mllama_cases.json's model.

@@ -157,7 +157,8 @@ class Step {
   }
   bool mllama() const { return m_.vision.kind == VisionKind::kMllama; }
   int mllama_vision_features();
-  int mllama_global_block(int h, int block);
+  // gate.tanh() * branch (mllama's gated vision layers and cross-attention layers); consumes branch.
+  int tanh_gate(int branch, int gate, const Poly& numel);
   void mllama_cross_masks();
   int cross_decoder_layer(int h, LayerParams& lp);
   int cross_attention(int x, LayerParams& lp);
@@ -1255,14 +1256,17 @@ int Step::vision_block(int h, int block) {
   const Poly H = vpt(m_.vision.hidden_size), rows = vpt(1);
   g_.hold(h);
   const int residual = h;
+  // mllama's global layers (is_gated) scale each residual branch by its gate's tanh.
   const int n1 = vision_norm(h, lp.norms[0], lp.norms[1], H, rows);
-  const int a = vision_attention(n1, lp, block);
+  int a = vision_attention(n1, lp, block);
+  if (lp.attn_gate >= 0) a = tanh_gate(a, lp.attn_gate, H);
   g_.drop(n1);
   const int h2 = ops_.add(residual, a, H);
   g_.drop(a);
   g_.drop(residual);
   const int n2 = vision_norm(h2, lp.norms[2], lp.norms[3], H, rows);
-  const int m = vision_mlp(n2, lp);
+  int m = vision_mlp(n2, lp);
+  if (lp.mlp_gate >= 0) m = tanh_gate(m, lp.mlp_gate, H);
   g_.drop(n2);
   const int h3 = ops_.add(h2, m, H);
   g_.drop(m);
@@ -1543,7 +1547,7 @@ int Step::mllama_vision_features() {
   int g_earlier = -1, g_last = -1;
   if (v.global_depth > 0) {
     g_earlier = g_.make(vpt(checked_mul(v.global_depth - 1, h)), dt, ops_.cat);
-    g_last = mllama_global_block(x, v.depth);
+    g_last = vision_block(x, v.depth);  // the first global layer
     g_.drop(x);
     x = -1;
   }
@@ -1563,29 +1567,12 @@ int Step::mllama_vision_features() {
   return lin(vision_out_, vw.proj.at("multi_modal_projector"), xtok(m_.hidden_size));
 }
 
-// MllamaVisionEncoderLayer with is_gated: each residual branch times its gate's tanh.
-int Step::mllama_global_block(int h, int block) {
-  LayerParams& lp = w_->vision.blocks[static_cast<std::size_t>(block)];
-  const Poly H = vpt(m_.vision.hidden_size), rows = vpt(1);
-  const auto gate = [&](int branch, int g) {
-    const int t = ops_.tanh(g);
-    const int y = ops_.mul(t, branch, H);
-    g_.drop(t);
-    g_.drop(branch);
-    return y;
-  };
-  const int n1 = vision_norm(h, lp.norms[0], lp.norms[1], H, rows);
-  const int a = gate(vision_attention(n1, lp, block), lp.attn_gate);
-  g_.drop(n1);
-  const int h2 = ops_.add(h, a, H);
-  g_.drop(a);
-  const int n2 = vision_norm(h2, lp.norms[2], lp.norms[3], H, rows);
-  const int m = gate(vision_mlp(n2, lp), lp.mlp_gate);
-  g_.drop(n2);
-  const int h3 = ops_.add(h2, m, H);
-  g_.drop(m);
-  g_.drop(h2);
-  return h3;
+int Step::tanh_gate(int branch, int gate, const Poly& numel) {
+  const int t = ops_.tanh(gate);
+  const int y = ops_.mul(t, branch, numel);
+  g_.drop(t);
+  g_.drop(branch);
+  return y;
 }
 
 // _prepare_cross_attention_mask: the collator's (b, s, images, tiles) int64 mask repeated per
@@ -1692,16 +1679,9 @@ int Step::cross_attention(int x, LayerParams& lp) {
 int Step::cross_decoder_layer(int h, LayerParams& lp) {
   const std::int64_t hs = m_.hidden_size;
   const Poly H = htok();
-  const auto gate = [&](int branch, int g) {
-    const int t = ops_.tanh(g);
-    const int y = ops_.mul(t, branch, H);
-    g_.drop(t);
-    g_.drop(branch);
-    return y;
-  };
   g_.hold(h);
   const int n1 = norm(h, lp.norms[0], lp.norms[1], hs, H);
-  const int a = gate(cross_attention(n1, lp), lp.attn_gate);
+  const int a = tanh_gate(cross_attention(n1, lp), lp.attn_gate, H);
   g_.drop(n1);
   const int h2 = ops_.add(h, a, H);
   g_.drop(a);
@@ -1711,7 +1691,7 @@ int Step::cross_decoder_layer(int h, LayerParams& lp) {
   g_.drop(n2);
   const int rows = ops_.mul(cross_rows_, m, H);
   g_.drop(m);
-  const int gm = gate(rows, lp.mlp_gate);
+  const int gm = tanh_gate(rows, lp.mlp_gate, H);
   const int h3 = ops_.add(h2, gm, H);
   g_.drop(gm);
   g_.drop(h2);
