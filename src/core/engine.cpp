@@ -478,18 +478,17 @@ constexpr Cat kShardedCats[] = {Cat::kWeights,         Cat::kAdapterWeights, Cat
 // Whether two candidates' sharded categories come from the same inputs (so apply_sharding gives
 // the same result): most events change only activations, not what sharding acts on.
 bool same_sharded_inputs(const Candidate& a, const Candidate& b) {
-  const auto same = [](const Poly& x, const Poly& y) { return x == y; };
-  if (a.m != b.m || a.extra != b.extra || !same(a.ring, b.ring) || (a.c == nullptr) != (b.c == nullptr) ||
+  if (a.m != b.m || a.extra != b.extra || !(a.ring == b.ring) || (a.c == nullptr) != (b.c == nullptr) ||
       (a.d == nullptr) != (b.d == nullptr))
     return false;
   for (Cat c : kShardedCats) {
     const auto i = static_cast<std::size_t>(c);
     if (a.c == nullptr) {
-      if (!same((*a.cats)[i], (*b.cats)[i])) return false;
+      if (!((*a.cats)[i] == (*b.cats)[i])) return false;
       continue;
     }
-    if (!same((*a.c)[i], (*b.c)[i])) return false;
-    if (a.d != nullptr && !same((*a.d)[i], (*b.d)[i])) return false;
+    if (!((*a.c)[i] == (*b.c)[i])) return false;
+    if (a.d != nullptr && !((*a.d)[i] == (*b.d)[i])) return false;
   }
   return true;
 }

@@ -151,9 +151,12 @@ class Step {
   Poly per_image(std::int64_t k) const {  // k per image of the batch
     return Poly::mono(kB, checked_mul(checked_mul(k, sp_.images), sp_.batch_multiplier));
   }
-  Poly xtok(std::int64_t k) const {  // mllama: per vision token cross-attention reads (tiles x positions per image)
-    const VisionSpec& v = m_.vision;
-    return per_image(checked_mul(k, checked_mul(v.max_num_tiles, v.tile_positions())));
+  // mllama: the image tokens cross-attention reads per sequence (tiles x positions per image).
+  std::int64_t cross_tokens() const {
+    return checked_mul(sp_.images, checked_mul(m_.vision.max_num_tiles, m_.vision.tile_positions()));
+  }
+  Poly xtok(std::int64_t k) const {  // per image token cross-attention reads
+    return Poly::mono(kB, checked_mul(checked_mul(k, cross_tokens()), sp_.batch_multiplier));
   }
   bool mllama() const { return m_.vision.kind == VisionKind::kMllama; }
   int mllama_vision_features();
@@ -1581,7 +1584,7 @@ int Step::tanh_gate(int branch, int gate, const Poly& numel) {
 // masked_fill replaces it, the inverted mask until the function returns.
 void Step::mllama_cross_masks() {
   const DT dt = g_.at(w_->embed).dt;
-  const std::int64_t M = checked_mul(sp_.images, m_.vision.max_num_tiles * m_.vision.tile_positions());
+  const std::int64_t M = cross_tokens();
   const Poly xm = tok(M);
   const int rep = g_.make(xm, DT::kI64, Cat::kInputs);
   const int inv32 = g_.make(xm, DT::kF32, Cat::kInputs);
@@ -1620,7 +1623,7 @@ int Step::cross_attention(int x, LayerParams& lp) {
   const int n_rep = static_cast<int>(nh / nkv);
   const int kr0 = ops_.repeat_kv(ke, n_rep, nkv == 1);
   const int vr0 = ops_.repeat_kv(vt, n_rep, nkv == 1);
-  const std::int64_t M = checked_mul(sp_.images, m_.vision.max_num_tiles * m_.vision.tile_positions());
+  const std::int64_t M = cross_tokens();
   int out = -1;  // (b, s, heads x head_dim), o_proj's input
   if (sp_.attn == AttnImpl::kEager) {
     // eager_attention_forward: q k^T * scaling + mask, fp32 softmax cast back, @ v, then
