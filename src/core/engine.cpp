@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/optimizer_model.hpp"
+#include "core/parallel.hpp"
 #include "core/pipeline.hpp"
 #include "core/sharding.hpp"
 #include "core/sim/program.hpp"
@@ -35,6 +36,11 @@ using sim::Poly;
 constexpr std::int64_t kCublasWorkspaces = 64LL << 20;
 
 constexpr int kSegOptimizer = sim::kNumSegments;
+constexpr std::size_t kNumPhases = static_cast<std::size_t>(Phase::kGeneration) + 1;
+
+// Simulated layers (decoder layers and vision blocks, over every reduced-model run) from which
+// the runs go to several threads (docs/plan.md#speed).
+constexpr std::size_t kParallelLayers = 16;
 constexpr int kSegGeneration = sim::kNumSegments + 1;
 
 DT to_dt(DType d) {
@@ -559,25 +565,40 @@ bool fsdp_no_backward_prefetch(const TrainingConfig& c) {
 // order of decreasing coefficient sum.
 std::vector<std::size_t> undominated(const std::vector<Candidate>& in, const std::vector<Poly>* totals) {
   const auto total_of = [&](std::size_t i) -> const Poly& { return totals != nullptr ? (*totals)[i] : in[i].total; };
-  // Largest coefficient sum first: a dominating candidate then comes before what it dominates.
-  std::vector<std::pair<std::int64_t, std::size_t>> order(in.size());
+  // One pass in index order, per phase: a candidate is dropped when a kept one dominates it
+  // (an equal one is kept first) and removes the kept ones it dominates. Every candidate ever
+  // seen stays dominated by a kept one, so what remains is exactly the undominated set.
+  std::array<std::vector<std::size_t>, kNumPhases> by_phase;
   for (std::size_t i = 0; i < in.size(); ++i) {
-    std::int64_t sum = 0;
-    for (auto v : total_of(i).c) sum += v;
-    order[i] = {sum, i};
-  }
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<std::size_t> kept;
-  for (const auto& [sum, i] : order) {
-    const Phase ph = phase_of(in[i].segment);
+    auto& kept = by_phase[static_cast<std::size_t>(phase_of(in[i].segment))];
+    const Poly& t = total_of(i);
+    // The kept candidate that dominated the previous one usually dominates this one too: it
+    // moves to the front.
     bool dominated = false;
-    for (std::size_t k : kept)
-      if (phase_of(in[k].segment) == ph && total_of(k).dominates(total_of(i))) {
+    for (std::size_t j = 0; j < kept.size(); ++j)
+      if (total_of(kept[j]).dominates(t)) {
+        std::swap(kept[0], kept[j]);
         dominated = true;
         break;
       }
-    if (!dominated) kept.push_back(i);
+    if (dominated) continue;
+    std::erase_if(kept, [&](std::size_t k) { return t.dominates(total_of(k)); });
+    kept.push_back(i);
   }
+  // Largest coefficient sum first (a candidate dominating another has the larger sum), then by index.
+  std::vector<std::pair<std::int64_t, std::size_t>> order;
+  for (const auto& kept : by_phase)
+    for (std::size_t i : kept) {
+      std::int64_t sum = 0;
+      for (auto v : total_of(i).c) sum += v;
+      order.emplace_back(sum, i);
+    }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<std::size_t> kept;
+  kept.reserve(order.size());
+  for (const auto& [sum, i] : order) kept.push_back(i);
   return kept;
 }
 
@@ -829,50 +850,85 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
                                    (sp.attn == AttnImpl::kEager || config.method == Method::kGrpo);
     const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
                        config.parallel.offload_params;
-    std::int64_t trainable_all = 0;
+    // The distinct stages (ranks whose simulation would be the same share one) and, for each,
+    // the decoder layers its reduced models simulate.
+    struct StageWork {
+      PipelineRank rank;
+      SimulatedLayers simulated;
+      std::vector<int> key;  // the reduced-model runs it uses: stages of one kind share them
+    };
+    std::vector<StageWork> stages;
     std::map<std::vector<int>, std::size_t> sim_of;
-    // The reduced-model runs of a stage kind: simulated once, extrapolated per layer count.
+    for (const auto& rk : ranks) {
+      SimulatedLayers simulated = simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer);
+      std::vector<int> key{rk.embedding, rk.head, std::min(rk.layers, 4)};
+      for (int l : simulated.r3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
+      std::vector<int> stage_key = key;
+      stage_key.push_back(rk.layers);
+      const auto [it, added] = sim_of.try_emplace(std::move(stage_key), stages.size());
+      impl->ranks.push_back({rk, it->second});
+      if (added) stages.push_back({rk, std::move(simulated), std::move(key)});
+    }
+    impl->sims.resize(stages.size());
+    // The program of a stage for a b class (docs/formulas.md#pipeline-parallelism).
+    const auto stage_spec = [&](const PipelineRank& rk, int cls) {
+      sim::ProgramSpec s = sp;
+      s.stage_embedding = rk.embedding;
+      s.stage_head = rk.head;
+      s.free_stage_output = config.parallel.megatron_core;
+      s.batch_one = cls == 0;
+      return s;
+    };
+    const int first_cls = batch_one_differs ? 0 : 1;
+    // The reduced-model runs of a stage kind, simulated once and extrapolated per layer count.
+    // Every run is independent of the others: they run in parallel (docs/plan.md#speed).
     struct Runs {
       std::array<std::optional<sim::ProgramResult>, 2> r3, r4;  // per b class
     };
     std::map<std::vector<int>, Runs> runs_of;
-    for (const auto& rk : ranks) {
-      const SimulatedLayers simulated = simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer);
-      const std::vector<int>& layers3 = simulated.r3;
-      const std::vector<int>& layers4 = simulated.r4;
-      std::vector<int> key{rk.embedding, rk.head, std::min(rk.layers, 4)};
-      for (int l : layers3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
-      std::vector<int> stage_key = key;
-      stage_key.push_back(rk.layers);
-      if (auto it = sim_of.find(stage_key); it != sim_of.end()) {
-        impl->ranks.push_back({rk, it->second});
-        trainable_all += impl->sims[it->second].trainable;
-        continue;
+    std::vector<std::pair<sim::ProgramSpec, std::optional<sim::ProgramResult>*>> jobs;
+    for (const auto& w : stages) {
+      const auto [it, added] = runs_of.try_emplace(w.key);
+      if (!added) continue;
+      for (int cls = first_cls; cls < 2; ++cls) {
+        const auto ci = static_cast<std::size_t>(cls);
+        sim::ProgramSpec s = stage_spec(w.rank, cls);
+        s.model_layers = w.simulated.r3;
+        s.layer_slots = w.simulated.slots3;
+        jobs.emplace_back(s, &it->second.r3[ci]);
+        if (w.simulated.r4.empty()) continue;
+        s.model_layers = w.simulated.r4;
+        s.layer_slots = w.simulated.slots4;
+        jobs.emplace_back(std::move(s), &it->second.r4[ci]);
       }
-      impl->sims.emplace_back();
-      StageSim& st = impl->sims.back();
-      sim_of.emplace(stage_key, impl->sims.size() - 1);
-      impl->ranks.push_back({rk, impl->sims.size() - 1});
+    }
+    // A thread costs tens of microseconds to start: worth it only for a long program (measured:
+    // a plain 8B plan of 3 + 4 simulated layers got slower, docs/plan.md#speed).
+    std::size_t layers_run = 0;
+    for (const auto& job : jobs) layers_run += job.first.model_layers.size();
+    if (images.images > 0) layers_run += jobs.size() * static_cast<std::size_t>(model.vision.depth + model.vision.global_depth);
+    const unsigned threads = layers_run >= kParallelLayers ? 0 : 1;
+    parallel_for(
+        jobs.size(),
+        [&jobs](std::size_t i) {
+          auto& [spec, out] = jobs[i];
+          *out = sim::run_step(spec);
+          if (!(*out)->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+        },
+        threads);
+    // Each stage's timeline: extrapolated, sharded, pruned. Stages are independent too.
+    parallel_for(
+        stages.size(),
+        [&](std::size_t si) {
+      const StageWork& w = stages[si];
+      const PipelineRank& rk = w.rank;
+      const SimulatedLayers& simulated = w.simulated;
+      StageSim& st = impl->sims[si];
       const int L = rk.layers;
       const std::int64_t extra = simulated.extra;
-      sp.stage_embedding = rk.embedding;
-      sp.stage_head = rk.head;
-      sp.free_stage_output = config.parallel.megatron_core;
-      Runs& runs = runs_of[key];
-      for (int cls = batch_one_differs ? 0 : 1; cls < 2; ++cls) {
+      const Runs& runs = runs_of.at(w.key);
+      for (int cls = first_cls; cls < 2; ++cls) {
         const auto ci = static_cast<std::size_t>(cls);
-        sp.batch_one = cls == 0;
-        if (!runs.r3[ci]) {
-          sp.model_layers = layers3;
-          sp.layer_slots = simulated.slots3;
-          runs.r3[ci] = sim::run_step(sp);
-          if (!runs.r3[ci]->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
-          if (!layers4.empty()) {
-            sp.model_layers = layers4;
-            sp.layer_slots = simulated.slots4;
-            runs.r4[ci] = sim::run_step(sp);
-          }
-        }
         const sim::ProgramResult& r3 = *runs.r3[ci];
         const sim::ProgramResult* r4 = runs.r4[ci] ? &*runs.r4[ci] : nullptr;
         if (st.opt_params.empty() && st.trainable == 0) {
@@ -943,16 +999,15 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         std::vector<Candidate> cands;
         std::optional<sim::ProgramResult> full;
         st.extrapolated = r4 != nullptr;
-        st.simulated_layers = static_cast<int>(layers3.size() + layers4.size());
+        st.simulated_layers = static_cast<int>(simulated.r3.size() + simulated.r4.size());
         try {
           cands = extrapolate(r3, r4, extra, base, opt_extra);
         } catch (const TimelineMismatch&) {
           st.extrapolated = false;
           // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
-          sp.model_layers.clear();
-          sp.layer_slots.clear();
-          for (int l = rk.first_layer; l < rk.first_layer + L; ++l) sp.model_layers.push_back(l);
-          full = sim::run_step(sp);
+          sim::ProgramSpec every = stage_spec(rk, cls);
+          for (int l = rk.first_layer; l < rk.first_layer + L; ++l) every.model_layers.push_back(l);
+          full = sim::run_step(every);
           if (!full->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
           cands = extrapolate(*full, nullptr, 0, base, opt_extra);
         }
@@ -1035,8 +1090,10 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         }
         if (!batch_one_differs) st.retained[0] = st.retained[1];
       }
-      trainable_all += st.trainable;
-    }
+        },
+        threads);
+    std::int64_t trainable_all = 0;
+    for (const auto& r : impl->ranks) trainable_all += impl->sims[r.sim].trainable;
     // A last stage's own copy of tied embeddings is not a second trainable parameter of the model.
     std::int64_t trainable = trainable_all;
     if (pipelined && model.tie_word_embeddings && !config.lora.enabled)

@@ -137,11 +137,7 @@ void Graph::flush() {
     events_.back().cats = live_;
     return;
   }
-  Event& e = events_.emplace_back();
-  e.segment = segment_;
-  e.instance = instance_;
-  e.total = live_total_;
-  e.cats = live_;
+  events_.push_back(Event{segment_, instance_, live_total_, live_});
   freed_since_event_ = false;
 }
 

@@ -14,12 +14,6 @@ bool Poly::is_zero() const {
   return true;
 }
 
-bool Poly::dominates(const Poly& o) const {
-  for (int i = 0; i < kNumMono; ++i)
-    if (c[i] < o.c[i]) return false;
-  return true;
-}
-
 std::int64_t Poly::eval(std::int64_t b, std::int64_t s) const {
   const i128 B = b, S = s;
   const i128 v = static_cast<i128>(c[kOne]) + c[kB] * B + c[kS] * S + c[kBS] * B * S + c[kBSS] * B * S * S +

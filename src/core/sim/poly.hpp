@@ -47,7 +47,11 @@ struct Poly {
   bool operator==(const Poly& o) const { return c == o.c; }
   bool is_zero() const;
   // Coefficient-wise >=: then a >= b for every b, s >= 1.
-  bool dominates(const Poly& o) const;
+  bool dominates(const Poly& o) const {
+    for (int i = 0; i < kNumMono; ++i)
+      if (c[i] < o.c[i]) return false;
+    return true;
+  }
   // Exact value at (b, s); throws SizeOverflow if it does not fit in int64.
   std::int64_t eval(std::int64_t b, std::int64_t s) const;
 };

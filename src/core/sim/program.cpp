@@ -1193,11 +1193,11 @@ int Step::chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores
     // One chunk's chain, each gradient alive until the next node has produced its own: dprobs
     // (with the chunk's dv) from the second bmm, its fp32 cast (ToCopyBackward), softmax
     // backward, the cast back to the input dtype, * scaling, then dq and dk from the first bmm.
-    const Cat sc = Cat::kAttentionScores;
+    const Cat scores_cat = Cat::kAttentionScores;
     const int dv = ctx.temp(c_out, dt);
-    int cur = ctx.temp(c_sc, dt, sc);  // dprobs
+    int cur = ctx.temp(c_sc, dt, scores_cat);  // dprobs
     const auto step = [&](DT to_dt) {
-      const int next = ctx.temp(c_sc, to_dt, sc);
+      const int next = ctx.temp(c_sc, to_dt, scores_cat);
       ctx.drop(cur);
       cur = next;
     };

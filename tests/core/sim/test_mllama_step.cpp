@@ -16,7 +16,7 @@ using memplan::testing::tiny_mllama;
 
 namespace {
 
-TrainingConfig lora_cfg(std::int64_t images) {
+TrainingConfig lora_cfg(int images) {
   TrainingConfig c;
   c.micro_batch = 2;
   c.seq_len = 64;
