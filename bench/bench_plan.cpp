@@ -20,6 +20,7 @@ namespace {
 
 using namespace memplan;
 using memplan::testing::llama31_8b;
+using memplan::testing::gemma3_27b_text;
 using memplan::testing::llama32_11b_vision;
 
 TrainingConfig bf16_sft() {
@@ -270,6 +271,21 @@ void BM_PlanLlama32VisionLora(benchmark::State& state) {
   time_fitting_plan(state, m, c, req);
 }
 BENCHMARK(BM_PlanLlama32VisionLora)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Gemma 3 27B's language model, LoRA with checkpointing at 4,096 tokens under SDPA: past the
+// 1,024-token window transformers materializes the sliding layers' mask, so the plan simulates a
+// second program in which one 6-layer period repeats (docs/formulas.md#sliding-window-attention).
+void BM_PlanGemma3SlidingWindow(benchmark::State& state) {
+  const ModelSpec m = gemma3_27b_text();
+  TrainingConfig c = lora_checkpointed();
+  c.seq_len = 4096;
+  c.micro_batch = 1;
+  PlanRequest req;
+  req.budget = budget(141);
+  req.target_global_batch = 16;
+  time_fitting_plan(state, m, c, req);
+}
+BENCHMARK(BM_PlanGemma3SlidingWindow)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_SolveSeqLen(benchmark::State& state) {
   const ModelSpec m = llama31_8b();

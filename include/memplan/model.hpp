@@ -113,7 +113,12 @@ struct ModelSpec {
   bool scale_embeddings = false;       // Gemma multiplies embeddings by sqrt(hidden)
   double final_logit_softcap = 0.0;    // Gemma 2: tanh soft-capping of logits
   double attn_logit_softcap = 0.0;     // Gemma 2: tanh soft-capping of attention scores
-  std::int64_t sliding_window = 0;     // 0: none
+  // Sliding-window attention (docs/formulas.md#sliding-window-attention): the window in tokens
+  // (0: none) and the layers that attend in full despite it, from config.json's layer_types or
+  // the model type's pattern (Gemma 2: the odd layers; Gemma 3: every sixth, from 5; Qwen2/3 with
+  // use_sliding_window: those below max_window_layers; Mistral, Mixtral, Phi-3: none).
+  std::int64_t sliding_window = 0;
+  std::vector<int> full_attention_layers;
   // Qwen2-VL / Qwen2.5-VL multimodal rotary embedding: (3, b, s, head_dim) cos/sin tables, and
   // per attention call the mrope sections concatenated into (b, s, head_dim) ones.
   bool mrope = false;
@@ -149,6 +154,9 @@ struct ModelSpec {
 
   bool is_encoder() const { return encoder; }
   bool is_cross_attention_layer(int layer) const;
+  bool is_sliding_layer(int layer) const;
+  // Both kinds of layer: Gemma 2 and 3 build a full and a sliding mask each forward.
+  bool mixes_attention_kinds() const;
   bool is_mla() const { return kv_lora_rank > 0; }
 };
 

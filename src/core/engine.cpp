@@ -37,6 +37,8 @@ constexpr std::int64_t kCublasWorkspaces = 64LL << 20;
 
 constexpr int kSegOptimizer = sim::kNumSegments;
 constexpr std::size_t kNumPhases = static_cast<std::size_t>(Phase::kGeneration) + 1;
+// Programs per stage: b == 1 or not, x s below the sliding window or not (StageSim::candidates).
+constexpr int kClasses = 4;
 
 // Simulated layers (decoder layers and vision blocks, over every reduced-model run) from which
 // the runs go to several threads (docs/plan.md#speed).
@@ -343,12 +345,13 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
 
 // One simulated pipeline stage (the whole model without pipeline parallelism).
 struct StageSim {
-  // Every event that can be the peak, offsets applied: [accumulated][b class]. accumulated 0:
+  // Every event that can be the peak, offsets applied: [accumulated][class]. accumulated 0:
   // the first micro-batch of a step; 1: a later one, with the earlier micro-batches' gradients.
-  // b class 0: b == 1, 1: b >= 2.
-  std::array<std::array<std::vector<Candidate>, 2>, 2> candidates;
-  // One micro-batch's activations as its backward begins, per b class (pipeline in-flight).
-  std::array<CatVec, 2> retained{};
+  // class (program_class()): 0 b == 1, 1 b >= 2; 2 and 3 the same at s >= the sliding window
+  // when SDPA materializes the sliding layers' mask there.
+  std::array<std::array<std::vector<Candidate>, kClasses>, 2> candidates;
+  // One micro-batch's activations as its backward begins, per class (pipeline in-flight).
+  std::array<CatVec, kClasses> retained{};
   OptimizerFootprint opt;
   std::vector<OptParam> opt_params;
   ShardPlan shard;
@@ -365,6 +368,7 @@ struct RankSim {
 struct Estimator::Impl {
   ModelSpec model;
   TrainingConfig config;
+  std::int64_t window_from = 0;  // s from which the sliding-mask programs apply (0: none)
   std::vector<StageSim> sims;
   std::vector<RankSim> ranks;  // every pipeline rank (one without pipeline parallelism)
   ParamSummary params;
@@ -640,10 +644,12 @@ namespace {
 // r4 = {first, mid, mid, last}, the middle layer standing for all but the first and last; when
 // the run's second layer is not of their majority kind (DeepSeek-V3's first_k_dense_replace = 3:
 // layer 1 dense, 56 of the 59 MoE), one that is (docs/formulas.md#mla-parameters). Llama 3.2
-// Vision interleaves cross-attention layers at a fixed period: the unit is one period (a
-// cross-attention layer and the self-attention layers after it), the layers before the first
-// such unit are the first part and the last cross-attention layer onward the last part
-// (docs/formulas.md#llama-32-vision). Interleavings without a period are simulated in full.
+// Vision interleaves cross-attention layers at a fixed period, and so do Gemma 2/3's
+// full-attention layers among sliding ones once their masks are materialized (SDPA, s >=
+// sliding_window): the unit is one period, starting right after the first layer (the first
+// part); as many whole periods as fit before the last layer repeat, and the layers after them
+// are the last part (docs/formulas.md#extrapolation). Interleavings without a period, and stages
+// shorter than the two reduced models together, are simulated in full.
 struct SimulatedLayers {
   std::vector<int> r3, r4;
   std::vector<std::pair<int, int>> slots3, slots4;  // empty: by position
@@ -651,7 +657,7 @@ struct SimulatedLayers {
   std::int64_t extra = 0;
 };
 
-SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool every_layer) {
+SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool every_layer, bool windowed) {
   SimulatedLayers s;
   const auto all = [&]() {
     for (int l = first; l < first + n; ++l) s.r3.push_back(l);
@@ -660,27 +666,46 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
   };
   if (n <= 3 || every_layer) return all();
   const int last = first + n - 1;
+  // The layers that break the run of identical ones: cross-attention layers, or (with the
+  // sliding mask materialized) the full-attention layers among sliding ones.
+  std::vector<int> x;
   if (!model.cross_attention_layers.empty()) {
-    std::vector<int> x;
-    for (const int l : model.cross_attention_layers)
-      if (l >= first && l <= last) x.push_back(l);
+    x = model.cross_attention_layers;
+  } else if (windowed && model.mixes_attention_kinds()) {
+    x = model.full_attention_layers;
+  }
+  if (!x.empty()) {
+    std::erase_if(x, [&](int l) { return l < first || l > last; });
     std::sort(x.begin(), x.end());
-    if (x.size() < 3 || x.front() == first) return all();
+    if (x.size() < 2) return all();
     const int period = x[1] - x[0];
     for (std::size_t i = 1; i < x.size(); ++i)
       if (x[i] - x[i - 1] != period) return all();
-    const int units = static_cast<int>(x.size()) - 1;  // [x0, x0 + period) ... up to the last cross layer
+    // Sliding windows: as many whole periods as fit after the first layer and before the last,
+    // the unit starting right after the first layer wherever the full layer falls in it.
+    // Cross-attention layers share the projected image features, whose gradient the first of
+    // them to run backward allocates: the units run from the first cross-attention layer to the
+    // last, which starts the last part.
+    const bool cross = !model.cross_attention_layers.empty();
+    if (cross && x.front() == first) return all();
+    const int units = cross ? static_cast<int>(x.size()) - 1 : (n - 2) / period;
+    const int u0 = cross ? x.front() : first + 1;
+    const auto special = [&x](int l) { return std::binary_search(x.begin(), x.end(), l); };
+    for (int l = u0; l + period < u0 + units * period; ++l)
+      if (special(l) != special(l + period)) return all();
+    // Fewer layers in all than the two reduced models would simulate: simulate them all.
+    if (units < 2 || 2 * (n - units * period) + 3 * period >= n) return all();
     const auto add = [&](std::vector<int>& layers, std::vector<std::pair<int, int>>& slots, int units_simulated) {
-      for (int l = first; l < x.front(); ++l) {
+      for (int l = first; l < u0; ++l) {
         layers.push_back(l);
         slots.emplace_back(0, 0);
       }
       for (int u = 0; u < units_simulated; ++u)
-        for (int l = x.front() + u * period; l < x.front() + (u + 1) * period; ++l) {
+        for (int l = u0 + u * period; l < u0 + (u + 1) * period; ++l) {
           layers.push_back(l);
           slots.emplace_back(1, u);
         }
-      for (int l = x.back(); l <= last; ++l) {
+      for (int l = u0 + units * period; l <= last; ++l) {
         layers.push_back(l);
         slots.emplace_back(2, 0);
       }
@@ -850,19 +875,40 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
                                    (sp.attn == AttnImpl::kEager || config.method == Method::kGrpo);
     const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
                        config.parallel.offload_params;
+    // Sliding-window layers under SDPA: transformers materializes their mask only from s =
+    // sliding_window on, so those lengths get programs of their own (docs/formulas.md#sliding-window-attention).
+    // Gemma 3 with images keeps every mask at every length: one program.
+    sp.sdpa_full_mask = sp.attn == AttnImpl::kSdpa && model.vision.kind == VisionKind::kSiglip && images.images > 0;
+    sp.sdpa_sliding_mask = sp.sdpa_full_mask;
+    const bool window_differs = sp.attn == AttnImpl::kSdpa && model.sliding_window > 0 && !sp.sdpa_full_mask;
+    if (window_differs) impl->window_from = model.sliding_window;
+    // The classes simulated (the others copy one): cls % 2 == 0 is b == 1, cls >= 2 s >= window.
+    std::vector<int> classes;
+    for (int cls = 0; cls < kClasses; ++cls)
+      if ((batch_one_differs || cls % 2 == 1) && (window_differs || cls < 2)) classes.push_back(cls);
+    const auto class_of = [&](int cls) { return (batch_one_differs ? cls % 2 : 1) + (window_differs ? cls / 2 * 2 : 0); };
     // The distinct stages (ranks whose simulation would be the same share one) and, for each,
-    // the decoder layers its reduced models simulate.
+    // the decoder layers its reduced models simulate, without and with the sliding masks.
     struct StageWork {
       PipelineRank rank;
-      SimulatedLayers simulated;
+      std::array<SimulatedLayers, 2> simulated;
       std::vector<int> key;  // the reduced-model runs it uses: stages of one kind share them
     };
     std::vector<StageWork> stages;
     std::map<std::vector<int>, std::size_t> sim_of;
     for (const auto& rk : ranks) {
-      SimulatedLayers simulated = simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer);
+      std::array<SimulatedLayers, 2> simulated;
+      for (int win = 0; win < (window_differs ? 2 : 1); ++win)
+        simulated[static_cast<std::size_t>(win)] =
+            simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer, win == 1);
       std::vector<int> key{rk.embedding, rk.head, std::min(rk.layers, 4)};
-      for (int l : simulated.r3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
+      for (int l : simulated[0].r3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
+      if (window_differs) {  // where the full-attention layers fall in the windowed runs
+        for (const auto* layers : {&simulated[1].r3, &simulated[1].r4}) {
+          key.push_back(-static_cast<int>(layers->size()) - 1);
+          for (int l : *layers) key.push_back(model.is_sliding_layer(l) ? 1 : 0);
+        }
+      }
       std::vector<int> stage_key = key;
       stage_key.push_back(rk.layers);
       const auto [it, added] = sim_of.try_emplace(std::move(stage_key), stages.size());
@@ -870,35 +916,36 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       if (added) stages.push_back({rk, std::move(simulated), std::move(key)});
     }
     impl->sims.resize(stages.size());
-    // The program of a stage for a b class (docs/formulas.md#pipeline-parallelism).
+    // The program of a stage for a class (docs/formulas.md#pipeline-parallelism).
     const auto stage_spec = [&](const PipelineRank& rk, int cls) {
       sim::ProgramSpec s = sp;
       s.stage_embedding = rk.embedding;
       s.stage_head = rk.head;
       s.free_stage_output = config.parallel.megatron_core;
-      s.batch_one = cls == 0;
+      s.batch_one = cls % 2 == 0;
+      s.sdpa_sliding_mask = sp.sdpa_sliding_mask || cls >= 2;
       return s;
     };
-    const int first_cls = batch_one_differs ? 0 : 1;
     // The reduced-model runs of a stage kind, simulated once and extrapolated per layer count.
     // Every run is independent of the others: they run in parallel (docs/plan.md#speed).
     struct Runs {
-      std::array<std::optional<sim::ProgramResult>, 2> r3, r4;  // per b class
+      std::array<std::optional<sim::ProgramResult>, kClasses> r3, r4;
     };
     std::map<std::vector<int>, Runs> runs_of;
     std::vector<std::pair<sim::ProgramSpec, std::optional<sim::ProgramResult>*>> jobs;
     for (const auto& w : stages) {
       const auto [it, added] = runs_of.try_emplace(w.key);
       if (!added) continue;
-      for (int cls = first_cls; cls < 2; ++cls) {
+      for (const int cls : classes) {
         const auto ci = static_cast<std::size_t>(cls);
+        const SimulatedLayers& layers = w.simulated[cls >= 2 ? 1 : 0];
         sim::ProgramSpec s = stage_spec(w.rank, cls);
-        s.model_layers = w.simulated.r3;
-        s.layer_slots = w.simulated.slots3;
+        s.model_layers = layers.r3;
+        s.layer_slots = layers.slots3;
         jobs.emplace_back(s, &it->second.r3[ci]);
-        if (w.simulated.r4.empty()) continue;
-        s.model_layers = w.simulated.r4;
-        s.layer_slots = w.simulated.slots4;
+        if (layers.r4.empty()) continue;
+        s.model_layers = layers.r4;
+        s.layer_slots = layers.slots4;
         jobs.emplace_back(std::move(s), &it->second.r4[ci]);
       }
     }
@@ -908,6 +955,10 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     for (const auto& job : jobs) layers_run += job.first.model_layers.size();
     if (images.images > 0) layers_run += jobs.size() * static_cast<std::size_t>(model.vision.depth + model.vision.global_depth);
     const unsigned threads = layers_run >= kParallelLayers ? 0 : 1;
+    // Longest first: workers take jobs in order, so the longest must not start last.
+    std::stable_sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
+      return a.first.model_layers.size() > b.first.model_layers.size();
+    });
     parallel_for(
         jobs.size(),
         [&jobs](std::size_t i) {
@@ -922,13 +973,13 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         [&](std::size_t si) {
       const StageWork& w = stages[si];
       const PipelineRank& rk = w.rank;
-      const SimulatedLayers& simulated = w.simulated;
       StageSim& st = impl->sims[si];
       const int L = rk.layers;
-      const std::int64_t extra = simulated.extra;
       const Runs& runs = runs_of.at(w.key);
-      for (int cls = first_cls; cls < 2; ++cls) {
+      for (const int cls : classes) {
         const auto ci = static_cast<std::size_t>(cls);
+        const SimulatedLayers& simulated = w.simulated[cls >= 2 ? 1 : 0];
+        const std::int64_t extra = simulated.extra;
         const sim::ProgramResult& r3 = *runs.r3[ci];
         const sim::ProgramResult* r4 = runs.r4[ci] ? &*runs.r4[ci] : nullptr;
         if (st.opt_params.empty() && st.trainable == 0) {
@@ -998,12 +1049,14 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
         std::vector<Candidate> cands;
         std::optional<sim::ProgramResult> full;
-        st.extrapolated = r4 != nullptr;
-        st.simulated_layers = static_cast<int>(simulated.r3.size() + simulated.r4.size());
+        if (cls < 2) {  // the assumptions describe the program without the sliding masks
+          st.extrapolated = r4 != nullptr;
+          st.simulated_layers = static_cast<int>(simulated.r3.size() + simulated.r4.size());
+        }
         try {
           cands = extrapolate(r3, r4, extra, base, opt_extra);
         } catch (const TimelineMismatch&) {
-          st.extrapolated = false;
+          if (cls < 2) st.extrapolated = false;
           // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
           sim::ProgramSpec every = stage_spec(rk, cls);
           for (int l = rk.first_layer; l < rk.first_layer + L; ++l) every.model_layers.push_back(l);
@@ -1084,11 +1137,15 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
             materialize(k, base);
             kept.push_back(std::move(k));
           }
-          auto& slot = st.candidates[static_cast<std::size_t>(acc)];
-          slot[ci] = std::move(kept);
-          if (!batch_one_differs) slot[0] = slot[1];
+          st.candidates[static_cast<std::size_t>(acc)][ci] = std::move(kept);
         }
-        if (!batch_one_differs) st.retained[0] = st.retained[1];
+      }
+      // The classes not simulated are the same program as one that is.
+      for (int cls = 0; cls < kClasses; ++cls) {
+        const auto from = static_cast<std::size_t>(class_of(cls)), to = static_cast<std::size_t>(cls);
+        if (from == to) continue;
+        for (auto& slot : st.candidates) slot[to] = slot[from];
+        st.retained[to] = st.retained[from];
       }
         },
         threads);
@@ -1158,6 +1215,21 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
                             images.grid.tokens, config.vision.train_vision_tower ? "trained" : "frozen",
                             config.vision.train_projector ? "trained" : "frozen"));
     }
+    if (model.sliding_window > 0 && sp.attn == AttnImpl::kSdpa) {
+      int sliding = 0;
+      for (int l = 0; l < model.num_layers; ++l) sliding += model.is_sliding_layer(l) ? 1 : 0;
+      impl->assumptions.push_back(
+          sp.sdpa_full_mask
+              ? fmt::format("sdpa with images: the token_type_ids image blocks keep every layer's (b, 1, s, s) mask, "
+                            "so each of the {} layers saves a dense copy of it and full-head K/V for backward "
+                            "(docs/formulas.md#sliding-window-attention)",
+                            model.num_layers)
+              : fmt::format("sliding-window attention: {} of {} layers attend over {:L} tokens; from a sequence of "
+                            "{:L} tokens transformers gives SDPA their (b, 1, s, s) mask, and each of them saves a dense "
+                            "copy of it and full-head K/V for backward (flash_attention_2 needs neither; "
+                            "docs/formulas.md#sliding-window-attention)",
+                            sliding, model.num_layers, model.sliding_window, model.sliding_window));
+    }
     if (model.is_encoder()) {
       impl->assumptions.push_back(fmt::format(
           "encoder: {} head{}; batches without padding (no SDPA mask)", to_string(model.head),
@@ -1195,11 +1267,16 @@ std::int64_t local_seq(const TrainingConfig& c, std::int64_t s) {
   return (s + cp - 1) / cp;
 }
 
+// Which program answers for (b, s) (StageSim::candidates).
+std::size_t program_class(std::int64_t b, std::int64_t s, std::int64_t window_from) {
+  return (b == 1 ? 0 : 1) + (window_from > 0 && s >= window_from ? 2 : 0);
+}
+
 Worst evaluate(const std::vector<StageSim>& sims, const std::vector<RankSim>& ranks, const TrainingConfig& c,
-               std::int64_t b, std::int64_t s, std::int64_t accum, std::optional<Phase> only) {
+               std::int64_t window_from, std::int64_t b, std::int64_t s, std::int64_t accum, std::optional<Phase> only) {
   Worst w;
   const std::int64_t sl = local_seq(c, s);
-  const std::size_t cls = b == 1 ? 0 : 1;
+  const std::size_t cls = program_class(b, s, window_from);
   const std::size_t acc = accum > 1 ? 1 : 0;
   for (const auto& rk : ranks) {
     const StageSim& st = sims[rk.sim];
@@ -1243,13 +1320,13 @@ Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s, std::int64_t
                                   s, impl_->config.grpo.max_prompt_length));
   try {
     if (impl_->ranks.size() == 1) {  // the common case, kept tight
-      const auto& cands = impl_->sims.front().candidates[accum > 1 ? 1 : 0][b == 1 ? 0 : 1];
+      const auto& cands = impl_->sims.front().candidates[accum > 1 ? 1 : 0][program_class(b, s, impl_->window_from)];
       const std::int64_t sl = local_seq(impl_->config, s);
       std::int64_t best = 0;
       for (const auto& c : cands) best = std::max(best, c.total.eval(b, sl));
       return Bytes::of(best);
     }
-    return Bytes::of(std::max<std::int64_t>(0, evaluate(impl_->sims, impl_->ranks, impl_->config, b, s, accum, std::nullopt).peak));
+    return Bytes::of(std::max<std::int64_t>(0, evaluate(impl_->sims, impl_->ranks, impl_->config, impl_->window_from, b, s, accum, std::nullopt).peak));
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the batch or sequence length is far too large");
   }
@@ -1269,7 +1346,7 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
   if (auto p = peak_bytes(b, s); !p) return p.error();
   try {
     Estimate e;
-    const Worst w = evaluate(impl_->sims, impl_->ranks, c, b, s, c.grad_accum, only);
+    const Worst w = evaluate(impl_->sims, impl_->ranks, c, impl_->window_from, b, s, c.grad_accum, only);
     if (w.cand == nullptr)
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("phase '{}' does not run in this configuration", to_string(*only)));

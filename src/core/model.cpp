@@ -134,7 +134,23 @@ Status validate(const ModelSpec& m) {
     return make_error(ErrorCode::kOverflow,
                       fmt::format("model has about {:.3g} parameters, more than memplan models", total),
                       "check the sizes in the config");
+  if (m.sliding_window < 0) return field_error("sliding_window", m.sliding_window, "must not be negative");
+  for (const int l : m.full_attention_layers)
+    if (l < 0 || l >= m.num_layers)
+      return field_error("layer_types", l, fmt::format("names a full-attention layer outside 0..{}", m.num_layers - 1));
   return validate_vision(m.vision);
+}
+
+bool ModelSpec::is_sliding_layer(int layer) const {
+  return sliding_window > 0 &&
+         std::find(full_attention_layers.begin(), full_attention_layers.end(), layer) == full_attention_layers.end();
+}
+
+bool ModelSpec::mixes_attention_kinds() const {
+  if (sliding_window <= 0) return false;
+  int full = 0;
+  for (const int l : full_attention_layers) full += l >= 0 && l < num_layers ? 1 : 0;
+  return full > 0 && full < num_layers;
 }
 
 bool ModelSpec::is_cross_attention_layer(int layer) const {

@@ -223,6 +223,58 @@ void apply_gemma3_text_defaults(json& t) {
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
 
+// Sliding-window attention (docs/formulas.md#sliding-window-attention), as transformers 4.56-4.57
+// build the layers: config.json's layer_types when present, else each config class's default.
+// Model types without sliding-window layers ignore the key (Llama configs may carry it unused).
+Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& origin) {
+  const std::string& t = m.model_type;
+  const bool qwen = starts_with(t, "qwen2") || starts_with(t, "qwen3");
+  const bool windowed_type = t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" || qwen;
+  MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
+  if (qwen) {
+    // Qwen configs always carry a sliding_window; it only applies with use_sliding_window.
+    MEMPLAN_TRY(auto use_sw, f.boolean("use_sliding_window"));
+    if (!use_sw.value_or(false)) m.sliding_window = 0;
+  }
+  m.full_attention_layers.clear();
+  if (!windowed_type || m.sliding_window == 0) {
+    m.sliding_window = 0;
+    return Ok{};
+  }
+  if (const json* lt = f.find("layer_types")) {
+    if (!lt->is_array())
+      return config_error(origin, fmt::format("\"layer_types\" must be a list, got {}", describe(*lt)));
+    if (lt->size() != static_cast<std::size_t>(m.num_layers))
+      return config_error(origin, fmt::format("\"layer_types\" must list one entry per layer ({}), got {}", m.num_layers,
+                                              lt->size()));
+    for (std::size_t i = 0; i < lt->size(); ++i) {
+      const json& v = (*lt)[i];
+      if (v.is_string() && v.get<std::string>() == "full_attention") {
+        m.full_attention_layers.push_back(static_cast<int>(i));
+      } else if (!v.is_string() || v.get<std::string>() != "sliding_attention") {
+        return config_error(origin, fmt::format("\"layer_types\"[{}] is {}; memplan models \"sliding_attention\" and "
+                                                "\"full_attention\" layers", i, describe(v)));
+      }
+    }
+  } else if (t == "gemma2") {  // Gemma2Config: sliding if (i + 1) % 2
+    for (int l = 1; l < m.num_layers; l += 2) m.full_attention_layers.push_back(l);
+  } else if (t == "gemma3_text") {  // Gemma3TextConfig: sliding if (i + 1) % sliding_window_pattern (6)
+    MEMPLAN_TRY(std::int64_t pattern, f.integer({"sliding_window_pattern", "_sliding_window_pattern"}, 6));
+    if (pattern < 1) return config_error(origin, "\"sliding_window_pattern\" must be positive, got 0");
+    for (std::int64_t l = pattern - 1; l < m.num_layers; l += pattern) m.full_attention_layers.push_back(static_cast<int>(l));
+  } else if (qwen) {  // Qwen2Config: sliding if i >= max_window_layers
+    MEMPLAN_TRY(std::int64_t below, f.integer({"max_window_layers"}, 28));
+    for (std::int64_t l = 0; l < std::min<std::int64_t>(below, m.num_layers); ++l)
+      m.full_attention_layers.push_back(static_cast<int>(l));
+  }
+  // Every layer attending in full: no window anywhere.
+  if (static_cast<int>(m.full_attention_layers.size()) == m.num_layers) {
+    m.sliding_window = 0;
+    m.full_attention_layers.clear();
+  }
+  return Ok{};
+}
+
 // DeepSeek-V2/V3 and Kimi K2 (docs/formulas.md#mla): the latent attention's widths, with
 // DeepseekV3Config's defaults where a key is absent. q_lora_rank null means a plain q_proj.
 Status parse_mla_fields(const Fields& f, ModelSpec& m, const std::string& origin) {
@@ -463,12 +515,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   m.scale_embeddings = gemma;
   MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));
   MEMPLAN_TRY(m.attn_logit_softcap, f.number("attn_logit_softcapping"));
-  MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
-  if (starts_with(t, "qwen")) {
-    // Qwen configs always carry a sliding_window; it only applies with use_sliding_window.
-    MEMPLAN_TRY(auto use_sw, f.boolean("use_sliding_window"));
-    if (!use_sw.value_or(false)) m.sliding_window = 0;
-  }
+  if (auto s = parse_sliding_window(f, m, origin); !s) return s.error();
   if (t == "phi3") m.fused_qkv = m.fused_gate_up = true;
   if (gpt2) {
     m.norm = NormKind::kLayerNorm;

@@ -46,6 +46,10 @@ json to_json(const ModelSpec& m) {
                    {"patch_size", m.vision.patch_size},
                    {"tower_parameters", c.vision},
                    {"projector_parameters", c.projector}};
+  if (m.sliding_window > 0) {
+    j["sliding_window"] = m.sliding_window;
+    j["full_attention_layers"] = m.full_attention_layers;
+  }
   if (!m.cross_attention_layers.empty()) {  // mllama: its global layers, tiles and cross-attention layers
     j["vision"]["global_depth"] = m.vision.global_depth;
     j["vision"]["max_num_tiles"] = m.vision.max_num_tiles;

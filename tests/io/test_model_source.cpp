@@ -10,6 +10,8 @@
 #include <set>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "io/model_names.hpp"
 #include "io/model_source.hpp"
 #include "support/cpu_time.hpp"
@@ -871,6 +873,54 @@ TEST_CASE("config.json (issue 11 item 9): num_hidden_layers 2^40 is refused befo
   const std::clock_t t1 = std::clock();
   CHECK_FALSE(validate(spec).has_value());
   CHECK(memplan::testing::cpu_seconds_since(t1) < 0.1 * memplan::testing::kBuildSlowdown);
+}
+
+TEST_CASE("config.json: which layers slide (layer_types, or each config class's default)") {
+  const auto parse = [](const std::string& type, int layers, const std::string& extra) {
+    return io::parse_hf_config(fmt::format("{{\"model_type\": \"{}\", \"vocab_size\": 1000, \"hidden_size\": 64, "
+                                           "\"num_hidden_layers\": {}, \"num_attention_heads\": 4, "
+                                           "\"num_key_value_heads\": 2, \"head_dim\": 16, \"intermediate_size\": 128{}}}",
+                                           type, layers, extra),
+                               "config.json");
+  };
+  // Gemma3TextConfig: sliding unless (i + 1) % 6 == 0.
+  auto g3 = parse("gemma3_text", 14, ", \"sliding_window\": 512");
+  REQUIRE(g3.has_value());
+  CHECK(g3->sliding_window == 512);
+  CHECK(g3->full_attention_layers == std::vector<int>{5, 11});
+  CHECK(g3->is_sliding_layer(0));
+  CHECK_FALSE(g3->is_sliding_layer(5));
+  CHECK(g3->mixes_attention_kinds());
+  // Older Gemma 3 configs spell the pattern out.
+  CHECK(parse("gemma3_text", 8, ", \"sliding_window\": 512, \"sliding_window_pattern\": 4")->full_attention_layers ==
+        std::vector<int>{3, 7});
+  // Gemma2Config: the odd layers attend in full.
+  CHECK(parse("gemma2", 6, ", \"sliding_window\": 4096")->full_attention_layers == std::vector<int>{1, 3, 5});
+  // Mistral v0.1 and Phi-3: every layer slides.
+  auto mistral = parse("mistral", 4, ", \"sliding_window\": 4096");
+  CHECK(mistral->sliding_window == 4096);
+  CHECK(mistral->full_attention_layers.empty());
+  CHECK(mistral->is_sliding_layer(3));
+  CHECK_FALSE(mistral->mixes_attention_kinds());
+  CHECK(parse("mistral", 4, ", \"sliding_window\": null")->sliding_window == 0);
+  // Qwen2: only with use_sliding_window, and only from max_window_layers on.
+  CHECK(parse("qwen2", 4, ", \"sliding_window\": 4096")->sliding_window == 0);
+  auto qwen = parse("qwen2", 4, ", \"sliding_window\": 4096, \"use_sliding_window\": true, \"max_window_layers\": 2");
+  CHECK(qwen->full_attention_layers == std::vector<int>{0, 1});
+  CHECK(parse("qwen2", 4, ", \"sliding_window\": 4096, \"use_sliding_window\": true")->sliding_window == 0);  // 28 > 4
+  // Llama has no sliding layers whatever the file says.
+  CHECK(parse("llama", 4, ", \"sliding_window\": 4096")->sliding_window == 0);
+  // layer_types wins over the defaults, and is checked.
+  CHECK(parse("gemma2", 4,
+              ", \"sliding_window\": 8, \"layer_types\": [\"full_attention\", \"sliding_attention\", "
+              "\"sliding_attention\", \"full_attention\"]")
+            ->full_attention_layers == std::vector<int>{0, 3});
+  CHECK(parse("gemma2", 4, ", \"sliding_window\": 8, \"layer_types\": [\"full_attention\"]").error().message ==
+        "\"layer_types\" must list one entry per layer (4), got 1");
+  CHECK(parse("gemma2", 2, ", \"sliding_window\": 8, \"layer_types\": [\"full_attention\", \"chunked_attention\"]")
+            .error()
+            .message == "\"layer_types\"[1] is \"chunked_attention\"; memplan models \"sliding_attention\" and "
+                        "\"full_attention\" layers");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,6 +4,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "memplan/engine.hpp"
 #include "memplan/estimate.hpp"
 
 namespace memplan::testing {
@@ -18,6 +23,25 @@ inline std::int64_t component(const Estimate& e, const std::string& name) {
   for (const auto& c : e.components)
     if (c.name == name) return c.bytes.count();
   return 0;
+}
+
+// The reduced models' estimator against one that simulates every layer
+// (TrainingConfig::simulate_every_layer, docs/formulas.md#extrapolation): the same peak at every
+// (b, s), with the config's accumulation and for a single micro-batch. Returns both.
+inline std::pair<Estimator, Estimator> same_as_every_layer(const ModelSpec& m, const TrainingConfig& c,
+                                                           const std::vector<std::pair<std::int64_t, std::int64_t>>& points) {
+  TrainingConfig every = c;
+  every.simulate_every_layer = true;
+  auto reduced = Estimator::create(m, c);
+  auto full = Estimator::create(m, every);
+  REQUIRE(reduced.has_value());
+  REQUIRE(full.has_value());
+  for (const auto& [b, s] : points) {
+    INFO("b " << b << " s " << s);
+    CHECK(reduced->peak_bytes(b, s)->count() == full->peak_bytes(b, s)->count());
+    CHECK(reduced->peak_bytes(b, s, 1)->count() == full->peak_bytes(b, s, 1)->count());
+  }
+  return {std::move(reduced).value(), std::move(full).value()};
 }
 
 }  // namespace memplan::testing

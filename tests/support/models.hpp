@@ -37,6 +37,31 @@ inline ModelSpec toy_llama(int layers = 4) {
   return m;
 }
 
+// google/gemma-3-27b-pt's language model (text_config with Gemma3TextConfig's defaults): 62
+// layers, every sixth from 5 attending in full, the rest over a 1,024-token window.
+inline ModelSpec gemma3_27b_text() {
+  ModelSpec m;
+  m.name = "gemma-3-27b-text";
+  m.model_type = "gemma3_text";
+  m.vocab_size = 262208;
+  m.hidden_size = 5376;
+  m.intermediate_size = 21504;
+  m.num_layers = 62;
+  m.num_heads = 32;
+  m.num_kv_heads = 16;
+  m.head_dim = 128;
+  m.activation = Activation::kGeluTanh;
+  m.norms_per_layer = 4;
+  m.qk_norm = true;
+  m.scale_embeddings = true;
+  m.tie_word_embeddings = true;
+  m.max_position_embeddings = 131072;
+  m.torch_dtype = "bfloat16";
+  m.sliding_window = 1024;
+  for (int l = 5; l < 62; l += 6) m.full_attention_layers.push_back(l);
+  return m;
+}
+
 // A small Qwen2.5-VL: a Qwen2 language model (hidden 128) and a 3-block vision tower of width 64
 // (docs/formulas.md#vision-language-models).
 inline ModelSpec tiny_qwen25_vl() {

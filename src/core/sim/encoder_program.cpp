@@ -36,7 +36,7 @@ bool lora_matches(const std::string& name, const std::vector<std::string>& targe
 class EncoderStep {
  public:
   explicit EncoderStep(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) {
-    g_.reserve(4096);
+    g_.reserve(4096, 1024);
     const auto& k = sp.contrastive;
     texts_ = k.enabled() ? k.texts_per_example : 1;
     cached_ = k.enabled() && k.cached;

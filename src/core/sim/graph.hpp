@@ -223,13 +223,15 @@ struct Event {
 
 class Graph {
  public:
-  void reserve(std::size_t n) {
+  // Room for n tensors and nodes and `events` events: a growing vector of 1.2 KB events would
+  // copy itself (and fault its pages in) again at every doubling.
+  void reserve(std::size_t n, std::size_t events) {
     tensors_.reserve(n);
     buffer_.reserve(n);
     nodes_.reserve(n);
     node_segment_.reserve(n);
     node_instance_.reserve(n);
-    events_.reserve(n / 4);
+    events_.reserve(events);
   }
 
   // ---- tensors

@@ -28,6 +28,7 @@ struct LayerParams {
   int q_norm = -1, k_norm = -1;
   bool moe = false;
   bool cross = false;                        // mllama MllamaCrossAttentionDecoderLayer
+  bool sliding = false;                      // a sliding-window attention layer (Gemma 2/3, Mistral v0.1)
   int attn_gate = -1, mlp_gate = -1;         // its tanh gates (mllama global vision layers: gate_attn/gate_ffn)
 };
 
@@ -63,7 +64,10 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 class Step {
  public:
   explicit Step(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) {
-    g_.reserve(4096);
+    // About 200 events and 300 tensors per decoder layer or vision block with LoRA and
+    // recomputation (measured on Gemma 3 and Llama 3.2 Vision programs).
+    const std::size_t layers = sp.model_layers.size() + static_cast<std::size_t>(std::max(0, sp.model.vision.depth));
+    g_.reserve(std::max<std::size_t>(4096, 320 * layers), 256 + 240 * layers);
     vision_window_sq_ = window_square_sum(sp);
     vision_window_max_ = largest_window(sp);
   }
@@ -220,6 +224,10 @@ class Step {
   // get no .grad and no optimizer state, whatever their requires_grad.
   bool no_grad_params_ = false;
   int mask_ = -1, cos_ = -1, sin_ = -1;
+  // The sliding layers' own mask (docs/formulas.md#sliding-window-attention): eager, when the
+  // model also has full layers (a second (b, 1, s, s) float mask); SDPA, the (b, 1, s, s) bool
+  // mask once s >= sliding_window. -1: the sliding layers use mask_.
+  int sliding_mask_ = -1;
   int pixels_ = -1, vpos_ids_ = -1;
   // mllama: the projected image features every cross-attention layer reads, the (b, 1, s, M)
   // cross-attention mask, full_text_row_masked_out_mask, and the collator's (b, s, images, tiles) mask.
@@ -291,6 +299,7 @@ void Step::make_params() {
     LayerParams lp;
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     lp.moe = m_.moe.is_moe_layer(model_layer);
+    lp.sliding = m_.is_sliding_layer(model_layer);
     no_grad_params_ = m_.is_cross_attention_layer(model_layer) && !vision_on();
     for (const auto& mod : layer_linears(m_, model_layer)) {
       std::string key = mod.name;
@@ -697,7 +706,7 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
       cur = ops_.scalar_op(t);
       g_.drop(t);
     }
-    const int masked = ops_.add(cur, mask_, scores(nh));
+    const int masked = ops_.add(cur, lp.sliding && sliding_mask_ >= 0 ? sliding_mask_ : mask_, scores(nh));
     g_.drop(cur);
     const int p32 = ops_.softmax_f32(masked);
     g_.drop(masked);
@@ -719,7 +728,12 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     // (unpadded batches: the causal mask is skipped for is_causal) and head_dim <= 256; the
     // kernels write the output in (b, s, heads, d) layout, so .transpose(1, 2).contiguous() copies
     // nothing. Measured on an H100 (tests/data/measurements/cuda_h100.json).
-    const bool native_gqa = impl == AttnImpl::kFlashAttention2 || hd <= 256;
+    // A layer given a materialized mask (a sliding layer at s >= sliding_window; every layer of
+    // Gemma 3 with images) makes transformers repeat K/V; SDPA converts the bool mask to a dense
+    // (b, 1, s, s) additive one in q's dtype (convert_boolean_attn_mask), which the
+    // memory-efficient kernel saves for backward.
+    const bool sdpa_masked = impl == AttnImpl::kSdpa && (lp.sliding ? sp_.sdpa_sliding_mask : sp_.sdpa_full_mask);
+    const bool native_gqa = !sdpa_masked && (impl == AttnImpl::kFlashAttention2 || hd <= 256);
     const int kr0 = native_gqa ? (g_.hold(ke), ke) : ops_.repeat_kv(ke, n_rep, one_kv);
     const int vr0 = native_gqa ? (g_.hold(vt), vt) : ops_.repeat_kv(vt, n_rep, one_kv);
     // scaled_dot_product_attention is on autocast's lower-precision list (and flash_attention_2
@@ -730,7 +744,9 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     const int vr = ops_.cast_for_autocast(vr0);
     g_.drop(kr0);
     g_.drop(vr0);
-    const int o = ops_.fused_attention(q16, kr, vr, qn, Poly::mono(kBS, nh * sp_.batch_multiplier));
+    const int bias = sdpa_masked ? g_.make(scores(1), g_.at(q16).dt, Cat::kInputs) : -1;
+    const int o = ops_.fused_attention(q16, kr, vr, qn, Poly::mono(kBS, nh * sp_.batch_multiplier), bias);
+    if (bias >= 0) g_.drop(bias);
     g_.drop(q16);
     g_.drop(kr);
     g_.drop(vr);
@@ -1768,11 +1784,11 @@ int Step::embed_and_layers(bool policy) {
   // The 4D additive causal mask for the eager path (b, 1, s, s) in the activation dtype:
   // full(s, s) -> triu -> expand(b) -> clone -> + padding -> == 0 -> masked_fill -> copy_.
   const DT mdt = g_.at(hcur).dt;
-  if (sp_.attn == AttnImpl::kEager) {
+  const auto eager_mask = [&]() {
     const int full = g_.make(Poly::mono(kSS, 1), mdt, Cat::kInputs);
     const int tri = g_.make(Poly::mono(kSS, 1), mdt, Cat::kInputs);
     g_.drop(full);
-    mask_ = g_.make(scores(1), mdt, Cat::kInputs);
+    const int mask = g_.make(scores(1), mdt, Cat::kInputs);
     g_.drop(tri);
     const int padd = g_.make(scores(1), mdt, Cat::kInputs);
     const int eq = g_.make(scores(1), DT::kBool, Cat::kInputs);
@@ -1780,8 +1796,22 @@ int Step::embed_and_layers(bool policy) {
     const int filled = g_.make(scores(1), mdt, Cat::kInputs);
     g_.drop(filled);
     g_.drop(eq);
+    return mask;
+  };
+  sliding_mask_ = -1;
+  if (sp_.attn == AttnImpl::kEager) {
+    mask_ = eager_mask();
+    // Gemma 2/3 build causal_mask_mapping: the full mask, then the sliding one, both alive
+    // through the forward (docs/formulas.md#sliding-window-attention).
+    if (m_.mixes_attention_kinds()) sliding_mask_ = eager_mask();
   } else {
-    mask_ = g_.make(Poly{}, mdt, Cat::kInputs);  // None: causal kernels need no mask
+    // sdpa_mask, where transformers does not skip it: a (b, 1, s, s) bool tensor (the
+    // attention_mask's padding function makes it depend on the batch index, so vmap materializes
+    // every row). Otherwise None: causal kernels need no mask.
+    const bool sdpa = sp_.attn == AttnImpl::kSdpa;
+    mask_ = g_.make(sdpa && sp_.sdpa_full_mask ? scores(1) : Poly{}, sdpa && sp_.sdpa_full_mask ? DT::kBool : mdt,
+                    Cat::kInputs);
+    if (sdpa && sp_.sdpa_sliding_mask && m_.sliding_window > 0) sliding_mask_ = g_.make(scores(1), DT::kBool, Cat::kInputs);
   }
   // Rotary cos/sin: (1, s, head_dim), computed in fp32 and cast to the activation dtype.
   {
@@ -1832,7 +1862,8 @@ int Step::embed_and_layers(bool policy) {
       if (cs >= 0) std::tie(cross_states_, cross_mask_, cross_rows_) = std::make_tuple(cs, cm, cr);
       return decoder_layer(x, l);
     };
-    std::vector<int> holds{mask_, cos_, sin_};
+    const bool sliding = w_->layers[static_cast<std::size_t>(l)].sliding && sliding_mask_ >= 0;
+    std::vector<int> holds{sliding ? sliding_mask_ : mask_, cos_, sin_};  // the layer's own mask
     if (cross) holds.insert(holds.end(), {cross_states_, cross_mask_, cross_rows_});  // the call's keyword arguments
     const int next = policy ? layer_forward(hcur, body, holds, true) : body(hcur);
     g_.drop(hcur);
@@ -1850,6 +1881,7 @@ void Step::drop_forward_locals() {
     *t = -1;
   }
   g_.drop(mask_);
+  if (sliding_mask_ >= 0) g_.drop(sliding_mask_);
   g_.drop(cos_);
   g_.drop(sin_);
 }

@@ -78,6 +78,13 @@ struct ProgramSpec {
   // input and its .grad alive until the end of backward (docs/formulas.md#fsdp-reshard-only-hook).
   bool fsdp_frozen_units = false;
   AttnImpl attn = AttnImpl::kEager;
+  // SDPA with sliding-window layers (docs/formulas.md#sliding-window-attention): transformers
+  // materializes the sliding mask once s >= sliding_window (the engine runs this program for
+  // those lengths), and then the sliding layers repeat K/V and SDPA saves a dense copy of it.
+  bool sdpa_sliding_mask = false;
+  // Gemma 3 with images: token_type_ids' bidirectional image blocks (an or_mask_function) keep
+  // transformers from skipping any mask, so every layer gets one under SDPA, at every s.
+  bool sdpa_full_mask = false;
   OpsBehaviour ops;
   // DPO/GRPO shape the batch: sequences in the policy forward, and logit tokens per sequence.
   std::int64_t batch_multiplier = 1;

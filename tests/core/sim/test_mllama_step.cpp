@@ -126,12 +126,13 @@ TEST_CASE("mllama configurations memplan refuses, and the one PyTorch refuses") 
 }
 
 TEST_CASE("periodic cross-attention layers: one period extrapolated gives every layer's simulation") {
-  // 16 layers, cross-attention at 2, 5, 8 and 11: layers 0-1 first, units [2, 5), [5, 8), [8, 11)
-  // repeating, 11-15 last. The reduced models simulate one and two units (10 and 13 layers); the
-  // engine must give the same peak as simulating all 16, at every (b, s) and with accumulation.
+  // 30 layers, cross-attention at 2, 5, ..., 26: layers 0-1 first, units [2, 5) ... [23, 26)
+  // repeating, 26-29 last. The reduced models simulate one and two units (9 and 12 layers); the
+  // engine must give the same peak as simulating all 30, at every (b, s) and with accumulation.
+  // (With fewer layers than the two reduced models hold together, every layer is simulated.)
   ModelSpec m = tiny_mllama();
-  m.num_layers = 16;
-  m.cross_attention_layers = {2, 5, 8, 11};
+  m.num_layers = 30;
+  m.cross_attention_layers = {2, 5, 8, 11, 14, 17, 20, 23, 26};
   for (const bool lora : {false, true})
     for (const bool gc : {false, true})
       for (const bool reentrant : {false, true})
@@ -145,24 +146,15 @@ TEST_CASE("periodic cross-attention layers: one period extrapolated gives every 
           c.checkpoint_reentrant = reentrant;
           c.attn = attn;
           c.grad_accum = 2;
-          TrainingConfig every = c;
-          every.simulate_every_layer = true;
-          auto reduced = Estimator::create(m, c);
-          auto full = Estimator::create(m, every);
-          REQUIRE(reduced.has_value());
-          REQUIRE(full.has_value());
-          for (const auto& [b, s] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 16}, {2, 64}, {5, 300}}) {
-            CHECK(reduced->peak_bytes(b, s)->count() == full->peak_bytes(b, s)->count());
-            CHECK(reduced->peak_bytes(b, s, 1)->count() == full->peak_bytes(b, s, 1)->count());
-          }
-          auto er = reduced->at(2, 64);
-          auto ef = full->at(2, 64);
+          const auto [reduced, full] = memplan::testing::same_as_every_layer(m, c, {{1, 16}, {2, 64}, {5, 300}});
+          auto er = reduced.at(2, 64);
+          auto ef = full.at(2, 64);
           REQUIRE(er.has_value());
           REQUIRE(ef.has_value());
           CHECK(er->params.trainable == ef->params.trainable);
-          // The reduced models were used (no fallback to simulating every layer): 10 + 13 layers.
+          // The reduced models were used (no fallback to simulating every layer): 9 + 12 layers.
           CHECK(std::any_of(er->assumptions.begin(), er->assumptions.end(), [](const std::string& a) {
-            return a.find("23 layers simulated, the repeating cross-attention period extrapolated to 16") !=
+            return a.find("21 layers simulated, the repeating cross-attention period extrapolated to 30") !=
                    std::string::npos;
           }));
           CHECK(std::any_of(ef->assumptions.begin(), ef->assumptions.end(), [](const std::string& a) {

@@ -1,0 +1,173 @@
+// Sliding-window attention (docs/formulas.md#sliding-window-attention): what SDPA holds once
+// transformers materializes the sliding layers' mask (s >= sliding_window), the eager path's
+// second mask, and the reduced models' period against simulating every layer.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "core/sim/program.hpp"
+#include "memplan/engine.hpp"
+#include "support/invariants.hpp"
+#include "support/models.hpp"
+
+using namespace memplan;
+using namespace memplan::sim;
+
+namespace {
+
+// The toy Llama (hidden 256, 4 heads of 64, 2 KV heads) with Gemma 2's layout: even layers slide.
+ModelSpec alternating(int layers, std::int64_t window) {
+  ModelSpec m = memplan::testing::toy_llama(layers);
+  m.sliding_window = window;
+  for (int l = 1; l < layers; l += 2) m.full_attention_layers.push_back(l);
+  return m;
+}
+
+ProgramSpec bf16_program(const ModelSpec& m) {
+  ProgramSpec sp;
+  sp.model = m;
+  for (int l = 0; l < m.num_layers; ++l) sp.model_layers.push_back(l);
+  sp.weight_dt = sp.embed_dt = sp.norm_dt = sp.compute_dt = DT::kBF16;
+  sp.attn = AttnImpl::kSdpa;
+  sp.ops.cuda = true;
+  sp.ops.inplace_accumulation = true;
+  return sp;
+}
+
+// The categories alive as backward begins (the loss's gradient starts it).
+CatVec at_backward_start(const ProgramResult& r) {
+  for (const auto& e : r.events)
+    if (e.segment == kSegHeadBwd) return e.cats;
+  FAIL("no backward event");
+  return {};
+}
+
+std::int64_t at(const CatVec& v, Cat c, std::int64_t b, std::int64_t s) {
+  return v[static_cast<std::size_t>(c)].eval(b, s);
+}
+
+TrainingConfig sdpa_config() {
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.device = Device::kCuda;
+  c.attn = AttnImpl::kSdpa;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a materialized sliding mask: each sliding layer saves its dense mask and full-head K/V") {
+  // 6 layers, 3 of them sliding. Without checkpointing, as backward begins each sliding layer's
+  // memory-efficient SDPA node holds the (b, 1, s, s) bf16 mask SDPA converted from the bool one
+  // (2 b s^2 bytes), and the repeat_kv copies of K and V: 4 heads instead of 2, 2 x b s x 2 x 64
+  // x 2 more bytes. The (b, 1, s, s) bool mask itself is a local of the model's forward, gone.
+  const ModelSpec m = alternating(6, 64);
+  ProgramSpec plain = bf16_program(m);
+  ProgramSpec masked = plain;
+  masked.sdpa_sliding_mask = true;
+  const CatVec p = at_backward_start(run_step(plain));
+  const CatVec q = at_backward_start(run_step(masked));
+  for (const auto& [b, s] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 64}, {2, 128}, {3, 1000}}) {
+    CHECK(at(q, Cat::kInputs, b, s) - at(p, Cat::kInputs, b, s) == 3 * 2 * b * s * s);
+    CHECK(at(q, Cat::kActivations, b, s) - at(p, Cat::kActivations, b, s) == 3 * 2 * b * s * 2 * 64 * 2);
+    CHECK(at(q, Cat::kLogits, b, s) == at(p, Cat::kLogits, b, s));
+  }
+  // Every layer sliding (Mistral v0.1, Phi-3): all six.
+  ModelSpec every = m;
+  every.full_attention_layers.clear();
+  ProgramSpec all = bf16_program(every);
+  all.sdpa_sliding_mask = true;
+  const CatVec a = at_backward_start(run_step(all));
+  CHECK(at(a, Cat::kInputs, 2, 128) - at(p, Cat::kInputs, 2, 128) == 6 * 2 * 2 * 128 * 128);
+  // Gemma 3 with images: the full layers get a mask too.
+  ProgramSpec both = masked;
+  both.sdpa_full_mask = true;
+  const CatVec f = at_backward_start(run_step(both));
+  CHECK(at(f, Cat::kInputs, 2, 128) - at(p, Cat::kInputs, 2, 128) == 6 * 2 * 2 * 128 * 128);
+  CHECK(at(f, Cat::kActivations, 2, 128) - at(p, Cat::kActivations, 2, 128) == 6 * 2 * 2 * 128 * 2 * 64 * 2);
+}
+
+TEST_CASE("with checkpointing the bool mask is held to the end, the dense copies only while a layer recomputes") {
+  // Checkpointed layers hold the mask they were called with until their recomputation: the
+  // (b, 1, s, s) bool mask (b s^2 bytes) is alive as backward begins; no layer's saved tensors are.
+  const ModelSpec m = alternating(6, 64);
+  ProgramSpec plain = bf16_program(m);
+  plain.gradient_checkpointing = true;
+  plain.checkpoint_reentrant = false;
+  ProgramSpec masked = plain;
+  masked.sdpa_sliding_mask = true;
+  const CatVec p = at_backward_start(run_step(plain));
+  const CatVec q = at_backward_start(run_step(masked));
+  CHECK(at(q, Cat::kInputs, 2, 128) - at(p, Cat::kInputs, 2, 128) == 2 * 128 * 128);
+  CHECK(at(q, Cat::kActivations, 2, 128) == at(p, Cat::kActivations, 2, 128));
+}
+
+TEST_CASE("eager Gemma 2/3: a second (b, 1, s, s) mask, for the sliding layers") {
+  // causal_mask_mapping holds a full and a sliding mask, each in the activation dtype; with
+  // checkpointing both are held until backward. Every layer sliding (one mask function): one.
+  const ModelSpec m = alternating(6, 64);
+  ModelSpec none = m;
+  none.sliding_window = 0;
+  none.full_attention_layers.clear();
+  ModelSpec every = m;
+  every.full_attention_layers.clear();
+  const auto eager_ckpt = [](const ModelSpec& model) {
+    ProgramSpec sp = bf16_program(model);
+    sp.attn = AttnImpl::kEager;
+    sp.gradient_checkpointing = true;
+    sp.checkpoint_reentrant = false;
+    return at_backward_start(run_step(sp));
+  };
+  const CatVec two = eager_ckpt(m), one = eager_ckpt(none), all = eager_ckpt(every);
+  CHECK(at(two, Cat::kInputs, 2, 128) - at(one, Cat::kInputs, 2, 128) == 2 * 128 * 128 * 2);
+  CHECK(at(all, Cat::kInputs, 2, 128) == at(one, Cat::kInputs, 2, 128));
+}
+
+TEST_CASE("the engine switches to the masked program at s = sliding_window, not before") {
+  // transformers skips the sliding mask only while kv_length < sliding_window (strict).
+  const ModelSpec m = alternating(6, 64);
+  ModelSpec none = m;
+  none.sliding_window = 0;
+  none.full_attention_layers.clear();
+  const TrainingConfig c = sdpa_config();
+  auto sliding = Estimator::create(m, c);
+  auto plain = Estimator::create(none, c);
+  REQUIRE(sliding.has_value());
+  REQUIRE(plain.has_value());
+  // The toy's step peaks at the optimizer step; backward shows the masks.
+  const auto backward = [](const Estimator& e, std::int64_t b, std::int64_t s) {
+    return e.at_phase(b, s, Phase::kBackward)->peak.count();
+  };
+  for (const std::int64_t b : {2, 4}) {
+    CHECK(backward(*sliding, b, 63) == backward(*plain, b, 63));
+    CHECK(backward(*sliding, b, 64) > backward(*plain, b, 64));
+    CHECK(sliding->peak_bytes(b, 63)->count() == plain->peak_bytes(b, 63)->count());
+  }
+  // flash_attention_2 passes the window to the kernel: no mask at any length.
+  TrainingConfig fa = c;
+  fa.attn = AttnImpl::kFlashAttention2;
+  CHECK(backward(*Estimator::create(m, fa), 2, 4096) == backward(*Estimator::create(none, fa), 2, 4096));
+}
+
+TEST_CASE("sliding layers: one repeating period extrapolated gives every layer's simulation") {
+  // Gemma 2's alternation (12 layers: layer 0, then units [1, 3) ... [9, 11), then 11) and Gemma 3's
+  // five-to-one (40 layers: 0-4, units of six from 5 up to 35, then 35-39), against simulating
+  // every layer, on both sides of the window and with accumulation.
+  ModelSpec gemma3 = memplan::testing::toy_llama(40);
+  gemma3.sliding_window = 64;
+  for (int l = 5; l < 40; l += 6) gemma3.full_attention_layers.push_back(l);
+  for (const ModelSpec& m : {alternating(12, 64), gemma3})
+    for (const bool lora : {false, true})
+      for (const bool gc : {false, true})
+        for (const bool reentrant : {false, true}) {
+          if (!gc && reentrant) continue;
+          INFO("layers " << m.num_layers << " lora " << lora << " checkpointing " << gc << " reentrant " << reentrant);
+          TrainingConfig c = sdpa_config();
+          c.lora.enabled = lora;
+          c.lora.r = 8;
+          c.gradient_checkpointing = gc;
+          c.checkpoint_reentrant = reentrant;
+          c.grad_accum = 2;
+          memplan::testing::same_as_every_layer(m, c, {{1, 16}, {2, 63}, {1, 64}, {3, 300}});
+        }
+}
