@@ -968,9 +968,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         },
         threads);
     // Each stage's timeline: extrapolated, sharded, pruned. Stages are independent too.
-    parallel_for(
-        stages.size(),
-        [&](std::size_t si) {
+    const auto process_stage = [&](std::size_t si) {
       const StageWork& w = stages[si];
       const PipelineRank& rk = w.rank;
       StageSim& st = impl->sims[si];
@@ -1147,8 +1145,8 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         for (auto& slot : st.candidates) slot[to] = slot[from];
         st.retained[to] = st.retained[from];
       }
-        },
-        threads);
+    };
+    parallel_for(stages.size(), process_stage, threads);
     std::int64_t trainable_all = 0;
     for (const auto& r : impl->ranks) trainable_all += impl->sims[r.sim].trainable;
     // A last stage's own copy of tied embeddings is not a second trainable parameter of the model.
