@@ -90,9 +90,12 @@ struct Candidate {
   // them out of line keeps the candidate list small). Shared: the b = 1 and b >= 2 lists may
   // be the same.
   std::shared_ptr<const CatVec> cats;
-  // Until materialize(): cats = base + c + m * (d - c), from the two reduced timelines.
-  const CatVec* c = nullptr;
-  const CatVec* d = nullptr;
+  // Until materialize(): cats = base + c + m * (d - c), from the two reduced timelines' events
+  // (categories in rc->cats and rd->cats).
+  const sim::ProgramResult* rc = nullptr;
+  const sim::ProgramResult* rd = nullptr;
+  const sim::Event* c = nullptr;
+  const sim::Event* d = nullptr;
   std::int64_t m = 0;
   const CatVec* extra = nullptr;
   // Multi-GPU: the sharding materialize() applies (the total already has it).
@@ -414,18 +417,18 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
     k.total = c.total + base_total;
     if (d != nullptr && m != 0) k.total += (d->total - c.total) * m;
     if (extra != nullptr) k.total += total(*extra);
-    k.c = &c.cats;
-    k.d = d != nullptr ? &d->cats : nullptr;
+    k.rc = &r3;
+    k.rd = d != nullptr ? r4 : nullptr;
+    k.c = &c;
+    k.d = d;
     k.m = m;
     k.extra = extra;
     out.push_back(k);
   };
-  static const sim::Event kNoEvent{};
   if (r4 == nullptr || m == 0) {
     for (const auto& e : r3.events) push(e.segment, e, nullptr, nullptr);
-    sim::Event end{kSegOptimizer, 0, total(r3.end_of_step), r3.end_of_step};
-    out.push_back({kSegOptimizer, end.total + base_total + total(opt_extra),
-                   std::make_shared<const CatVec>(add(add(end.cats, base), opt_extra))});
+    out.push_back({kSegOptimizer, total(r3.end_of_step) + base_total + total(opt_extra),
+                   std::make_shared<const CatVec>(add(add(r3.end_of_step, base), opt_extra))});
     return out;
   }
   const Timeline t3 = by_segment(r3), t4 = by_segment(*r4);
@@ -453,7 +456,6 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   }
   const CatVec end = add(lerp(r3.end_of_step, r4->end_of_step, m), opt_extra);
   out.push_back({kSegOptimizer, total(end) + base_total, std::make_shared<const CatVec>(add(end, base))});
-  (void)kNoEvent;
   return out;
 }
 
@@ -464,8 +466,9 @@ Poly unsharded_at(const Candidate& k, std::size_t i, const CatVec& base) {
   if (k.c == nullptr) {
     p = (*k.cats)[i];
   } else {
-    p = (*k.c)[i];
-    if (k.d != nullptr && k.m != 0) p += ((*k.d)[i] - (*k.c)[i]) * k.m;
+    const Cat cat = static_cast<Cat>(i);
+    p = k.rc->cats.at(*k.c, cat);
+    if (k.d != nullptr && k.m != 0) p += (k.rd->cats.at(*k.d, cat) - p) * k.m;
     p += base[i];
     if (k.extra != nullptr) p += (*k.extra)[i];
   }
@@ -497,8 +500,12 @@ bool same_sharded_inputs(const Candidate& a, const Candidate& b) {
       if (!((*a.cats)[i] == (*b.cats)[i])) return false;
       continue;
     }
-    if (!((*a.c)[i] == (*b.c)[i])) return false;
-    if (a.d != nullptr && !((*a.d)[i] == (*b.d)[i])) return false;
+    const auto same = [c](const sim::ProgramResult* ra, const sim::Event* ea, const sim::ProgramResult* rb,
+                          const sim::Event* eb) {
+      return ra == rb ? ra->cats.same(*ea, *eb, c) : ra->cats.at(*ea, c) == rb->cats.at(*eb, c);
+    };
+    if (!same(a.rc, a.c, b.rc, b.c)) return false;
+    if (a.d != nullptr && !same(a.rd, a.d, b.rd, b.d)) return false;
   }
   return true;
 }
@@ -748,9 +755,8 @@ CatVec retained_at_backward(const sim::ProgramResult& r3, const sim::ProgramResu
   Poly sum;
   for (Cat c : {Cat::kActivations, Cat::kAttentionScores, Cat::kLoraDropout, Cat::kAutocastCopies, Cat::kLogits,
                 Cat::kCheckpoints, Cat::kInputs}) {
-    const auto i = static_cast<std::size_t>(c);
-    Poly v = e3->cats[i];
-    if (e4 != nullptr && m != 0) v += (e4->cats[i] - e3->cats[i]) * m;
+    Poly v = r3.cats.at(*e3, c);
+    if (e4 != nullptr && m != 0) v += (r4->cats.at(*e4, c) - v) * m;
     sum += v;
   }
   out[static_cast<std::size_t>(Cat::kInFlight)] = sum;

@@ -668,7 +668,7 @@ ProgramResult EncoderStep::run() {
     if (cached_grad >= 0) g_.drop(cached_grad);
     g_.drop(reps);
   }
-  res.events = g_.take_events();
+  g_.take_events(res.events, res.cats);
   res.params = params_;
   g_.free_param_grads();
   res.end_of_step = g_.live();

@@ -71,6 +71,7 @@ int Graph::make(Poly numel, DT dt, Cat cat, bool requires_grad) {
   const Poly b = t.bytes();
   live_[static_cast<int>(cat)] += b;
   live_total_ += b;
+  note(cat, b);
   record();
   return static_cast<int>(tensors_.size()) - 1;
 }
@@ -119,6 +120,7 @@ void Graph::retag(int t, Cat cat) {
     const Poly b = x.bytes();
     live_[static_cast<int>(x.cat)] -= b;
     live_[static_cast<int>(cat)] += b;
+    note(cat, b);
     freed_since_event_ = true;  // a category went down
   }
   x.cat = cat;
@@ -131,13 +133,26 @@ void Graph::flush() {
   // (the engine prunes dominated events only after extrapolating).
   if (!pending_) return;
   pending_ = false;
+  const auto write = [this](Event& e) {
+    e.offset = static_cast<std::uint32_t>(cats_.values_.size());
+    e.count = static_cast<std::uint32_t>(cats_.layout_.size());
+    cats_.values_.resize(cats_.values_.size() + e.count);
+    std::int64_t* out = cats_.values_.data() + e.offset;
+    for (const auto& [c, m] : cats_.layout_) *out++ = live_[c].c[m];
+  };
   if (!freed_since_event_ && !events_.empty() && events_.back().segment == segment_ &&
       events_.back().instance == instance_) {
-    events_.back().total = live_total_;
-    events_.back().cats = live_;
+    Event& e = events_.back();
+    e.total = live_total_;
+    cats_.values_.resize(e.offset);  // the last event's values are the last ones written
+    write(e);
     return;
   }
-  events_.push_back(Event{segment_, instance_, live_total_, live_});
+  Event& e = events_.emplace_back();
+  e.segment = segment_;
+  e.instance = instance_;
+  e.total = live_total_;
+  write(e);
   freed_since_event_ = false;
 }
 

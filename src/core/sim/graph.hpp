@@ -218,13 +218,46 @@ struct Event {
   int segment = 0;
   int instance = 0;  // which middle layer, for segments that repeat
   Poly total;
-  CatVec cats;
+  // The categories at this event, in the run's EventCats: values [offset, offset + count), one
+  // per (category, monomial) of its layout's first `count` entries.
+  std::uint32_t offset = 0;
+  std::uint32_t count = 0;
+};
+
+// The categories of a run's events, stored compactly: a (category, monomial) coefficient is
+// recorded from the first event at which it is nonzero on, and most of the 20 x 7 never are.
+// An event then costs tens of bytes instead of a 1,176-byte CatVec (docs/plan.md#speed).
+class EventCats {
+ public:
+  Poly at(const Event& e, Cat c) const {
+    Poly p;
+    for (const std::uint16_t j : by_cat_[static_cast<std::size_t>(c)])
+      if (j < e.count) p.c[layout_[j].second] = values_[e.offset + j];
+    return p;
+  }
+  // Whether category c is the same at a and b (events of this run), without building it.
+  bool same(const Event& a, const Event& b, Cat c) const {
+    for (const std::uint16_t j : by_cat_[static_cast<std::size_t>(c)])
+      if ((j < a.count ? values_[a.offset + j] : 0) != (j < b.count ? values_[b.offset + j] : 0)) return false;
+    return true;
+  }
+  CatVec all(const Event& e) const {
+    CatVec v{};
+    for (std::uint32_t j = 0; j < e.count; ++j) v[layout_[j].first].c[layout_[j].second] = values_[e.offset + j];
+    return v;
+  }
+
+ private:
+  friend class Graph;
+  std::vector<std::pair<std::uint8_t, std::uint8_t>> layout_;  // (category, monomial)
+  std::array<std::vector<std::uint16_t>, kNumCats> by_cat_;     // layout indices of each category
+  std::vector<std::int64_t> values_;
 };
 
 class Graph {
  public:
-  // Room for n tensors and nodes and `events` events: a growing vector of 1.2 KB events would
-  // copy itself (and fault its pages in) again at every doubling.
+  // Room for n tensors and nodes and `events` events (about 32 recorded coefficients each): a
+  // growing vector copies itself, and faults its pages in, again at every doubling.
   void reserve(std::size_t n, std::size_t events) {
     tensors_.reserve(n);
     buffer_.reserve(n);
@@ -232,6 +265,7 @@ class Graph {
     node_segment_.reserve(n);
     node_instance_.reserve(n);
     events_.reserve(events);
+    cats_.values_.reserve(events * 32);
   }
 
   // ---- tensors
@@ -301,11 +335,16 @@ class Graph {
     flush();
     return events_;
   }
+  const EventCats& event_cats() {
+    flush();
+    return cats_;
+  }
   // Hands the timeline over at the end of a program (no copy; nothing is recorded after).
-  std::vector<Event> take_events() {
+  void take_events(std::vector<Event>& events, EventCats& cats) {
     flush();
     recording_ = false;
-    return std::move(events_);
+    events = std::move(events_);
+    cats = std::move(cats_);
   }
   const Poly& live_total() const { return live_total_; }
   const CatVec& live() const { return live_; }
@@ -318,6 +357,19 @@ class Graph {
   // freed next (or the segment changes), so a run of allocations copies the categories once.
   void record() { pending_ = recording_; }
   void flush();
+  // Starts recording the coefficients of `c` that `p` makes nonzero (EventCats).
+  void note(Cat c, const Poly& p) {
+    unsigned nonzero = 0;
+    for (int i = 0; i < kNumMono; ++i) nonzero |= static_cast<unsigned>(p.c[i] != 0) << i;
+    unsigned& on = active_[static_cast<std::size_t>(c)];
+    if ((nonzero & ~on) == 0) return;
+    for (int i = 0; i < kNumMono; ++i)
+      if ((nonzero & ~on & (1u << i)) != 0) {
+        cats_.by_cat_[static_cast<std::size_t>(c)].push_back(static_cast<std::uint16_t>(cats_.layout_.size()));
+        cats_.layout_.emplace_back(static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(i));
+      }
+    on |= nonzero;
+  }
   void run_node(int n);
 
   std::vector<Tensor> tensors_;
@@ -326,6 +378,8 @@ class Graph {
   std::vector<int> node_instance_;
   std::vector<int> buffer_;  // per tensor: pending gradient (-1)
   std::vector<Event> events_;
+  EventCats cats_;
+  std::array<unsigned, kNumCats> active_{};  // per category, a bit per monomial recorded
   CatVec live_{};
   Poly live_total_;
   int segment_ = 0;

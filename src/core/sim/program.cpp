@@ -2345,7 +2345,7 @@ ProgramResult Step::run() {
   g_.release_graph(0);
   if (eg >= 0) g_.drop(eg);
   if (loss >= 0) g_.drop(loss);
-  res.events = g_.take_events();
+  g_.take_events(res.events, res.cats);
   res.params = params_;
   // zero_grad(set_to_none=True) after the optimizer step.
   g_.free_param_grads();

@@ -152,6 +152,7 @@ struct ParamRec {
 struct ProgramResult {
   std::vector<ParamRec> params;       // every parameter of the reduced model
   std::vector<Event> events;          // live bytes after every allocation
+  EventCats cats;                     // their categories (cats.at(event, category))
   CatVec end_of_step;                 // live after zero_grad (persistent state)
   std::vector<int> leaked;            // non-persistent tensors alive at the end (must be empty)
 };

@@ -51,7 +51,7 @@ TEST_CASE("a later micro-batch's peak is the first's with all gradients in place
         std::int64_t direct = 0, derived = 0;
         for (const auto& e : later.events) direct = std::max(direct, e.total.eval(b, s));
         for (const auto& e : first.events) {
-          const std::int64_t g = e.cats[static_cast<std::size_t>(Cat::kGradients)].eval(b, s);
+          const std::int64_t g = first.cats.at(e, Cat::kGradients).eval(b, s);
           derived = std::max(derived, e.total.eval(b, s) - g + all_grads);
         }
         CHECK(direct == derived);

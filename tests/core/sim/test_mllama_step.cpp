@@ -61,7 +61,7 @@ TEST_CASE("mllama inputs: pixel tiles, the collator's masks and the tower's aspe
   CHECK(r.leaked.empty());
   std::int64_t inputs = 0;
   for (const auto& e : r.events)
-    inputs = std::max(inputs, e.cats[static_cast<std::size_t>(sim::Cat::kInputs)].eval(1, 16));
+    inputs = std::max(inputs, r.cats.at(e, sim::Cat::kInputs).eval(1, 16));
   CHECK(inputs == 384 + 602'112 + 2'048 + 160 + 147'456);
 }
 

@@ -37,7 +37,7 @@ ProgramSpec bf16_program(const ModelSpec& m) {
 // The categories alive as backward begins (the loss's gradient starts it).
 CatVec at_backward_start(const ProgramResult& r) {
   for (const auto& e : r.events)
-    if (e.segment == kSegHeadBwd) return e.cats;
+    if (e.segment == kSegHeadBwd) return r.cats.all(e);
   FAIL("no backward event");
   return {};
 }
