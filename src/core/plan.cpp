@@ -4,11 +4,16 @@
 #include <memory>
 #include <cmath>
 #include <cstdlib>
+#include <array>
+#include <iterator>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "core/parallel.hpp"
 #include "core/sharding.hpp"
 #include "memplan/text.hpp"
 
@@ -341,12 +346,20 @@ class EstimatorCache {
     if (seed != nullptr) entries_.push_back({key(seed->config()), nullptr, seed});
   }
 
+  // Safe to call from several threads (suggest() tries the changes at once): a config two
+  // threads build at the same time is kept once; both estimators are the same.
   Result<const Estimator*> get(const TrainingConfig& c) {
     const TrainingConfig k = key(c);
-    for (const auto& e : entries_)
-      if (e.config == k) return e.estimator;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& e : entries_)
+        if (e.config == k) return e.estimator;
+    }
     MEMPLAN_TRY(auto est, Estimator::create(model_, c));
     auto owned = std::make_unique<Estimator>(std::move(est));
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : entries_)
+      if (e.config == k) return e.estimator;
     const Estimator* p = owned.get();
     entries_.push_back({k, std::move(owned), p});
     return p;
@@ -364,6 +377,7 @@ class EstimatorCache {
     const Estimator* estimator = nullptr;
   };
   const ModelSpec& model_;
+  std::mutex mu_;
   std::vector<Entry> entries_;
 };
 
@@ -584,31 +598,43 @@ struct Suggestions {
   std::optional<Combination> combination;
 };
 
+// One change tried on its own at the evaluated point: nullopt when it does not apply, the engine
+// cannot model it, or it saves nothing (memory given back to the budget counts).
+Result<std::optional<Suggestion>> try_change(ChangeKind kind, const TrainingConfig& config, const SuggestContext& ctx,
+                                             Bytes base) {
+  MEMPLAN_TRY(auto ch, make_change(kind, config, ctx));
+  if (!ch) return std::optional<Suggestion>{};
+  // Shorter sequences are evaluated at their own length; everything else at the same point.
+  const std::int64_t s = kind == ChangeKind::kShorterSeqLen || kind == ChangeKind::kShorterCompletion
+                             ? ch->config.sequence_length()
+                             : ctx.seq_len;
+  auto p = peak_at(ctx, ch->config, ctx.micro_batch, s);
+  if (!p || *p >= base + ch->budget_gain) return std::optional<Suggestion>{};
+  Suggestion sg;
+  sg.kind = kind;
+  sg.description = std::move(ch->description);
+  sg.flags = std::move(ch->flags);
+  sg.config = std::move(ch->config);
+  sg.peak = *p;
+  sg.saved = base + ch->budget_gain - *p;
+  sg.fits = *p <= ctx.budget + ch->budget_gain;
+  if (sg.fits) {
+    MEMPLAN_TRY(sg.best, best_after(ctx, sg.config, ctx.budget + ch->budget_gain));
+  }
+  return std::optional<Suggestion>(std::move(sg));
+}
+
 Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& ctx) {
   Suggestions out;
   MEMPLAN_TRY(const Bytes base, peak_at(ctx, config, ctx.micro_batch, ctx.seq_len));
-  for (ChangeKind kind : kAllChanges) {
-    MEMPLAN_TRY(auto ch, make_change(kind, config, ctx));
-    if (!ch) continue;
-    // Shorter sequences are evaluated at their own length; everything else at the same point.
-    const std::int64_t s = kind == ChangeKind::kShorterSeqLen || kind == ChangeKind::kShorterCompletion
-                               ? ch->config.sequence_length()
-                               : ctx.seq_len;
-    auto p = peak_at(ctx, ch->config, ctx.micro_batch, s);
-    // The engine cannot model it, or it saves nothing (memory given back to the budget counts).
-    if (!p || *p >= base + ch->budget_gain) continue;
-    Suggestion sg;
-    sg.kind = kind;
-    sg.description = std::move(ch->description);
-    sg.flags = std::move(ch->flags);
-    sg.config = std::move(ch->config);
-    sg.peak = *p;
-    sg.saved = base + ch->budget_gain - *p;
-    sg.fits = *p <= ctx.budget + ch->budget_gain;
-    if (sg.fits) {
-      MEMPLAN_TRY(sg.best, best_after(ctx, sg.config, ctx.budget + ch->budget_gain));
-    }
-    out.ranked.push_back(std::move(sg));
+  // Each change builds its own estimators (one per GPU count tried): they run at once, and are
+  // taken in kAllChanges' order, so the first error is the one a sequential loop would stop at.
+  constexpr std::size_t kChanges = std::size(kAllChanges);
+  std::array<std::optional<Result<std::optional<Suggestion>>>, kChanges> tried;
+  parallel_for(kChanges, [&](std::size_t i) { tried[i] = try_change(kAllChanges[i], config, ctx, base); });
+  for (auto& t : tried) {
+    if (!*t) return t->error();
+    if (**t) out.ranked.push_back(std::move(***t));
   }
   std::stable_sort(out.ranked.begin(), out.ranked.end(),
                    [](const Suggestion& a, const Suggestion& b) { return a.saved > b.saved; });
