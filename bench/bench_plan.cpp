@@ -189,14 +189,20 @@ void BM_EstimatorCreateLora(benchmark::State& state) {
 }
 BENCHMARK(BM_EstimatorCreateLora)->Unit(benchmark::kMicrosecond);
 
-void BM_PlanLora(benchmark::State& state) {
-  const ModelSpec m = llama31_8b();
-  const TrainingConfig c = lora_checkpointed();
+// A whole plan of lora_checkpointed() at `seq_len` tokens (micro-batch `micro_batch` as the
+// config's own) on `gib` GiB, for a global batch of `target`.
+void time_lora_plan(benchmark::State& state, const ModelSpec& m, std::int64_t seq_len, double gib,
+                    std::int64_t target, std::int64_t micro_batch = 4) {
+  TrainingConfig c = lora_checkpointed();
+  c.seq_len = seq_len;
+  c.micro_batch = micro_batch;
   PlanRequest req;
-  req.budget = budget(80);
-  req.target_global_batch = 32;
+  req.budget = budget(gib);
+  req.target_global_batch = target;
   time_fitting_plan(state, m, c, req);
 }
+
+void BM_PlanLora(benchmark::State& state) { time_lora_plan(state, llama31_8b(), 2048, 80, 32); }
 BENCHMARK(BM_PlanLora)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Qwen2.5-VL-7B: the Qwen2 language model with multimodal RoPE and a 32-block vision tower
@@ -230,15 +236,7 @@ ModelSpec qwen25_vl_7b() {
 }
 
 // LoRA on the language model, one 768 x 768 image per sequence: the tower runs without a graph.
-void BM_PlanQwen25VlLora(benchmark::State& state) {
-  const ModelSpec m = qwen25_vl_7b();
-  TrainingConfig c = lora_checkpointed();
-  c.seq_len = 2048;
-  PlanRequest req;
-  req.budget = budget(80);
-  req.target_global_batch = 32;
-  time_fitting_plan(state, m, c, req);
-}
+void BM_PlanQwen25VlLora(benchmark::State& state) { time_lora_plan(state, qwen25_vl_7b(), 2048, 80, 32); }
 BENCHMARK(BM_PlanQwen25VlLora)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Full fine-tuning with the tower trained: every block's saved tensors in the timeline.
@@ -261,30 +259,13 @@ BENCHMARK(BM_PlanQwen25VlTrainedTower)->Unit(benchmark::kMicrosecond)->UseRealTi
 // Llama 3.2 Vision 11B (tests/support: configs/models/llama-3.2-11b-vision.json by hand): 8
 // cross-attention layers among 40, one 5-layer period extrapolated (docs/formulas.md#llama-32-vision).
 // LoRA, one image.
-void BM_PlanLlama32VisionLora(benchmark::State& state) {
-  const ModelSpec m = llama32_11b_vision();
-  TrainingConfig c = lora_checkpointed();
-  c.seq_len = 2048;
-  PlanRequest req;
-  req.budget = budget(80);
-  req.target_global_batch = 32;
-  time_fitting_plan(state, m, c, req);
-}
+void BM_PlanLlama32VisionLora(benchmark::State& state) { time_lora_plan(state, llama32_11b_vision(), 2048, 80, 32); }
 BENCHMARK(BM_PlanLlama32VisionLora)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Gemma 3 27B's language model, LoRA with checkpointing at 4,096 tokens under SDPA: past the
 // 1,024-token window transformers materializes the sliding layers' mask, so the plan simulates a
 // second program in which one 6-layer period repeats (docs/formulas.md#sliding-window-attention).
-void BM_PlanGemma3SlidingWindow(benchmark::State& state) {
-  const ModelSpec m = gemma3_27b_text();
-  TrainingConfig c = lora_checkpointed();
-  c.seq_len = 4096;
-  c.micro_batch = 1;
-  PlanRequest req;
-  req.budget = budget(141);
-  req.target_global_batch = 16;
-  time_fitting_plan(state, m, c, req);
-}
+void BM_PlanGemma3SlidingWindow(benchmark::State& state) { time_lora_plan(state, gemma3_27b_text(), 4096, 141, 16, 1); }
 BENCHMARK(BM_PlanGemma3SlidingWindow)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_SolveSeqLen(benchmark::State& state) {

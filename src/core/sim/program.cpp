@@ -136,6 +136,7 @@ class Step {
   int linear8bit(int x, LinearParams& p, Poly out_numel);
   int rope(int x, Poly numel);
   std::pair<int, int> attention(int x, LayerParams& lp);
+  int sdpa_kernel(int q, int k, int v, const Poly& out_numel, const Poly& bias_numel, std::optional<DT> bias_dt);
   int mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2);
   int moe(int x, LayerParams& lp);
   int gelu_new(int x);
@@ -736,20 +737,7 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     const bool native_gqa = !sdpa_masked && (impl == AttnImpl::kFlashAttention2 || hd <= 256);
     const int kr0 = native_gqa ? (g_.hold(ke), ke) : ops_.repeat_kv(ke, n_rep, one_kv);
     const int vr0 = native_gqa ? (g_.hold(vt), vt) : ops_.repeat_kv(vt, n_rep, one_kv);
-    // scaled_dot_product_attention is on autocast's lower-precision list (and flash_attention_2
-    // casts fp32 inputs to the autocast dtype): with fp32 weights the rotary output is fp32 and
-    // the kernel gets (and saves) 16-bit copies of q, k and v.
-    const int q16 = ops_.cast_for_autocast(qe);
-    const int kr = ops_.cast_for_autocast(kr0);
-    const int vr = ops_.cast_for_autocast(vr0);
-    g_.drop(kr0);
-    g_.drop(vr0);
-    const int bias = sdpa_masked ? g_.make(scores(1), g_.at(q16).dt, Cat::kInputs) : -1;
-    const int o = ops_.fused_attention(q16, kr, vr, qn, Poly::mono(kBS, nh * sp_.batch_multiplier), bias);
-    if (bias >= 0) g_.drop(bias);
-    g_.drop(q16);
-    g_.drop(kr);
-    g_.drop(vr);
+    const int o = sdpa_kernel(qe, kr0, vr0, qn, sdpa_masked ? scores(1) : Poly{}, std::nullopt);
     out = ops_.view(o);  // already (b, s, heads, d)
     g_.drop(o);
   }
@@ -1586,6 +1574,26 @@ int Step::mllama_vision_features() {
   return lin(vision_out_, vw.proj.at("multi_modal_projector"), xtok(m_.hidden_size));
 }
 
+// F.scaled_dot_product_attention on the fused path. It is on autocast's lower-precision list (and
+// flash_attention_2 casts fp32 inputs to the autocast dtype): with fp32 weights the kernel gets,
+// and saves, 16-bit copies of q, k and v. A mask SDPA makes its own copy of (bias_numel elements
+// in bias_dt, or in the dtype q reaches the kernel in; none when bias_numel is empty) is saved by
+// the memory-efficient kernel too. Takes k and v (the caller's references); q stays the caller's.
+int Step::sdpa_kernel(int q, int k, int v, const Poly& out_numel, const Poly& bias_numel, std::optional<DT> bias_dt) {
+  const int q16 = ops_.cast_for_autocast(q);
+  const int k16 = ops_.cast_for_autocast(k);
+  const int v16 = ops_.cast_for_autocast(v);
+  g_.drop(k);
+  g_.drop(v);
+  const int bias = bias_numel.is_zero() ? -1 : g_.make(bias_numel, bias_dt.value_or(g_.at(q16).dt), Cat::kInputs);
+  const int o = ops_.fused_attention(q16, k16, v16, out_numel, Poly::mono(kBS, m_.num_heads * sp_.batch_multiplier), bias);
+  if (bias >= 0) g_.drop(bias);
+  g_.drop(q16);
+  g_.drop(k16);
+  g_.drop(v16);
+  return o;
+}
+
 int Step::tanh_gate(int branch, int gate, const Poly& numel) {
   const int t = ops_.tanh(gate);
   const int y = ops_.mul(t, branch, numel);
@@ -1667,18 +1675,7 @@ int Step::cross_attention(int x, LayerParams& lp) {
     out = ops_.clone(ot);
     g_.drop(ot);
   } else {
-    const int q16 = ops_.cast_for_autocast(qe);
-    const int kr = ops_.cast_for_autocast(kr0);
-    const int vr = ops_.cast_for_autocast(vr0);
-    g_.drop(kr0);
-    g_.drop(vr0);
-    int bias = -1;
-    if (M % 8 != 0) bias = g_.make(tok((M + 7) / 8 * 8), g_.at(cross_mask_).dt, Cat::kInputs);
-    const int o = ops_.fused_attention(q16, kr, vr, qn, Poly::mono(kBS, nh * sp_.batch_multiplier), bias);
-    if (bias >= 0) g_.drop(bias);
-    g_.drop(q16);
-    g_.drop(kr);
-    g_.drop(vr);
+    const int o = sdpa_kernel(qe, kr0, vr0, qn, M % 8 != 0 ? tok((M + 7) / 8 * 8) : Poly{}, g_.at(cross_mask_).dt);
     // The kernel's (b, s, heads, d) output: transpose(1, 2).contiguous() and the reshape are views.
     const int t = ops_.view(o);
     g_.drop(o);
@@ -1809,8 +1806,7 @@ int Step::embed_and_layers(bool policy) {
     // attention_mask's padding function makes it depend on the batch index, so vmap materializes
     // every row). Otherwise None: causal kernels need no mask.
     const bool sdpa = sp_.attn == AttnImpl::kSdpa;
-    mask_ = g_.make(sdpa && sp_.sdpa_full_mask ? scores(1) : Poly{}, sdpa && sp_.sdpa_full_mask ? DT::kBool : mdt,
-                    Cat::kInputs);
+    mask_ = sdpa && sp_.sdpa_full_mask ? g_.make(scores(1), DT::kBool, Cat::kInputs) : g_.make(Poly{}, mdt, Cat::kInputs);
     if (sdpa && sp_.sdpa_sliding_mask && m_.sliding_window > 0) sliding_mask_ = g_.make(scores(1), DT::kBool, Cat::kInputs);
   }
   // Rotary cos/sin: (1, s, head_dim), computed in fp32 and cast to the activation dtype.

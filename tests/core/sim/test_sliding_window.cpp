@@ -23,6 +23,18 @@ ModelSpec alternating(int layers, std::int64_t window) {
   return m;
 }
 
+// The same model with no window at all, and with every layer sliding (Mistral v0.1, Phi-3).
+ModelSpec without_window(ModelSpec m) {
+  m.sliding_window = 0;
+  m.full_attention_layers.clear();
+  return m;
+}
+
+ModelSpec all_sliding(ModelSpec m) {
+  m.full_attention_layers.clear();
+  return m;
+}
+
 ProgramSpec bf16_program(const ModelSpec& m) {
   ProgramSpec sp;
   sp.model = m;
@@ -73,9 +85,7 @@ TEST_CASE("a materialized sliding mask: each sliding layer saves its dense mask 
     CHECK(at(q, Cat::kLogits, b, s) == at(p, Cat::kLogits, b, s));
   }
   // Every layer sliding (Mistral v0.1, Phi-3): all six.
-  ModelSpec every = m;
-  every.full_attention_layers.clear();
-  ProgramSpec all = bf16_program(every);
+  ProgramSpec all = bf16_program(all_sliding(m));
   all.sdpa_sliding_mask = true;
   const CatVec a = at_backward_start(run_step(all));
   CHECK(at(a, Cat::kInputs, 2, 128) - at(p, Cat::kInputs, 2, 128) == 6 * 2 * 2 * 128 * 128);
@@ -106,11 +116,6 @@ TEST_CASE("eager Gemma 2/3: a second (b, 1, s, s) mask, for the sliding layers")
   // causal_mask_mapping holds a full and a sliding mask, each in the activation dtype; with
   // checkpointing both are held until backward. Every layer sliding (one mask function): one.
   const ModelSpec m = alternating(6, 64);
-  ModelSpec none = m;
-  none.sliding_window = 0;
-  none.full_attention_layers.clear();
-  ModelSpec every = m;
-  every.full_attention_layers.clear();
   const auto eager_ckpt = [](const ModelSpec& model) {
     ProgramSpec sp = bf16_program(model);
     sp.attn = AttnImpl::kEager;
@@ -118,7 +123,7 @@ TEST_CASE("eager Gemma 2/3: a second (b, 1, s, s) mask, for the sliding layers")
     sp.checkpoint_reentrant = false;
     return at_backward_start(run_step(sp));
   };
-  const CatVec two = eager_ckpt(m), one = eager_ckpt(none), all = eager_ckpt(every);
+  const CatVec two = eager_ckpt(m), one = eager_ckpt(without_window(m)), all = eager_ckpt(all_sliding(m));
   CHECK(at(two, Cat::kInputs, 2, 128) - at(one, Cat::kInputs, 2, 128) == 2 * 128 * 128 * 2);
   CHECK(at(all, Cat::kInputs, 2, 128) == at(one, Cat::kInputs, 2, 128));
 }
@@ -126,9 +131,7 @@ TEST_CASE("eager Gemma 2/3: a second (b, 1, s, s) mask, for the sliding layers")
 TEST_CASE("the engine switches to the masked program at s = sliding_window, not before") {
   // transformers skips the sliding mask only while kv_length < sliding_window (strict).
   const ModelSpec m = alternating(6, 64);
-  ModelSpec none = m;
-  none.sliding_window = 0;
-  none.full_attention_layers.clear();
+  const ModelSpec none = without_window(m);
   const TrainingConfig c = sdpa_config();
   auto sliding = Estimator::create(m, c);
   auto plain = Estimator::create(none, c);
