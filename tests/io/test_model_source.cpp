@@ -921,6 +921,17 @@ TEST_CASE("config.json: which layers slide (layer_types, or each config class's 
             .error()
             .message == "\"layer_types\"[1] is \"chunked_attention\"; memplan models \"sliding_attention\" and "
                         "\"full_attention\" layers");
+  CHECK(parse("gemma2", 2, ", \"sliding_window\": 8, \"layer_types\": \"sliding_attention\"").error().message ==
+        "\"layer_types\" must be a list, got \"sliding_attention\"");
+  CHECK(parse("gemma3_text", 6, ", \"sliding_window\": 8, \"sliding_window_pattern\": 0").error().message ==
+        "\"sliding_window_pattern\" must be positive, got 0");
+  // Specs built otherwise meet the same rules in validate().
+  ModelSpec spec = *g3;
+  spec.full_attention_layers = {14};
+  CHECK(validate(spec).error().message == "model layer_types = 14 names a full-attention layer outside 0..13");
+  spec.full_attention_layers.clear();
+  spec.sliding_window = -1;
+  CHECK(validate(spec).error().message == "model sliding_window = -1 must not be negative");
 }
 
 // ---------------------------------------------------------------------------------------------
