@@ -26,6 +26,11 @@ std::int64_t image_tokens_per_sequence(const ModelSpec& model, const TrainingCon
 class Estimator {
  public:
   static Result<Estimator> create(const ModelSpec& model, const TrainingConfig& config);
+  // An estimator for another config of the same model. The step programs the two have in
+  // common (a config that changes only what is applied after the simulation: GPU count,
+  // sharding, optimizer, accumulation) are simulated once and shared by every estimator derived
+  // from the same one (docs/plan.md#speed). Safe to call from several threads at once.
+  Result<Estimator> derive(const TrainingConfig& config) const;
   ~Estimator();
   Estimator(Estimator&&) noexcept;
   Estimator& operator=(Estimator&&) noexcept;
@@ -47,7 +52,10 @@ class Estimator {
 
  private:
   struct Impl;
+  struct Programs;  // the simulated programs an estimator and those derived from it share
   explicit Estimator(std::unique_ptr<Impl> impl);
+  static Result<Estimator> build(const ModelSpec& model, const TrainingConfig& config,
+                                 std::shared_ptr<Programs> programs);
   Result<Estimate> at_impl(std::int64_t micro_batch, std::int64_t seq_len, std::optional<Phase> only) const;
   std::unique_ptr<Impl> impl_;
 };

@@ -42,6 +42,7 @@ struct MoeSpec {
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int layer) const;
+  bool operator==(const MoeSpec&) const = default;
 };
 
 // The vision tower of a vision-language model (docs/formulas.md#vision-language-models), as
@@ -82,6 +83,7 @@ struct VisionSpec {
   // mllama: positions per tile (patches + the class token), and padded to a multiple of 8.
   std::int64_t tile_positions() const { return (image_size / patch_size) * (image_size / patch_size) + 1; }
   std::int64_t tile_positions_padded() const { return (tile_positions() + 7) / 8 * 8; }
+  bool operator==(const VisionSpec&) const = default;
 };
 
 struct ModelSpec {
@@ -158,6 +160,7 @@ struct ModelSpec {
   // Both kinds of layer: Gemma 2 and 3 build a full and a sliding mask each forward.
   bool mixes_attention_kinds() const;
   bool is_mla() const { return kv_lora_rank > 0; }
+  bool operator==(const ModelSpec&) const = default;
 };
 
 enum class LinearRole { kAttention, kMlp, kRoutedExpert, kSharedExpert, kRouter };

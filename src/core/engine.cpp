@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 
@@ -368,6 +369,33 @@ struct RankSim {
   std::size_t sim = 0;  // index into Impl::sims
 };
 
+// The simulated step programs of an estimator and of those derived from it (docs/plan.md#speed),
+// by their complete spec: equal specs run the same program. Shared between threads.
+struct Estimator::Programs {
+  // The program's result if it has been simulated, else null.
+  std::shared_ptr<const sim::ProgramResult> find(const sim::ProgramSpec& spec) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [s, r] : done_)
+      if (s == spec) return r;
+    return nullptr;
+  }
+  // The program's result, simulated now if it has not been. Throws SizeOverflow on absurd sizes.
+  std::shared_ptr<const sim::ProgramResult> run(const sim::ProgramSpec& spec) {
+    if (auto r = find(spec)) return r;
+    auto r = std::make_shared<const sim::ProgramResult>(sim::run_step(spec));
+    if (!r->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [s, other] : done_)
+      if (s == spec) return other;  // simulated meanwhile by another thread: the same result
+    done_.emplace_back(spec, r);
+    return r;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<sim::ProgramSpec, std::shared_ptr<const sim::ProgramResult>>> done_;
+};
+
 struct Estimator::Impl {
   ModelSpec model;
   TrainingConfig config;
@@ -377,6 +405,7 @@ struct Estimator::Impl {
   ParamSummary params;
   std::vector<std::string> assumptions;
   std::vector<std::string> warnings;
+  std::shared_ptr<Programs> programs;
 };
 
 namespace {
@@ -787,6 +816,15 @@ void add_ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfi
 }  // namespace
 
 Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig& config) {
+  return build(model, config, std::make_shared<Programs>());
+}
+
+Result<Estimator> Estimator::derive(const TrainingConfig& config) const {
+  return build(impl_->model, config, impl_->programs);
+}
+
+Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig& config,
+                                   std::shared_ptr<Programs> programs) {
   if (auto s = validate(model); !s) return s.error();
   if (auto s = validate(config); !s) return s.error();
   if (auto s = check_supported(model, config); !s) return s.error();
@@ -794,6 +832,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   impl->config = config;
+  impl->programs = std::move(programs);
   try {
     sim::ProgramSpec sp;
     // Each tensor-parallel rank computes a slice of every layer.
@@ -933,12 +972,14 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
       return s;
     };
     // The reduced-model runs of a stage kind, simulated once and extrapolated per layer count.
-    // Every run is independent of the others: they run in parallel (docs/plan.md#speed).
+    // Every run is independent of the others: they run in parallel (docs/plan.md#speed); a run
+    // an estimator this one derives from (or another derived one) has made is not made again.
+    using Run = std::shared_ptr<const sim::ProgramResult>;
     struct Runs {
-      std::array<std::optional<sim::ProgramResult>, kClasses> r3, r4;
+      std::array<Run, kClasses> r3, r4;
     };
     std::map<std::vector<int>, Runs> runs_of;
-    std::vector<std::pair<sim::ProgramSpec, std::optional<sim::ProgramResult>*>> jobs;
+    std::vector<std::pair<sim::ProgramSpec, Run*>> jobs;
     for (const auto& w : stages) {
       const auto [it, added] = runs_of.try_emplace(w.key);
       if (!added) continue;
@@ -955,6 +996,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         jobs.emplace_back(std::move(s), &it->second.r4[ci]);
       }
     }
+    std::erase_if(jobs, [&](auto& job) { return (*job.second = impl->programs->find(job.first)) != nullptr; });
     // A thread costs tens of microseconds to start: worth it only for a long program (measured:
     // a plain 8B plan of 3 + 4 simulated layers got slower, docs/plan.md#speed).
     std::size_t layers_run = 0;
@@ -967,10 +1009,9 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
     });
     parallel_for(
         jobs.size(),
-        [&jobs](std::size_t i) {
+        [&jobs, &impl](std::size_t i) {
           auto& [spec, out] = jobs[i];
-          *out = sim::run_step(spec);
-          if (!(*out)->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+          *out = impl->programs->run(spec);
         },
         threads);
     // Each stage's timeline: extrapolated, sharded, pruned. Stages are independent too.
@@ -985,7 +1026,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         const SimulatedLayers& simulated = w.simulated[cls >= 2 ? 1 : 0];
         const std::int64_t extra = simulated.extra;
         const sim::ProgramResult& r3 = *runs.r3[ci];
-        const sim::ProgramResult* r4 = runs.r4[ci] ? &*runs.r4[ci] : nullptr;
+        const sim::ProgramResult* r4 = runs.r4[ci].get();
         if (st.opt_params.empty() && st.trainable == 0) {
           // How many of the stage's layers a simulated parameter stands for: the middle
           // simulated layer repeats.
@@ -1052,7 +1093,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
         opt_extra[static_cast<int>(Cat::kGradients)] = grads;
         opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
         std::vector<Candidate> cands;
-        std::optional<sim::ProgramResult> full;
+        Run full;
         if (cls < 2) {  // the assumptions describe the program without the sliding masks
           st.extrapolated = r4 != nullptr;
           st.simulated_layers = static_cast<int>(simulated.r3.size() + simulated.r4.size());
@@ -1064,8 +1105,7 @@ Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig
           // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
           sim::ProgramSpec every = stage_spec(rk, cls);
           for (int l = rk.first_layer; l < rk.first_layer + L; ++l) every.model_layers.push_back(l);
-          full = sim::run_step(every);
-          if (!full->leaked.empty()) throw std::logic_error("step simulation left tensors alive");
+          full = impl->programs->run(every);
           cands = extrapolate(*full, nullptr, 0, base, opt_extra);
         }
         // One micro-batch's activations as its backward begins: what a pipeline schedule holds

@@ -339,12 +339,12 @@ enum class Mode { kBatch, kSeqLen };
 // The estimators of one plan's suggestions. Trying changes revisits the same configs (the
 // search for a GPU count, then the peak and the best micro-batch after the change, then the
 // combination), and an estimator answers for every (b, s), so each config is built once.
-// Keys ignore the micro-batch and sequence length, which only say where to evaluate.
+// Keys ignore the micro-batch and sequence length, which only say where to evaluate. Every
+// estimator is derived from the plan's own, so the step programs they have in common are
+// simulated once (Estimator::derive).
 class EstimatorCache {
  public:
-  EstimatorCache(const ModelSpec& model, const Estimator* seed) : model_(model) {
-    if (seed != nullptr) entries_.push_back({key(seed->config()), nullptr, seed});
-  }
+  explicit EstimatorCache(const Estimator& seed) : seed_(seed) { entries_.push_back({key(seed.config()), nullptr, &seed}); }
 
   // Safe to call from several threads (suggest() tries the changes at once): a config two
   // threads build at the same time is kept once; both estimators are the same.
@@ -355,7 +355,7 @@ class EstimatorCache {
       for (const auto& e : entries_)
         if (e.config == k) return e.estimator;
     }
-    MEMPLAN_TRY(auto est, Estimator::create(model_, c));
+    MEMPLAN_TRY(auto est, seed_.derive(c));
     auto owned = std::make_unique<Estimator>(std::move(est));
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& e : entries_)
@@ -376,7 +376,7 @@ class EstimatorCache {
     std::unique_ptr<Estimator> owned;
     const Estimator* estimator = nullptr;
   };
-  const ModelSpec& model_;
+  const Estimator& seed_;
   std::mutex mu_;
   std::vector<Entry> entries_;
 };
@@ -870,7 +870,7 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   const TrainingConfig& c = est.config();
   const int dp = c.parallel.data_parallel_size();
   const Bytes budget = req.budget.budget();
-  EstimatorCache estimators(est.model(), &est);
+  EstimatorCache estimators(est);
   const BatchPeaks peaks(est, estimators);
   const std::int64_t seq = peaks.seq();
   // GRPO: the smallest generation batch a micro-batch can have is one micro-batch (accum 1),
@@ -1026,7 +1026,7 @@ Result<SeqLenPlan> solve_seq_len(const ModelSpec& model, const TrainingConfig& c
     out.peak = out.search.peak;
     out.utilization = utilization(out.peak, request.budget.capacity);
     if (!out.fits) {
-      EstimatorCache estimators(model, &est);
+      EstimatorCache estimators(est);
       SuggestContext ctx{model, budget, Mode::kSeqLen, config.micro_batch, 1, out.cap, &estimators,
                          request.budget.unified, Bytes::zero()};
       MEMPLAN_TRY(auto s, suggest(at, ctx));

@@ -23,6 +23,7 @@ struct OpsBehaviour {
   bool mean_saves_input = true;
   // torch >= 2.0's InputBuffer adds a second gradient in place when it holds the last reference.
   bool inplace_accumulation = false;
+  bool operator==(const OpsBehaviour&) const = default;
 };
 
 class Ops {

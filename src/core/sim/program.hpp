@@ -45,6 +45,7 @@ struct LoraPlan {
   double dropout = 0.0;
   std::vector<std::string> targets;        // module names (already validated)
   std::vector<std::string> modules_to_save;
+  bool operator==(const LoraPlan&) const = default;
 };
 
 struct ProgramSpec {
@@ -137,6 +138,8 @@ struct ProgramSpec {
   // Simulate every vision block instead of the first and last of each kind (tests check that
   // both give the same maximum).
   bool vision_all_blocks = false;
+  // Every field: two equal specs run the same program (the engine shares their results).
+  bool operator==(const ProgramSpec&) const = default;
 };
 
 // A parameter tensor of the simulated model, for the optimizer model.
