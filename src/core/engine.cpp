@@ -303,7 +303,9 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
   if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.device == Device::kCpu)
     return make_error(ErrorCode::kUnsupported, "flash_attention_2 needs a CUDA device",
                       "use --attn-implementation eager or sdpa with --device cpu");
-  if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.torch_dtype == DType::kFloat32 && !c.autocast)
+  // ModernBERT's flash path casts an fp32 qkv to bf16 itself (docs/formulas.md#modernbert).
+  if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.torch_dtype == DType::kFloat32 && !c.autocast &&
+      m.model_type != "modernbert")
     return make_error(ErrorCode::kUnsupported, "flash_attention_2 runs in fp16/bf16 only",
                       "load the model with --torch-dtype bfloat16 or train with --bf16");
   if ((c.optim.kind == OptimizerKind::kAdamWTorchao8bit || c.optim.kind == OptimizerKind::kAdamWTorchao4bit) &&
@@ -312,12 +314,6 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                       fmt::format("{} (torchao) needs PyTorch >= 2.3; --device cpu models PyTorch 1.13", to_string(c.optim.kind)),
                       "use --device cuda, or --optim adamw_torch on the CPU");
   if (m.is_encoder()) {
-    if (m.model_type == "modernbert")
-      return make_error(ErrorCode::kUnsupported,
-                        "ModernBERT's training step (alternating local/global attention, unpadded batches) is not "
-                        "simulated; memplan knows its parameters only (memplan models)",
-                        "no other model stands in for it exactly; `memplan models` lists the encoders whose step is "
-                        "simulated (BERT, RoBERTa, XLM-R and the sentence-transformers models built on them)");
     if (c.method != Method::kSft)
       return make_error(ErrorCode::kUnsupported,
                         fmt::format("{} is a decoder method; {} is an encoder", to_string(c.method), m.model_type),
@@ -1211,6 +1207,13 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
           "Megatron-Core: vocabulary-parallel embedding, output layer and loss, pipeline outputs freed after the "
           "send; the layers themselves are simulated as Hugging Face's modules (Transformer Engine's fused kernels "
           "are not modelled)");
+    if (model.model_type == "modernbert")
+      impl->assumptions.push_back(fmt::format(
+          "ModernBERT: {}; its modules run eagerly (reference_compile false: with torch.compile, transformers' "
+          "default where triton is installed, the compiled MLP, embeddings and MLM head save less than modelled)",
+          sp.attn == AttnImpl::kFlashAttention2
+              ? "flash_attention_2 on unpadded batches of full sequences"
+              : "padded batches with a global and a local (b, 1, s, s) additive mask in the model's dtype"));
     if (config.quant.load_in_4bit && first_shard.fsdp && first_shard.shard_params &&
         (!config.quant.quant_storage || dtype_size(*config.quant.quant_storage) != dtype_size(config.torch_dtype)))
       impl->assumptions.push_back(
@@ -1276,13 +1279,14 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     }
     if (model.is_encoder()) {
       impl->assumptions.push_back(fmt::format(
-          "encoder: {} head{}; batches without padding (no SDPA mask)", to_string(model.head),
+          "encoder: {} head{}; batches without padding{}", to_string(model.head),
           config.contrastive.enabled()
               ? fmt::format(", {} texts per example in one forward{}", config.contrastive.texts_per_example,
                             config.contrastive.cached
                                 ? fmt::format(" (cached: mini-batches of {})", config.contrastive.mini_batch_size)
                                 : "")
-              : ""));
+              : "",
+          model.model_type == "modernbert" ? "" : " (no SDPA mask)"));
     }
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the model or batch is far too large");

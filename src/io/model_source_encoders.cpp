@@ -79,6 +79,12 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
     MEMPLAN_TRY(std::int64_t every, integer(j, "global_attn_every_n_layers", 3, origin));
     MEMPLAN_TRY(m.local_attention, integer(j, "local_attention", 128, origin));
     m.global_attn_every_n_layers = narrow(every);
+    if (auto p = j.find("classifier_pooling"); p != j.end() && !p->is_null()) {
+      if (!p->is_string() || (*p != "cls" && *p != "mean"))
+        return field_error(origin, fmt::format("\"classifier_pooling\" is {}: ModernBertConfig accepts \"cls\" or \"mean\"",
+                                               p->dump()));
+      m.mean_pooled_classifier = *p == "mean";
+    }
     m.gated_mlp = true;  // Wi produces input and gate of GeGLU
     m.activation = Activation::kGelu;
   } else {

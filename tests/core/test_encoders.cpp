@@ -183,15 +183,14 @@ TEST_CASE("what encoders do not model is an error that says so") {
   REQUIRE_FALSE(conflict.has_value());
   CHECK(conflict.error().message == "texts-per-example needs the pooling head (sentence embeddings)");
 
-  ModelSpec modern = toy_bert();
-  modern.model_type = "modernbert";
-  modern.norm_bias = false;
-  auto mb = estimate(modern, cfg(2, 32));
+  ModelSpec modern = memplan::testing::modernbert_base(2, 1000);
+  TrainingConfig q = cfg(2, 32);
+  q.quant.load_in_4bit = true;
+  q.lora.enabled = true;  // QLoRA on an encoder
+  auto mb = estimate(modern, q);
   REQUIRE_FALSE(mb.has_value());
   CHECK(mb.error().code == ErrorCode::kUnsupported);
-  CHECK(mb.error().message ==
-        "ModernBERT's training step (alternating local/global attention, unpadded batches) is not simulated; "
-        "memplan knows its parameters only (memplan models)");
+  CHECK(mb.error().message == "4/8-bit weights, tensor parallelism and modules_to_save are not modelled for encoders");
 }
 
 TEST_CASE("loss kernels: eager > chunked > liger/cce for a large vocabulary; Liger needs CUDA") {

@@ -22,6 +22,31 @@ inline ModelSpec llama31_8b() {
   return m;
 }
 
+// answerdotai/ModernBERT-base config.json (ModernBertConfig defaults for what it leaves out):
+// 22 layers of 768, 12 heads, GeGLU of 1,152, global attention every third layer, a 128-token
+// local window, no biases except the MLM decoder's. `layers` and `vocab` shrink it for the step
+// tests, the rest kept.
+inline ModelSpec modernbert_base(int layers = 22, std::int64_t vocab = 50368) {
+  ModelSpec m;
+  m.name = "modernbert-base";
+  m.model_type = "modernbert";
+  m.encoder = true;
+  m.vocab_size = vocab;
+  m.hidden_size = 768;
+  m.intermediate_size = 1152;
+  m.num_layers = layers;
+  m.num_heads = m.num_kv_heads = 12;
+  m.head_dim = 64;
+  m.max_position_embeddings = 8192;
+  m.norm = NormKind::kLayerNorm;
+  m.activation = Activation::kGelu;
+  m.gated_mlp = true;
+  m.tie_word_embeddings = true;
+  m.global_attn_every_n_layers = 3;
+  m.local_attention = 128;
+  return m;
+}
+
 // A toy Llama (the "gqa" shape of tools/measure/cases.py).
 inline ModelSpec toy_llama(int layers = 4) {
   ModelSpec m;

@@ -24,6 +24,7 @@ import torch
 import hf_bert
 import hf_llama
 import hf_mllama
+import hf_modernbert
 import hf_qwen_vl
 import memtrace
 import optimizers
@@ -60,6 +61,37 @@ def build_encoder(case):
         ids, types, am = column()
         labels = ids.clone() if t.get("head") == "mlm" else torch.zeros(b, dtype=torch.long)
         inputs = {"input_ids": ids, "token_type_ids": types, "attention_mask": am, "labels": labels}
+    return model, opt, inputs, None
+
+
+def build_modernbert(case):
+    """ModernBERT cases (hf_modernbert.py, the eager path): training.head (pooling|mlm|classification),
+    texts_per_example, gradient_checkpointing (reentrant unless checkpoint_reentrant is false)."""
+    torch.manual_seed(0)
+    t = case["training"]
+    cfg = hf_modernbert.Config(case["model"])
+    head = t.get("head", "pooling")
+    model = hf_modernbert.ModernBert(cfg, head).to(DTYPES[t.get("torch_dtype", "float32")])
+    lora = t.get("lora")
+    if lora:  # memplan's default target for ModernBERT: attn.Wqkv
+        peft_lora.apply_lora(model, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
+                             lora.get("target_modules") or ["Wqkv"])
+    if t.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable(use_reentrant=t.get("checkpoint_reentrant", True))
+    model.train()
+    opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"),
+                                    [p for p in model.parameters() if p.requires_grad], t.get("optim_args"))
+    b, s = t["batch"], t["seq_len"]
+    gen = torch.Generator().manual_seed(1)
+
+    def column():
+        return torch.randint(0, cfg.vocab_size, (b, s), generator=gen), torch.ones(b, s, dtype=torch.long)
+    if head == "pooling":
+        inputs = {"modern_columns": [column() for _ in range(t.get("texts_per_example", 2))]}
+    else:
+        ids, am = column()
+        labels = ids.clone() if head == "mlm" else torch.zeros(b, dtype=torch.long)
+        inputs = {"input_ids": ids, "attention_mask": am, "labels": labels}
     return model, opt, inputs, None
 
 
@@ -127,6 +159,8 @@ def build_mllama(case):
 def build(case):
     if case["model"].get("model_type") in ENCODERS:
         return build_encoder(case)
+    if case["model"].get("model_type") == "modernbert":
+        return build_modernbert(case)
     if case["model"].get("model_type") == "mllama":
         return build_mllama(case)
     if case["model"].get("model_type") == "qwen2_5_vl":
@@ -206,7 +240,10 @@ def forward_loss(model, inputs, autocast, t=None, ref=None):
     if "columns" in inputs:  # sentence-transformers MNRL over the text columns
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return hf_bert.mnrl_loss(model, inputs["columns"])
-    if isinstance(model, hf_bert.Bert):
+    if "modern_columns" in inputs:
+        with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
+            return hf_modernbert.mnrl_loss(model, inputs["modern_columns"])
+    if isinstance(model, (hf_bert.Bert, hf_modernbert.ModernBert)):
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return model(**inputs)
     with memtrace.phase("forward"):

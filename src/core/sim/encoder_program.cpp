@@ -1,10 +1,13 @@
 // The encoder training step (docs/formulas.md#encoders): transformers' BertModel /
 // RobertaModel / XLMRobertaModel forward (modeling_bert.py: embeddings with word, position and
-// token-type tables, post-LayerNorm layers with biased q/k/v/o and a GELU MLP), one of three heads
+// token-type tables, post-LayerNorm layers with biased q/k/v/o and a GELU MLP) or ModernBertModel
+// (modeling_modernbert.py: pre-LayerNorm layers with a packed Wqkv, rotary embeddings, global and
+// local attention masks, a GeGLU MLP; docs/formulas.md#modernbert), one of three heads
 // (sentence-transformers mean pooling with MultipleNegativesRankingLoss or its cached GradCache
 // variant, *ForMaskedLM, *ForSequenceClassification), and backward, on the same Graph and Ops as
 // the decoder program.
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -66,6 +69,24 @@ class EncoderStep {
   Lin make_linear(const LinearModule& mod);
   void make_params();
 
+  // ModernBERT (docs/formulas.md#modernbert): the padded path (eager, SDPA) and the unpadded
+  // flash_attention_2 path.
+  bool modern() const { return m_.model_type == "modernbert"; }
+  bool unpadded() const { return modern() && sp_.attn == AttnImpl::kFlashAttention2; }
+  void make_modern_params();
+  void modern_masks();
+  int modern_encode();
+  int modern_layer(int h, int l);
+  int modern_attention(int x, EncLayer& lp, bool local);
+  int modern_mlm_loss(int h);
+  int modern_classification_loss(int h);
+  // The layer's tensors besides its input that the model forward passes it (masks, rotary
+  // tables): gradient checkpointing keeps them for the recomputation.
+  struct LayerArgs {
+    int mask = -1, sliding = -1;
+    std::array<int, 2> cos{-1, -1}, sin{-1, -1};  // per layer type: 0 global, 1 local
+  };
+
   int layer_norm(int x, int w, int b, const Poly& numel, const Poly& rows);
   int lin(int x, Lin& p, const Poly& out);
   int attention(int x, EncLayer& lp);
@@ -90,6 +111,9 @@ class EncoderStep {
   int cls_w_ = -1, cls_b_ = -1, cls_dense_w_ = -1, cls_dense_b_ = -1;
   std::vector<EncLayer> layers_;
   int ids_ = -1, types_ = -1, amask_ = -1, mask_ = -1;
+  int final_w_ = -1, final_b_ = -1;  // ModernBERT final_norm
+  LayerArgs args_;                    // ModernBERT: args_.mask is mask_ when set
+  int indices_ = -1;                  // unpadded path: the non-padding token indices (int64)
   int cur_layer_ = -1;
   std::vector<ParamRec> params_;
 };
@@ -108,6 +132,7 @@ Lin EncoderStep::make_linear(const LinearModule& mod) {
 }
 
 void EncoderStep::make_params() {
+  if (modern()) return make_modern_params();
   const std::int64_t h = m_.hidden_size, V = m_.vocab_size;
   const bool ft = sp_.full_finetune;
   word_ = param(V * h, ft, Cat::kWeights, V, h);
@@ -291,6 +316,7 @@ int EncoderStep::attention(int x, EncLayer& lp) {
 }
 
 int EncoderStep::layer(int h, int l) {
+  if (modern()) return modern_layer(h, l);
   EncLayer& lp = layers_[static_cast<std::size_t>(l)];
   const std::int64_t hs = m_.hidden_size;
   const Poly n = tok(hs), rows = tok(1);
@@ -327,13 +353,20 @@ int EncoderStep::checkpointed(int h, int l) {
   const std::optional<DT> ac = ops_.autocast();
   if (g_.at(h).cat == Cat::kActivations) g_.retag(h, Cat::kCheckpoints);
   const int rng = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
+  // What the layer is called with besides its input (the masks; ModernBERT's rotary tables).
+  std::vector<int> held{h};
+  for (int t : {mask_, args_.sliding, args_.cos[0], args_.sin[0], args_.cos[1], args_.sin[1]})
+    if (t >= 0 && std::find(held.begin(), held.end(), t) == held.end()) held.push_back(t);
   if (!sp_.checkpoint_reentrant) {
+    held.push_back(rng);
     g_.begin_checkpoint_region(
-        [this, h, l, ac, mask = mask_]() {
+        [this, h, l, ac, mask = mask_, args = args_]() {
           // The recomputation runs in backward, after encode() let go of the mask: the closure's
           // reference (holds) keeps it, as functools.partial does.
           const int outer_mask = mask_;
+          const LayerArgs outer_args = args_;
           mask_ = mask;
+          args_ = args;
           const int rng2 = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
           const Cat saved = ops_.cat;
           ops_.cat = Cat::kActivations;
@@ -344,8 +377,9 @@ int EncoderStep::checkpointed(int h, int l) {
           g_.drop(unused);
           g_.drop(rng2);
           mask_ = outer_mask;
+          args_ = outer_args;
         },
-        {h, mask_, rng});
+        held);
     const int out = layer(h, l);
     g_.end_checkpoint_region();
     g_.drop(rng);
@@ -355,10 +389,13 @@ int EncoderStep::checkpointed(int h, int l) {
   g_.set_grad_enabled(false);
   const int out = layer(h, l);
   g_.set_grad_enabled(outer);
-  g_.node({h}, {out}, {h, mask_, rng}, [this, h, l, ac, mask = mask_](Bwd& ctx) {
+  held.push_back(rng);
+  g_.node({h}, {out}, Ids(held), [this, h, l, ac, mask = mask_, args = args_](Bwd& ctx) {
     Graph& g = ctx.graph();
     const int outer_mask = mask_;
+    const LayerArgs outer_args = args_;
     mask_ = mask;
+    args_ = args;
     const int rng2 = g.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
     const int hv = g.view(h, g.at(h).numel);
     g.at(hv).requires_grad = g.at(h).requires_grad;
@@ -381,6 +418,7 @@ int EncoderStep::checkpointed(int h, int l) {
     const int gi = g.take_grad(hv);
     g.drop(hv);
     mask_ = outer_mask;
+    args_ = outer_args;
     if (gi >= 0) ctx.give(h, gi);
   });
   g_.drop(rng);
@@ -388,6 +426,7 @@ int EncoderStep::checkpointed(int h, int l) {
 }
 
 int EncoderStep::encode() {
+  if (modern()) return modern_encode();
   const std::int64_t h = m_.hidden_size;
   ops_.cat = Cat::kActivations;
   // BertEmbeddings: word + token_type, + absolute positions, LayerNorm, dropout.
@@ -567,6 +606,343 @@ int EncoderStep::classification_loss(int h) {
   return loss;
 }
 
+// ---- ModernBERT (docs/formulas.md#modernbert), read from transformers 5.x modeling_modernbert.py
+// with reference_compile off (the modules run eagerly; see the docs for torch.compile).
+
+void EncoderStep::make_modern_params() {
+  const std::int64_t h = m_.hidden_size, V = m_.vocab_size;
+  const bool ft = sp_.full_finetune;
+  const auto norm = [&](int& w, int& b) {  // nn.LayerNorm(hidden, bias=norm_bias)
+    w = param(h, ft);
+    if (m_.norm_bias) b = param(h, ft);
+  };
+  word_ = param(V * h, ft, Cat::kWeights, V, h);
+  norm(emb_ln_w_, emb_ln_b_);
+  for (std::size_t l = 0; l < sp_.model_layers.size(); ++l) {
+    cur_layer_ = static_cast<int>(l);
+    EncLayer lp;
+    if (sp_.model_layers[l] != 0) norm(lp.ln1_w, lp.ln1_b);  // attn_norm: nn.Identity in layer 0
+    for (const auto& mod : encoder_layer_linears(m_)) lp.lin.emplace(mod.name, make_linear(mod));
+    norm(lp.ln2_w, lp.ln2_b);  // mlp_norm
+    layers_.push_back(std::move(lp));
+  }
+  cur_layer_ = -1;
+  norm(final_w_, final_b_);
+  // ModernBertPredictionHead: dense (classifier_bias, false by default), GELU, norm. The heads
+  // train under LoRA too (modules PEFT's task types save in full).
+  if (m_.head == EncoderHead::kMaskedLm) {
+    head_dense_w_ = param(h * h, ft, Cat::kWeights, h, h);
+    norm(head_ln_w_, head_ln_b_);
+    if (m_.decoder_bias) head_bias_ = param(V, ft);
+  } else if (m_.head == EncoderHead::kSequenceClassification) {
+    head_dense_w_ = param(h * h, true, Cat::kWeights, h, h);
+    head_ln_w_ = param(h, true);
+    if (m_.norm_bias) head_ln_b_ = param(h, true);
+    cls_w_ = param(h * m_.num_labels, true, Cat::kWeights, m_.num_labels, h);
+    cls_b_ = param(m_.num_labels, true);
+  }
+}
+
+void EncoderStep::modern_masks() {
+  // _update_attention_mask: _prepare_4d_attention_mask expands the (b, s) mask to (b, 1, s, s) in
+  // the model's dtype, inverts it (1.0 - mask) and masked_fills through a bool copy; the local
+  // layers' mask is that one masked_fill-ed again outside a |i - j| <= local_attention / 2 band.
+  // The band is computed from torch.arange without a device: (s, s) int64 distances on the CPU,
+  // whose bool comparison is then copied to the GPU. Both masks live through the forward.
+  const DT dt = sp_.weight_dt;
+  const Poly full = scores(1), band = Poly::mono(kSS, 1);
+  const int expanded = g_.make(full, dt, Cat::kInputs);
+  const int inverted = g_.make(full, dt, Cat::kInputs);
+  const int as_bool = g_.make(full, DT::kBool, Cat::kInputs);
+  mask_ = g_.make(full, dt, Cat::kInputs);
+  g_.drop(as_bool);
+  g_.drop(inverted);
+  g_.drop(expanded);
+  int rows = -1, distance = -1;
+  if (!sp_.ops.cuda) {
+    rows = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);
+    const int diff = g_.make(band, DT::kI64, Cat::kInputs);
+    distance = g_.make(band, DT::kI64, Cat::kInputs);  // torch.abs(rows - rows.T)
+    g_.drop(diff);
+  }
+  const int window = g_.make(band, DT::kBool, Cat::kInputs);
+  const int outside = g_.make(band, DT::kBool, Cat::kInputs);  // window_mask.logical_not()
+  args_.sliding = g_.make(full, dt, Cat::kInputs);
+  g_.drop(outside);
+  g_.drop(window);
+  if (distance >= 0) g_.drop(distance);
+  if (rows >= 0) g_.drop(rows);
+  args_.mask = mask_;
+}
+
+int EncoderStep::modern_encode() {
+  const std::int64_t h = m_.hidden_size, hd = m_.head_dim;
+  ops_.cat = Cat::kActivations;
+  int ids = ids_, positions = -1;
+  if (unpadded()) {
+    // _unpad_modernbert_input (no_grad): the non-padding token indices (nonzero, int64) and the
+    // gathered input ids; position_ids are the indices (a view).
+    indices_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
+    ids = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  } else {
+    modern_masks();
+    positions = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);  // torch.arange(s).unsqueeze(0)
+  }
+  // ModernBertEmbeddings: tok_embeddings, norm, drop (embedding_dropout 0: identity).
+  const int e = ops_.embedding(ids, word_, tok(h));
+  int cur = layer_norm(e, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
+  g_.drop(e);
+  if (ids != ids_) g_.drop(ids);
+  if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(cur).requires_grad)
+    g_.at(cur).requires_grad = true;  // enable_input_require_grads()
+  // ModernBertRotaryEmbedding, once per layer type (no_grad): cos and sin of (1, positions,
+  // head_dim), fp32 cast to the hidden states' dtype (fp32 under autocast: the LayerNorm output).
+  // Computed on the unpadded path too, where the attention uses its own caches instead.
+  const int types = m_.num_layers > 1 && m_.global_attn_every_n_layers > 1 ? 2 : 1;
+  const Poly table = unpadded() ? tok(hd) : Poly::mono(kS, hd);
+  for (int t = 0; t < types; ++t) {
+    args_.cos[static_cast<std::size_t>(t)] = g_.make(table, g_.at(cur).dt, Cat::kInputs);
+    args_.sin[static_cast<std::size_t>(t)] = g_.make(table, g_.at(cur).dt, Cat::kInputs);
+  }
+  const int L = static_cast<int>(sp_.model_layers.size());
+  for (int l = 0; l < L; ++l) {
+    const bool last = l == L - 1 && L > 1;
+    g_.set_segment(kSegFwdFirst + (l == 0 ? 0 : (last ? 2 : 1)));
+    g_.set_instance(l == 0 || last ? 0 : l - 1);
+    ops_.cat = Cat::kActivations;
+    const int next = sp_.gradient_checkpointing && g_.grad_enabled() ? checkpointed(cur, l) : layer(cur, l);
+    g_.drop(cur);
+    cur = next;
+  }
+  g_.set_instance(0);
+  const int fin = layer_norm(cur, final_w_, final_b_, tok(h), tok(1));  // final_norm
+  g_.drop(cur);
+  cur = fin;
+  if (unpadded() && m_.head != EncoderHead::kMaskedLm) {
+    // ModernBertModel repads its output with grad (_pad_modernbert_output: zeros(b * s, h) and
+    // index_put_); backward gathers the gradient at the indices.
+    const int padded = g_.make(tok(h), g_.at(fin).dt, Cat::kActivations);
+    g_.node({fin}, {padded}, {}, [fin](Bwd& c) { c.give(fin, c.like(fin)); });
+    g_.drop(fin);
+    cur = padded;
+  }
+  // The masks, tables and indices die with ModernBertModel.forward (the unpadded indices live
+  // on through the MLM head's forward: int64 per token, not modelled).
+  for (int t : {mask_, args_.sliding, args_.cos[0], args_.sin[0], args_.cos[1], args_.sin[1], positions, indices_})
+    if (t >= 0) g_.drop(t);
+  mask_ = indices_ = -1;
+  args_ = LayerArgs{};
+  return cur;
+}
+
+int EncoderStep::modern_layer(int h, int l) {
+  // ModernBertEncoderLayer (pre-norm): h + attn(attn_norm(h)), then + mlp(mlp_norm(.)).
+  EncLayer& lp = layers_[static_cast<std::size_t>(l)];
+  const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
+  const bool local = m_.global_attn_every_n_layers > 0 && model_layer % m_.global_attn_every_n_layers != 0;
+  const std::int64_t hs = m_.hidden_size, I = m_.intermediate_size;
+  const Poly n = tok(hs), rows = tok(1);
+  int x = h;
+  if (lp.ln1_w >= 0) x = layer_norm(h, lp.ln1_w, lp.ln1_b, n, rows);
+  else g_.hold(h);  // nn.Identity
+  const int a = modern_attention(x, lp, local);
+  g_.drop(x);
+  const int h1 = ops_.add(h, a, n);
+  g_.drop(a);
+  const int y = layer_norm(h1, lp.ln2_w, lp.ln2_b, n, rows);
+  // ModernBertMLP: Wi(x).chunk(2) -> act(input) * gate -> drop (mlp_dropout 0) -> Wo. The two
+  // halves are views of Wi's output; SplitBackward concatenates their gradients into one.
+  const int wi = lin(y, lp.lin.at("mlp.Wi"), tok(2 * I));
+  g_.drop(y);
+  const int input = g_.view(wi, tok(I));
+  const int gate = g_.view(wi, tok(I));
+  g_.node({wi}, {input, gate}, {}, [wi](Bwd& c) { c.give(wi, c.like(wi)); });
+  g_.drop(wi);
+  const int act = ops_.gelu(input);
+  g_.drop(input);
+  const int prod = ops_.mul(act, gate, tok(I));
+  g_.drop(act);
+  g_.drop(gate);
+  const int o = lin(prod, lp.lin.at("mlp.Wo"), n);
+  g_.drop(prod);
+  const int out = ops_.add(h1, o, n);
+  g_.drop(h1);
+  g_.drop(o);
+  return out;
+}
+
+int EncoderStep::modern_attention(int x, EncLayer& lp, bool local) {
+  const std::int64_t nh = m_.num_heads, hd = m_.head_dim, inner = nh * hd;
+  const Poly qn = tok(inner);
+  const int qkv = lin(x, lp.lin.at("attn.Wqkv"), tok(3 * inner));
+  int out = -1;
+  if (unpadded()) {
+    // flash_attention_forward: the layer's ModernBertUnpaddedRotaryEmbedding rotates q and k of
+    // the packed (tokens, 3, heads, d) tensor in place, saving its cos/sin cache (a few KiB per
+    // layer, kept by the module: not modelled); flash_attn_varlen_qkvpacked_func needs 16-bit
+    // input (an fp32 qkv is cast to bf16 and the output back), saves q, k, v (views of the packed
+    // tensor), the output and an fp32 logsumexp per token and head; backward allocates the packed
+    // dqkv, an fp32 dq accumulator and per-row softmax sums.
+    const DT dt = g_.at(qkv).dt;
+    const bool convert = dt != DT::kBF16 && dt != DT::kF16;
+    const int p = convert ? ops_.to(qkv, DT::kBF16) : (g_.hold(qkv), qkv);
+    const Poly rows = tok(nh);
+    const int o = g_.make(qn, g_.at(p).dt, ops_.cat);
+    const int lse = g_.make(rows, DT::kF32, ops_.cat);
+    g_.node({p}, {o}, {p, o, lse}, [p, qn, rows](Bwd& c) {
+      const int acc = c.temp(qn, DT::kF32);
+      const int d = c.temp(rows, DT::kF32);
+      const int g = c.like(p);
+      c.drop(acc);
+      c.drop(d);
+      c.give(p, g);
+    });
+    g_.drop(lse);
+    g_.drop(p);
+    out = convert ? ops_.to(o, dt) : (g_.hold(o), o);
+    g_.drop(o);
+  } else {
+    // qkv.view(b, s, 3, heads, d).transpose(3, 1).unbind(dim=2): q, k and v are views of the
+    // projection's output. UnbindBackward stacks their gradients into a qkv-sized tensor, and
+    // the view's backward reshapes that transposed stack: a second qkv-sized tensor.
+    const int q = g_.view(qkv, qn), k = g_.view(qkv, qn), v = g_.view(qkv, qn);
+    g_.node({qkv}, {q, k, v}, {}, [qkv](Bwd& c) {
+      const int stacked = c.like(qkv);
+      const int reshaped = c.like(qkv);
+      c.drop(stacked);
+      c.give(qkv, reshaped);
+    });
+    const auto t = static_cast<std::size_t>(local && args_.cos[1] >= 0 ? 1 : 0);
+    // apply_rotary_pos_emb; the products follow q's (b, s, heads, d) memory order, and with fp32
+    // tables (autocast) they are fp32.
+    const int qe = ops_.rotary(q, args_.cos[t], args_.sin[t], qn);
+    const int ke = ops_.rotary(k, args_.cos[t], args_.sin[t], qn);
+    g_.drop(q);
+    g_.drop(k);
+    const int mask = local ? args_.sliding : args_.mask;
+    // One sequence per forward folds (b, heads) into bmm's batch as a view; otherwise the
+    // (b, s, heads, d)-ordered q, k and v are copied (and the copies saved).
+    const bool one = sp_.batch_one && texts_ == 1 && !cached_;
+    if (sp_.attn == AttnImpl::kEager) {
+      ops_.cat = Cat::kAttentionScores;
+      const int kT = ops_.view(ke);  // key.transpose(2, 3)
+      const int sc = ops_.matmul(qe, kT, scores(nh), !one, !one);
+      g_.drop(kT);
+      const int scaled = ops_.scalar_op(sc);  // * head_dim ** -0.5
+      g_.drop(sc);
+      const int masked = ops_.add(scaled, mask, scores(nh));  // the model-dtype mask promotes
+      g_.drop(scaled);
+      const int p32 = ops_.softmax_f32(masked);
+      g_.drop(masked);
+      const int probs = ops_.to(p32, g_.at(qe).dt);  // .to(query.dtype); dropout 0: identity
+      g_.drop(p32);
+      ops_.cat = Cat::kActivations;
+      const int o = ops_.matmul(probs, v, qn, false, !one);
+      g_.drop(probs);
+      const int ot = ops_.transpose_view(o);
+      g_.drop(o);
+      out = ops_.clone(ot);  // .transpose(1, 2).contiguous()
+      g_.drop(ot);
+    } else {
+      // SDPA with attn_mask: the memory-efficient kernel, which saves the mask. Under autocast
+      // SDPA is a lower-precision op: the fp32 mask of an fp32 model is cast for every layer
+      // (and that copy saved); a mask already in q's dtype is saved as it is.
+      const int q16 = ops_.cast_for_autocast(qe);
+      const int k16 = ops_.cast_for_autocast(ke);
+      const int v16 = ops_.cast_for_autocast(v);
+      ops_.cat = Cat::kInputs;
+      const int bias = ops_.cast_for_autocast(mask);
+      ops_.cat = Cat::kActivations;
+      const int o = ops_.fused_attention(q16, k16, v16, qn, tok(nh), bias);
+      g_.drop(bias);
+      g_.drop(q16);
+      g_.drop(k16);
+      g_.drop(v16);
+      out = ops_.view(o);  // the kernel's output is already (b, s, heads, d)
+      g_.drop(o);
+    }
+    g_.drop(qe);
+    g_.drop(ke);
+    g_.drop(v);
+  }
+  g_.drop(qkv);
+  const int r = ops_.view(out);  // .view(bs, -1, dim)
+  g_.drop(out);
+  const int o = lin(r, lp.lin.at("attn.Wo"), tok(m_.hidden_size));  // out_drop: nn.Identity
+  g_.drop(r);
+  return o;
+}
+
+int EncoderStep::modern_mlm_loss(int h) {
+  // ModernBertForMaskedLM: head (dense, GELU, norm), decoder tied to tok_embeddings plus its bias;
+  // ForMaskedLMLoss upcasts the logits (.float()) before cross_entropy. The unpadded path then
+  // repads the logits under no_grad (zeros(b * s, V) + index_put_) for MaskedLMOutput.
+  const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
+  const int d = ops_.linear(h, head_dense_w_, head_dense_b_, tok(hs));
+  const int a = ops_.gelu(d);
+  g_.drop(d);
+  const int n = layer_norm(a, head_ln_w_, head_ln_b_, tok(hs), tok(1));
+  g_.drop(a);
+  ops_.cat = Cat::kLogits;
+  const int logits = ops_.linear(n, word_, head_bias_, tok(V));
+  g_.drop(n);
+  const int in = ops_.to(logits, DT::kF32);
+  const int labels = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  const int logp = ops_.log_softmax(in);
+  g_.drop(in);
+  const int loss = ops_.nll_loss(logp, labels);
+  g_.drop(logp);
+  g_.drop(labels);
+  if (unpadded()) {
+    const int padded = g_.make(tok(V), g_.at(logits).dt, Cat::kLogits);
+    g_.drop(logits);
+    g_.drop(padded);  // MaskedLMOutput is dropped by compute_loss before backward
+  } else {
+    g_.drop(logits);
+  }
+  return loss;
+}
+
+int EncoderStep::modern_classification_loss(int h) {
+  // ModernBertForSequenceClassification: classifier_pooling "cls" (last_hidden_state[:, 0]) or
+  // "mean" ((h * mask.unsqueeze(-1)).sum(1) / mask.sum(1)), then head (dense, GELU, norm), drop
+  // (classifier_dropout 0), classifier; CrossEntropyLoss.
+  const std::int64_t hs = m_.hidden_size, L = m_.num_labels;
+  int pooled = -1;
+  if (m_.mean_pooled_classifier) {
+    const int prod = ops_.mul(h, amask_, tok(hs));  // saves the int64 mask
+    pooled = g_.make(seqs(hs), g_.at(prod).dt, Cat::kActivations);  // sum(1): backward expands
+    g_.node({prod}, {pooled}, {}, [prod](Bwd& c) { c.give(prod, c.like(prod)); });
+    g_.drop(prod);
+    const int counts = g_.make(seqs(1), DT::kI64, Cat::kActivations);  // mask.sum(1, keepdim=True)
+    const int divided = ops_.mul(pooled, counts, seqs(hs));           // division saves the divisor
+    g_.drop(pooled);
+    g_.drop(counts);
+    pooled = divided;
+  } else {
+    pooled = g_.view(h, seqs(hs));
+    g_.node({h}, {pooled}, {}, [h](Bwd& c) { c.give(h, c.like(h)); });  // select_backward: zeros + copy
+  }
+  const int d = ops_.linear(pooled, head_dense_w_, head_dense_b_, seqs(hs));
+  g_.drop(pooled);
+  const int a = ops_.gelu(d);
+  g_.drop(d);
+  const int n = layer_norm(a, head_ln_w_, head_ln_b_, seqs(hs), seqs(1));
+  g_.drop(a);
+  ops_.cat = Cat::kLogits;
+  const int logits = ops_.linear(n, cls_w_, cls_b_, seqs(L));
+  g_.drop(n);
+  const int in = ops_.autocast() ? ops_.to(logits, DT::kF32) : (g_.hold(logits), logits);
+  const int labels = g_.make(seqs(1), DT::kI64, Cat::kInputs);
+  const int logp = ops_.log_softmax(in);
+  g_.drop(in);
+  const int loss = ops_.nll_loss(logp, labels);
+  g_.drop(logp);
+  g_.drop(labels);
+  g_.drop(logits);
+  return loss;
+}
+
 ProgramResult EncoderStep::run() {
   ProgramResult res;
   g_.set_backward_segment_map([](int seg) {
@@ -583,7 +959,7 @@ ProgramResult EncoderStep::run() {
   // The collated batch: input_ids, token_type_ids, attention_mask for every text (int64).
   const Poly all_tokens = Poly::mono(kBS, texts_);
   ids_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);
-  types_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);
+  if (!modern()) types_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);  // ModernBERT's tokenizer gives none
   amask_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);
   const std::int64_t hs = m_.hidden_size;
   const Poly anchors = Poly::mono(kB, 1), candidates = Poly::mono(kB, texts_ - 1);
@@ -594,9 +970,9 @@ ProgramResult EncoderStep::run() {
     g_.set_segment(kSegHead);
     int loss = -1;
     if (m_.head == EncoderHead::kMaskedLm) {
-      loss = mlm_loss(h);
+      loss = modern() ? modern_mlm_loss(h) : mlm_loss(h);
     } else if (m_.head == EncoderHead::kSequenceClassification) {
-      loss = classification_loss(h);
+      loss = modern() ? modern_classification_loss(h) : classification_loss(h);
     } else {
       int pooled = encoder_has_pooler(m_) ? pooler(h) : -1;  // computed by BertModel, unused
       const int emb = mean_pool(h);
@@ -682,8 +1058,6 @@ ProgramResult EncoderStep::run() {
 }  // namespace
 
 ProgramResult run_encoder_step(const ProgramSpec& spec) {
-  if (spec.model.model_type == "modernbert")
-    throw std::logic_error("ModernBERT's training step is not modelled (parameter counts are)");
   EncoderStep s(spec);
   return s.run();
 }

@@ -330,6 +330,25 @@ int Ops::fused_attention(int q, int k, int v, Poly out_numel, Poly rows, int bia
   return o;
 }
 
+int Ops::rotary(int x, int cos, int sin, Poly numel) {
+  Poly half = numel;
+  for (auto& v : half.c) v /= 2;
+  const int c1 = mul(x, cos, numel);
+  const int x1 = slice(x, half, false);
+  const int x2 = slice(x, half, false);
+  const int nx2 = neg(x2);
+  g_.drop(x2);
+  const int rh = concat({nx2, x1});
+  g_.drop(nx2);
+  g_.drop(x1);
+  const int c2 = mul(rh, sin, numel);
+  g_.drop(rh);
+  const int out = add(c1, c2, numel);
+  g_.drop(c1);
+  g_.drop(c2);
+  return out;
+}
+
 int Ops::softmax_f32(int x) {
   const int xc = to(x, DT::kF32);
   const int y = g_.make(g_.at(xc).numel, DT::kF32, cat);

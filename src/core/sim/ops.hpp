@@ -59,6 +59,9 @@ class Ops {
   int gelu(int x);                             // saves x
   int tanh(int x);                             // saves its result
   int concat(const std::vector<int>& parts);   // torch.cat
+  // apply_rotary_pos_emb on one of q / k: x * cos + rotate_half(x) * sin, rotate_half(x) =
+  // cat(-x2, x1) of x's two halves (slices); the products keep cos and sin for backward.
+  int rotary(int x, int cos, int sin, Poly numel);
   int dropout(int x, double p);                // p == 0: identity (returns x)
 
   // ---- matrix products (lower-precision ops under autocast)

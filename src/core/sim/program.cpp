@@ -601,25 +601,7 @@ int Step::lin(int x, LinearParams& p, Poly out_numel) {
 
 // ---- attention
 
-int Step::rope(int x, Poly numel) {
-  // apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half = cat(-x2, x1)
-  Poly half = numel;
-  for (auto& v : half.c) v /= 2;
-  const int c1 = ops_.mul(x, cos_, numel);
-  const int x1 = ops_.slice(x, half, false);
-  const int x2 = ops_.slice(x, half, false);
-  const int nx2 = ops_.neg(x2);
-  g_.drop(x2);
-  const int rh = ops_.concat({nx2, x1});
-  g_.drop(nx2);
-  g_.drop(x1);
-  const int c2 = ops_.mul(rh, sin_, numel);
-  g_.drop(rh);
-  const int out = ops_.add(c1, c2, numel);
-  g_.drop(c1);
-  g_.drop(c2);
-  return out;
-}
+int Step::rope(int x, Poly numel) { return ops_.rotary(x, cos_, sin_, numel); }
 
 std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   if (m_.is_mla()) {  // DeepSeek-V2/V3, Kimi K2: src/core/sim/mla.cpp
