@@ -21,14 +21,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
+import hf_bert
 
-class Config:
+
+class Config(hf_bert.Config):
+    """The shape hf_bert reads, plus ModernBertConfig's fields (with its defaults)."""
+
     def __init__(self, d):
-        self.vocab_size = d["vocab_size"]
-        self.hidden_size = d["hidden_size"]
-        self.num_hidden_layers = d["num_hidden_layers"]
-        self.num_attention_heads = d["num_attention_heads"]
-        self.intermediate_size = d["intermediate_size"]
+        super().__init__(d)
         self.global_attn_every_n_layers = d.get("global_attn_every_n_layers", 3)
         self.local_attention = d.get("local_attention", 128)
         self.norm_bias = d.get("norm_bias", False)
@@ -257,7 +257,6 @@ class ModernBert(nn.Module):
 
 def mnrl_loss(model, columns):
     """sentence-transformers MultipleNegativesRankingLoss with Pooling(mean), one forward per column."""
-    import hf_bert
     reps = []
     for ids, am in columns:
         x = model(ids, am)

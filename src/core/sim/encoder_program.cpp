@@ -78,7 +78,6 @@ class EncoderStep {
   int modern_encode();
   int modern_layer(int h, int l);
   int modern_attention(int x, EncLayer& lp, bool local);
-  int modern_mlm_loss(int h);
   int modern_classification_loss(int h);
   // The layer's tensors besides its input that the model forward passes it (masks, rotary
   // tables): gradient checkpointing keeps them for the recomputation.
@@ -93,9 +92,15 @@ class EncoderStep {
   int layer(int h, int l);
   int checkpointed(int h, int l);
   int encode();                 // embeddings and every layer: the last hidden state
+  int layers(int cur);          // every simulated layer on the embeddings' output
   int mean_pool(int h);         // sentence-transformers Pooling(mean)
   int contrastive_loss(int emb, const Poly& anchors, const Poly& candidates);
   int mlm_loss(int h);
+  // The MLM / classification prediction head's dense, GELU and LayerNorm (head_* parameters).
+  int prediction_head(int x, const Poly& numel, const Poly& rows);
+  // CrossEntropyLoss on the logits (kept by the caller): log_softmax (an fp32 copy first under
+  // autocast, or always with `upcast`: ForMaskedLMLoss's .float()), NLL against int64 labels.
+  int cross_entropy(int logits, const Poly& labels, bool upcast);
   int classification_loss(int h);
   int pooler(int h);
 
@@ -272,13 +277,7 @@ int EncoderStep::attention(int x, EncLayer& lp) {
     g_.drop(in);
     const int dropped = ops_.dropout(probs, 0.1);  // attention_probs_dropout_prob
     g_.drop(probs);
-    ops_.cat = Cat::kActivations;
-    const int o = ops_.matmul(dropped, vt, qn, false, !one);
-    g_.drop(dropped);
-    const int ot = ops_.transpose_view(o);
-    g_.drop(o);
-    out = ops_.clone(ot);  // .transpose(1, 2).contiguous()
-    g_.drop(ot);
+    out = ops_.attention_output(dropped, vt, qn, !one);
   } else {
     // SDPA / flash: no (s x s) tensor; saves q, k, v, the output and a per-row fp32 logsumexp
     // (dropout by Philox offsets, no mask). Backward: dq, dk, dv, an fp32 dq accumulator.
@@ -425,6 +424,22 @@ int EncoderStep::checkpointed(int h, int l) {
   return out;
 }
 
+int EncoderStep::layers(int cur) {
+  // Each simulated layer's events in its segment: the first, the middle ones (as instances), the last.
+  const int L = static_cast<int>(sp_.model_layers.size());
+  for (int l = 0; l < L; ++l) {
+    const bool last = l == L - 1 && L > 1;
+    g_.set_segment(kSegFwdFirst + (l == 0 ? 0 : (last ? 2 : 1)));
+    g_.set_instance(l == 0 || last ? 0 : l - 1);
+    ops_.cat = Cat::kActivations;
+    const int next = sp_.gradient_checkpointing && g_.grad_enabled() ? checkpointed(cur, l) : layer(cur, l);
+    g_.drop(cur);
+    cur = next;
+  }
+  g_.set_instance(0);
+  return cur;
+}
+
 int EncoderStep::encode() {
   if (modern()) return modern_encode();
   const std::int64_t h = m_.hidden_size;
@@ -455,17 +470,7 @@ int EncoderStep::encode() {
   // (docs/formulas.md#encoders).
   mask_ = sp_.attn == AttnImpl::kEager ? g_.make(tok(1), g_.at(cur).dt, Cat::kInputs)
                                        : g_.make(Poly{}, DT::kBool, Cat::kInputs);
-  const int L = static_cast<int>(sp_.model_layers.size());
-  for (int l = 0; l < L; ++l) {
-    const bool last = l == L - 1 && L > 1;
-    g_.set_segment(kSegFwdFirst + (l == 0 ? 0 : (last ? 2 : 1)));
-    g_.set_instance(l == 0 || last ? 0 : l - 1);
-    ops_.cat = Cat::kActivations;
-    const int next = sp_.gradient_checkpointing && g_.grad_enabled() ? checkpointed(cur, l) : layer(cur, l);
-    g_.drop(cur);
-    cur = next;
-  }
-  g_.set_instance(0);
+  cur = layers(cur);
   g_.drop(mask_);
   mask_ = -1;
   return cur;
@@ -548,27 +553,41 @@ int EncoderStep::contrastive_loss(int emb, const Poly& anchors, const Poly& cand
   return loss;
 }
 
-int EncoderStep::mlm_loss(int h) {
-  // BertOnlyMLMHead: transform (dense, GELU, LayerNorm), decoder (tied word embedding) + bias;
-  // CrossEntropyLoss on (b*s, V) logits as returned (autocast: log_softmax upcasts to fp32).
-  const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
-  const Lin dense{{"transform.dense", hs, hs, true, 1, LinearRole::kMlp}, head_dense_w_, head_dense_b_, -1, -1};
-  const int d = ops_.linear(h, dense.w, dense.b, tok(hs));
+int EncoderStep::prediction_head(int x, const Poly& numel, const Poly& rows) {
+  const int d = ops_.linear(x, head_dense_w_, head_dense_b_, numel);
   const int a = ops_.gelu(d);
   g_.drop(d);
-  const int n = layer_norm(a, head_ln_w_, head_ln_b_, tok(hs), tok(1));
+  const int n = layer_norm(a, head_ln_w_, head_ln_b_, numel, rows);
   g_.drop(a);
-  ops_.cat = Cat::kLogits;
-  const int logits = ops_.linear(n, word_, head_bias_, tok(V));
-  g_.drop(n);
-  const int in = ops_.autocast() ? ops_.to(logits, DT::kF32) : (g_.hold(logits), logits);
-  const int labels = g_.make(tok(1), DT::kI64, Cat::kInputs);
+  return n;
+}
+
+int EncoderStep::cross_entropy(int logits, const Poly& labels_numel, bool upcast) {
+  const int in = upcast || ops_.autocast() ? ops_.to(logits, DT::kF32) : (g_.hold(logits), logits);
+  const int labels = g_.make(labels_numel, DT::kI64, Cat::kInputs);
   const int logp = ops_.log_softmax(in);
   g_.drop(in);
   const int loss = ops_.nll_loss(logp, labels);
   g_.drop(logp);
   g_.drop(labels);
+  return loss;
+}
+
+int EncoderStep::mlm_loss(int h) {
+  // BertOnlyMLMHead: transform (dense, GELU, LayerNorm), decoder (tied word embedding) + bias;
+  // CrossEntropyLoss on (b*s, V) logits as returned (autocast: log_softmax upcasts to fp32).
+  // ModernBertForMaskedLM: the same shape of head (dense, GELU, norm) and tied decoder;
+  // ForMaskedLMLoss upcasts the logits (.float()) before cross_entropy, and the unpadded path
+  // then repads them under no_grad (zeros(b * s, V) + index_put_) for MaskedLMOutput.
+  const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
+  const int n = prediction_head(h, tok(hs), tok(1));
+  ops_.cat = Cat::kLogits;
+  const int logits = ops_.linear(n, word_, head_bias_, tok(V));
+  g_.drop(n);
+  const int loss = cross_entropy(logits, tok(1), modern());
+  const int padded = unpadded() ? g_.make(tok(V), g_.at(logits).dt, Cat::kLogits) : -1;
   g_.drop(logits);  // MaskedLMOutput is dropped by compute_loss before backward
+  if (padded >= 0) g_.drop(padded);
   return loss;
 }
 
@@ -595,13 +614,7 @@ int EncoderStep::classification_loss(int h) {
   ops_.cat = Cat::kLogits;
   const int logits = ops_.linear(feat, cls_w_, cls_b_, seqs(L));
   g_.drop(feat);
-  const int in = ops_.autocast() ? ops_.to(logits, DT::kF32) : (g_.hold(logits), logits);
-  const int labels = g_.make(seqs(1), DT::kI64, Cat::kInputs);
-  const int logp = ops_.log_softmax(in);
-  g_.drop(in);
-  const int loss = ops_.nll_loss(logp, labels);
-  g_.drop(logp);
-  g_.drop(labels);
+  const int loss = cross_entropy(logits, seqs(1), false);
   g_.drop(logits);
   return loss;
 }
@@ -704,17 +717,7 @@ int EncoderStep::modern_encode() {
     args_.cos[static_cast<std::size_t>(t)] = g_.make(table, g_.at(cur).dt, Cat::kInputs);
     args_.sin[static_cast<std::size_t>(t)] = g_.make(table, g_.at(cur).dt, Cat::kInputs);
   }
-  const int L = static_cast<int>(sp_.model_layers.size());
-  for (int l = 0; l < L; ++l) {
-    const bool last = l == L - 1 && L > 1;
-    g_.set_segment(kSegFwdFirst + (l == 0 ? 0 : (last ? 2 : 1)));
-    g_.set_instance(l == 0 || last ? 0 : l - 1);
-    ops_.cat = Cat::kActivations;
-    const int next = sp_.gradient_checkpointing && g_.grad_enabled() ? checkpointed(cur, l) : layer(cur, l);
-    g_.drop(cur);
-    cur = next;
-  }
-  g_.set_instance(0);
+  cur = layers(cur);
   const int fin = layer_norm(cur, final_w_, final_b_, tok(h), tok(1));  // final_norm
   g_.drop(cur);
   cur = fin;
@@ -824,25 +827,9 @@ int EncoderStep::modern_attention(int x, EncLayer& lp, bool local) {
     // (b, s, heads, d)-ordered q, k and v are copied (and the copies saved).
     const bool one = sp_.batch_one && texts_ == 1 && !cached_;
     if (sp_.attn == AttnImpl::kEager) {
-      ops_.cat = Cat::kAttentionScores;
-      const int kT = ops_.view(ke);  // key.transpose(2, 3)
-      const int sc = ops_.matmul(qe, kT, scores(nh), !one, !one);
-      g_.drop(kT);
-      const int scaled = ops_.scalar_op(sc);  // * head_dim ** -0.5
-      g_.drop(sc);
-      const int masked = ops_.add(scaled, mask, scores(nh));  // the model-dtype mask promotes
-      g_.drop(scaled);
-      const int p32 = ops_.softmax_f32(masked);
-      g_.drop(masked);
-      const int probs = ops_.to(p32, g_.at(qe).dt);  // .to(query.dtype); dropout 0: identity
-      g_.drop(p32);
-      ops_.cat = Cat::kActivations;
-      const int o = ops_.matmul(probs, v, qn, false, !one);
-      g_.drop(probs);
-      const int ot = ops_.transpose_view(o);
-      g_.drop(o);
-      out = ops_.clone(ot);  // .transpose(1, 2).contiguous()
-      g_.drop(ot);
+      // The model-dtype mask promotes a 16-bit product to fp32; dropout 0 is the identity.
+      const int probs = ops_.eager_probs(qe, ops_.view(ke), mask, scores(nh), !one, !one);
+      out = ops_.attention_output(probs, v, qn, !one);
     } else {
       // SDPA with attn_mask: the memory-efficient kernel, which saves the mask. Under autocast
       // SDPA is a lower-precision op: the fp32 mask of an fp32 model is cast for every layer
@@ -873,36 +860,6 @@ int EncoderStep::modern_attention(int x, EncLayer& lp, bool local) {
   return o;
 }
 
-int EncoderStep::modern_mlm_loss(int h) {
-  // ModernBertForMaskedLM: head (dense, GELU, norm), decoder tied to tok_embeddings plus its bias;
-  // ForMaskedLMLoss upcasts the logits (.float()) before cross_entropy. The unpadded path then
-  // repads the logits under no_grad (zeros(b * s, V) + index_put_) for MaskedLMOutput.
-  const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
-  const int d = ops_.linear(h, head_dense_w_, head_dense_b_, tok(hs));
-  const int a = ops_.gelu(d);
-  g_.drop(d);
-  const int n = layer_norm(a, head_ln_w_, head_ln_b_, tok(hs), tok(1));
-  g_.drop(a);
-  ops_.cat = Cat::kLogits;
-  const int logits = ops_.linear(n, word_, head_bias_, tok(V));
-  g_.drop(n);
-  const int in = ops_.to(logits, DT::kF32);
-  const int labels = g_.make(tok(1), DT::kI64, Cat::kInputs);
-  const int logp = ops_.log_softmax(in);
-  g_.drop(in);
-  const int loss = ops_.nll_loss(logp, labels);
-  g_.drop(logp);
-  g_.drop(labels);
-  if (unpadded()) {
-    const int padded = g_.make(tok(V), g_.at(logits).dt, Cat::kLogits);
-    g_.drop(logits);
-    g_.drop(padded);  // MaskedLMOutput is dropped by compute_loss before backward
-  } else {
-    g_.drop(logits);
-  }
-  return loss;
-}
-
 int EncoderStep::modern_classification_loss(int h) {
   // ModernBertForSequenceClassification: classifier_pooling "cls" (last_hidden_state[:, 0]) or
   // "mean" ((h * mask.unsqueeze(-1)).sum(1) / mask.sum(1)), then head (dense, GELU, norm), drop
@@ -923,22 +880,12 @@ int EncoderStep::modern_classification_loss(int h) {
     pooled = g_.view(h, seqs(hs));
     g_.node({h}, {pooled}, {}, [h](Bwd& c) { c.give(h, c.like(h)); });  // select_backward: zeros + copy
   }
-  const int d = ops_.linear(pooled, head_dense_w_, head_dense_b_, seqs(hs));
+  const int n = prediction_head(pooled, seqs(hs), seqs(1));
   g_.drop(pooled);
-  const int a = ops_.gelu(d);
-  g_.drop(d);
-  const int n = layer_norm(a, head_ln_w_, head_ln_b_, seqs(hs), seqs(1));
-  g_.drop(a);
   ops_.cat = Cat::kLogits;
   const int logits = ops_.linear(n, cls_w_, cls_b_, seqs(L));
   g_.drop(n);
-  const int in = ops_.autocast() ? ops_.to(logits, DT::kF32) : (g_.hold(logits), logits);
-  const int labels = g_.make(seqs(1), DT::kI64, Cat::kInputs);
-  const int logp = ops_.log_softmax(in);
-  g_.drop(in);
-  const int loss = ops_.nll_loss(logp, labels);
-  g_.drop(logp);
-  g_.drop(labels);
+  const int loss = cross_entropy(logits, seqs(1), false);
   g_.drop(logits);
   return loss;
 }
@@ -970,7 +917,7 @@ ProgramResult EncoderStep::run() {
     g_.set_segment(kSegHead);
     int loss = -1;
     if (m_.head == EncoderHead::kMaskedLm) {
-      loss = modern() ? modern_mlm_loss(h) : mlm_loss(h);
+      loss = mlm_loss(h);
     } else if (m_.head == EncoderHead::kSequenceClassification) {
       loss = modern() ? modern_classification_loss(h) : classification_loss(h);
     } else {

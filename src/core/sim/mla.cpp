@@ -99,24 +99,9 @@ std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
   if (st.attn == AttnImpl::kEager) {
     // eager_attention_forward with one KV group: repeat_kv returns its input. query and key are
     // contiguous cat outputs, so matmul folds them into bmm without a copy.
-    const int kT = ops.view(key);
-    ops.cat = Cat::kAttentionScores;
-    const int sc = ops.matmul(query, kT, st.scores, false, false);
-    g.drop(kT);
-    const int cur = ops.scalar_op(sc);
-    g.drop(sc);
-    const int masked = ops.add(cur, st.mask, st.scores);
-    g.drop(cur);
-    const int p32 = ops.softmax_f32(masked);
-    g.drop(masked);
-    probs = ops.to(p32, g.at(query).dt);
-    g.drop(p32);
-    ops.cat = Cat::kActivations;
-    const int o = ops.matmul(probs, value, tok(nh * vd), false, false);
-    const int ot = ops.transpose_view(o);
-    g.drop(o);
-    out = ops.clone(ot);  // .transpose(1, 2).contiguous()
-    g.drop(ot);
+    probs = ops.eager_probs(query, ops.view(key), st.mask, st.scores, false, false);
+    g.hold(probs);  // returned to the caller as well
+    out = ops.attention_output(probs, value, tok(nh * vd), false);
   } else {
     // SDPA (q/k and v head dims differ: the memory-efficient kernel) or flash_attention_2,
     // which needs one head dim: value is zero-padded to qk_head_dim (F.pad: a new tensor) and

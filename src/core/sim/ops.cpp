@@ -330,6 +330,43 @@ int Ops::fused_attention(int q, int k, int v, Poly out_numel, Poly rows, int bia
   return o;
 }
 
+int Ops::eager_probs(int q, int kT, int mask, const Poly& scores, bool copy_q, bool copy_k, bool softcap) {
+  cat = Cat::kAttentionScores;
+  const int sc = matmul(q, kT, scores, copy_q, copy_k);
+  g_.drop(kT);
+  int cur = scalar_op(sc);  // * scaling
+  g_.drop(sc);
+  if (softcap) {
+    const int a = scalar_op(cur);
+    g_.drop(cur);
+    const int t = tanh(a);
+    g_.drop(a);
+    cur = scalar_op(t);
+    g_.drop(t);
+  }
+  if (mask >= 0) {
+    const int masked = add(cur, mask, scores);
+    g_.drop(cur);
+    cur = masked;
+  }
+  const int p32 = softmax_f32(cur);
+  g_.drop(cur);
+  const int probs = to(p32, g_.at(q).dt);
+  g_.drop(p32);
+  return probs;
+}
+
+int Ops::attention_output(int probs, int v, const Poly& out_numel, bool copy_v) {
+  cat = Cat::kActivations;
+  const int o = matmul(probs, v, out_numel, false, copy_v);
+  g_.drop(probs);
+  const int ot = transpose_view(o);
+  g_.drop(o);
+  const int out = clone(ot);
+  g_.drop(ot);
+  return out;
+}
+
 int Ops::rotary(int x, int cos, int sin, Poly numel) {
   Poly half = numel;
   for (auto& v : half.c) v /= 2;

@@ -69,6 +69,14 @@ class Ops {
   // torch.matmul of 4-D tensors: autocast casts first (keeping layouts), then folding the batch
   // dimensions into bmm copies an operand that cannot be viewed that way (copy_a / copy_b).
   int matmul(int a, int b, Poly out_numel, bool copy_a = false, bool copy_b = false);
+  // Eager attention, transformers' eager_attention_forward: scores = matmul(q, kT) (kT is taken;
+  // copy_q / copy_k: the bmm folds that copy), * scaling, Gemma 2's tanh soft-capping (softcap:
+  // / cap, tanh, * cap), + mask (-1: none), softmax in fp32, .to(q's dtype): the probabilities,
+  // recorded as attention scores.
+  int eager_probs(int q, int kT, int mask, const Poly& scores, bool copy_q, bool copy_k, bool softcap = false);
+  // matmul(probs, v).transpose(1, 2).contiguous() (probs is taken; copy_v: the bmm fold copies
+  // v): the output, recorded as activations.
+  int attention_output(int probs, int v, const Poly& out_numel, bool copy_v);
   // SDPA's flash / memory-efficient / cuDNN kernels and flash_attention_2, on q, k, v already cast
   // for autocast: the output (out_numel, q's dtype); the kernel saves q, k, v, the output and an
   // fp32 logsumexp per row and head (`rows`); backward allocates dq, dk, dv, an fp32 dq

@@ -675,34 +675,12 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     // matmul folds (b, heads) into bmm's batch: the permuted query needs a copy unless b == 1;
     // a stride-0 (single KV head) key/value needs one unless b == 1.
     const bool copy_kv = one_kv && n_rep > 1 && !sp_.batch_one;
-    const int kT = ops_.view(kr);        // key.transpose(2, 3)
-    ops_.cat = Cat::kAttentionScores;
-    const int sc = ops_.matmul(qe, kT, scores(nh), !sp_.batch_one, copy_kv);
-    g_.drop(kT);
-    int cur = ops_.scalar_op(sc);        // * scaling
-    g_.drop(sc);
-    if (m_.attn_logit_softcap > 0) {     // Gemma 2: tanh soft-capping
-      const int a = ops_.scalar_op(cur);
-      g_.drop(cur);
-      const int t = ops_.tanh(a);
-      g_.drop(a);
-      cur = ops_.scalar_op(t);
-      g_.drop(t);
-    }
-    const int masked = ops_.add(cur, lp.sliding && sliding_mask_ >= 0 ? sliding_mask_ : mask_, scores(nh));
-    g_.drop(cur);
-    const int p32 = ops_.softmax_f32(masked);
-    g_.drop(masked);
-    probs = ops_.to(p32, g_.at(qe).dt);  // .to(query.dtype)
-    g_.drop(p32);
-    ops_.cat = Cat::kActivations;
-    const int o = ops_.matmul(probs, vr, qn, false, copy_kv);
+    probs = ops_.eager_probs(qe, ops_.view(kr), lp.sliding && sliding_mask_ >= 0 ? sliding_mask_ : mask_, scores(nh),
+                             !sp_.batch_one, copy_kv, m_.attn_logit_softcap > 0);
+    g_.hold(probs);  // returned to the caller as well
+    out = ops_.attention_output(probs, vr, qn, copy_kv);
     g_.drop(vr);
     g_.drop(kr);
-    const int ot = ops_.transpose_view(o);
-    g_.drop(o);
-    out = ops_.clone(ot);                // .transpose(1, 2).contiguous()
-    g_.drop(ot);
   } else {
     // SDPA (flash / memory-efficient / cuDNN kernels) and flash_attention_2: no (s x s) tensor;
     // the kernel saves q, k, v, the output and a per-row fp32 logsumexp; backward allocates dq,
@@ -1088,29 +1066,10 @@ int Step::vision_attention(int x, LayerParams& lp, int block) {
     const std::int64_t rows = full ? sp_.image_patches : vision_window_max_;
     out = chunked_eager_attention(q, k, val, heads * rows * rows, scores, rows);
   } else if (sp_.attn == AttnImpl::kEager) {
-    ops_.cat = Cat::kAttentionScores;
-    const int kT = ops_.view(k);
     // SigLIP's (images, heads, n, d) query folds into bmm with a copy; Qwen's chunks have batch 1.
-    const int sc = ops_.matmul(q, kT, scores, siglip, false);
-    g_.drop(kT);
-    int scaled = ops_.scalar_op(sc);
-    g_.drop(sc);
-    if (vision_mask_ >= 0) {  // mllama: + the aspect-ratio mask
-      const int masked = ops_.add(scaled, vision_mask_, scores);
-      g_.drop(scaled);
-      scaled = masked;
-    }
-    const int p32 = ops_.softmax_f32(scaled);
-    g_.drop(scaled);
-    const int probs = ops_.to(p32, g_.at(q).dt);
-    g_.drop(p32);
-    ops_.cat = Cat::kActivations;
-    const int o = ops_.matmul(probs, val, qn, false, false);
-    g_.drop(probs);
-    const int ot = ops_.transpose_view(o);
-    g_.drop(o);
-    out = ops_.clone(ot);  // .transpose(1, 2).contiguous()
-    g_.drop(ot);
+    // mllama adds the aspect-ratio mask (vision_mask_, else none).
+    const int probs = ops_.eager_probs(q, ops_.view(k), vision_mask_, scores, siglip, false);
+    out = ops_.attention_output(probs, val, qn, false);
   } else {
     // SDPA / flash-attention kernels: saved q, k, v, output and an fp32 logsumexp per row.
     const int q16 = ops_.cast_for_autocast(q);
@@ -1635,27 +1594,10 @@ int Step::cross_attention(int x, LayerParams& lp) {
     // eager_attention_forward: q k^T * scaling + mask, fp32 softmax cast back, @ v, then
     // .transpose(1, 2).contiguous(); the (b, heads, s, M) score tensors as in the decoder's.
     const Poly sc_n = tok(checked_mul(nh, M));
-    const int kT = ops_.view(kr0);
-    ops_.cat = Cat::kAttentionScores;
-    const int sc = ops_.matmul(qe, kT, sc_n, !sp_.batch_one, false);
-    g_.drop(kT);
-    const int scaled = ops_.scalar_op(sc);
-    g_.drop(sc);
-    const int masked = ops_.add(scaled, cross_mask_, sc_n);
-    g_.drop(scaled);
-    const int p32 = ops_.softmax_f32(masked);
-    g_.drop(masked);
-    const int probs = ops_.to(p32, g_.at(qe).dt);
-    g_.drop(p32);
-    ops_.cat = Cat::kActivations;
-    const int o = ops_.matmul(probs, vr0, qn, false, false);
-    g_.drop(probs);
+    const int probs = ops_.eager_probs(qe, ops_.view(kr0), cross_mask_, sc_n, !sp_.batch_one, false);
+    out = ops_.attention_output(probs, vr0, qn, false);
     g_.drop(kr0);
     g_.drop(vr0);
-    const int ot = ops_.transpose_view(o);
-    g_.drop(o);
-    out = ops_.clone(ot);
-    g_.drop(ot);
   } else {
     const int o = sdpa_kernel(qe, kr0, vr0, qn, M % 8 != 0 ? tok((M + 7) / 8 * 8) : Poly{}, g_.at(cross_mask_).dt);
     // The kernel's (b, s, heads, d) output: transpose(1, 2).contiguous() and the reshape are views.
