@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,9 @@ struct ModelSpec {
   int global_attn_every_n_layers = 0;  // ModernBERT: global attention every n layers, local otherwise
   std::int64_t local_attention = 0;    // ModernBERT: local attention window (tokens)
   bool mean_pooled_classifier = false; // ModernBERT classifier_pooling "mean" (default "cls": the first token)
+  // ModernBERT reference_compile: unset, transformers compiles the MLP, embeddings and MLM head
+  // where triton is installed (not modelled: docs/formulas.md#modernbert).
+  std::optional<bool> reference_compile;
   // Tied MLM decoder bias (BERT cls.predictions.bias, RoBERTa lm_head.bias): vocab_size values.
   bool decoder_bias = true;
   // ---- Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; docs/formulas.md#mla). Other

@@ -1209,11 +1209,16 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
           "are not modelled)");
     if (model.model_type == "modernbert")
       impl->assumptions.push_back(fmt::format(
-          "ModernBERT: {}; its modules run eagerly (reference_compile false: with torch.compile, transformers' "
-          "default where triton is installed, the compiled MLP, embeddings and MLM head save less than modelled)",
-          sp.attn == AttnImpl::kFlashAttention2
-              ? "flash_attention_2 on unpadded batches of full sequences"
-              : "padded batches with a global and a local (b, 1, s, s) additive mask in the model's dtype"));
+          "ModernBERT: {}; {}", sp.attn == AttnImpl::kFlashAttention2
+                                    ? "flash_attention_2 on unpadded batches of full sequences"
+                                    : "padded batches with a global and a local (b, 1, s, s) additive mask in the model's dtype",
+          config.device == Device::kCpu ? "its modules run eagerly (transformers does not compile on the CPU)"
+          : model.reference_compile == false
+              ? "its modules run eagerly (reference_compile false), as modelled"
+              : fmt::format("reference_compile {}: transformers compiles the MLP, embeddings and MLM head, which then "
+                            "save less than the eager modules modelled here (an upper bound; reference_compile false "
+                            "in config.json runs the modelled step exactly)",
+                            model.reference_compile ? "true" : "unset (on where triton is installed)")));
     if (config.quant.load_in_4bit && first_shard.fsdp && first_shard.shard_params &&
         (!config.quant.quant_storage || dtype_size(*config.quant.quant_storage) != dtype_size(config.torch_dtype)))
       impl->assumptions.push_back(

@@ -85,6 +85,7 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
                                                p->dump()));
       m.mean_pooled_classifier = *p == "mean";
     }
+    if (auto rc = j.find("reference_compile"); rc != j.end() && rc->is_boolean()) m.reference_compile = rc->get<bool>();
     m.gated_mlp = true;  // Wi produces input and gate of GeGLU
     m.activation = Activation::kGelu;
   } else {

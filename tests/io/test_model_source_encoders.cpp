@@ -34,3 +34,18 @@ TEST_CASE("ModernBERT's classifier_pooling: cls by default, mean when config.jso
   CHECK(bad.error().message == "\"classifier_pooling\" is \"max\": ModernBertConfig accepts \"cls\" or \"mean\"");
   CHECK(bad.error().where->file == "config.json");
 }
+
+TEST_CASE("ModernBERT's reference_compile: unset unless config.json says true or false") {
+  auto unset = io::parse_hf_config(modernbert_config(""), "config.json");
+  REQUIRE(unset.has_value());
+  CHECK_FALSE(unset->reference_compile.has_value());
+  auto off = io::parse_hf_config(modernbert_config(R"(, "reference_compile": false)"), "config.json");
+  REQUIRE(off.has_value());
+  CHECK(off->reference_compile == false);
+  auto on = io::parse_hf_config(modernbert_config(R"(, "reference_compile": true)"), "config.json");
+  REQUIRE(on.has_value());
+  CHECK(on->reference_compile == true);
+  auto null = io::parse_hf_config(modernbert_config(R"(, "reference_compile": null)"), "config.json");
+  REQUIRE(null.has_value());
+  CHECK_FALSE(null->reference_compile.has_value());
+}
