@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -513,13 +514,15 @@ constexpr Cat kShardedCats[] = {Cat::kWeights,         Cat::kAdapterWeights, Cat
                                 Cat::kGradients,       Cat::kOptimizerStates, Cat::kOptimizerTemps,
                                 Cat::kMasterWeights,   Cat::kBuckets,         Cat::kGathered};
 
-// Whether two candidates' sharded categories come from the same inputs (so apply_sharding gives
-// the same result): most events change only activations, not what sharding acts on.
-bool same_sharded_inputs(const Candidate& a, const Candidate& b) {
+constexpr Cat kGradientCats[] = {Cat::kGradients};
+
+// Whether two candidates' categories `cats` come from the same inputs (so anything computed from
+// them alone is the same): most events change only activations.
+bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> cats) {
   if (a.m != b.m || a.extra != b.extra || !(a.ring == b.ring) || (a.c == nullptr) != (b.c == nullptr) ||
       (a.d == nullptr) != (b.d == nullptr))
     return false;
-  for (Cat c : kShardedCats) {
+  for (Cat c : cats) {
     const auto i = static_cast<std::size_t>(c);
     if (a.c == nullptr) {
       if (!((*a.cats)[i] == (*b.cats)[i])) return false;
@@ -1010,185 +1013,217 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
           *out = impl->programs->run(spec);
         },
         threads);
-    // Each stage's timeline: extrapolated, sharded, pruned. Stages are independent too.
-    const auto process_stage = [&](std::size_t si) {
+    // Each stage's parameters: what the optimizer holds and how sharding divides it, from the
+    // first simulated class's reduced model (every class has the same parameters).
+    const auto prepare_stage = [&](std::size_t si) {
       const StageWork& w = stages[si];
       const PipelineRank& rk = w.rank;
       StageSim& st = impl->sims[si];
       const int L = rk.layers;
       const Runs& runs = runs_of.at(w.key);
-      for (const int cls : classes) {
-        const auto ci = static_cast<std::size_t>(cls);
-        const SimulatedLayers& simulated = w.simulated[cls >= 2 ? 1 : 0];
-        const std::int64_t extra = simulated.extra;
-        const sim::ProgramResult& r3 = *runs.r3[ci];
-        const sim::ProgramResult* r4 = runs.r4[ci].get();
-        if (st.opt_params.empty() && st.trainable == 0) {
-          // How many of the stage's layers a simulated parameter stands for: the middle
-          // simulated layer repeats.
-          const auto reps_of = [&simulated](const sim::ParamRec& p) {
-            return p.sim_layer >= 0 ? simulated.reps3[static_cast<std::size_t>(p.sim_layer)] : 1;
-          };
-          for (const auto& p : r3.params) {
-            if (!p.trainable) continue;
-            const int reps = reps_of(p);
-            OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
-            if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
-            op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
-            st.opt_params.push_back(op);
-            st.trainable += p.numel * reps;
+      const auto ci = static_cast<std::size_t>(classes.front());
+      const SimulatedLayers& simulated = w.simulated[classes.front() >= 2 ? 1 : 0];
+      const sim::ProgramResult& r3 = *runs.r3[ci];
+      // How many of the stage's layers a simulated parameter stands for: the middle
+      // simulated layer repeats.
+      const auto reps_of = [&simulated](const sim::ParamRec& p) {
+        return p.sim_layer >= 0 ? simulated.reps3[static_cast<std::size_t>(p.sim_layer)] : 1;
+      };
+      for (const auto& p : r3.params) {
+        if (!p.trainable) continue;
+        const int reps = reps_of(p);
+        OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
+        if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
+        op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
+        st.opt_params.push_back(op);
+        st.trainable += p.numel * reps;
+      }
+      if (deepspeed(config)) {
+        // DeepSpeed steps the client optimizer on its fp32 master partition.
+        std::vector<OptParam> master = st.opt_params;
+        for (auto& p : master) p.elem_bytes = 4;
+        st.opt = optimizer_footprint(config.optim, config.device, master);
+      } else {
+        st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
+      }
+      std::int64_t tbytes = 0, layer_bytes = 0, expert_bytes = 0, all_bytes = 0, expert_trainable = 0;
+      for (const auto& p : st.opt_params) {
+        tbytes += p.numel * p.elem_bytes * p.count;
+        if (p.rows > 0 && p.count > 1) expert_trainable += p.numel * p.elem_bytes * p.count;
+      }
+      for (const auto& p : r3.params) {
+        const int reps = reps_of(p);
+        if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
+        if (p.rows > 0 && p.count > 1) expert_bytes += p.numel * sim::esize(p.dt) * reps;
+        all_bytes += p.numel * sim::esize(p.dt) * reps;
+      }
+      st.shard = make_shard_plan(model, config, st.trainable, tbytes, layer_bytes);
+      for (const auto& p : r3.params)
+        if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
+      // Routed experts' share of the stage's parameters: sharded over the expert
+      // data-parallel group (docs/formulas.md#expert-parallelism).
+      st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
+      st.shard.expert_trainable_share_per_mille = tbytes > 0 ? expert_trainable * 1000 / tbytes : 0;
+      if (config.quant.load_in_4bit) {
+        // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
+        for (int layer = rk.first_layer; layer < rk.first_layer + rk.layers; ++layer)
+          for (const auto& mod : layer_linears(sp.model, layer)) {
+            if (!mod.nn_linear) continue;
+            const std::int64_t blocks = (mod.weight_params() + 63) / 64;
+            st.shard.quant_state_bytes +=
+                config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
           }
-          if (deepspeed(config)) {
-            // DeepSpeed steps the client optimizer on its fp32 master partition.
-            std::vector<OptParam> master = st.opt_params;
-            for (auto& p : master) p.elem_bytes = 4;
-            st.opt = optimizer_footprint(config.optim, config.device, master);
-          } else {
-            st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
-          }
-          std::int64_t tbytes = 0, layer_bytes = 0, expert_bytes = 0, all_bytes = 0, expert_trainable = 0;
-          for (const auto& p : st.opt_params) {
-            tbytes += p.numel * p.elem_bytes * p.count;
-            if (p.rows > 0 && p.count > 1) expert_trainable += p.numel * p.elem_bytes * p.count;
-          }
-          for (const auto& p : r3.params) {
-            const int reps = reps_of(p);
-            if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
-            if (p.rows > 0 && p.count > 1) expert_bytes += p.numel * sim::esize(p.dt) * reps;
-            all_bytes += p.numel * sim::esize(p.dt) * reps;
-          }
-          st.shard = make_shard_plan(model, config, st.trainable, tbytes, layer_bytes);
-          for (const auto& p : r3.params)
-            if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
-          // Routed experts' share of the stage's parameters: sharded over the expert
-          // data-parallel group (docs/formulas.md#expert-parallelism).
-          st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
-          st.shard.expert_trainable_share_per_mille = tbytes > 0 ? expert_trainable * 1000 / tbytes : 0;
-          if (config.quant.load_in_4bit) {
-            // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
-            for (int layer = rk.first_layer; layer < rk.first_layer + rk.layers; ++layer)
-              for (const auto& mod : layer_linears(sp.model, layer)) {
-                if (!mod.nn_linear) continue;
-                const std::int64_t blocks = (mod.weight_params() + 63) / 64;
-                st.shard.quant_state_bytes +=
-                    config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
-              }
-          }
-        }
-        // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
-        CatVec base{}, opt_extra{};
-        base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
-        if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
-        // Megatron-Core keeps every gradient in a persistent fp32 buffer (main_grad; Megatron-LM
-        // forces accumulate_allreduce_grads_in_fp32 with bf16), allocated when the model is
-        // wrapped: all of it is live from the first micro-batch's forward on.
-        const bool main_grads32 = config.parallel.megatron_core && st.trainable > 0;
-        Poly grads;
-        for (const auto& p : st.opt_params)
-          grads += Poly::constant(p.numel * (main_grads32 ? 4 : p.elem_bytes) * p.count);
-        opt_extra[static_cast<int>(Cat::kGradients)] = grads;
-        opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
-        std::vector<Candidate> cands;
-        Run full;
-        if (cls < 2) {  // the assumptions describe the program without the sliding masks
-          st.extrapolated = r4 != nullptr;
-          st.simulated_layers = static_cast<int>(simulated.r3.size() + simulated.r4.size());
-        }
-        try {
-          cands = extrapolate(r3, r4, extra, base, opt_extra);
-        } catch (const TimelineMismatch&) {
-          if (cls < 2) st.extrapolated = false;
-          // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
-          sim::ProgramSpec every = stage_spec(rk, cls);
-          for (int l = rk.first_layer; l < rk.first_layer + L; ++l) every.model_layers.push_back(l);
-          full = impl->programs->run(every);
-          cands = extrapolate(*full, nullptr, 0, base, opt_extra);
-        }
-        // One micro-batch's activations as its backward begins: what a pipeline schedule holds
-        // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
-        st.retained[ci] = full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4, extra);
-        if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
-          const CatVec persistent =
-              add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
-          cands.push_back(generation_candidate(model, config, persistent));
-        }
-        if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands);
-        // Each candidate's gradient term as its total counts it (for the later micro-batches).
-        std::vector<Poly> grads_now(cands.size());
-        if (multi) {
-          // Multi-GPU rules act per category: the totals are computed from each candidate's
-          // categories; materialize() builds the categories again for the few that are kept.
-          Poly delta;  // the previous candidate's total change by sharding
-          for (std::size_t i = 0; i < cands.size(); ++i) {
-            Candidate& cand = cands[i];
-            cand.sharding = Candidate::Sharding{
-                &st.shard, cand.segment == kSegOptimizer,
-                gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
-                                fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)};
-            if (i > 0 && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
-                cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers &&
-                same_sharded_inputs(cands[i - 1], cand)) {
-              cand.total += delta;
-              grads_now[i] = grads_now[i - 1];
-              continue;
-            }
-            // apply_sharding maps each category on its own: only the ones it changes matter.
-            CatVec part{};
-            for (Cat c : kShardedCats) {
-              const auto idx = static_cast<std::size_t>(c);
-              part[idx] = unsharded_at(cand, idx, base);
-            }
-            const CatVec v = apply_sharding(st.shard, part, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
-            delta = total(v) - total(part);
+      }
+    };
+    // Each (stage, class) timeline: extrapolated, sharded, pruned. They are independent: Gemma 3
+    // past its window processes its plain and its masked program at once (docs/plan.md#speed).
+    struct ClassWork {
+      std::size_t stage = 0;
+      int cls = 0;
+      bool extrapolated = false;  // the reduced models' timelines were extrapolated
+    };
+    std::vector<ClassWork> work;
+    for (std::size_t si = 0; si < stages.size(); ++si)
+      for (const int cls : classes) work.push_back({si, cls});
+    const auto process_class = [&](std::size_t wi) {
+      ClassWork& cw = work[wi];
+      const std::size_t si = cw.stage;
+      const int cls = cw.cls;
+      const StageWork& w = stages[si];
+      const PipelineRank& rk = w.rank;
+      StageSim& st = impl->sims[si];
+      const Runs& runs = runs_of.at(w.key);
+      const auto ci = static_cast<std::size_t>(cls);
+      const SimulatedLayers& simulated = w.simulated[cls >= 2 ? 1 : 0];
+      const std::int64_t extra = simulated.extra;
+      const sim::ProgramResult& r3 = *runs.r3[ci];
+      const sim::ProgramResult* r4 = runs.r4[ci].get();
+      // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
+      CatVec base{}, opt_extra{};
+      base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
+      if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
+      // Megatron-Core keeps every gradient in a persistent fp32 buffer (main_grad; Megatron-LM
+      // forces accumulate_allreduce_grads_in_fp32 with bf16), allocated when the model is
+      // wrapped: all of it is live from the first micro-batch's forward on.
+      const bool main_grads32 = config.parallel.megatron_core && st.trainable > 0;
+      Poly grads;
+      for (const auto& p : st.opt_params)
+        grads += Poly::constant(p.numel * (main_grads32 ? 4 : p.elem_bytes) * p.count);
+      opt_extra[static_cast<int>(Cat::kGradients)] = grads;
+      opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
+      std::vector<Candidate> cands;
+      Run full;
+      cw.extrapolated = r4 != nullptr;
+      try {
+        cands = extrapolate(r3, r4, extra, base, opt_extra);
+      } catch (const TimelineMismatch&) {
+        cw.extrapolated = false;
+        // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
+        sim::ProgramSpec every = stage_spec(rk, cls);
+        for (int l = rk.first_layer; l < rk.first_layer + rk.layers; ++l) every.model_layers.push_back(l);
+        full = impl->programs->run(every);
+        cands = extrapolate(*full, nullptr, 0, base, opt_extra);
+      }
+      // One micro-batch's activations as its backward begins: what a pipeline schedule holds
+      // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
+      st.retained[ci] = full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4, extra);
+      if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
+        const CatVec persistent =
+            add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
+        cands.push_back(generation_candidate(model, config, persistent));
+      }
+      if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands);
+      // Each candidate's gradient term as its total counts it (for the later micro-batches).
+      std::vector<Poly> grads_now(cands.size());
+      if (multi) {
+        // Multi-GPU rules act per category: the totals are computed from each candidate's
+        // categories; materialize() builds the categories again for the few that are kept.
+        Poly delta;  // the previous candidate's total change by sharding
+        for (std::size_t i = 0; i < cands.size(); ++i) {
+          Candidate& cand = cands[i];
+          cand.sharding = Candidate::Sharding{
+              &st.shard, cand.segment == kSegOptimizer,
+              gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
+                              fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)};
+          if (i > 0 && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
+              cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers &&
+              same_inputs(cands[i - 1], cand, kShardedCats)) {
             cand.total += delta;
-            grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
+            grads_now[i] = grads_now[i - 1];
+            continue;
           }
-        } else if (st.trainable > 0) {
-          for (std::size_t i = 0; i < cands.size(); ++i)
-            grads_now[i] = unsharded_at(cands[i], static_cast<std::size_t>(Cat::kGradients), base);
+          // apply_sharding maps each category on its own: only the ones it changes matter.
+          CatVec part{};
+          for (Cat c : kShardedCats) {
+            const auto idx = static_cast<std::size_t>(c);
+            part[idx] = unsharded_at(cand, idx, base);
+          }
+          const CatVec v = apply_sharding(st.shard, part, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
+          delta = total(v) - total(part);
+          cand.total += delta;
+          grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
         }
-        // A later micro-batch of an accumulation step (docs/formulas.md#gradient-accumulation):
-        // the same program with every .grad allocated from the start. A new gradient is then
-        // added in place and freed instead of becoming .grad, so at every event the first
-        // micro-batch's gradients so far are replaced by all of them (as sharded: under FSDP
-        // through accelerate/Trainer the earlier micro-batches run in no_sync(), where gradients
-        // accumulate unsharded); the step is the same. Totals first: categories only for the
-        // candidates that survive pruning.
-        std::vector<Poly> later_totals;
-        Poly all;
-        if (st.trainable > 0) {
-          all = multi ? sharded_gradients(st.shard, grads, !pipelined && fsdp(config)) : grads;
-          later_totals.reserve(cands.size());
-          for (std::size_t i = 0; i < cands.size(); ++i) {
-            const bool grads_change = cands[i].segment != kSegOptimizer && cands[i].segment != kSegGeneration;
-            later_totals.push_back(grads_change ? cands[i].total + (all - grads_now[i]) : cands[i].total);
+      } else if (st.trainable > 0) {
+        // Gradients change at few events (a parameter's accumulation): consecutive candidates of
+        // one run mostly share them.
+        for (std::size_t i = 0; i < cands.size(); ++i) {
+          if (i > 0 && same_inputs(cands[i - 1], cands[i], kGradientCats)) {
+            grads_now[i] = grads_now[i - 1];
+            continue;
           }
-        }
-        for (int acc = 0; acc < 2; ++acc) {
-          // Nothing trainable: every micro-batch is the first.
-          const bool later = st.trainable > 0 && (acc == 1 || main_grads32);
-          std::vector<Candidate> kept;
-          for (std::size_t i : undominated(cands, later ? &later_totals : nullptr)) {
-            Candidate k = cands[i];
-            if (later && k.segment != kSegOptimizer && k.segment != kSegGeneration) {
-              k.total = later_totals[i];
-              k.grads = all;
-            }
-            materialize(k, base);
-            kept.push_back(std::move(k));
-          }
-          st.candidates[static_cast<std::size_t>(acc)][ci] = std::move(kept);
+          grads_now[i] = unsharded_at(cands[i], static_cast<std::size_t>(Cat::kGradients), base);
         }
       }
-      // The classes not simulated are the same program as one that is.
+      // A later micro-batch of an accumulation step (docs/formulas.md#gradient-accumulation):
+      // the same program with every .grad allocated from the start. A new gradient is then
+      // added in place and freed instead of becoming .grad, so at every event the first
+      // micro-batch's gradients so far are replaced by all of them (as sharded: under FSDP
+      // through accelerate/Trainer the earlier micro-batches run in no_sync(), where gradients
+      // accumulate unsharded); the step is the same. Totals first: categories only for the
+      // candidates that survive pruning.
+      std::vector<Poly> later_totals;
+      Poly all;
+      if (st.trainable > 0) {
+        all = multi ? sharded_gradients(st.shard, grads, !pipelined && fsdp(config)) : grads;
+        later_totals.reserve(cands.size());
+        for (std::size_t i = 0; i < cands.size(); ++i) {
+          const bool grads_change = cands[i].segment != kSegOptimizer && cands[i].segment != kSegGeneration;
+          later_totals.push_back(grads_change ? cands[i].total + (all - grads_now[i]) : cands[i].total);
+        }
+      }
+      for (int acc = 0; acc < 2; ++acc) {
+        // Nothing trainable: every micro-batch is the first.
+        const bool later = st.trainable > 0 && (acc == 1 || main_grads32);
+        std::vector<Candidate> kept;
+        for (std::size_t i : undominated(cands, later ? &later_totals : nullptr)) {
+          Candidate k = cands[i];
+          if (later && k.segment != kSegOptimizer && k.segment != kSegGeneration) {
+            k.total = later_totals[i];
+            k.grads = all;
+          }
+          materialize(k, base);
+          kept.push_back(std::move(k));
+        }
+        st.candidates[static_cast<std::size_t>(acc)][ci] = std::move(kept);
+      }
+    };
+    parallel_for(stages.size(), prepare_stage, threads);
+    parallel_for(work.size(), process_class, threads);
+    for (const ClassWork& cw : work) {
+      if (cw.cls >= 2) continue;  // the assumptions describe the program without the sliding masks
+      StageSim& st = impl->sims[cw.stage];
+      const SimulatedLayers& simulated = stages[cw.stage].simulated[0];
+      st.extrapolated = cw.extrapolated;
+      st.simulated_layers = static_cast<int>(simulated.r3.size() + simulated.r4.size());
+    }
+    // The classes not simulated are the same program as one that is.
+    for (StageSim& st : impl->sims)
       for (int cls = 0; cls < kClasses; ++cls) {
         const auto from = static_cast<std::size_t>(class_of(cls)), to = static_cast<std::size_t>(cls);
         if (from == to) continue;
         for (auto& slot : st.candidates) slot[to] = slot[from];
         st.retained[to] = st.retained[from];
       }
-    };
-    parallel_for(stages.size(), process_stage, threads);
     std::int64_t trainable_all = 0;
     for (const auto& r : impl->ranks) trainable_all += impl->sims[r.sim].trainable;
     // A last stage's own copy of tied embeddings is not a second trainable parameter of the model.

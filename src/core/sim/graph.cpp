@@ -59,16 +59,16 @@ bool Bwd::needs(int input) const { return g_.at(input).requires_grad; }
 // ---- tensors
 
 int Graph::make(Poly numel, DT dt, Cat cat, bool requires_grad) {
-  Tensor t;
+  // Built in place: a Tensor assembled on the stack and copied in stalled on the copy.
+  Tensor& t = tensors_.emplace_back();
   t.numel = numel;
   t.dt = dt;
   t.cat = cat;
   t.refs = 1;
   t.alive = true;
   t.requires_grad = requires_grad;
-  tensors_.push_back(t);
   buffer_.push_back(-1);
-  const Poly b = t.bytes();
+  const Poly b = numel * esize(dt);
   live_[static_cast<int>(cat)] += b;
   live_total_ += b;
   note(cat, b);
