@@ -487,7 +487,9 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
 
 // Category i of a candidate before sharding: base + c + m * (d - c) + extra until
 // materialize(), its materialized value after; plus its ring buffers in communication_buckets.
-Poly unsharded_at(const Candidate& k, std::size_t i, const CatVec& base) {
+// Inlined into its callers: called out of line (GCC 12 stopped inlining it once a third caller
+// appeared) the whole 8B plan ran 7 % slower for the same instructions (docs/plan.md#speed).
+[[gnu::always_inline]] inline Poly unsharded_at(const Candidate& k, std::size_t i, const CatVec& base) {
   Poly p;
   if (k.c == nullptr) {
     p = (*k.cats)[i];
