@@ -748,10 +748,11 @@ int EncoderStep::modern_layer(int h, int l) {
   int x = h;
   if (lp.ln1_w >= 0) x = layer_norm(h, lp.ln1_w, lp.ln1_b, n, rows);
   else g_.hold(h);  // nn.Identity
+  // attn_outputs, the tuple holding the attention's output, is a local of the layer's forward:
+  // that output lives until the layer returns, through the MLP.
   const int a = modern_attention(x, lp, local);
   g_.drop(x);
   const int h1 = ops_.add(h, a, n);
-  g_.drop(a);
   const int y = layer_norm(h1, lp.ln2_w, lp.ln2_b, n, rows);
   // ModernBertMLP: Wi(x).chunk(2) -> act(input) * gate -> drop (mlp_dropout 0) -> Wo. The two
   // halves are views of Wi's output; SplitBackward concatenates their gradients into one.
@@ -771,6 +772,7 @@ int EncoderStep::modern_layer(int h, int l) {
   const int out = ops_.add(h1, o, n);
   g_.drop(h1);
   g_.drop(o);
+  g_.drop(a);
   return out;
 }
 
