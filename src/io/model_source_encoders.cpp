@@ -78,6 +78,9 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
     MEMPLAN_TRY(m.decoder_bias, boolean(j, "decoder_bias", true, origin));
     MEMPLAN_TRY(std::int64_t every, integer(j, "global_attn_every_n_layers", 3, origin));
     MEMPLAN_TRY(m.local_attention, integer(j, "local_attention", 128, origin));
+    if (every < 1)  // ModernBertAttention takes layer_id % global_attn_every_n_layers
+      return field_error(origin, fmt::format("\"global_attn_every_n_layers\" is {}: ModernBERT needs at least 1 "
+                                             "(every layer global)", every));
     m.global_attn_every_n_layers = narrow(every);
     if (auto p = j.find("classifier_pooling"); p != j.end() && !p->is_null()) {
       if (!p->is_string() || (*p != "cls" && *p != "mean"))

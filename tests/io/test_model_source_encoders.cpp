@@ -35,6 +35,15 @@ TEST_CASE("ModernBERT's classifier_pooling: cls by default, mean when config.jso
   CHECK(bad.error().where->file == "config.json");
 }
 
+TEST_CASE("ModernBERT's global_attn_every_n_layers must be at least 1") {
+  auto zero = io::parse_hf_config(modernbert_config(R"(, "global_attn_every_n_layers": 0)"), "config.json");
+  REQUIRE_FALSE(zero.has_value());
+  CHECK(zero.error().message == "\"global_attn_every_n_layers\" is 0: ModernBERT needs at least 1 (every layer global)");
+  auto one = io::parse_hf_config(modernbert_config(R"(, "global_attn_every_n_layers": 1)"), "config.json");
+  REQUIRE(one.has_value());
+  CHECK(one->global_attn_every_n_layers == 1);
+}
+
 TEST_CASE("ModernBERT's reference_compile: unset unless config.json says true or false") {
   auto unset = io::parse_hf_config(modernbert_config(""), "config.json");
   REQUIRE(unset.has_value());
