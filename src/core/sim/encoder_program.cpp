@@ -119,6 +119,21 @@ class EncoderStep {
   int final_w_ = -1, final_b_ = -1;  // ModernBERT final_norm
   LayerArgs args_;                    // ModernBERT: args_.mask is mask_ when set
   int indices_ = -1;                  // unpadded path: the non-padding token indices (int64)
+  // enable_input_require_grads (LoRA with checkpointing): the embeddings' output becomes a leaf
+  // that requires grad; backward gives it a .grad, which dies with the graph.
+  std::vector<int> input_leaves_;
+  void require_input_grad(int t) {
+    g_.at(t).requires_grad = true;
+    input_leaves_.push_back(t);
+  }
+  void release_graph(int first) {
+    std::vector<int> leaf_grads;
+    for (const int leaf : input_leaves_)
+      if (const int g = g_.take_grad(leaf); g >= 0) leaf_grads.push_back(g);
+    input_leaves_.clear();
+    g_.release_graph(first);
+    for (const int g : leaf_grads) g_.drop(g);
+  }
   int cur_layer_ = -1;
   std::vector<ParamRec> params_;
 };
@@ -464,7 +479,7 @@ int EncoderStep::encode() {
   g_.drop(n);
   g_.drop(pids);
   if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(cur).requires_grad)
-    g_.at(cur).requires_grad = true;  // enable_input_require_grads()
+    require_input_grad(cur);
   // The attention mask: eager adds get_extended_attention_mask's (b, 1, 1, s) mask in the
   // activation dtype ((1 - mask) * finfo.min); SDPA without padding gets none
   // (docs/formulas.md#encoders).
@@ -707,7 +722,7 @@ int EncoderStep::modern_encode() {
   g_.drop(e);
   if (ids != ids_) g_.drop(ids);
   if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(cur).requires_grad)
-    g_.at(cur).requires_grad = true;  // enable_input_require_grads()
+    require_input_grad(cur);
   // ModernBertRotaryEmbedding, once per layer type (no_grad): cos and sin of (1, positions,
   // head_dim), fp32 cast to the hidden states' dtype (fp32 under autocast: the LayerNorm output).
   // Computed on the unpadded path too, where the attention uses its own caches instead.
@@ -939,7 +954,7 @@ ProgramResult EncoderStep::run() {
     if (sp_.autocast) ops_.exit_autocast();
     g_.backward(loss, 0);
     g_.set_segment(kSegBwdPre);
-    g_.release_graph(0);
+    release_graph(0);
     g_.drop(loss);
   } else {
     // CachedMultipleNegativesRankingLoss (GradCache): 1) embed every text in mini-batches without
@@ -969,7 +984,7 @@ ProgramResult EncoderStep::run() {
       const int loss = contrastive_loss(reps, mb, candidates);
       if (sp_.autocast) ops_.exit_autocast();
       g_.backward(loss, first);
-      g_.release_graph(first);
+      release_graph(first);
       g_.drop(loss);
     }
     const int cached_grad = g_.take_grad(reps);
@@ -987,7 +1002,7 @@ ProgramResult EncoderStep::run() {
       g_.drop(e);
       g_.backward(y, first);
       g_.set_segment(kSegBwdPre);
-      g_.release_graph(first);
+      release_graph(first);
       g_.drop(y);
     }
     if (cached_grad >= 0) g_.drop(cached_grad);
