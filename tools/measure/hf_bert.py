@@ -127,6 +127,12 @@ def mnrl_loss(model, columns):
         x, pooled = model(ids, types, am)
         reps.append(mean_pool(x, am))
         del x, pooled
+    return ranking_loss(reps)
+
+
+def ranking_loss(reps):
+    """MultipleNegativesRankingLoss on the columns' embeddings: the first column's rows are the
+    anchors, every other column's the candidates; scale 20, in-batch negatives."""
     anchors = reps[0]
     candidates = torch.cat(reps[1:])
     a = F.normalize(anchors, p=2, dim=1)

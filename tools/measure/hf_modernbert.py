@@ -262,10 +262,4 @@ def mnrl_loss(model, columns):
         x = model(ids, am)
         reps.append(hf_bert.mean_pool(x, am))
         del x
-    anchors = reps[0]
-    candidates = torch.cat(reps[1:])
-    a = F.normalize(anchors, p=2, dim=1)
-    c = F.normalize(candidates, p=2, dim=1)
-    scores = torch.mm(a, c.transpose(0, 1)) * 20.0
-    labels = torch.arange(anchors.size(0))
-    return F.cross_entropy(scores, labels)
+    return hf_bert.ranking_loss(reps)
