@@ -165,6 +165,7 @@ struct ModelSpec {
   // Both kinds of layer: Gemma 2 and 3 build a full and a sliding mask each forward.
   bool mixes_attention_kinds() const;
   bool is_mla() const { return kv_lora_rank > 0; }
+  bool is_modernbert() const { return model_type == "modernbert"; }  // docs/formulas.md#modernbert
   bool operator==(const ModelSpec&) const = default;
 };
 

@@ -306,7 +306,7 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                       "use --attn-implementation eager or sdpa with --device cpu");
   // ModernBERT's flash path casts an fp32 qkv to bf16 itself (docs/formulas.md#modernbert).
   if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.torch_dtype == DType::kFloat32 && !c.autocast &&
-      m.model_type != "modernbert")
+      !m.is_modernbert())
     return make_error(ErrorCode::kUnsupported, "flash_attention_2 runs in fp16/bf16 only",
                       "load the model with --torch-dtype bfloat16 or train with --bf16");
   if ((c.optim.kind == OptimizerKind::kAdamWTorchao8bit || c.optim.kind == OptimizerKind::kAdamWTorchao4bit) &&
@@ -1244,7 +1244,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
           "Megatron-Core: vocabulary-parallel embedding, output layer and loss, pipeline outputs freed after the "
           "send; the layers themselves are simulated as Hugging Face's modules (Transformer Engine's fused kernels "
           "are not modelled)");
-    if (model.model_type == "modernbert")
+    if (model.is_modernbert())
       impl->assumptions.push_back(fmt::format(
           "ModernBERT: {}; {}", sp.attn == AttnImpl::kFlashAttention2
                                     ? "flash_attention_2 on unpadded batches of full sequences"
@@ -1328,7 +1328,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                                 ? fmt::format(" (cached: mini-batches of {})", config.contrastive.mini_batch_size)
                                 : "")
               : "",
-          model.model_type == "modernbert" ? "" : " (no SDPA mask)"));
+          model.is_modernbert() ? "" : " (no SDPA mask)"));
     }
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the model or batch is far too large");

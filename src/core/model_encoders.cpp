@@ -8,8 +8,6 @@ namespace memplan {
 
 namespace {
 
-bool modernbert(const ModelSpec& m) { return m.model_type == "modernbert"; }
-
 // nn.LayerNorm(hidden): weight and bias; ModernBERT's LayerNorm(bias=norm_bias) may drop the bias.
 std::int64_t layer_norm_params(const ModelSpec& m) { return m.norm_bias ? 2 * m.hidden_size : m.hidden_size; }
 
@@ -19,7 +17,7 @@ std::vector<LinearModule> encoder_layer_linears(const ModelSpec& m) {
   const std::int64_t h = m.hidden_size;
   const std::int64_t inner = static_cast<std::int64_t>(m.num_heads) * m.head_dim;
   std::vector<LinearModule> out;
-  if (modernbert(m)) {
+  if (m.is_modernbert()) {
     // ModernBertAttention.Wqkv / Wo (bias=attention_bias), ModernBertMLP.Wi (hidden -> 2 x
     // intermediate: input and gate of GeGLU) / Wo (bias=mlp_bias).
     out.push_back({"attn.Wqkv", h, 3 * inner, m.qkv_bias, 1, LinearRole::kAttention});
@@ -53,7 +51,7 @@ ParameterCounts count_encoder_parameters(const ModelSpec& m) {
   // Embeddings: word (V x h); BERT family: absolute positions and token types; a LayerNorm
   // (ModernBERT: tok_embeddings and a LayerNorm only, positions are rotary).
   c.embedding = V * h;
-  if (!modernbert(m)) c.position_embedding = m.max_position_embeddings * h + m.type_vocab_size * h;
+  if (!m.is_modernbert()) c.position_embedding = m.max_position_embeddings * h + m.type_vocab_size * h;
   c.norms = layer_norm_params(m);
   for (int l = 0; l < m.num_layers; ++l) {
     for (const auto& lin : encoder_layer_linears(m)) {
@@ -63,12 +61,12 @@ ParameterCounts count_encoder_parameters(const ModelSpec& m) {
     }
     // BertSelfOutput.LayerNorm and BertOutput.LayerNorm; ModernBERT's attn_norm is nn.Identity
     // in layer 0, then attn_norm and mlp_norm.
-    c.norms += (modernbert(m) && l == 0 ? 1 : 2) * layer_norm_params(m);
+    c.norms += (m.is_modernbert() && l == 0 ? 1 : 2) * layer_norm_params(m);
   }
-  if (modernbert(m)) c.norms += layer_norm_params(m);  // final_norm
+  if (m.is_modernbert()) c.norms += layer_norm_params(m);  // final_norm
   // Heads. BertPooler: dense (h x h + h) and tanh.
   std::int64_t head = encoder_has_pooler(m) ? h * h + h : 0;
-  const bool modern = modernbert(m);
+  const bool modern = m.is_modernbert();
   // ModernBertPredictionHead: dense (bias=classifier_bias, false by default) + norm.
   const std::int64_t modern_head = h * h + layer_norm_params(m);
   switch (m.head) {

@@ -53,7 +53,7 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
   m.encoder = true;
   m.norm = NormKind::kLayerNorm;
   m.gated_mlp = false;
-  const bool modern = m.model_type == "modernbert";
+  const bool modern = m.is_modernbert();
   MEMPLAN_TRY(m.vocab_size, integer(j, "vocab_size", -1, origin));
   MEMPLAN_TRY(m.hidden_size, integer(j, "hidden_size", -1, origin));
   MEMPLAN_TRY(std::int64_t layers, integer(j, "num_hidden_layers", -1, origin));

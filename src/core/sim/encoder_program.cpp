@@ -71,7 +71,7 @@ class EncoderStep {
 
   // ModernBERT (docs/formulas.md#modernbert): the padded path (eager, SDPA) and the unpadded
   // flash_attention_2 path.
-  bool modern() const { return m_.model_type == "modernbert"; }
+  bool modern() const { return m_.is_modernbert(); }
   bool unpadded() const { return modern() && sp_.attn == AttnImpl::kFlashAttention2; }
   void make_modern_params();
   void modern_masks();
@@ -79,12 +79,14 @@ class EncoderStep {
   int modern_layer(int h, int l);
   int modern_attention(int x, EncLayer& lp, bool local);
   int modern_classification_loss(int h);
-  // The layer's tensors besides its input that the model forward passes it (masks, rotary
-  // tables): gradient checkpointing keeps them for the recomputation.
+  // What ModernBERT's model forward passes each layer besides its input and mask_ (the global
+  // mask): gradient checkpointing keeps them for the recomputation.
   struct LayerArgs {
-    int mask = -1, sliding = -1;
-    std::array<int, 2> cos{-1, -1}, sin{-1, -1};  // per layer type: 0 global, 1 local
+    int sliding = -1;                             // the local layers' mask
+    std::array<int, 2> cos{-1, -1}, sin{-1, -1};  // rotary tables per layer type: 0 global, 1 local
   };
+  // Whether each forward sees a single sequence (bmm then folds (b, heads) as a view).
+  bool one_sequence() const { return sp_.batch_one && texts_ == 1 && !cached_; }
 
   int layer_norm(int x, int w, int b, const Poly& numel, const Poly& rows);
   int lin(int x, Lin& p, const Poly& out);
@@ -117,14 +119,15 @@ class EncoderStep {
   std::vector<EncLayer> layers_;
   int ids_ = -1, types_ = -1, amask_ = -1, mask_ = -1;
   int final_w_ = -1, final_b_ = -1;  // ModernBERT final_norm
-  LayerArgs args_;                    // ModernBERT: args_.mask is mask_ when set
+  LayerArgs args_;                    // ModernBERT
   int indices_ = -1;                  // unpadded path: the non-padding token indices (int64)
   // enable_input_require_grads (LoRA with checkpointing): the embeddings' output becomes a leaf
   // that requires grad; backward gives it a .grad, which dies with the graph.
   std::vector<int> input_leaves_;
-  void require_input_grad(int t) {
-    g_.at(t).requires_grad = true;
-    input_leaves_.push_back(t);
+  void enable_input_require_grads(int embeddings) {
+    if (!sp_.lora.enabled || !sp_.gradient_checkpointing || g_.at(embeddings).requires_grad) return;
+    g_.at(embeddings).requires_grad = true;
+    input_leaves_.push_back(embeddings);
   }
   void release_graph(int first) {
     std::vector<int> leaf_grads;
@@ -276,7 +279,7 @@ int EncoderStep::attention(int x, EncLayer& lp) {
     ops_.cat = Cat::kAttentionScores;
     // torch.matmul folds (b, heads) into bmm's batch with reshape: the transposed q, k and v
     // views are copies then (and saved by bmm), unless a single sequence makes them views.
-    const bool one = sp_.batch_one && texts_ == 1 && !cached_;
+    const bool one = one_sequence();
     const int kT = ops_.view(kt);
     const int sc = ops_.matmul(qt, kT, scores(nh), !one, !one);
     g_.drop(kT);
@@ -478,8 +481,7 @@ int EncoderStep::encode() {
   int cur = ops_.dropout(n, 0.1);
   g_.drop(n);
   g_.drop(pids);
-  if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(cur).requires_grad)
-    require_input_grad(cur);
+  enable_input_require_grads(cur);
   // The attention mask: eager adds get_extended_attention_mask's (b, 1, 1, s) mask in the
   // activation dtype ((1 - mask) * finfo.min); SDPA without padding gets none
   // (docs/formulas.md#encoders).
@@ -700,7 +702,6 @@ void EncoderStep::modern_masks() {
   g_.drop(window);
   if (distance >= 0) g_.drop(distance);
   if (rows >= 0) g_.drop(rows);
-  args_.mask = mask_;
 }
 
 int EncoderStep::modern_encode() {
@@ -721,8 +722,7 @@ int EncoderStep::modern_encode() {
   int cur = layer_norm(e, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
   g_.drop(e);
   if (ids != ids_) g_.drop(ids);
-  if (sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(cur).requires_grad)
-    require_input_grad(cur);
+  enable_input_require_grads(cur);
   // ModernBertRotaryEmbedding, once per layer type (no_grad): cos and sin of (1, positions,
   // head_dim), fp32 cast to the hidden states' dtype (fp32 under autocast: the LayerNorm output).
   // Computed on the unpadded path too, where the attention uses its own caches instead.
@@ -839,10 +839,10 @@ int EncoderStep::modern_attention(int x, EncLayer& lp, bool local) {
     const int ke = ops_.rotary(k, args_.cos[t], args_.sin[t], qn);
     g_.drop(q);
     g_.drop(k);
-    const int mask = local ? args_.sliding : args_.mask;
+    const int mask = local ? args_.sliding : mask_;
     // One sequence per forward folds (b, heads) into bmm's batch as a view; otherwise the
     // (b, s, heads, d)-ordered q, k and v are copied (and the copies saved).
-    const bool one = sp_.batch_one && texts_ == 1 && !cached_;
+    const bool one = one_sequence();
     if (sp_.attn == AttnImpl::kEager) {
       // The model-dtype mask promotes a 16-bit product to fp32; dropout 0 is the identity.
       const int probs = ops_.eager_probs(qe, ops_.view(ke), mask, scores(nh), !one, !one);

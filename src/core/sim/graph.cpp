@@ -68,7 +68,7 @@ int Graph::make(Poly numel, DT dt, Cat cat, bool requires_grad) {
   t.alive = true;
   t.requires_grad = requires_grad;
   buffer_.push_back(-1);
-  const Poly b = numel * esize(dt);
+  const Poly b = t.bytes();
   live_[static_cast<int>(cat)] += b;
   live_total_ += b;
   note(cat, b);
