@@ -127,7 +127,7 @@ struct ModelSpec {
   bool mrope = false;
   std::string torch_dtype;             // dtype the checkpoint is stored in, e.g. "bfloat16"
   MoeSpec moe;
-  // ---- Bidirectional encoders (BERT, RoBERTa, XLM-R, ModernBERT; docs/formulas.md#encoders).
+  // ---- Bidirectional encoders (BERT, RoBERTa, XLM-R, DeBERTa-v2/v3, ModernBERT; docs/formulas.md#encoders).
   // Decoders leave these at their defaults.
   bool encoder = false;                // a bidirectional encoder: no causal mask, no causal LM head
   EncoderHead head = EncoderHead::kPooling;
@@ -142,6 +142,13 @@ struct ModelSpec {
   std::optional<bool> reference_compile;
   // Tied MLM decoder bias (BERT cls.predictions.bias, RoBERTa lm_head.bias): vocab_size values.
   bool decoder_bias = true;
+  // DeBERTa-v2/v3 disentangled attention (docs/formulas.md#deberta). relative_span is att_span
+  // (pos_ebd_size): position_buckets, else max_relative_positions; 0 without relative_attention.
+  // rel_embeddings has 2 x relative_span rows; c2p / p2c are pos_att_type's two terms.
+  std::int64_t relative_span = 0;
+  bool relative_buckets = false;       // position_buckets > 0: log-bucketed relative positions
+  bool c2p = false, p2c = false;
+  bool rel_layer_norm = false;         // norm_rel_ebd "layer_norm"
   // ---- Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; docs/formulas.md#mla). Other
   // models leave kv_lora_rank at 0. head_dim holds qk_head_dim = qk_nope_head_dim + qk_rope_head_dim.
   std::int64_t q_lora_rank = 0;        // 0 (config null): a plain q_proj, as DeepSeek-V2-Lite
@@ -166,6 +173,7 @@ struct ModelSpec {
   bool mixes_attention_kinds() const;
   bool is_mla() const { return kv_lora_rank > 0; }
   bool is_modernbert() const { return model_type == "modernbert"; }  // docs/formulas.md#modernbert
+  bool is_deberta() const { return model_type == "deberta-v2"; }     // docs/formulas.md#deberta
   bool operator==(const ModelSpec&) const = default;
 };
 
@@ -220,6 +228,9 @@ ParameterCounts count_encoder_parameters(const ModelSpec& m);
 // Whether the encoder carries BertPooler: AutoModel (sentence-transformers) and BERT's
 // sequence classifier do; *ForMaskedLM and RoBERTa's classifier are built without it.
 bool encoder_has_pooler(const ModelSpec& m);
+// Whether the encoder has an absolute position table: the BERT family always; DeBERTa only with
+// position_biased_input (learned_positions); ModernBERT never (rotary).
+bool encoder_has_position_table(const ModelSpec& m);
 
 // Vision-language models (src/core/model_vision.cpp, docs/formulas.md#vision-language-models).
 // The Linear modules of one vision block under the names PEFT matches (qkv/proj, q_proj/...).

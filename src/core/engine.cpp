@@ -315,6 +315,12 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                       fmt::format("{} (torchao) needs PyTorch >= 2.3; --device cpu models PyTorch 1.13", to_string(c.optim.kind)),
                       "use --device cuda, or --optim adamw_torch on the CPU");
   if (m.is_encoder()) {
+    if (m.is_deberta() && c.attn && *c.attn != AttnImpl::kEager)
+      return make_error(ErrorCode::kUnsupported,
+                        fmt::format("DeBERTa-v2/v3 has only the eager attention in transformers (asked for {}): its "
+                                    "disentangled attention adds position terms no SDPA or flash kernel computes",
+                                    to_string(*c.attn)),
+                        "drop --attn-implementation (or attn_implementation in the config); memplan then models eager");
     if (c.method != Method::kSft)
       return make_error(ErrorCode::kUnsupported,
                         fmt::format("{} is a decoder method; {} is an encoder", to_string(c.method), m.model_type),
@@ -894,7 +900,8 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.checkpoint_reentrant = config.reentrant_checkpointing();
     sp.fsdp_frozen_units = fsdp_frozen_layer_units(config);
     sp.ops.inplace_accumulation = config.device == Device::kCuda;
-    sp.attn = config.attn_impl();
+    // DeBERTa-v2 has no SDPA or flash path in transformers: eager whatever the default.
+    sp.attn = model.is_deberta() ? AttnImpl::kEager : config.attn_impl();
     sp.loss_kernel = model.is_encoder() || config.method != Method::kSft ? LossKernel::kEager : config.loss_kernel;
     sp.liger_kernels = config.liger_kernels && !model.is_encoder();
     sp.contrastive = config.contrastive;
@@ -1328,7 +1335,21 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                                 ? fmt::format(" (cached: mini-batches of {})", config.contrastive.mini_batch_size)
                                 : "")
               : "",
-          model.is_modernbert() ? "" : " (no SDPA mask)"));
+          model.is_modernbert() || model.is_deberta() ? "" : " (no SDPA mask)"));
+      if (model.is_deberta())
+        impl->assumptions.push_back(
+            model.relative_span > 0
+                ? fmt::format("DeBERTa: eager disentangled attention (transformers has no SDPA/flash path for it); "
+                              "every layer keeps its c2p/p2c products, (b x heads, s, {}) each, for gather's backward "
+                              "(docs/formulas.md#deberta)",
+                              2 * model.relative_span)
+                : std::string("DeBERTa: eager attention (transformers has no SDPA/flash path for it)"));
+      if (model.is_deberta() && model.relative_span > 0 && config.gradient_checkpointing &&
+          config.reentrant_checkpointing() && !config.lora.enabled)
+        impl->warnings.push_back(
+            "DeBERTa with reentrant gradient checkpointing and trained rel_embeddings fails in PyTorch (\"Trying to "
+            "backward through the graph a second time\"): every layer's recomputation backpropagates into the shared "
+            "LayerNorm-ed relative embeddings; use gradient_checkpointing_kwargs {\"use_reentrant\": false}");
     }
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the model or batch is far too large");

@@ -1,5 +1,6 @@
 // Encoder parameter layouts (docs/formulas.md#encoder-parameters), read from transformers'
-// modeling_bert.py, modeling_roberta.py, modeling_xlm_roberta.py and modeling_modernbert.py.
+// modeling_bert.py, modeling_roberta.py, modeling_xlm_roberta.py, modeling_deberta_v2.py and
+// modeling_modernbert.py.
 #include "memplan/model.hpp"
 
 #include "memplan/text.hpp"
@@ -27,10 +28,12 @@ std::vector<LinearModule> encoder_layer_linears(const ModelSpec& m) {
     return out;
   }
   // BertLayer: attention.self.{query,key,value}, attention.output.dense, intermediate.dense,
-  // output.dense, all nn.Linear with bias (RoBERTa and XLM-R reuse the same modules).
-  out.push_back({"query", h, inner, true, 1, LinearRole::kAttention});
-  out.push_back({"key", h, inner, true, 1, LinearRole::kAttention});
-  out.push_back({"value", h, inner, true, 1, LinearRole::kAttention});
+  // output.dense, all nn.Linear with bias (RoBERTa and XLM-R reuse the same modules; DeBERTa's
+  // DisentangledSelfAttention names them query_proj, key_proj, value_proj).
+  const bool deberta = m.is_deberta();
+  out.push_back({deberta ? "query_proj" : "query", h, inner, true, 1, LinearRole::kAttention});
+  out.push_back({deberta ? "key_proj" : "key", h, inner, true, 1, LinearRole::kAttention});
+  out.push_back({deberta ? "value_proj" : "value", h, inner, true, 1, LinearRole::kAttention});
   out.push_back({"attention.output.dense", inner, h, true, 1, LinearRole::kAttention});
   out.push_back({"intermediate.dense", h, m.intermediate_size, true, 1, LinearRole::kMlp});
   out.push_back({"output.dense", m.intermediate_size, h, true, 1, LinearRole::kMlp});
@@ -38,11 +41,18 @@ std::vector<LinearModule> encoder_layer_linears(const ModelSpec& m) {
 }
 
 bool encoder_has_pooler(const ModelSpec& m) {
+  // DeBERTa's ContextPooler belongs to its sequence classifier, not to DebertaV2Model.
+  if (m.is_deberta()) return m.head == EncoderHead::kSequenceClassification;
   if (!m.pooler) return false;
   if (m.head == EncoderHead::kPooling) return true;
   // BertForSequenceClassification classifies the pooled [CLS]; RobertaForSequenceClassification
   // builds RobertaModel(add_pooling_layer=False) and its own head; *ForMaskedLM has no pooler.
   return m.head == EncoderHead::kSequenceClassification && m.model_type == "bert";
+}
+
+bool encoder_has_position_table(const ModelSpec& m) {
+  if (m.is_modernbert()) return false;
+  return !m.is_deberta() || m.learned_positions;
 }
 
 ParameterCounts count_encoder_parameters(const ModelSpec& m) {
@@ -51,8 +61,12 @@ ParameterCounts count_encoder_parameters(const ModelSpec& m) {
   // Embeddings: word (V x h); BERT family: absolute positions and token types; a LayerNorm
   // (ModernBERT: tok_embeddings and a LayerNorm only, positions are rotary).
   c.embedding = V * h;
-  if (!m.is_modernbert()) c.position_embedding = m.max_position_embeddings * h + m.type_vocab_size * h;
-  c.norms = layer_norm_params(m);
+  if (encoder_has_position_table(m)) c.position_embedding = m.max_position_embeddings * h;
+  c.position_embedding += m.type_vocab_size * h;
+  // DebertaV2Encoder.rel_embeddings (2 x att_span rows) and its LayerNorm (norm_rel_ebd).
+  c.position_embedding += 2 * m.relative_span * h;
+  if (m.rel_layer_norm) c.norms += layer_norm_params(m);
+  c.norms += layer_norm_params(m);
   for (int l = 0; l < m.num_layers; ++l) {
     for (const auto& lin : encoder_layer_linears(m)) {
       const std::int64_t p = lin.weight_params() + lin.bias_params();
@@ -79,7 +93,7 @@ ParameterCounts count_encoder_parameters(const ModelSpec& m) {
     case EncoderHead::kSequenceClassification: {
       const std::int64_t classifier = h * m.num_labels + m.num_labels;
       if (modern) head += modern_head + classifier;                                // head + classifier
-      else if (m.model_type == "bert") head += classifier;                          // pooler + dropout + classifier
+      else if (m.model_type == "bert" || m.is_deberta()) head += classifier;         // (Context)pooler + dropout + classifier
       else head += h * h + h + classifier;                                          // RobertaClassificationHead
       break;
     }

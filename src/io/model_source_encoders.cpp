@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "memplan/text.hpp"
+
 namespace memplan::io {
 
 namespace {
@@ -41,10 +43,101 @@ Result<bool> boolean(const json& j, const char* key, bool fallback, const std::s
 
 int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); }
 
+// An integer field where a negative value means "unset" (DeBERTa's -1), or `fallback`.
+Result<std::int64_t> signed_integer(const json& j, const char* key, std::int64_t fallback, const std::string& origin) {
+  auto it = j.find(key);
+  if (it != j.end() && (it->is_number_integer() || it->is_number_float()) && it->get<double>() < 0)
+    return std::int64_t{-1};
+  if (it == j.end() || it->is_null()) return fallback;
+  return integer(j, key, 0, origin);
+}
+
+// "a|b|c" as DebertaV2Config splits pos_att_type and norm_rel_ebd: lower-cased, trimmed parts.
+std::vector<std::string> split_bars(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t bar = s.find('|', start);
+    out.push_back(to_lower(trim(std::string_view(s).substr(start, bar == std::string::npos ? std::string::npos : bar - start))));
+    if (bar == std::string::npos) return out;
+    start = bar + 1;
+  }
+}
+
+// DebertaV2Config (docs/formulas.md#deberta): defaults position_biased_input true, type_vocab_size
+// 0, relative_attention false, max_relative_positions -1 (then max_position_embeddings),
+// position_buckets -1, pos_att_type none, norm_rel_ebd "none", share_att_key false. Every v3
+// checkpoint sets relative_attention, position_buckets 256, share_att_key, "p2c|c2p" and
+// "layer_norm"; the encoder's ConvLayer (deberta-v2-xlarge's conv_kernel_size), an
+// embedding_size other than hidden_size and separate position projections are refused.
+Status parse_deberta(const json& j, const std::string& origin, ModelSpec& m) {
+  MEMPLAN_TRY(m.max_position_embeddings, integer(j, "max_position_embeddings", 512, origin));
+  MEMPLAN_TRY(m.type_vocab_size, integer(j, "type_vocab_size", 0, origin));
+  MEMPLAN_TRY(m.learned_positions, boolean(j, "position_biased_input", true, origin));
+  MEMPLAN_TRY(const bool relative, boolean(j, "relative_attention", false, origin));
+  MEMPLAN_TRY(const bool share, boolean(j, "share_att_key", false, origin));
+  m.norm_bias = true;
+  m.qkv_bias = m.o_bias = m.mlp_bias = true;
+  m.activation = Activation::kGelu;
+  auto unsupported = [&](std::string what) {
+    Error e = make_error(ErrorCode::kUnsupported, std::move(what),
+                         "memplan models DeBERTa-v2/v3 as the v3 checkpoints configure it (microsoft/deberta-v3-*)");
+    e.where = SourceLocation{origin, 0, 0};
+    return e;
+  };
+  MEMPLAN_TRY(const std::int64_t conv, integer(j, "conv_kernel_size", 0, origin));
+  if (conv > 0) return unsupported(fmt::format("DeBERTa's ConvLayer (\"conv_kernel_size\": {}) is not modelled", conv));
+  MEMPLAN_TRY(const std::int64_t emb, integer(j, "embedding_size", m.hidden_size, origin));
+  if (emb != m.hidden_size)
+    return unsupported(fmt::format("\"embedding_size\" {} differs from \"hidden_size\" {} (embed_proj is not modelled)",
+                                   emb, m.hidden_size));
+  MEMPLAN_TRY(const std::int64_t pooler, integer(j, "pooler_hidden_size", m.hidden_size, origin));
+  if (pooler != m.hidden_size)
+    return field_error(origin, fmt::format("\"pooler_hidden_size\" {} differs from \"hidden_size\" {}: "
+                                           "DebertaV2ForSequenceClassification's classifier reads hidden_size features",
+                                           pooler, m.hidden_size));
+  // pos_att_type: a list, or the "p2c|c2p" string DebertaV2Config splits.
+  std::vector<std::string> types;
+  if (auto p = j.find("pos_att_type"); p != j.end() && !p->is_null()) {
+    if (p->is_string()) {
+      types = split_bars(p->get<std::string>());
+    } else if (p->is_array()) {
+      for (const auto& t : *p) {
+        if (!t.is_string()) return field_error(origin, fmt::format("\"pos_att_type\" must list strings, got {}", p->dump()));
+        types.push_back(to_lower(trim(t.get<std::string>())));
+      }
+    } else {
+      return field_error(origin, fmt::format("\"pos_att_type\" must be a string or a list, got {}", p->dump()));
+    }
+  }
+  for (const auto& t : types) {
+    if (t == "c2p") m.c2p = true;
+    else if (t == "p2c") m.p2c = true;
+    else if (!t.empty())
+      return field_error(origin, fmt::format("\"pos_att_type\" has '{}': DeBERTa-v2 knows c2p and p2c", t));
+  }
+  if (relative) {
+    MEMPLAN_TRY(const std::int64_t buckets, signed_integer(j, "position_buckets", -1, origin));
+    MEMPLAN_TRY(std::int64_t max_rel, signed_integer(j, "max_relative_positions", -1, origin));
+    if (max_rel < 1) max_rel = m.max_position_embeddings;
+    m.relative_buckets = buckets > 0;
+    m.relative_span = buckets > 0 ? buckets : max_rel;
+    if (m.relative_span > (std::int64_t{1} << 24))
+      return field_error(origin, fmt::format("the relative attention span {} is larger than 2^24 positions", m.relative_span));
+    if ((m.c2p || m.p2c) && !share)
+      return unsupported("separate position projections (\"share_att_key\": false) are not modelled");
+    if (auto n = j.find("norm_rel_ebd"); n != j.end() && n->is_string())
+      for (const auto& t : split_bars(n->get<std::string>())) m.rel_layer_norm |= t == "layer_norm";
+  } else {
+    m.c2p = m.p2c = false;  // DisentangledSelfAttention adds no position terms without relative_attention
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 bool is_encoder_model_type(const std::string& t) {
-  return t == "bert" || t == "roberta" || t == "xlm-roberta" || t == "modernbert";
+  return t == "bert" || t == "roberta" || t == "xlm-roberta" || t == "modernbert" || t == "deberta-v2";
 }
 
 Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin) {
@@ -91,6 +184,8 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
     if (auto rc = j.find("reference_compile"); rc != j.end() && rc->is_boolean()) m.reference_compile = rc->get<bool>();
     m.gated_mlp = true;  // Wi produces input and gate of GeGLU
     m.activation = Activation::kGelu;
+  } else if (m.is_deberta()) {
+    if (auto s = parse_deberta(j, origin, m); !s) return s.error();
   } else {
     // BertConfig defaults: max_position_embeddings 512, type_vocab_size 2, hidden_act gelu.
     MEMPLAN_TRY(m.max_position_embeddings, integer(j, "max_position_embeddings", 512, origin));

@@ -47,6 +47,33 @@ inline ModelSpec modernbert_base(int layers = 22, std::int64_t vocab = 50368) {
   return m;
 }
 
+// microsoft/deberta-v3-base's config.json (docs/formulas.md#deberta): relative attention over
+// 256 position buckets, share_att_key, p2c|c2p, LayerNorm-ed rel_embeddings, no absolute positions.
+inline ModelSpec deberta_v3_base(int layers = 12, std::int64_t vocab = 128100) {
+  ModelSpec m;
+  m.name = "deberta-v3-base";
+  m.model_type = "deberta-v2";
+  m.encoder = true;
+  m.vocab_size = vocab;
+  m.hidden_size = 768;
+  m.intermediate_size = 3072;
+  m.num_layers = layers;
+  m.num_heads = m.num_kv_heads = 12;
+  m.head_dim = 64;
+  m.max_position_embeddings = 512;
+  m.norm = NormKind::kLayerNorm;
+  m.norm_bias = true;
+  m.qkv_bias = m.o_bias = m.mlp_bias = true;
+  m.activation = Activation::kGelu;
+  m.gated_mlp = false;
+  m.tie_word_embeddings = true;
+  m.relative_span = 256;
+  m.relative_buckets = true;
+  m.c2p = m.p2c = true;
+  m.rel_layer_norm = true;
+  return m;
+}
+
 // A toy Llama (the "gqa" shape of tools/measure/cases.py).
 inline ModelSpec toy_llama(int layers = 4) {
   ModelSpec m;

@@ -22,6 +22,7 @@ import time
 import torch
 
 import hf_bert
+import hf_deberta
 import hf_llama
 import hf_mllama
 import hf_modernbert
@@ -34,21 +35,38 @@ import trl_steps
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-ENCODERS = ("bert", "roberta", "xlm-roberta")
+ENCODERS = ("bert", "roberta", "xlm-roberta", "deberta-v2")
+# PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the encoders
+ENCODER_LORA_TARGETS = {"deberta-v2": ["query_proj", "key_proj", "value_proj", "dense"]}
 
 
 def build_encoder(case):
-    """BERT-family cases: training.head (pooling|mlm|classification), texts_per_example."""
+    """BERT-family and DeBERTa-v2/v3 cases: training.head (pooling|mlm|classification),
+    texts_per_example; DeBERTa also gradient_checkpointing (reentrant unless checkpoint_reentrant
+    is false)."""
     torch.manual_seed(0)
     t = case["training"]
-    cfg = hf_bert.Config(case["model"])
-    model = hf_bert.Bert(cfg, t.get("head", "pooling")).to(DTYPES[t.get("torch_dtype", "float32")])
+    model_type = case["model"].get("model_type")
+    if model_type == "deberta-v2":
+        cfg = hf_deberta.Config(case["model"])
+        model = hf_deberta.Deberta(cfg, t.get("head", "pooling"))
+    else:
+        cfg = hf_bert.Config(case["model"])
+        model = hf_bert.Bert(cfg, t.get("head", "pooling"))
+    model = model.to(DTYPES[t.get("torch_dtype", "float32")])
     lora = t.get("lora")
-    if lora:  # PEFT's default targets for BERT-family models: query, value
+    if lora:  # PEFT's default targets (BERT-family models: query, value)
         peft_lora.apply_lora(model, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
-                             lora.get("target_modules") or ["query", "value"])
+                             lora.get("target_modules") or ENCODER_LORA_TARGETS.get(model_type, ["query", "value"]),
+                             # PEFT's SEQ_CLS task type saves the new classifier in full
+                             ["classifier"] if t.get("head") == "classification" else [])
+    if t.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable(use_reentrant=t.get("checkpoint_reentrant", True))
+        if lora:  # PEFT + checkpointing: enable_input_require_grads() hooks the word embeddings
+            model.word_embeddings.register_forward_hook(lambda module, inp, out: out.requires_grad_(True))
     model.train()
-    opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"), model.parameters(), t.get("optim_args"))
+    opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"),
+                                    [p for p in model.parameters() if p.requires_grad], t.get("optim_args"))
     b, s = t["batch"], t["seq_len"]
     gen = torch.Generator().manual_seed(1)
 
@@ -243,7 +261,7 @@ def forward_loss(model, inputs, autocast, t=None, ref=None):
     if "modern_columns" in inputs:
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return hf_modernbert.mnrl_loss(model, inputs["modern_columns"])
-    if isinstance(model, (hf_bert.Bert, hf_modernbert.ModernBert)):
+    if isinstance(model, (hf_bert.Bert, hf_deberta.Deberta, hf_modernbert.ModernBert)):
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return model(**inputs)
     with memtrace.phase("forward"):

@@ -1,6 +1,8 @@
 // The encoder training step (docs/formulas.md#encoders): transformers' BertModel /
 // RobertaModel / XLMRobertaModel forward (modeling_bert.py: embeddings with word, position and
-// token-type tables, post-LayerNorm layers with biased q/k/v/o and a GELU MLP) or ModernBertModel
+// token-type tables, post-LayerNorm layers with biased q/k/v/o and a GELU MLP), DebertaV2Model
+// (modeling_deberta_v2.py: the same layers with disentangled attention over relative positions;
+// docs/formulas.md#deberta) or ModernBertModel
 // (modeling_modernbert.py: pre-LayerNorm layers with a packed Wqkv, rotary embeddings, global and
 // local attention masks, a GeGLU MLP; docs/formulas.md#modernbert), one of three heads
 // (sentence-transformers mean pooling with MultipleNegativesRankingLoss or its cached GradCache
@@ -79,11 +81,19 @@ class EncoderStep {
   int modern_layer(int h, int l);
   int modern_attention(int x, EncLayer& lp, bool local);
   int modern_classification_loss(int h);
-  // What ModernBERT's model forward passes each layer besides its input and mask_ (the global
-  // mask): gradient checkpointing keeps them for the recomputation.
+  // DeBERTa-v2/v3 (docs/formulas.md#deberta): eager disentangled attention.
+  bool deberta() const { return m_.is_deberta(); }
+  int deberta_encode();
+  void deberta_relative_positions();
+  int deberta_attention(int x, EncLayer& lp);
+  int deberta_relative_bias(int q, int k, EncLayer& lp);
+  // What the model forward passes each layer besides its input and mask_ (the global mask):
+  // gradient checkpointing keeps them for the recomputation.
   struct LayerArgs {
-    int sliding = -1;                             // the local layers' mask
-    std::array<int, 2> cos{-1, -1}, sin{-1, -1};  // rotary tables per layer type: 0 global, 1 local
+    int sliding = -1;                             // ModernBERT: the local layers' mask
+    std::array<int, 2> cos{-1, -1}, sin{-1, -1};  // ModernBERT: rotary tables per layer type: 0 global, 1 local
+    int rel_pos = -1, rel_emb = -1;               // DeBERTa: relative positions, (normalized) rel_embeddings
+    std::vector<int> held() const { return {sliding, cos[0], sin[0], cos[1], sin[1], rel_pos, rel_emb}; }
   };
   // Whether each forward sees a single sequence (bmm then folds (b, heads) as a view).
   bool one_sequence() const { return sp_.batch_one && texts_ == 1 && !cached_; }
@@ -94,7 +104,9 @@ class EncoderStep {
   int layer(int h, int l);
   int checkpointed(int h, int l);
   int encode();                 // embeddings and every layer: the last hidden state
-  int layers(int cur);          // every simulated layer on the embeddings' output
+  // Every simulated layer on the embeddings' output; `keep`: each layer's output stays referenced
+  // there (DeBERTa's output_hidden_states=True tuple) until the caller drops it.
+  int layers(int cur, std::vector<int>* keep = nullptr);
   int mean_pool(int h);         // sentence-transformers Pooling(mean)
   int contrastive_loss(int emb, const Poly& anchors, const Poly& candidates);
   int mlm_loss(int h);
@@ -116,6 +128,8 @@ class EncoderStep {
   int pool_w_ = -1, pool_b_ = -1;
   int head_dense_w_ = -1, head_dense_b_ = -1, head_ln_w_ = -1, head_ln_b_ = -1, head_bias_ = -1;
   int cls_w_ = -1, cls_b_ = -1, cls_dense_w_ = -1, cls_dense_b_ = -1;
+  Lin context_pooler_;               // DeBERTa's ContextPooler.dense (a LoRA "dense" target)
+  int rel_ = -1, rel_ln_w_ = -1, rel_ln_b_ = -1;  // DeBERTa rel_embeddings and its LayerNorm
   std::vector<EncLayer> layers_;
   int ids_ = -1, types_ = -1, amask_ = -1, mask_ = -1;
   int final_w_ = -1, final_b_ = -1;  // ModernBERT final_norm
@@ -159,7 +173,8 @@ void EncoderStep::make_params() {
   const std::int64_t h = m_.hidden_size, V = m_.vocab_size;
   const bool ft = sp_.full_finetune;
   word_ = param(V * h, ft, Cat::kWeights, V, h);
-  pos_ = param(m_.max_position_embeddings * h, ft, Cat::kWeights, m_.max_position_embeddings, h);
+  if (encoder_has_position_table(m_))
+    pos_ = param(m_.max_position_embeddings * h, ft, Cat::kWeights, m_.max_position_embeddings, h);
   if (m_.type_vocab_size > 0) type_ = param(m_.type_vocab_size * h, ft, Cat::kWeights, m_.type_vocab_size, h);
   emb_ln_w_ = param(h, ft);
   emb_ln_b_ = param(h, ft);
@@ -174,10 +189,19 @@ void EncoderStep::make_params() {
     layers_.push_back(std::move(lp));
   }
   cur_layer_ = -1;
+  if (m_.relative_span > 0) {  // DebertaV2Encoder.rel_embeddings and LayerNorm
+    rel_ = param(2 * m_.relative_span * h, ft, Cat::kWeights, 2 * m_.relative_span, h);
+    if (m_.rel_layer_norm) {
+      rel_ln_w_ = param(h, ft);
+      rel_ln_b_ = param(h, ft);
+    }
+  }
+  if (deberta() && encoder_has_pooler(m_))  // ContextPooler: frozen under LoRA (not in SEQ_CLS's modules_to_save)
+    context_pooler_ = make_linear({"pooler.dense", h, h, true, 1, LinearRole::kMlp});
   // The pooler receives no gradient under mean pooling (its output is unused): AdamW keeps no
   // state for it. With the classifier it trains.
   const bool pool_train = ft && m_.head == EncoderHead::kSequenceClassification;
-  if (encoder_has_pooler(m_)) {
+  if (encoder_has_pooler(m_) && !deberta()) {
     pool_w_ = param(h * h, pool_train, Cat::kWeights, h, h);
     pool_b_ = param(h, pool_train);
   }
@@ -191,7 +215,7 @@ void EncoderStep::make_params() {
     head_ln_b_ = param(h, ft);
     if (m_.decoder_bias) head_bias_ = param(V, ft);
   } else if (m_.head == EncoderHead::kSequenceClassification) {
-    if (m_.model_type != "bert") {  // RobertaClassificationHead: dense + tanh, then out_proj
+    if (m_.model_type != "bert" && !deberta()) {  // RobertaClassificationHead: dense + tanh, then out_proj
       cls_dense_w_ = param(h * h, head_train, Cat::kWeights, h, h);
       cls_dense_b_ = param(h, head_train);
     }
@@ -287,12 +311,8 @@ int EncoderStep::attention(int x, EncLayer& lp) {
     g_.drop(sc);
     const int masked = ops_.add(scaled, mask_, scores(nh));
     g_.drop(scaled);
-    // softmax is on autocast's fp32 list; without autocast it runs in the input dtype.
-    const int in = ops_.autocast() ? ops_.to(masked, DT::kF32) : (g_.hold(masked), masked);
+    const int probs = ops_.softmax(masked);
     g_.drop(masked);
-    const int probs = g_.make(g_.at(in).numel, g_.at(in).dt, ops_.cat);
-    g_.node({in}, {probs}, {probs}, [in](Bwd& ctx) { ctx.give(in, ctx.like(in)); });
-    g_.drop(in);
     const int dropped = ops_.dropout(probs, 0.1);  // attention_probs_dropout_prob
     g_.drop(probs);
     out = ops_.attention_output(dropped, vt, qn, !one);
@@ -337,7 +357,7 @@ int EncoderStep::layer(int h, int l) {
   EncLayer& lp = layers_[static_cast<std::size_t>(l)];
   const std::int64_t hs = m_.hidden_size;
   const Poly n = tok(hs), rows = tok(1);
-  const int ctx = attention(h, lp);
+  const int ctx = deberta() ? deberta_attention(h, lp) : attention(h, lp);
   // BertSelfOutput: dense, dropout, LayerNorm(hidden + input)
   const int d = lin(ctx, lp.lin.at("attention.output.dense"), n);
   g_.drop(ctx);
@@ -372,7 +392,9 @@ int EncoderStep::checkpointed(int h, int l) {
   const int rng = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
   // What the layer is called with besides its input (the masks; ModernBERT's rotary tables).
   std::vector<int> held{h};
-  for (int t : {mask_, args_.sliding, args_.cos[0], args_.sin[0], args_.cos[1], args_.sin[1]})
+  std::vector<int> args = args_.held();
+  args.push_back(mask_);
+  for (int t : args)
     if (t >= 0 && std::find(held.begin(), held.end(), t) == held.end()) held.push_back(t);
   if (!sp_.checkpoint_reentrant) {
     held.push_back(rng);
@@ -442,7 +464,7 @@ int EncoderStep::checkpointed(int h, int l) {
   return out;
 }
 
-int EncoderStep::layers(int cur) {
+int EncoderStep::layers(int cur, std::vector<int>* keep) {
   // Each simulated layer's events in its segment: the first, the middle ones (as instances), the last.
   const int L = static_cast<int>(sp_.model_layers.size());
   for (int l = 0; l < L; ++l) {
@@ -451,6 +473,10 @@ int EncoderStep::layers(int cur) {
     g_.set_instance(l == 0 || last ? 0 : l - 1);
     ops_.cat = Cat::kActivations;
     const int next = sp_.gradient_checkpointing && g_.grad_enabled() ? checkpointed(cur, l) : layer(cur, l);
+    if (keep) {
+      g_.hold(next);
+      keep->push_back(next);
+    }
     g_.drop(cur);
     cur = next;
   }
@@ -460,6 +486,7 @@ int EncoderStep::layers(int cur) {
 
 int EncoderStep::encode() {
   if (modern()) return modern_encode();
+  if (deberta()) return deberta_encode();
   const std::int64_t h = m_.hidden_size;
   ops_.cat = Cat::kActivations;
   // BertEmbeddings: word + token_type, + absolute positions, LayerNorm, dropout.
@@ -611,7 +638,18 @@ int EncoderStep::mlm_loss(int h) {
 int EncoderStep::classification_loss(int h) {
   const std::int64_t hs = m_.hidden_size, L = m_.num_labels;
   int feat = -1;
-  if (m_.model_type == "bert") {
+  if (deberta()) {
+    // ContextPooler: hidden_states[:, 0], dropout (pooler_dropout 0: identity), dense, GELU; then
+    // the classifier's dropout (hidden_dropout_prob).
+    const int first = g_.view(h, seqs(hs));
+    g_.node({h}, {first}, {}, [h](Bwd& c) { c.give(h, c.like(h)); });
+    const int d = lin(first, context_pooler_, seqs(hs));
+    g_.drop(first);
+    const int a = ops_.gelu(d);
+    g_.drop(d);
+    feat = ops_.dropout(a, 0.1);
+    g_.drop(a);
+  } else if (m_.model_type == "bert") {
     const int pooled = pooler(h);  // dropout, classifier on the pooled [CLS]
     feat = ops_.dropout(pooled, 0.1);
     g_.drop(pooled);
@@ -631,9 +669,247 @@ int EncoderStep::classification_loss(int h) {
   ops_.cat = Cat::kLogits;
   const int logits = ops_.linear(feat, cls_w_, cls_b_, seqs(L));
   g_.drop(feat);
-  const int loss = cross_entropy(logits, seqs(1), false);
+  // DeBERTa gathers the labelled rows ((labels >= 0).nonzero()) and upcasts them: .float().
+  const int loss = cross_entropy(logits, seqs(1), deberta());
   g_.drop(logits);
   return loss;
+}
+
+// ---- DeBERTa-v2/v3 (docs/formulas.md#deberta), read from transformers 4.57 / 5.x
+// modeling_deberta_v2.py (eager only: DeBERTa has no SDPA or flash path).
+
+int EncoderStep::deberta_encode() {
+  const std::int64_t h = m_.hidden_size;
+  ops_.cat = Cat::kActivations;
+  // DebertaV2Embeddings: word (+ absolute positions when position_biased_input; otherwise
+  // torch.zeros_like(inputs_embeds), alive until the module returns) (+ token types), LayerNorm,
+  // times the input mask (mask.unsqueeze(2).to(dtype): MulBackward keeps it), dropout.
+  int e = ops_.embedding(ids_, word_, tok(h));
+  enable_input_require_grads(e);  // PEFT hooks the word embeddings' output
+  int zeros = -1;
+  if (pos_ >= 0) {
+    const int pids = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);
+    const int p = ops_.embedding(pids, pos_, Poly::mono(kS, h));
+    const int sum = ops_.add(e, p, tok(h));
+    g_.drop(e);
+    g_.drop(p);
+    g_.drop(pids);
+    e = sum;
+  } else {
+    zeros = g_.make(tok(h), g_.at(e).dt, Cat::kActivations);
+  }
+  if (type_ >= 0) {
+    const int t = ops_.embedding(types_, type_, tok(h));
+    const int sum = ops_.add(e, t, tok(h));
+    g_.drop(e);
+    g_.drop(t);
+    e = sum;
+  }
+  const int n = layer_norm(e, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
+  g_.drop(e);
+  const int mf = g_.make(tok(1), g_.at(n).dt, Cat::kActivations);
+  const int masked = ops_.mul(n, mf, tok(h));
+  g_.drop(n);
+  g_.drop(mf);
+  int cur = ops_.dropout(masked, 0.1);
+  g_.drop(masked);
+  if (zeros >= 0) g_.drop(zeros);
+  // DebertaV2Encoder: get_attention_mask multiplies the (b, s) int64 mask into a (b, 1, s, s)
+  // int64 one; the relative positions and the LayerNorm-ed rel_embeddings are computed once.
+  mask_ = g_.make(scores(1), DT::kI64, Cat::kInputs);
+  if (m_.relative_span > 0) {
+    deberta_relative_positions();
+    const std::int64_t rows = 2 * m_.relative_span;
+    args_.rel_emb = rel_ln_w_ >= 0 ? layer_norm(rel_, rel_ln_w_, rel_ln_b_, c(rows * h), c(rows)) : (g_.hold(rel_), rel_);
+  }
+  // output_hidden_states=True: the encoder's tuple holds the embeddings and every layer's output
+  // until DebertaV2Model.forward returns.
+  std::vector<int> hidden{cur};
+  g_.hold(cur);
+  cur = layers(cur, &hidden);
+  for (const int t : hidden) g_.drop(t);
+  for (const int t : {mask_, args_.rel_pos, args_.rel_emb})
+    if (t >= 0) g_.drop(t);
+  mask_ = -1;
+  args_ = LayerArgs{};
+  return cur;
+}
+
+void EncoderStep::deberta_relative_positions() {
+  // build_relative_position: arange(s) twice, their (s, s) int64 difference; with position
+  // buckets make_log_bucket_position's sign, masks, abs and fp32 log terms, then .to(long).
+  const Poly ss = Poly::mono(kSS, 1);
+  const int q_ids = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);
+  const int k_ids = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);
+  int rel = g_.make(ss, DT::kI64, Cat::kInputs);
+  if (m_.relative_buckets) {
+    const auto make = [&](DT dt) { return g_.make(ss, dt, Cat::kInputs); };
+    const int sign = make(DT::kI64);
+    const int lt = make(DT::kBool), gt = make(DT::kBool), both = make(DT::kBool);
+    g_.drop(lt);
+    g_.drop(gt);
+    const int abs_rel = make(DT::kI64);
+    const int abs_pos = make(DT::kI64);  // torch.where
+    g_.drop(abs_rel);
+    g_.drop(both);
+    int log_pos = make(DT::kF32);  // abs_pos / mid, then log, / log(...), * (mid - 1), ceil, + mid
+    for (int i = 0; i < 5; ++i) {
+      const int next = make(DT::kF32);
+      g_.drop(log_pos);
+      log_pos = next;
+    }
+    const int near = make(DT::kBool), rel_f = make(DT::kF32), signed_log = make(DT::kF32);
+    const int bucket = make(DT::kF32);  // torch.where
+    for (const int t : {near, rel_f, signed_log, log_pos, abs_pos, sign}) g_.drop(t);
+    const int as_long = make(DT::kI64);
+    g_.drop(bucket);
+    g_.drop(rel);
+    rel = as_long;
+  }
+  g_.drop(q_ids);
+  g_.drop(k_ids);
+  args_.rel_pos = rel;
+}
+
+int EncoderStep::deberta_attention(int x, EncLayer& lp) {
+  // DisentangledSelfAttention: query/key/value_proj, transpose_for_scores (view, permute,
+  // .contiguous(): a (b x heads, s, d) copy of each); scores = bmm(q, k^T / scale) (a new
+  // k-sized tensor, saved with q); + the relative-position bias; masked_fill(~mask.bool(), min)
+  // (the inverted bool (b, 1, s, s) mask saved); softmax (fp32 under autocast); dropout; bmm
+  // with v; permute + contiguous back to (b, s, heads x d).
+  const std::int64_t inner = static_cast<std::int64_t>(m_.num_heads) * m_.head_dim;
+  const Poly qn = tok(inner), sn = scores(m_.num_heads);
+  const auto heads = [&](const char* name) {
+    const int y = lin(x, lp.lin.at(name), qn);
+    const int t = ops_.transpose_view(y);
+    g_.drop(y);
+    const int copy = ops_.clone(t);
+    g_.drop(t);
+    return copy;
+  };
+  const int q = heads("query_proj");
+  const int k = heads("key_proj");
+  const int v = heads("value_proj");
+  ops_.cat = Cat::kAttentionScores;
+  const int kT = ops_.view(k);
+  const int k_scaled = ops_.scalar_op(kT);
+  g_.drop(kT);
+  int sc = ops_.matmul(q, k_scaled, sn);
+  g_.drop(k_scaled);
+  // rel_att, the masked scores and attention_mask.bool() are locals of the forward: alive until
+  // it returns, after the output's bmm and copy.
+  const int bias = m_.relative_span > 0 && (m_.c2p || m_.p2c) ? deberta_relative_bias(q, k, lp) : -1;
+  if (bias >= 0) {
+    const int sum = ops_.add(sc, bias, sn);
+    g_.drop(sc);
+    sc = sum;
+  }
+  const int as_bool = g_.make(scores(1), DT::kBool, ops_.cat);
+  const int inverted = g_.make(scores(1), DT::kBool, ops_.cat);
+  const int masked = g_.make(sn, g_.at(sc).dt, ops_.cat);
+  g_.node({sc}, {masked}, {inverted}, [sc](Bwd& ctx) { ctx.give(sc, ctx.like(sc)); });
+  g_.drop(sc);
+  g_.drop(inverted);
+  const int probs = ops_.softmax(masked);
+  const int dropped = ops_.dropout(probs, 0.1);  // attention_probs_dropout_prob
+  g_.drop(probs);
+  const int out = ops_.attention_output(dropped, v, qn, false);
+  g_.drop(q);
+  g_.drop(k);
+  g_.drop(v);
+  for (const int t : {bias, masked, as_bool})
+    if (t >= 0) g_.drop(t);
+  const int r = ops_.view(out);  // view(b, s, heads x d)
+  g_.drop(out);
+  return r;
+}
+
+int EncoderStep::deberta_relative_bias(int q, int k, EncLayer& lp) {
+  // disentangled_attention_bias with share_att_key: pos_dropout on the relative embeddings,
+  // query_proj / key_proj of its 2 x span rows, transpose_for_scores, .repeat(b, 1, 1) (a
+  // (b x heads, 2 span, d) copy, saved by the bmm). c2p: bmm(q, pos_key^T) is (b x heads, s,
+  // 2 span), gathered at clamp(relative_pos + span) (an (s, s) int64 index; gather saves its
+  // input and the index), / scale; p2c: the same from k and pos_query, transposed. The first
+  // term is added to the integer 0 (a copy), the second in place.
+  const std::int64_t inner = static_cast<std::int64_t>(m_.num_heads) * m_.head_dim, P = 2 * m_.relative_span;
+  const Poly sn = scores(m_.num_heads), pn = tok(m_.num_heads * P), ss = Poly::mono(kSS, 1);
+  const Cat cat = ops_.cat;
+  ops_.cat = Cat::kActivations;
+  // sentence-transformers runs one forward per text column: each has its own pos_dropout and
+  // position projections (texts copies of the (2 span, hidden) rows where one forward has one).
+  const std::int64_t folds = texts_ > 1 && !cached_ ? texts_ : 1;
+  int src = args_.rel_emb;
+  if (folds > 1) {
+    src = g_.view(args_.rel_emb, c(folds * P * m_.hidden_size));
+    const int base = args_.rel_emb;
+    g_.node({base}, {src}, {}, [base](Bwd& ctx) { ctx.give(base, ctx.like(base)); });
+  }
+  const int rel = ops_.dropout(src, 0.1);
+  if (src != args_.rel_emb) g_.drop(src);
+  const auto project = [&](const char* name) {
+    const int y = lin(rel, lp.lin.at(name), c(folds * P * inner));
+    const int t = ops_.transpose_view(y);
+    g_.drop(y);
+    const int copy = ops_.clone(t);
+    g_.drop(t);
+    const int rep = g_.make(seqs(P * inner), g_.at(copy).dt, ops_.cat);
+    g_.node({copy}, {rep}, {}, [copy](Bwd& ctx) { ctx.give(copy, ctx.like(copy)); });  // sum over the repeats
+    g_.drop(copy);
+    return rep;
+  };
+  // Both projections whichever terms pos_att_type asks for (share_att_key computes them first);
+  // an unused one dies with its graph when the function returns (simulated without grad: what
+  // its graph would save, the rows' inputs, is alive anyway).
+  const auto projection = [&](const char* name, bool used) {
+    const bool outer = g_.grad_enabled();
+    if (!used) g_.set_grad_enabled(false);
+    const int r = project(name);
+    g_.set_grad_enabled(outer);
+    return r;
+  };
+  const int pos_q = projection("query_proj", m_.p2c);
+  const int pos_k = projection("key_proj", m_.c2p);
+  g_.drop(rel);
+  ops_.cat = cat;
+  int score = -1;
+  std::vector<int> gathered_terms;
+  const auto term = [&](int content, int position, int index_temps) {
+    const int pT = ops_.view(position);
+    const int att = ops_.matmul(content, pT, pn);
+    g_.drop(pT);
+    int tmp = -1;
+    for (int i = 0; i < index_temps; ++i) {  // relative_pos + span (p2c: -relative_pos first)
+      const int next = g_.make(ss, DT::kI64, Cat::kInputs);
+      if (tmp >= 0) g_.drop(tmp);
+      tmp = next;
+    }
+    const int index = g_.make(ss, DT::kI64, Cat::kInputs);  // clamp
+    g_.drop(tmp);
+    const int gathered = g_.make(sn, g_.at(att).dt, cat);
+    g_.node({att}, {gathered}, {att, index}, [att](Bwd& ctx) { ctx.give(att, ctx.like(att)); });  // zeros + scatter_add_
+    g_.drop(att);
+    g_.drop(index);
+    const int scaled = ops_.scalar_op(gathered);
+    gathered_terms.push_back(gathered);  // c2p_att / p2c_att: locals until the function returns
+    if (score < 0) {
+      score = ops_.scalar_op(scaled);  // 0 + tensor
+    } else {
+      const int v = g_.view(score, sn);  // score += ...: in place
+      g_.node({score, scaled}, {v}, {}, [score, scaled](Bwd& ctx) {
+        ctx.pass(score, ctx.grad());
+        ctx.pass(scaled, ctx.grad());
+      });
+      g_.drop(score);
+      score = v;
+    }
+    g_.drop(scaled);
+  };
+  if (m_.c2p) term(q, pos_k, 1);
+  if (m_.p2c) term(k, pos_q, 2);
+  for (const int t : gathered_terms) g_.drop(t);
+  g_.drop(pos_q);
+  g_.drop(pos_k);
+  return score;
 }
 
 // ---- ModernBERT (docs/formulas.md#modernbert), read from transformers 5.x modeling_modernbert.py

@@ -394,6 +394,13 @@ int Ops::softmax_f32(int x) {
   return y;
 }
 
+int Ops::softmax(int x) {
+  if (autocast_ && b_.cuda) return softmax_f32(x);
+  const int y = g_.make(g_.at(x).numel, g_.at(x).dt, cat);
+  g_.node({x}, {y}, {y}, [x](Bwd& c) { c.give(x, grad_like(c, x)); });
+  return y;
+}
+
 int Ops::log_softmax(int x) {
   const int y = g_.make(g_.at(x).numel, g_.at(x).dt, cat);
   g_.node({x}, {y}, {y}, [x](Bwd& c) { c.give(x, grad_like(c, x)); });

@@ -88,6 +88,9 @@ class Ops {
 
   // ---- reductions, softmax, loss
   int softmax_f32(int x);                      // softmax(x, dtype=float32)
+  // softmax(x) without a dtype: under autocast on CUDA it is on the fp32 list (softmax_f32); the
+  // CPU's autocast (torch 1.13) leaves it in the input's dtype (checked: bf16 in, bf16 out).
+  int softmax(int x);
   int log_softmax(int x);
   int nll_loss(int logp, int target);          // scalar output
   int embedding(int ids, int w, Poly out_numel);

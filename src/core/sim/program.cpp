@@ -2284,6 +2284,7 @@ std::vector<std::string> default_lora_targets(const ModelSpec& m) {
   if (m.model_type == "gpt2") return {"c_attn"};
   if (m.model_type == "bert" || m.model_type == "roberta" || m.model_type == "xlm-roberta") return {"query", "value"};
   if (m.model_type == "modernbert") return {"attn.Wqkv"};
+  if (m.is_deberta()) return {"query_proj", "key_proj", "value_proj", "dense"};
   if (m.model_type == "phi3") return {"qkv_proj"};
   if (m.is_mla()) return {};  // no PEFT mapping: PEFT asks for target_modules (docs/formulas.md#mla)
   return {"q_proj", "v_proj"};
