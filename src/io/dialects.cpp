@@ -558,6 +558,42 @@ Result<bool> Mapper::read_model(std::string_view path) {
   return true;
 }
 
+Status read_contrastive(Mapper& m, std::string_view section) {
+  struct Count {
+    const YamlNode* node = nullptr;
+    std::string key;
+    std::int64_t value = 0;
+  };
+  auto find = [&](std::initializer_list<const char*> names) -> Result<Count> {
+    for (const std::string prefix : {std::string(), section.empty() ? std::string() : std::string(section) + "."})
+      for (const char* name : names) {
+        const std::string key = prefix + name;
+        if (m.node(key) == nullptr || m.node(key)->is_null()) continue;
+        MEMPLAN_TRY(auto v, m.integer(key, 0));
+        return Count{m.node(key), key, v.value_or(0)};
+      }
+    return Count{};
+  };
+  MEMPLAN_TRY(const Count pos, find({"n_positives", "num_positives"}));
+  MEMPLAN_TRY(const Count neg, find({"n_negatives", "num_negatives", "num_hard_negatives"}));
+  if (pos.node == nullptr && neg.node == nullptr) return Ok{};
+  // An anchor with one positive when only the negatives are written (MNRL's (anchor, positive,
+  // negatives...) columns).
+  const std::int64_t positives = pos.node != nullptr ? pos.value : 1;
+  const std::int64_t texts = 1 + positives + neg.value;
+  const YamlNode& at = neg.node != nullptr ? *neg.node : *pos.node;
+  if (texts < 2 || texts > (1 << 20))
+    return m.error_at(at, ErrorCode::kInvalidConfig,
+                      fmt::format("1 + {} positives + {} negatives = {} texts per anchor: contrastive training needs "
+                                  "2 to 1048576",
+                                  positives, neg.value, texts));
+  m.config().contrastive.texts_per_example = static_cast<int>(texts);
+  m.from_file("texts_per_example", at,
+              fmt::format("1 + {} + {}", pos.node != nullptr ? pos.key : std::string("1 positive"),
+                          neg.node != nullptr ? neg.key : std::string("0 negatives")));
+  return Ok{};
+}
+
 void Mapper::from_file(const std::string& input, const YamlNode& n, std::string_view key) {
   out_.inputs.set_origin(input, Origin{OriginKind::kFile, where(n), std::string(key)});
 }

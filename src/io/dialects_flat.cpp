@@ -166,6 +166,7 @@ Status map_flat(Mapper& m) {
 
   MEMPLAN_TRY(bool gc, m.read("gradient_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
   if (!gc) MEMPLAN_IO_CHECK(m.read("activation_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
+  MEMPLAN_IO_CHECK(read_contrastive(m, "data"));
   if (m.node("precision") != nullptr) {
     MEMPLAN_IO_CHECK(apply_lightning_precision(m, "precision"));
   } else {

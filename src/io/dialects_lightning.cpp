@@ -194,6 +194,7 @@ Status map_lightning(Mapper& m) {
            "this layout has no standard sequence-length key; name yours with --keys seq_len=KEY");
   }
 
+  MEMPLAN_IO_CHECK(read_contrastive(m, parent));
   MEMPLAN_IO_CHECK(read_devices(m, trainer + ".devices"));
   MEMPLAN_IO_CHECK(m.read(trainer + ".num_nodes", "nodes", c.parallel.nodes));
   if (m.node(trainer + ".precision") != nullptr) {

@@ -148,6 +148,10 @@ Status resolve_interpolations(YamlNode& root, LoadedConfig& out);
 // A custom architecture written in a config (`model: {n_layers, d_model, n_heads, ...}`) with its
 // key map: fills out.inputs.model and the assumptions made for what is not written.
 Status read_custom_model(Mapper& m, std::string_view section);
+// Contrastive training (docs/formulas.md#contrastive): `n_positives` / `n_negatives` per anchor
+// (seed 002's curriculum stage files; also num_positives / num_negatives), at the top level or
+// under `section`: texts per example = 1 + positives + negatives.
+Status read_contrastive(Mapper& m, std::string_view section);
 
 // Known keys per dialect (dialects_keys.cpp).
 const std::vector<std::string>& hf_known_keys();

@@ -133,6 +133,12 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
     if (!c.lora.modules_to_save.empty())
       v.push_back({"modules_to_save", fmt::format("{}", fmt::join(c.lora.modules_to_save, ","))});
   }
+  if (in.model.is_encoder()) v.push_back({"head", to_string(in.model.head)});
+  if (c.contrastive.enabled()) {
+    v.push_back({"texts_per_example", std::to_string(c.contrastive.texts_per_example)});
+    v.push_back({"cached_mnrl", b(c.contrastive.cached)});
+    if (c.contrastive.cached) v.push_back({"mini_batch_size", std::to_string(c.contrastive.mini_batch_size)});
+  }
   if (c.quant.load_in_4bit || c.quant.load_in_8bit) {
     v.push_back({"load_in_4bit", b(c.quant.load_in_4bit)});
     v.push_back({"load_in_8bit", b(c.quant.load_in_8bit)});

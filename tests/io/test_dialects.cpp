@@ -475,6 +475,29 @@ TEST_CASE("lightning/hydra: a main file plus a stage file that overrides it") {
         "this layout has no standard sequence-length key; name yours with --keys seq_len=KEY");
 }
 
+TEST_CASE("seed 002's stage files: n_positives and n_negatives make the texts per anchor") {
+  MemoryFileSystem fs;
+  fs.files["conf/config.yaml"] = "data_loader:\n  batch_size: 45\ntraining:\n  trainer:\n    accumulate_grad_batches: 5\n";
+  fs.files["conf/text_curriculum/01_stage.yaml"] = "n_positives: 32\nn_negatives: 24\n";
+  fs.files["conf/text_curriculum/02_stage.yaml"] = "n_positives: 16\nn_negatives: 8\n";
+  LoadedConfig one = load_ok(fs, {"conf/config.yaml", "conf/text_curriculum/01_stage.yaml"});
+  CHECK(one.inputs.config.contrastive.texts_per_example == 1 + 32 + 24);
+  CHECK(origin(one, "texts_per_example") == "conf/text_curriculum/01_stage.yaml:2");
+  LoadedConfig two = load_ok(fs, {"conf/config.yaml", "conf/text_curriculum/02_stage.yaml"});
+  CHECK(two.inputs.config.contrastive.texts_per_example == 1 + 16 + 8);
+  // Without the stage file nothing is contrastive; negatives alone mean one positive each.
+  CHECK(load_ok(fs, {"conf/config.yaml"}).inputs.config.contrastive.texts_per_example == 0);
+  fs.files["flat.yaml"] = "micro_batch_size: 8\nmax_seq_len: 256\ndata:\n  num_negatives: 3\n";
+  LoadedConfig flat = load_ok(fs, {"flat.yaml"});
+  CHECK(flat.inputs.config.contrastive.texts_per_example == 1 + 1 + 3);
+  fs.files["bad.yaml"] = "data_loader:\n  batch_size: 4\nn_positives: 0\n";
+  auto bad = load(fs, {"bad.yaml"});
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().to_string().find("bad.yaml:3") != std::string::npos);
+  CHECK(bad.error().message ==
+        "1 + 0 positives + 0 negatives = 1 texts per anchor: contrastive training needs 2 to 1048576");
+}
+
 TEST_CASE("flat in-house configs: spellings, precision, custom models") {
   MemoryFileSystem fs;
   fs.files["pre.yaml"] = "micro_batch_size: 2\ngradient_accumulation_steps: 32\nmax_seq_len: 1024\n"
