@@ -127,7 +127,8 @@ struct ModelSpec {
   bool mrope = false;
   std::string torch_dtype;             // dtype the checkpoint is stored in, e.g. "bfloat16"
   MoeSpec moe;
-  // ---- Bidirectional encoders (BERT, RoBERTa, XLM-R, DeBERTa-v2/v3, ModernBERT; docs/formulas.md#encoders).
+  // ---- Bidirectional encoders (BERT, RoBERTa, XLM-R, DeBERTa-v2/v3, NomicBERT, ModernBERT;
+  // docs/formulas.md#encoders).
   // Decoders leave these at their defaults.
   bool encoder = false;                // a bidirectional encoder: no causal mask, no causal LM head
   EncoderHead head = EncoderHead::kPooling;
@@ -142,6 +143,13 @@ struct ModelSpec {
   std::optional<bool> reference_compile;
   // Tied MLM decoder bias (BERT cls.predictions.bias, RoBERTa lm_head.bias): vocab_size values.
   bool decoder_bias = true;
+  // Dropout probabilities in training (config.json hidden_dropout_prob / attention_probs_dropout_prob;
+  // NomicBERT resid_pdrop / attn_pdrop). p > 0 keeps a mask per dropped tensor.
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
+  // NomicBERT (docs/formulas.md#nomicbert): mlp_fc2_bias (mlp_bias is mlp_fc1_bias; qkv_bias and
+  // o_bias are qkv_proj_bias).
+  bool mlp_out_bias = false;
   // DeBERTa-v2/v3 disentangled attention (docs/formulas.md#deberta). relative_span is att_span
   // (pos_ebd_size): position_buckets, else max_relative_positions; 0 without relative_attention.
   // rel_embeddings has 2 x relative_span rows; c2p / p2c are pos_att_type's two terms.
@@ -174,6 +182,9 @@ struct ModelSpec {
   bool is_mla() const { return kv_lora_rank > 0; }
   bool is_modernbert() const { return model_type == "modernbert"; }  // docs/formulas.md#modernbert
   bool is_deberta() const { return model_type == "deberta-v2"; }     // docs/formulas.md#deberta
+  bool is_nomic_bert() const { return model_type == "nomic_bert"; }  // docs/formulas.md#nomicbert
+  // DeBERTa and NomicBERT's remote code have no SDPA or flash path: eager whatever is asked.
+  bool eager_attention_only() const { return is_deberta() || is_nomic_bert(); }
   bool operator==(const ModelSpec&) const = default;
 };
 

@@ -702,13 +702,13 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
       }
     }
   }
-  // DeBERTa-v2/v3 has only the eager attention in transformers: the default follows (an explicit
+  // DeBERTa-v2/v3 and NomicBERT have only the eager attention: the default follows (an explicit
   // sdpa/flash_attention_2 is refused by the engine, as transformers refuses it).
-  if (in.model.is_deberta() && !c.attn) {
+  if (in.model.eager_attention_only() && !c.attn) {
     c.attn = AttnImpl::kEager;
     io::Origin o;
     o.kind = io::OriginKind::kDerived;
-    o.note = "DeBERTa: eager only";
+    o.note = in.model.is_deberta() ? "DeBERTa: eager only" : "NomicBERT: eager only";
     in.set_origin("attn_implementation", std::move(o));
   }
   if (given("--head") || given("--num-labels")) {

@@ -315,11 +315,16 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                       fmt::format("{} (torchao) needs PyTorch >= 2.3; --device cpu models PyTorch 1.13", to_string(c.optim.kind)),
                       "use --device cuda, or --optim adamw_torch on the CPU");
   if (m.is_encoder()) {
-    if (m.is_deberta() && c.attn && *c.attn != AttnImpl::kEager)
+    if (m.eager_attention_only() && c.attn && *c.attn != AttnImpl::kEager)
       return make_error(ErrorCode::kUnsupported,
-                        fmt::format("DeBERTa-v2/v3 has only the eager attention in transformers (asked for {}): its "
-                                    "disentangled attention adds position terms no SDPA or flash kernel computes",
-                                    to_string(*c.attn)),
+                        m.is_deberta()
+                            ? fmt::format("DeBERTa-v2/v3 has only the eager attention in transformers (asked for {}): "
+                                          "its disentangled attention adds position terms no SDPA or flash kernel "
+                                          "computes",
+                                          to_string(*c.attn))
+                            : fmt::format("NomicBERT's remote code has only its eager attention (asked for {}); "
+                                          "transformers refuses another implementation for it",
+                                          to_string(*c.attn)),
                         "drop --attn-implementation (or attn_implementation in the config); memplan then models eager");
     if (c.method != Method::kSft)
       return make_error(ErrorCode::kUnsupported,
@@ -897,11 +902,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.ref = reference_kind(config);
     sp.prompt_len = config.grpo.max_prompt_length;
     sp.gradient_checkpointing = config.gradient_checkpointing;
-    sp.checkpoint_reentrant = config.reentrant_checkpointing();
+    // NomicBERT's encoder calls torch.utils.checkpoint(..., use_reentrant=False) itself.
+    sp.checkpoint_reentrant = config.reentrant_checkpointing() && !model.is_nomic_bert();
     sp.fsdp_frozen_units = fsdp_frozen_layer_units(config);
     sp.ops.inplace_accumulation = config.device == Device::kCuda;
-    // DeBERTa-v2 has no SDPA or flash path in transformers: eager whatever the default.
-    sp.attn = model.is_deberta() ? AttnImpl::kEager : config.attn_impl();
+    // DeBERTa-v2 and NomicBERT have no SDPA or flash path: eager whatever the default.
+    sp.attn = model.eager_attention_only() ? AttnImpl::kEager : config.attn_impl();
     sp.loss_kernel = model.is_encoder() || config.method != Method::kSft ? LossKernel::kEager : config.loss_kernel;
     sp.liger_kernels = config.liger_kernels && !model.is_encoder();
     sp.contrastive = config.contrastive;
@@ -1330,12 +1336,17 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
       impl->assumptions.push_back(fmt::format(
           "encoder: {} head{}; batches without padding{}", to_string(model.head),
           config.contrastive.enabled()
-              ? fmt::format(", {} texts per example in one forward{}", config.contrastive.texts_per_example,
+              ? fmt::format(", {} texts per example, {}", config.contrastive.texts_per_example,
                             config.contrastive.cached
-                                ? fmt::format(" (cached: mini-batches of {})", config.contrastive.mini_batch_size)
-                                : "")
+                                ? fmt::format("embedded in mini-batches of {} (cached MNRL)", config.contrastive.mini_batch_size)
+                                : std::string("one forward per text column (sentence-transformers)"))
               : "",
-          model.is_modernbert() || model.is_deberta() ? "" : " (no SDPA mask)"));
+          model.is_modernbert() || model.eager_attention_only() ? "" : " (no SDPA mask)"));
+      if (model.is_nomic_bert())
+        impl->assumptions.push_back(fmt::format(
+            "NomicBERT (nomic-ai's remote code): eager attention{}; gradient checkpointing is non-reentrant whatever "
+            "gradient_checkpointing_kwargs say (docs/formulas.md#nomicbert)",
+            model.learned_positions ? "" : ", rotary embeddings applied out of place and q/k/v re-stacked"));
       if (model.is_deberta())
         impl->assumptions.push_back(
             model.relative_span > 0

@@ -18,6 +18,20 @@ std::vector<LinearModule> encoder_layer_linears(const ModelSpec& m) {
   const std::int64_t h = m.hidden_size;
   const std::int64_t inner = static_cast<std::int64_t>(m.num_heads) * m.head_dim;
   std::vector<LinearModule> out;
+  if (m.is_nomic_bert()) {
+    // NomicBertAttention.Wqkv / out_proj (bias=qkv_proj_bias); NomciBertGatedMLP fc11 (value),
+    // fc12 (gate), fc2, or NomicBertMLP fc1, fc2 (bias=mlp_fc1_bias / mlp_fc2_bias).
+    out.push_back({"attn.Wqkv", h, 3 * inner, m.qkv_bias, 1, LinearRole::kAttention});
+    out.push_back({"attn.out_proj", inner, h, m.o_bias, 1, LinearRole::kAttention});
+    if (m.gated_mlp) {
+      out.push_back({"mlp.fc11", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
+      out.push_back({"mlp.fc12", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
+    } else {
+      out.push_back({"mlp.fc1", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
+    }
+    out.push_back({"mlp.fc2", m.intermediate_size, h, m.mlp_out_bias, 1, LinearRole::kMlp});
+    return out;
+  }
   if (m.is_modernbert()) {
     // ModernBertAttention.Wqkv / Wo (bias=attention_bias), ModernBertMLP.Wi (hidden -> 2 x
     // intermediate: input and gate of GeGLU) / Wo (bias=mlp_bias).
@@ -41,8 +55,9 @@ std::vector<LinearModule> encoder_layer_linears(const ModelSpec& m) {
 }
 
 bool encoder_has_pooler(const ModelSpec& m) {
-  // DeBERTa's ContextPooler belongs to its sequence classifier, not to DebertaV2Model.
-  if (m.is_deberta()) return m.head == EncoderHead::kSequenceClassification;
+  // DeBERTa's ContextPooler belongs to its sequence classifier, not to DebertaV2Model; NomicBERT's
+  // from_pretrained builds NomicBertModel without its pooler, the classifier's with it.
+  if (m.is_deberta() || m.is_nomic_bert()) return m.head == EncoderHead::kSequenceClassification;
   if (!m.pooler) return false;
   if (m.head == EncoderHead::kPooling) return true;
   // BertForSequenceClassification classifies the pooled [CLS]; RobertaForSequenceClassification
@@ -52,7 +67,7 @@ bool encoder_has_pooler(const ModelSpec& m) {
 
 bool encoder_has_position_table(const ModelSpec& m) {
   if (m.is_modernbert()) return false;
-  return !m.is_deberta() || m.learned_positions;
+  return !(m.is_deberta() || m.is_nomic_bert()) || m.learned_positions;
 }
 
 ParameterCounts count_encoder_parameters(const ModelSpec& m) {
@@ -88,12 +103,14 @@ ParameterCounts count_encoder_parameters(const ModelSpec& m) {
     case EncoderHead::kMaskedLm:
       // BertLMPredictionHead / RobertaLMHead: transform dense (h x h + h), LayerNorm, decoder tied to
       // the word embedding plus its own bias (V). ModernBertForMaskedLM: head + decoder bias.
-      head += (modern ? modern_head : h * h + h + 2 * h) + (m.decoder_bias ? V : 0);
+      // NomicBertPreTrainingHeads: dense and decoder biases only with mlp_fc1_bias.
+      if (m.is_nomic_bert()) head += h * h + 2 * h + (m.mlp_bias ? h + V : 0);
+      else head += (modern ? modern_head : h * h + h + 2 * h) + (m.decoder_bias ? V : 0);
       break;
     case EncoderHead::kSequenceClassification: {
       const std::int64_t classifier = h * m.num_labels + m.num_labels;
       if (modern) head += modern_head + classifier;                                // head + classifier
-      else if (m.model_type == "bert" || m.is_deberta()) head += classifier;         // (Context)pooler + dropout + classifier
+      else if (m.model_type == "bert" || m.is_deberta() || m.is_nomic_bert()) head += classifier;  // pooler + dropout + classifier
       else head += h * h + h + classifier;                                          // RobertaClassificationHead
       break;
     }

@@ -134,15 +134,126 @@ Status parse_deberta(const json& j, const std::string& origin, ModelSpec& m) {
   return Ok{};
 }
 
+
+
+// A dropout probability: a number in [0, 1), or `fallback` when absent.
+Result<double> probability(const json& j, const char* key, double fallback, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number() || !(it->get<double>() >= 0.0 && it->get<double>() < 1.0))
+    return field_error(origin, fmt::format("\"{}\" must be a probability (0 <= p < 1), got {}", key, it->dump()));
+  return it->get<double>();
+}
+
+// NomicBertConfig (nomic-ai's remote code, configuration_hf_nomic_bert.py: a GPT2Config) with its
+// GPT-2 field names; docs/formulas.md#nomicbert. Defaults are GPT2Config's and NomicBertConfig's:
+// qkv_proj_bias, mlp_fc1_bias and mlp_fc2_bias true, rotary_emb_fraction 0 (absolute positions),
+// activation gelu_new, dropouts 0.1; every released checkpoint (nomic-bert-2048,
+// nomic-embed-text-v1/v1.5) sets swiglu, no biases, full rotary and dropout 0.
+Result<ModelSpec> parse_nomic_bert(const json& j, const std::string& origin) {
+  ModelSpec m;
+  m.model_type = "nomic_bert";
+  m.encoder = true;
+  m.norm = NormKind::kLayerNorm;
+  m.norm_bias = true;
+  m.tie_word_embeddings = true;
+  auto unsupported = [&](std::string what) {
+    Error e = make_error(ErrorCode::kUnsupported, std::move(what),
+                         "memplan models NomicBERT as nomic-bert-2048 and nomic-embed-text-v1/v1.5 configure it");
+    e.where = SourceLocation{origin, 0, 0};
+    return e;
+  };
+  MEMPLAN_TRY(m.vocab_size, integer(j, "vocab_size", 50257, origin));
+  MEMPLAN_TRY(m.hidden_size, integer(j, "n_embd", 768, origin));
+  MEMPLAN_TRY(const std::int64_t layers, integer(j, "n_layer", 12, origin));
+  MEMPLAN_TRY(const std::int64_t heads, integer(j, "n_head", 12, origin));
+  MEMPLAN_TRY(const std::int64_t pad, integer(j, "pad_vocab_size_multiple", 1, origin));
+  if (pad > 1 && m.vocab_size % pad != 0) m.vocab_size += pad - m.vocab_size % pad;  // NomicBertModel pads it
+  m.num_layers = narrow(layers);
+  m.num_heads = m.num_kv_heads = narrow(heads);
+  if (heads < 1 || m.hidden_size % heads != 0)
+    return field_error(origin, fmt::format("\"n_embd\" {} is not divisible by \"n_head\" {}", m.hidden_size, heads));
+  m.head_dim = m.hidden_size / heads;
+  const std::string act = j.contains("activation_function") && j["activation_function"].is_string()
+                              ? j["activation_function"].get<std::string>()
+                              : "gelu_new";
+  if (act == "swiglu" || act == "geglu") {
+    m.gated_mlp = true;
+    m.activation = act == "swiglu" ? Activation::kSilu : Activation::kGelu;
+  } else if (act == "gelu" || act == "gelu_new" || act == "gelu_fast" || act == "gelu_pytorch_tanh") {
+    m.gated_mlp = false;
+    m.activation = act == "gelu" ? Activation::kGelu : Activation::kGeluTanh;
+  } else {
+    return unsupported(fmt::format("\"activation_function\" {} is not modelled (swiglu, geglu and the gelu variants are)",
+                                   j["activation_function"].dump()));
+  }
+  // NomciBertGatedMLP rounds its width up to a multiple of 256; the plain MLP keeps n_inner.
+  MEMPLAN_TRY(std::int64_t inner, integer(j, "n_inner", 0, origin));
+  if (inner == 0) inner = m.gated_mlp ? 8 * m.hidden_size / 3 : 4 * m.hidden_size;
+  m.intermediate_size = m.gated_mlp ? (inner + 255) / 256 * 256 : inner;
+  MEMPLAN_TRY(m.qkv_bias, boolean(j, "qkv_proj_bias", true, origin));
+  m.o_bias = m.qkv_bias;
+  MEMPLAN_TRY(m.mlp_bias, boolean(j, "mlp_fc1_bias", true, origin));
+  MEMPLAN_TRY(m.mlp_out_bias, boolean(j, "mlp_fc2_bias", true, origin));
+  MEMPLAN_TRY(m.type_vocab_size, integer(j, "type_vocab_size", 2, origin));
+  MEMPLAN_TRY(m.max_position_embeddings, integer(j, "n_positions", 1024, origin));
+  MEMPLAN_TRY(m.hidden_dropout, probability(j, "resid_pdrop", 0.1, origin));
+  MEMPLAN_TRY(m.attention_dropout, probability(j, "attn_pdrop", 0.1, origin));
+  double fraction = 0.0;
+  if (auto f = j.find("rotary_emb_fraction"); f != j.end() && !f->is_null()) {
+    if (!f->is_number()) return field_error(origin, fmt::format("\"rotary_emb_fraction\" must be a number, got {}", f->dump()));
+    fraction = f->get<double>();
+  }
+  if (fraction != 0.0 && fraction != 1.0)
+    return unsupported(fmt::format("a partial rotary embedding (\"rotary_emb_fraction\": {}) is not modelled", fraction));
+  m.learned_positions = fraction == 0.0;  // NomicBertEmbeddings has a position table only without rotary
+  for (const char* key : {"prenorm", "parallel_block", "use_rms_norm", "causal"}) {
+    MEMPLAN_TRY(const bool on, boolean(j, key, false, origin));
+    if (on) return unsupported(fmt::format("\"{}\": true is not modelled", key));
+  }
+  MEMPLAN_TRY(const std::int64_t experts, integer(j, "num_experts", 0, origin));
+  MEMPLAN_TRY(const std::int64_t moe_every, integer(j, "moe_every_n_layers", 0, origin));
+  if (experts > 0 && moe_every > 0)
+    return unsupported(fmt::format("NomicBERT's mixture-of-experts layers (nomic-embed-text-v2-moe: {} experts every {} "
+                                   "layers) are not modelled",
+                                   experts, moe_every));
+  return m;
+}
+
+// The head from "architectures" and "id2label", the checkpoint's dtype, validate().
+Result<ModelSpec> finish_encoder(const json& j, const std::string& origin, ModelSpec m) {
+  m.head = EncoderHead::kPooling;
+  if (auto a = j.find("architectures"); a != j.end() && a->is_array()) {
+    for (const auto& name : *a) {
+      if (name.is_string() && name.get<std::string>().find("ForSequenceClassification") != std::string::npos)
+        m.head = EncoderHead::kSequenceClassification;
+    }
+  }
+  if (auto l = j.find("id2label"); l != j.end() && l->is_object() && !l->empty())
+    m.num_labels = narrow(static_cast<std::int64_t>(l->size()));
+  if (auto d = j.find("torch_dtype"); d != j.end() && d->is_string()) m.torch_dtype = d->get<std::string>();
+  if (auto s = validate(m); !s) {
+    Error e = s.error();
+    e.where = SourceLocation{origin, 0, 0};
+    return e;
+  }
+  return m;
+}
+
 }  // namespace
 
 bool is_encoder_model_type(const std::string& t) {
-  return t == "bert" || t == "roberta" || t == "xlm-roberta" || t == "modernbert" || t == "deberta-v2";
+  return t == "bert" || t == "roberta" || t == "xlm-roberta" || t == "modernbert" || t == "deberta-v2" ||
+         t == "nomic_bert";
 }
 
 Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin) {
   ModelSpec m;
   m.model_type = j.value("model_type", std::string());
+  if (m.is_nomic_bert()) {
+    MEMPLAN_TRY(m, parse_nomic_bert(j, origin));
+    return finish_encoder(j, origin, std::move(m));
+  }
   m.encoder = true;
   m.norm = NormKind::kLayerNorm;
   m.gated_mlp = false;
@@ -196,22 +307,12 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
     m.activation = Activation::kGelu;
     m.pooler = true;
   }
-  m.head = EncoderHead::kPooling;
-  if (auto a = j.find("architectures"); a != j.end() && a->is_array()) {
-    for (const auto& name : *a) {
-      if (name.is_string() && name.get<std::string>().find("ForSequenceClassification") != std::string::npos)
-        m.head = EncoderHead::kSequenceClassification;
-    }
+  if (!modern) {  // BertConfig / DebertaV2Config: 0.1 each by default
+    MEMPLAN_TRY(m.hidden_dropout, probability(j, "hidden_dropout_prob", 0.1, origin));
+    MEMPLAN_TRY(m.attention_dropout, probability(j, "attention_probs_dropout_prob", 0.1, origin));
   }
-  if (auto l = j.find("id2label"); l != j.end() && l->is_object() && !l->empty())
-    m.num_labels = narrow(static_cast<std::int64_t>(l->size()));
-  if (auto d = j.find("torch_dtype"); d != j.end() && d->is_string()) m.torch_dtype = d->get<std::string>();
-  if (auto s = validate(m); !s) {
-    Error e = s.error();
-    e.where = SourceLocation{origin, 0, 0};
-    return e;
-  }
-  return m;
+  return finish_encoder(j, origin, std::move(m));
 }
+
 
 }  // namespace memplan::io

@@ -16,7 +16,7 @@ TEST_CASE("encoder flags: head, contrastive texts, cached MNRL") {
   const CliRun mnrl = run_cli({"estimate", "--model", "bge-base-en-v1.5", "--texts-per-example", "57", "--batch", "4",
                                "--seq-len", "64", "--cached-mnrl", "--mini-batch-size", "16"});
   CHECK(mnrl.code == memplan::cli::kExitOk);
-  CHECK(mnrl.out.find("57 texts per example in one forward (cached: mini-batches of 16)") != std::string::npos);
+  CHECK(mnrl.out.find("57 texts per example, embedded in mini-batches of 16 (cached MNRL)") != std::string::npos);
 }
 
 TEST_CASE("encoder and loss flags reject what does not apply, saying why") {

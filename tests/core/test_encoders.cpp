@@ -103,7 +103,7 @@ TEST_CASE("cached MNRL: activations of one mini-batch, whatever the batch") {
   auto cached = est->at(64, 256);
   REQUIRE(cached.has_value());
   require_consistent(*cached);
-  // 512 sequences in one forward vs 32 at a time.
+  // Every column's saved activations (8 forwards of 64 sequences) vs 32 sequences at a time.
   CHECK(cached->peak.count() * 4 < plain->peak.count());
   const std::int64_t a64 = component(*cached, "activations");
   const std::int64_t a128 = component(*est->at(128, 256), "activations");

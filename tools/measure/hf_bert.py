@@ -59,6 +59,16 @@ class Layer(nn.Module):
         self.ln2 = nn.LayerNorm(h, eps=1e-12)
 
     def forward(self, x, mask):
+        # BertAttention: the self-attention's locals die when it returns; its output stays alive
+        # through BertSelfOutput (dense, dropout, LayerNorm). feed_forward_chunk: the intermediate
+        # output stays alive through BertOutput.
+        o = self.self_attention(x, mask)
+        a = self.ln1(F.dropout(self.attn_out(o), 0.1, self.training) + x)
+        del o
+        i = F.gelu(self.inter(a))
+        return self.ln2(F.dropout(self.out(i), 0.1, self.training) + a)
+
+    def self_attention(self, x, mask):
         b, s, h = x.shape
         shape = (b, s, self.n, self.d)
         q = self.query(x).view(shape).transpose(1, 2)
@@ -68,10 +78,7 @@ class Layer(nn.Module):
         w = w + mask
         w = F.softmax(w, dim=-1)
         w = F.dropout(w, p=0.1, training=self.training)
-        o = torch.matmul(w, v).transpose(1, 2).contiguous().reshape(b, s, h)
-        a = self.ln1(F.dropout(self.attn_out(o), 0.1, self.training) + x)
-        i = F.gelu(self.inter(a))
-        return self.ln2(F.dropout(self.out(i), 0.1, self.training) + a)
+        return torch.matmul(w, v).transpose(1, 2).contiguous().reshape(b, s, h)
 
 
 class Bert(nn.Module):

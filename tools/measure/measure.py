@@ -26,6 +26,7 @@ import hf_deberta
 import hf_llama
 import hf_mllama
 import hf_modernbert
+import hf_nomic
 import hf_qwen_vl
 import memtrace
 import optimizers
@@ -35,13 +36,13 @@ import trl_steps
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-ENCODERS = ("bert", "roberta", "xlm-roberta", "deberta-v2")
+ENCODERS = ("bert", "roberta", "xlm-roberta", "deberta-v2", "nomic_bert")
 # PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the encoders
 ENCODER_LORA_TARGETS = {"deberta-v2": ["query_proj", "key_proj", "value_proj", "dense"]}
 
 
 def build_encoder(case):
-    """BERT-family and DeBERTa-v2/v3 cases: training.head (pooling|mlm|classification),
+    """BERT-family, DeBERTa-v2/v3 and NomicBERT cases: training.head (pooling|mlm|classification),
     texts_per_example; DeBERTa also gradient_checkpointing (reentrant unless checkpoint_reentrant
     is false)."""
     torch.manual_seed(0)
@@ -50,6 +51,9 @@ def build_encoder(case):
     if model_type == "deberta-v2":
         cfg = hf_deberta.Config(case["model"])
         model = hf_deberta.Deberta(cfg, t.get("head", "pooling"))
+    elif model_type == "nomic_bert":
+        cfg = hf_nomic.Config(case["model"])
+        model = hf_nomic.NomicBert(cfg, t.get("head", "pooling"))
     else:
         cfg = hf_bert.Config(case["model"])
         model = hf_bert.Bert(cfg, t.get("head", "pooling"))
@@ -261,7 +265,7 @@ def forward_loss(model, inputs, autocast, t=None, ref=None):
     if "modern_columns" in inputs:
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return hf_modernbert.mnrl_loss(model, inputs["modern_columns"])
-    if isinstance(model, (hf_bert.Bert, hf_deberta.Deberta, hf_modernbert.ModernBert)):
+    if isinstance(model, (hf_bert.Bert, hf_deberta.Deberta, hf_nomic.NomicBert, hf_modernbert.ModernBert)):
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return model(**inputs)
     with memtrace.phase("forward"):

@@ -49,16 +49,17 @@ class EncoderStep {
   ProgramResult run();
 
  private:
-  // Token counts of one forward. Uncached: every text of every example in one batch of
-  // b x texts sequences. Cached (GradCache): a mini-batch of mini_batch_size sequences.
+  // Token counts of one forward. Uncached: the b sequences of one text column (sentence-transformers
+  // runs the model once per column; without contrastive texts, the batch). Cached (GradCache): a
+  // mini-batch of mini_batch_size sequences.
   Poly tok(std::int64_t k) const {
-    return cached_ ? Poly::mono(kS, k * sp_.contrastive.mini_batch_size) : Poly::mono(kBS, k * texts_);
+    return cached_ ? Poly::mono(kS, k * sp_.contrastive.mini_batch_size) : Poly::mono(kBS, k);
   }
   Poly seqs(std::int64_t k) const {
-    return cached_ ? Poly::constant(k * sp_.contrastive.mini_batch_size) : Poly::mono(kB, k * texts_);
+    return cached_ ? Poly::constant(k * sp_.contrastive.mini_batch_size) : Poly::mono(kB, k);
   }
   Poly scores(std::int64_t k) const {
-    return cached_ ? Poly::mono(kSS, k * sp_.contrastive.mini_batch_size) : Poly::mono(kBSS, k * texts_);
+    return cached_ ? Poly::mono(kSS, k * sp_.contrastive.mini_batch_size) : Poly::mono(kBSS, k);
   }
   static Poly c(std::int64_t v) { return Poly::constant(v); }
   DT act_dt() const { return sp_.weight_dt; }
@@ -87,6 +88,10 @@ class EncoderStep {
   void deberta_relative_positions();
   int deberta_attention(int x, EncLayer& lp);
   int deberta_relative_bias(int q, int k, EncLayer& lp);
+  // NomicBERT (docs/formulas.md#nomicbert): nomic-ai's remote code, eager attention.
+  bool nomic() const { return m_.is_nomic_bert(); }
+  int nomic_layer(int h, int l);
+  int nomic_attention(int x, EncLayer& lp);
   // What the model forward passes each layer besides its input and mask_ (the global mask):
   // gradient checkpointing keeps them for the recomputation.
   struct LayerArgs {
@@ -96,7 +101,7 @@ class EncoderStep {
     std::vector<int> held() const { return {sliding, cos[0], sin[0], cos[1], sin[1], rel_pos, rel_emb}; }
   };
   // Whether each forward sees a single sequence (bmm then folds (b, heads) as a view).
-  bool one_sequence() const { return sp_.batch_one && texts_ == 1 && !cached_; }
+  bool one_sequence() const { return sp_.batch_one && !cached_; }
 
   int layer_norm(int x, int w, int b, const Poly& numel, const Poly& rows);
   int lin(int x, Lin& p, const Poly& out);
@@ -108,7 +113,7 @@ class EncoderStep {
   // there (DeBERTa's output_hidden_states=True tuple) until the caller drops it.
   int layers(int cur, std::vector<int>* keep = nullptr);
   int mean_pool(int h);         // sentence-transformers Pooling(mean)
-  int contrastive_loss(int emb, const Poly& anchors, const Poly& candidates);
+  int contrastive_loss(int anchor_src, int candidate_src, const Poly& anchors, const Poly& candidates);
   int mlm_loss(int h);
   // The MLM / classification prediction head's dense, GELU and LayerNorm (head_* parameters).
   int prediction_head(int x, const Poly& numel, const Poly& rows);
@@ -209,13 +214,15 @@ void EncoderStep::make_params() {
   // (modules_to_save for SEQ_CLS), so they train under LoRA too.
   const bool head_train = true;
   if (m_.head == EncoderHead::kMaskedLm) {
+    // NomicBertPredictionHeadTransform and the decoder carry biases only with mlp_fc1_bias.
+    const bool biases = nomic() ? m_.mlp_bias : true;
     head_dense_w_ = param(h * h, ft, Cat::kWeights, h, h);
-    head_dense_b_ = param(h, ft);
+    if (biases) head_dense_b_ = param(h, ft);
     head_ln_w_ = param(h, ft);
     head_ln_b_ = param(h, ft);
-    if (m_.decoder_bias) head_bias_ = param(V, ft);
+    if (nomic() ? m_.mlp_bias : m_.decoder_bias) head_bias_ = param(V, ft);
   } else if (m_.head == EncoderHead::kSequenceClassification) {
-    if (m_.model_type != "bert" && !deberta()) {  // RobertaClassificationHead: dense + tanh, then out_proj
+    if (m_.model_type != "bert" && !deberta() && !nomic()) {  // RobertaClassificationHead: dense + tanh, then out_proj
       cls_dense_w_ = param(h * h, head_train, Cat::kWeights, h, h);
       cls_dense_b_ = param(h, head_train);
     }
@@ -245,20 +252,7 @@ int EncoderStep::layer_norm(int x, int w, int b, const Poly& numel, const Poly& 
 }
 
 int EncoderStep::lin(int x, Lin& p, const Poly& out) {
-  int base = ops_.linear(x, p.w, p.b, out);
-  if (ops_.autocast() && !g_.at(p.w).requires_grad && g_.at(p.w).dt == DT::kF32 && texts_ > 1 && !cached_ &&
-      g_.rg(x)) {
-    // sentence-transformers runs one forward per text column; autocast casts a frozen weight at
-    // every call and mm saves that copy for the input's gradient: texts copies per Linear where
-    // the single simulated forward made one. The other texts - 1 are held until this Linear's
-    // backward (measured: tests/data/measurements/cpu_encoders.json).
-    const int extra = g_.make(c((texts_ - 1) * p.mod.weight_params()), *ops_.autocast(), Cat::kAutocastCopies);
-    const int v = g_.view(base, out);
-    g_.node({base}, {v}, {extra}, [base](Bwd& ctx) { ctx.pass(base, ctx.grad()); });
-    g_.drop(extra);
-    g_.drop(base);
-    base = v;
-  }
+  const int base = ops_.linear(x, p.w, p.b, out);
   if (p.A < 0) return base;
   // peft lora.Linear: x.to(lora_A dtype), dropout, B(A(x)) * scaling, added to the base output.
   const DT res_dt = g_.at(base).dt;
@@ -313,7 +307,7 @@ int EncoderStep::attention(int x, EncLayer& lp) {
     g_.drop(scaled);
     const int probs = ops_.softmax(masked);
     g_.drop(masked);
-    const int dropped = ops_.dropout(probs, 0.1);  // attention_probs_dropout_prob
+    const int dropped = ops_.dropout(probs, m_.attention_dropout);
     g_.drop(probs);
     out = ops_.attention_output(dropped, vt, qn, !one);
   } else {
@@ -354,32 +348,36 @@ int EncoderStep::attention(int x, EncLayer& lp) {
 
 int EncoderStep::layer(int h, int l) {
   if (modern()) return modern_layer(h, l);
+  if (nomic()) return nomic_layer(h, l);
   EncLayer& lp = layers_[static_cast<std::size_t>(l)];
   const std::int64_t hs = m_.hidden_size;
   const Poly n = tok(hs), rows = tok(1);
   const int ctx = deberta() ? deberta_attention(h, lp) : attention(h, lp);
-  // BertSelfOutput: dense, dropout, LayerNorm(hidden + input)
+  // BertSelfOutput: dense, dropout, LayerNorm(hidden + input). The self-attention's output is
+  // BertAttention's local until it returns: alive through the LayerNorm (with frozen weights
+  // nothing else keeps it).
   const int d = lin(ctx, lp.lin.at("attention.output.dense"), n);
-  g_.drop(ctx);
-  const int dd = ops_.dropout(d, 0.1);
+  const int dd = ops_.dropout(d, m_.hidden_dropout);
   g_.drop(d);
   const int s1 = ops_.add(dd, h, n);
   g_.drop(dd);
   const int a = layer_norm(s1, lp.ln1_w, lp.ln1_b, n, rows);
   g_.drop(s1);
-  // BertIntermediate: dense + GELU; BertOutput: dense, dropout, LayerNorm(hidden + attention output)
+  g_.drop(ctx);
+  // BertIntermediate: dense + GELU; BertOutput: dense, dropout, LayerNorm(hidden + attention
+  // output); feed_forward_chunk keeps the intermediate output until BertOutput returns.
   const int i = lin(a, lp.lin.at("intermediate.dense"), tok(m_.intermediate_size));
   const int act = ops_.gelu(i);
   g_.drop(i);
   const int o = lin(act, lp.lin.at("output.dense"), n);
-  g_.drop(act);
-  const int od = ops_.dropout(o, 0.1);
+  const int od = ops_.dropout(o, m_.hidden_dropout);
   g_.drop(o);
   const int s2 = ops_.add(od, a, n);
   g_.drop(od);
   g_.drop(a);
   const int out = layer_norm(s2, lp.ln2_w, lp.ln2_b, n, rows);
   g_.drop(s2);
+  g_.drop(act);
   return out;
 }
 
@@ -489,8 +487,10 @@ int EncoderStep::encode() {
   if (deberta()) return deberta_encode();
   const std::int64_t h = m_.hidden_size;
   ops_.cat = Cat::kActivations;
-  // BertEmbeddings: word + token_type, + absolute positions, LayerNorm, dropout.
+  // BertEmbeddings: word + token_type, + absolute positions, LayerNorm, dropout. PEFT's
+  // enable_input_require_grads hooks get_input_embeddings(), the word embeddings: their output.
   int e = ops_.embedding(ids_, word_, tok(h));
+  enable_input_require_grads(e);
   if (type_ >= 0) {
     const int t = ops_.embedding(types_, type_, tok(h));
     const int s = ops_.add(e, t, tok(h));
@@ -498,17 +498,20 @@ int EncoderStep::encode() {
     g_.drop(t);
     e = s;
   }
-  const int pids = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);  // position_ids (1, s)
-  const int p = ops_.embedding(pids, pos_, Poly::mono(kS, h));
-  const int s = ops_.add(e, p, tok(h));
+  int pids = -1;
+  if (pos_ >= 0) {  // NomicBERT with rotary embeddings has no position table
+    pids = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);  // position_ids (1, s)
+    const int p = ops_.embedding(pids, pos_, Poly::mono(kS, h));
+    const int s = ops_.add(e, p, tok(h));
+    g_.drop(e);
+    g_.drop(p);
+    e = s;
+  }
+  const int n = layer_norm(e, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
   g_.drop(e);
-  g_.drop(p);
-  const int n = layer_norm(s, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
-  g_.drop(s);
-  int cur = ops_.dropout(n, 0.1);
+  int cur = ops_.dropout(n, m_.hidden_dropout);
   g_.drop(n);
-  g_.drop(pids);
-  enable_input_require_grads(cur);
+  if (pids >= 0) g_.drop(pids);
   // The attention mask: eager adds get_extended_attention_mask's (b, 1, 1, s) mask in the
   // activation dtype ((1 - mask) * finfo.min); SDPA without padding gets none
   // (docs/formulas.md#encoders).
@@ -553,16 +556,21 @@ int EncoderStep::mean_pool(int h) {
   return out;
 }
 
-int EncoderStep::contrastive_loss(int emb, const Poly& anchors, const Poly& candidates) {
+int EncoderStep::contrastive_loss(int anchor_src, int candidate_src, const Poly& anchors, const Poly& candidates) {
   // MultipleNegativesRankingLoss: scores = cos_sim(anchors, candidates) * scale (20);
   // cross_entropy(scores, range(b)). cos_sim normalizes both sides (F.normalize: norm, clamp,
-  // divide) and multiplies: a b x (b x (texts - 1)) matrix.
+  // divide) and multiplies: a b x (b x (texts - 1)) matrix. Either side is a whole tensor or a
+  // slice of the cached embeddings (GradCache).
   const std::int64_t hs = m_.hidden_size;
-  const DT dt = g_.at(emb).dt;
-  const Poly all = anchors + candidates;
-  auto normalize = [&](const Poly& rows) {
-    const int part = g_.view(emb, rows * hs);
-    g_.node({emb}, {part}, {}, [emb](Bwd& c) { c.give(emb, c.like(emb)); });  // slice of the embeddings
+  const DT dt = g_.at(anchor_src).dt;
+  auto normalize = [&](int emb, const Poly& rows) {
+    int part = emb;
+    if (g_.at(emb).numel == rows * hs) {
+      g_.hold(emb);
+    } else {
+      part = g_.view(emb, rows * hs);
+      g_.node({emb}, {part}, {}, [emb](Bwd& c) { c.give(emb, c.like(emb)); });  // slice of the embeddings
+    }
     const int nrm = g_.make(rows, dt, Cat::kLogits);
     g_.node({part}, {nrm}, {part, nrm}, [part](Bwd& c) { c.give(part, c.like(part)); });
     const int cl = g_.make(rows, dt, Cat::kLogits);
@@ -573,10 +581,9 @@ int EncoderStep::contrastive_loss(int emb, const Poly& anchors, const Poly& cand
     g_.drop(cl);
     return out;
   };
-  (void)all;
   ops_.cat = Cat::kLogits;
-  const int a = normalize(anchors);
-  const int cnd = normalize(candidates);
+  const int a = normalize(anchor_src, anchors);
+  const int cnd = normalize(candidate_src, candidates);
   Poly sim;  // anchors x candidates
   sim.c[kBB] = anchors.c[kB] * candidates.c[kB];
   sim.c[kB] = anchors.c[kOne] * candidates.c[kB] + anchors.c[kB] * candidates.c[kOne];
@@ -647,23 +654,23 @@ int EncoderStep::classification_loss(int h) {
     g_.drop(first);
     const int a = ops_.gelu(d);
     g_.drop(d);
-    feat = ops_.dropout(a, 0.1);
+    feat = ops_.dropout(a, m_.hidden_dropout);
     g_.drop(a);
-  } else if (m_.model_type == "bert") {
+  } else if (m_.model_type == "bert" || nomic()) {
     const int pooled = pooler(h);  // dropout, classifier on the pooled [CLS]
-    feat = ops_.dropout(pooled, 0.1);
+    feat = ops_.dropout(pooled, m_.hidden_dropout);
     g_.drop(pooled);
   } else {
     // RobertaClassificationHead: x[:, 0], dropout, dense, tanh, dropout, out_proj.
     const int first = g_.view(h, seqs(hs));
     g_.node({h}, {first}, {}, [h](Bwd& c) { c.give(h, c.like(h)); });
-    const int d0 = ops_.dropout(first, 0.1);
+    const int d0 = ops_.dropout(first, m_.hidden_dropout);
     g_.drop(first);
     const int d = ops_.linear(d0, cls_dense_w_, cls_dense_b_, seqs(hs));
     g_.drop(d0);
     const int t = ops_.tanh(d);
     g_.drop(d);
-    feat = ops_.dropout(t, 0.1);
+    feat = ops_.dropout(t, m_.hidden_dropout);
     g_.drop(t);
   }
   ops_.cat = Cat::kLogits;
@@ -711,7 +718,7 @@ int EncoderStep::deberta_encode() {
   const int masked = ops_.mul(n, mf, tok(h));
   g_.drop(n);
   g_.drop(mf);
-  int cur = ops_.dropout(masked, 0.1);
+  int cur = ops_.dropout(masked, m_.hidden_dropout);
   g_.drop(masked);
   if (zeros >= 0) g_.drop(zeros);
   // DebertaV2Encoder: get_attention_mask multiplies the (b, s) int64 mask into a (b, 1, s, s)
@@ -811,7 +818,7 @@ int EncoderStep::deberta_attention(int x, EncLayer& lp) {
   g_.drop(sc);
   g_.drop(inverted);
   const int probs = ops_.softmax(masked);
-  const int dropped = ops_.dropout(probs, 0.1);  // attention_probs_dropout_prob
+  const int dropped = ops_.dropout(probs, m_.attention_dropout);
   g_.drop(probs);
   const int out = ops_.attention_output(dropped, v, qn, false);
   g_.drop(q);
@@ -835,19 +842,9 @@ int EncoderStep::deberta_relative_bias(int q, int k, EncLayer& lp) {
   const Poly sn = scores(m_.num_heads), pn = tok(m_.num_heads * P), ss = Poly::mono(kSS, 1);
   const Cat cat = ops_.cat;
   ops_.cat = Cat::kActivations;
-  // sentence-transformers runs one forward per text column: each has its own pos_dropout and
-  // position projections (texts copies of the (2 span, hidden) rows where one forward has one).
-  const std::int64_t folds = texts_ > 1 && !cached_ ? texts_ : 1;
-  int src = args_.rel_emb;
-  if (folds > 1) {
-    src = g_.view(args_.rel_emb, c(folds * P * m_.hidden_size));
-    const int base = args_.rel_emb;
-    g_.node({base}, {src}, {}, [base](Bwd& ctx) { ctx.give(base, ctx.like(base)); });
-  }
-  const int rel = ops_.dropout(src, 0.1);
-  if (src != args_.rel_emb) g_.drop(src);
+  const int rel = ops_.dropout(args_.rel_emb, m_.hidden_dropout);
   const auto project = [&](const char* name) {
-    const int y = lin(rel, lp.lin.at(name), c(folds * P * inner));
+    const int y = lin(rel, lp.lin.at(name), c(P * inner));
     const int t = ops_.transpose_view(y);
     g_.drop(y);
     const int copy = ops_.clone(t);
@@ -910,6 +907,118 @@ int EncoderStep::deberta_relative_bias(int q, int k, EncLayer& lp) {
   g_.drop(pos_q);
   g_.drop(pos_k);
   return score;
+}
+
+// ---- NomicBERT (docs/formulas.md#nomicbert), read from nomic-ai's remote code
+// (contrastors models/huggingface/modeling_hf_nomic_bert.py, the file the hub's nomic-bert-2048
+// serves): post-norm blocks with a packed Wqkv, rotary embeddings applied out of place and the
+// heads re-stacked, eager attention, a SwiGLU MLP.
+
+int EncoderStep::nomic_layer(int h, int l) {
+  // NomicBertBlock (prenorm false): norm1(dropout1(attn(h)) + h), then
+  // norm2(dropout2(mlp(x)) + x); the .to(norm dtype) casts are no-ops (fp32 sums under autocast).
+  EncLayer& lp = layers_[static_cast<std::size_t>(l)];
+  const std::int64_t I = m_.intermediate_size;
+  const Poly n = tok(m_.hidden_size), rows = tok(1);
+  // attn_outputs and mlp_out are locals of the block: alive until it returns.
+  const int a = nomic_attention(h, lp);
+  const int ad = ops_.dropout(a, m_.hidden_dropout);
+  const int s1 = ops_.add(ad, h, n);
+  g_.drop(ad);
+  const int x = layer_norm(s1, lp.ln1_w, lp.ln1_b, n, rows);
+  g_.drop(s1);
+  int y = -1;
+  if (m_.gated_mlp) {
+    // NomciBertGatedMLP: y = fc11(x) * act(fc12(x)) (SwiGLU: silu; GeGLU: gelu), fc2.
+    const int value = lin(x, lp.lin.at("mlp.fc11"), tok(I));
+    const int gate = lin(x, lp.lin.at("mlp.fc12"), tok(I));
+    const int act = m_.activation == Activation::kSilu ? ops_.silu(gate) : ops_.gelu(gate);
+    g_.drop(gate);
+    const int prod = ops_.mul(value, act, tok(I));
+    g_.drop(value);
+    g_.drop(act);
+    y = lin(prod, lp.lin.at("mlp.fc2"), n);
+    g_.drop(prod);
+  } else {
+    const int f = lin(x, lp.lin.at("mlp.fc1"), tok(I));
+    const int act = ops_.gelu(f);
+    g_.drop(f);
+    y = lin(act, lp.lin.at("mlp.fc2"), n);
+    g_.drop(act);
+  }
+  const int yd = ops_.dropout(y, m_.hidden_dropout);
+  const int s2 = ops_.add(yd, x, n);
+  g_.drop(yd);
+  g_.drop(x);
+  const int out = layer_norm(s2, lp.ln2_w, lp.ln2_b, n, rows);
+  g_.drop(s2);
+  g_.drop(y);
+  g_.drop(a);
+  return out;
+}
+
+int EncoderStep::nomic_attention(int x, EncLayer& lp) {
+  // Wqkv -> (b, s, 3, heads, d) (a view). NomicBertRotaryEmbedding, out of place: for q and k,
+  // qkv[:, :, i] (a select: its backward is a zero-filled qkv-sized tensor), the cached (s, d/2)
+  // cos/sin repeated to (s, 1, d) (einops.repeat copies; the products keep them), x[..., :d] (a
+  // full slice), x * cos + rotate_half(x) * sin, torch.cat with the empty rest (a copy); then
+  // torch.stack((q, k, v)): a new qkv-sized tensor. query/key/value are selects of it, permuted;
+  // torch.matmul copies them into bmm batches unless one sequence, / norm_factor, + the extended
+  // mask, softmax, dropout (attn_pdrop), matmul with v, permute + rearrange (a copy), out_proj.
+  const std::int64_t nh = m_.num_heads, hd = m_.head_dim, inner = nh * hd;
+  const Poly qn = tok(inner), table = Poly::mono(kS, hd);
+  const int qkv = lin(x, lp.lin.at("attn.Wqkv"), tok(3 * inner));
+  const auto select = [&](int t) { return ops_.slice(t, qn, false); };
+  int parts[3];
+  if (!m_.learned_positions) {
+    for (int i = 0; i < 2; ++i) {
+      const int sel = select(qkv);
+      const int cos = g_.make(table, g_.at(qkv).dt, Cat::kInputs);
+      const int sin = g_.make(table, g_.at(qkv).dt, Cat::kInputs);
+      const int full = ops_.slice(sel, qn, true);  // x[..., :rotary_dim]
+      g_.drop(sel);
+      const int rot = ops_.rotary(full, cos, sin, qn);
+      g_.drop(full);
+      g_.drop(cos);
+      g_.drop(sin);
+      parts[i] = ops_.clone(rot);  // torch.cat([rot, x[..., rotary_dim:]]) with an empty rest
+      g_.drop(rot);
+    }
+    parts[2] = select(qkv);
+  }
+  const int stacked = m_.learned_positions ? (g_.hold(qkv), qkv) : ops_.concat({parts[0], parts[1], parts[2]});
+  if (!m_.learned_positions)
+    for (const int p : parts) g_.drop(p);
+  g_.drop(qkv);
+  const int q = select(stacked), k = select(stacked), v = select(stacked);
+  g_.drop(stacked);
+  const int qt = ops_.transpose_view(q), kt = ops_.transpose_view(k), vt = ops_.transpose_view(v);
+  g_.drop(q);
+  g_.drop(k);
+  g_.drop(v);
+  ops_.cat = Cat::kAttentionScores;
+  const bool one = one_sequence();
+  const int kT = ops_.view(kt);
+  const int sc = ops_.matmul(qt, kT, scores(nh), !one, !one);
+  g_.drop(kT);
+  const int scaled = ops_.scalar_op(sc);  // / norm_factor
+  g_.drop(sc);
+  const int masked = ops_.add(scaled, mask_, scores(nh));
+  g_.drop(scaled);
+  const int probs = ops_.softmax(masked);
+  g_.drop(masked);
+  const int dropped = ops_.dropout(probs, m_.attention_dropout);
+  g_.drop(probs);
+  const int out = ops_.attention_output(dropped, vt, qn, !one);
+  g_.drop(qt);
+  g_.drop(kt);
+  g_.drop(vt);
+  const int r = ops_.view(out);
+  g_.drop(out);
+  ops_.cat = Cat::kActivations;
+  const int o = lin(r, lp.lin.at("attn.out_proj"), tok(m_.hidden_size));
+  g_.drop(r);
+  return o;
 }
 
 // ---- ModernBERT (docs/formulas.md#modernbert), read from transformers 5.x modeling_modernbert.py
@@ -995,10 +1104,10 @@ int EncoderStep::modern_encode() {
   }
   // ModernBertEmbeddings: tok_embeddings, norm, drop (embedding_dropout 0: identity).
   const int e = ops_.embedding(ids, word_, tok(h));
+  enable_input_require_grads(e);  // tok_embeddings' output (get_input_embeddings)
   int cur = layer_norm(e, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
   g_.drop(e);
   if (ids != ids_) g_.drop(ids);
-  enable_input_require_grads(cur);
   // ModernBertRotaryEmbedding, once per layer type (no_grad): cos and sin of (1, positions,
   // head_dim), fp32 cast to the hidden states' dtype (fp32 under autocast: the LayerNorm output).
   // Computed on the unpadded path too, where the attention uses its own caches instead.
@@ -1201,32 +1310,52 @@ ProgramResult EncoderStep::run() {
   ids_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);
   if (!modern()) types_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);  // ModernBERT's tokenizer gives none
   amask_ = g_.make(all_tokens, DT::kI64, Cat::kInputs);
+  if (nomic() && !m_.learned_positions) {
+    // Every layer's NomicBertRotaryEmbedding keeps its (s, d/2) cos and sin cache, in qkv's dtype,
+    // from the first step on.
+    const DT dt = sp_.autocast ? *sp_.autocast : sp_.weight_dt;
+    g_.make(Poly::mono(kS, static_cast<std::int64_t>(m_.num_layers) * m_.head_dim), dt, Cat::kInputs);
+  }
   const std::int64_t hs = m_.hidden_size;
   const Poly anchors = Poly::mono(kB, 1), candidates = Poly::mono(kB, texts_ - 1);
 
   if (!cached_) {
     if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
-    const int h = encode();
-    g_.set_segment(kSegHead);
     int loss = -1;
-    if (m_.head == EncoderHead::kMaskedLm) {
-      loss = mlm_loss(h);
-    } else if (m_.head == EncoderHead::kSequenceClassification) {
-      loss = modern() ? modern_classification_loss(h) : classification_loss(h);
-    } else {
-      int pooled = encoder_has_pooler(m_) ? pooler(h) : -1;  // computed by BertModel, unused
-      const int emb = mean_pool(h);
-      if (pooled >= 0) g_.drop(pooled);
+    if (m_.head == EncoderHead::kPooling) {
+      // sentence-transformers: one forward per text column (each keeps its graph until the loss),
+      // Pooling(mean) on each; the anchors are the first column's embeddings and the candidates
+      // torch.cat(the others) (a copy).
+      std::vector<int> reps;
+      for (std::int64_t col = 0; col < texts_; ++col) {
+        g_.set_segment(kSegFwdPre);
+        const int h = encode();
+        g_.set_segment(kSegHead);
+        int pooled = encoder_has_pooler(m_) ? pooler(h) : -1;  // computed by BertModel, unused
+        reps.push_back(mean_pool(h));
+        if (pooled >= 0) g_.drop(pooled);
+        g_.drop(h);
+      }
       if (texts_ >= 2) {
-        loss = contrastive_loss(emb, anchors, candidates);
+        const int cand = ops_.concat(std::vector<int>(reps.begin() + 1, reps.end()));
+        for (std::size_t i = 1; i < reps.size(); ++i) g_.drop(reps[i]);
+        loss = contrastive_loss(reps[0], cand, anchors, candidates);
+        g_.drop(cand);
       } else {
+        const int emb = reps[0];
         const int y = g_.make(Poly::constant(1), DT::kF32, Cat::kLogits);  // a loss on the embeddings
         g_.node({emb}, {y}, {}, [emb](Bwd& c) { c.give(emb, c.like(emb)); });
         loss = y;
       }
-      g_.drop(emb);
+      g_.drop(reps[0]);
+    } else {
+      const int h = encode();
+      g_.set_segment(kSegHead);
+      loss = m_.head == EncoderHead::kMaskedLm ? mlm_loss(h)
+             : modern()                        ? modern_classification_loss(h)
+                                               : classification_loss(h);
+      g_.drop(h);
     }
-    g_.drop(h);
     if (sp_.autocast) ops_.exit_autocast();
     g_.backward(loss, 0);
     g_.set_segment(kSegBwdPre);
@@ -1257,7 +1386,7 @@ ProgramResult EncoderStep::run() {
       const int first = g_.node_count();
       const Poly mb = Poly::constant(sp_.contrastive.mini_batch_size);
       if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
-      const int loss = contrastive_loss(reps, mb, candidates);
+      const int loss = contrastive_loss(reps, reps, mb, candidates);
       if (sp_.autocast) ops_.exit_autocast();
       g_.backward(loss, first);
       release_graph(first);
