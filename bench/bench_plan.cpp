@@ -268,6 +268,27 @@ BENCHMARK(BM_PlanLlama32VisionLora)->Unit(benchmark::kMicrosecond)->UseRealTime(
 void BM_PlanGemma3SlidingWindow(benchmark::State& state) { time_lora_plan(state, gemma3_27b_text(), 4096, 141, 16, 1); }
 BENCHMARK(BM_PlanGemma3SlidingWindow)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Seed 002's contrastive embedding training: an encoder with LoRA and checkpointing under fp16
+// autocast, 57 texts per anchor (1 + 32 positives + 24 negatives), on a 24 GB card. Each text
+// column is a forward of its own (sentence-transformers); three are simulated and the 54 between
+// them stand as one block (docs/formulas.md#contrastive).
+void BM_PlanContrastiveEncoder(benchmark::State& state) {
+  const ModelSpec m = memplan::testing::deberta_v3_base();
+  TrainingConfig c;
+  c.contrastive.texts_per_example = static_cast<int>(state.range(0));
+  c.autocast = DType::kFloat16;
+  c.seq_len = 64;
+  c.micro_batch = 4;
+  c.gradient_checkpointing = true;
+  c.lora.enabled = true;
+  if (c.contrastive.texts_per_example == 1) c.contrastive.texts_per_example = 0;
+  PlanRequest req;
+  req.budget = budget(22);
+  req.target_global_batch = 64;
+  time_fitting_plan(state, m, c, req);
+}
+BENCHMARK(BM_PlanContrastiveEncoder)->Arg(1)->Arg(2)->Arg(3)->Arg(57)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 void BM_SolveSeqLen(benchmark::State& state) {
   const ModelSpec m = llama31_8b();
   const TrainingConfig c = bf16_sft();

@@ -1322,12 +1322,24 @@ ProgramResult EncoderStep::run() {
   if (!cached_) {
     if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
     int loss = -1;
+    std::vector<int> block;  // contrastive columns between the simulated ones
     if (m_.head == EncoderHead::kPooling) {
       // sentence-transformers: one forward per text column (each keeps its graph until the loss),
       // Pooling(mean) on each; the anchors are the first column's embeddings and the candidates
       // torch.cat(the others) (a copy).
+      //
+      // Columns are alike: two are simulated, the first and the last, and the N - 2 between them
+      // stand as one block of what the first left alive (its saved tensors and embeddings; not the
+      // casts autocast cached for the whole region). The block is alive through the last
+      // column's forward and the whole backward: the last column's backward then runs with N - 1
+      // others alive, and the first's with N - 2 others and every parameter gradient, as column
+      // N - 2's does (earlier columns' backwards have less alive). The block holds each
+      // category's bytes.
       std::vector<int> reps;
-      for (std::int64_t col = 0; col < texts_; ++col) {
+      const std::int64_t simulated = std::min<std::int64_t>(texts_, 2);
+      const CatVec before = g_.live();
+      const Poly cached_before = ops_.cached_cast_bytes();
+      for (std::int64_t col = 0; col < simulated; ++col) {
         g_.set_segment(kSegFwdPre);
         const int h = encode();
         g_.set_segment(kSegHead);
@@ -1335,9 +1347,29 @@ ProgramResult EncoderStep::run() {
         reps.push_back(mean_pool(h));
         if (pooled >= 0) g_.drop(pooled);
         g_.drop(h);
+        if (col == 0 && texts_ > simulated) {
+          CatVec per_column = g_.live();
+          const auto k_casts = static_cast<std::size_t>(Cat::kAutocastCopies);
+          per_column[k_casts] -= ops_.cached_cast_bytes() - cached_before;
+          for (int k = 0; k < kNumCats; ++k) {
+            Poly bytes = per_column[static_cast<std::size_t>(k)] - before[static_cast<std::size_t>(k)];
+            bool any = false;
+            for (auto& v : bytes.c) {
+              v = std::max<std::int64_t>(v, 0) * (texts_ - simulated);
+              any |= v != 0;
+            }
+            if (any) block.push_back(g_.make(bytes, DT::kU8, static_cast<Cat>(k)));
+          }
+        }
       }
       if (texts_ >= 2) {
-        const int cand = ops_.concat(std::vector<int>(reps.begin() + 1, reps.end()));
+        // torch.cat(embeddings[1:]): every candidate column's b x h rows (the block's among them).
+        const int cand = g_.make(candidates * hs, g_.at(reps[0]).dt, Cat::kLogits);
+        std::vector<int> parts(reps.begin() + 1, reps.end());
+        g_.node(Ids(parts), {cand}, {}, [parts](Bwd& c) {
+          for (int p : parts)
+            if (c.needs(p)) c.give(p, c.graph().view(c.grad(), c.graph().at(p).numel));  // narrow(): views
+        });
         for (std::size_t i = 1; i < reps.size(); ++i) g_.drop(reps[i]);
         loss = contrastive_loss(reps[0], cand, anchors, candidates);
         g_.drop(cand);
@@ -1358,6 +1390,7 @@ ProgramResult EncoderStep::run() {
     }
     if (sp_.autocast) ops_.exit_autocast();
     g_.backward(loss, 0);
+    for (const int t : block) g_.drop(t);  // the columns between the simulated ones, after their backwards
     g_.set_segment(kSegBwdPre);
     release_graph(0);
     g_.drop(loss);

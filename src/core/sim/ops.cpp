@@ -40,6 +40,12 @@ int Ops::to(int x, DT dt) {
   return y;
 }
 
+Poly Ops::cached_cast_bytes() const {
+  Poly total;
+  for (const auto& [leaf, copy] : cast_cache_) total += g_.at(copy).bytes();
+  return total;
+}
+
 int Ops::cast_for_autocast(int x) {
   const Tensor t = g_.at(x);
   if (!autocast_ || !is_float(t.dt) || t.dt == DT::kF64 || t.dt == *autocast_) {

@@ -39,6 +39,9 @@ class Ops {
   void enter_autocast(DT dt);
   void exit_autocast();
   std::optional<DT> autocast() const { return autocast_; }
+  // Bytes of the cached casts (one per trainable fp32 weight per autocast region): what a
+  // second forward in the same region does not allocate again.
+  Poly cached_cast_bytes() const;
 
   // ---- casts and views
   int to(int x, DT dt);                        // Tensor.to(dtype): the same tensor if already dt
