@@ -4,7 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,11 @@ inline void require_consistent(const Estimate& e) {
   const Status s = check_invariants(e);
   INFO((s ? std::string("ok") : s.error().message));
   REQUIRE(s.has_value());
+}
+
+// Whether one of `lines` (an estimate's assumptions or warnings) contains `text`.
+inline bool mentions(const std::vector<std::string>& lines, const std::string& text) {
+  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
 }
 
 inline std::int64_t component(const Estimate& e, const std::string& name) {

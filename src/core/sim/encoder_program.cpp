@@ -104,6 +104,8 @@ class EncoderStep {
   bool one_sequence() const { return sp_.batch_one && !cached_; }
 
   int layer_norm(int x, int w, int b, const Poly& numel, const Poly& rows);
+  // sum + table[ids] (an embedding lookup of `numel` values added to the running sum, taken).
+  int add_embedding(int sum, int ids, int table, const Poly& numel);
   int lin(int x, Lin& p, const Poly& out);
   int attention(int x, EncLayer& lp);
   int layer(int h, int l);
@@ -249,6 +251,14 @@ int EncoderStep::layer_norm(int x, int w, int b, const Poly& numel, const Poly& 
   g_.drop(mean);
   g_.drop(rstd);
   return y;
+}
+
+int EncoderStep::add_embedding(int sum, int ids, int table, const Poly& numel) {
+  const int t = ops_.embedding(ids, table, numel);
+  const int out = ops_.add(sum, t, tok(m_.hidden_size));
+  g_.drop(sum);
+  g_.drop(t);
+  return out;
 }
 
 int EncoderStep::lin(int x, Lin& p, const Poly& out) {
@@ -491,21 +501,11 @@ int EncoderStep::encode() {
   // enable_input_require_grads hooks get_input_embeddings(), the word embeddings: their output.
   int e = ops_.embedding(ids_, word_, tok(h));
   enable_input_require_grads(e);
-  if (type_ >= 0) {
-    const int t = ops_.embedding(types_, type_, tok(h));
-    const int s = ops_.add(e, t, tok(h));
-    g_.drop(e);
-    g_.drop(t);
-    e = s;
-  }
+  if (type_ >= 0) e = add_embedding(e, types_, type_, tok(h));
   int pids = -1;
   if (pos_ >= 0) {  // NomicBERT with rotary embeddings has no position table
     pids = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);  // position_ids (1, s)
-    const int p = ops_.embedding(pids, pos_, Poly::mono(kS, h));
-    const int s = ops_.add(e, p, tok(h));
-    g_.drop(e);
-    g_.drop(p);
-    e = s;
+    e = add_embedding(e, pids, pos_, Poly::mono(kS, h));
   }
   const int n = layer_norm(e, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
   g_.drop(e);
@@ -696,22 +696,12 @@ int EncoderStep::deberta_encode() {
   int zeros = -1;
   if (pos_ >= 0) {
     const int pids = g_.make(Poly::mono(kS, 1), DT::kI64, Cat::kInputs);
-    const int p = ops_.embedding(pids, pos_, Poly::mono(kS, h));
-    const int sum = ops_.add(e, p, tok(h));
-    g_.drop(e);
-    g_.drop(p);
+    e = add_embedding(e, pids, pos_, Poly::mono(kS, h));
     g_.drop(pids);
-    e = sum;
   } else {
     zeros = g_.make(tok(h), g_.at(e).dt, Cat::kActivations);
   }
-  if (type_ >= 0) {
-    const int t = ops_.embedding(types_, type_, tok(h));
-    const int sum = ops_.add(e, t, tok(h));
-    g_.drop(e);
-    g_.drop(t);
-    e = sum;
-  }
+  if (type_ >= 0) e = add_embedding(e, types_, type_, tok(h));
   const int n = layer_norm(e, emb_ln_w_, emb_ln_b_, tok(h), tok(1));
   g_.drop(e);
   const int mf = g_.make(tok(1), g_.at(n).dt, Cat::kActivations);

@@ -41,10 +41,6 @@ std::int64_t at_backward_start(const ProgramSpec& sp, Cat cat, std::int64_t b, s
   return 0;
 }
 
-bool says(const std::vector<std::string>& lines, const std::string& text) {
-  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
-}
-
 }  // namespace
 
 TEST_CASE("DeBERTa's attention keeps both position products and their int64 gather indices per layer") {
@@ -113,7 +109,7 @@ TEST_CASE("DeBERTa-v3 through the engine: published parameter totals, LoRA's def
   // ContextPooler (768 x 768 + 768) and a 2-label classifier on DebertaV2Model's 183,831,552:
   // 184,423,682, the total published for protectai/deberta-v3-base-prompt-injection-v2.
   CHECK(cls->params.trainable == 184'423'682);
-  CHECK(says(cls->assumptions, "DeBERTa: eager disentangled attention"));
+  CHECK(memplan::testing::mentions(cls->assumptions, "DeBERTa: eager disentangled attention"));
   // PEFT's deberta-v2 targets: query_proj, key_proj, value_proj and every "dense" (the attention
   // output, intermediate, output and ContextPooler denses); the SEQ_CLS classifier is saved in full.
   c.lora.enabled = true;
@@ -128,11 +124,11 @@ TEST_CASE("DeBERTa-v3 through the engine: published parameter totals, LoRA's def
   c.checkpoint_reentrant = true;
   auto reentrant = estimate(m, c);
   REQUIRE(reentrant.has_value());
-  CHECK(says(reentrant->warnings, "Trying to backward through the graph a second time"));
+  CHECK(memplan::testing::mentions(reentrant->warnings, "Trying to backward through the graph a second time"));
   c.checkpoint_reentrant = false;
   auto plain = estimate(m, c);
   REQUIRE(plain.has_value());
-  CHECK_FALSE(says(plain->warnings, "Trying to backward"));
+  CHECK_FALSE(memplan::testing::mentions(plain->warnings, "Trying to backward"));
   // transformers has no SDPA or flash path for DeBERTa: asking for one is refused.
   c.attn = AttnImpl::kSdpa;
   auto sdpa = estimate(m, c);

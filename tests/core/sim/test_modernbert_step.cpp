@@ -115,9 +115,7 @@ TEST_CASE("ModernBERT-base through the engine: its published parameters, a plain
   CHECK(memplan::testing::component(*mlm, "logits_and_loss") == 12 * 8 * 1024 * 50'368LL + 4);
   // What is modelled exactly and what is an upper bound (torch.compile) is said.
   const auto says = [](const Estimate& e, const std::string& text) {
-    for (const auto& a : e.assumptions)
-      if (a.find(text) != std::string::npos) return true;
-    return false;
+    return memplan::testing::mentions(e.assumptions, text);
   };
   CHECK(says(*mlm, "ModernBERT: padded batches with a global and a local (b, 1, s, s) additive mask"));
   CHECK(says(*mlm, "reference_compile unset (on where triton is installed): transformers compiles the MLP"));

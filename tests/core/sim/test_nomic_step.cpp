@@ -43,10 +43,6 @@ ProgramSpec program(const ModelSpec& m, DT weights) {
   return sp;
 }
 
-bool says(const std::vector<std::string>& lines, const std::string& text) {
-  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
-}
-
 }  // namespace
 
 TEST_CASE("NomicBERT's config.json: GPT-2 names, SwiGLU width rounded to 256, padded vocabulary") {
@@ -123,8 +119,8 @@ TEST_CASE("NomicBERT through the engine: eager only, non-reentrant checkpointing
   REQUIRE(est.has_value());
   memplan::testing::require_consistent(*est);
   CHECK(est->params.trainable == 136'731'648);
-  CHECK(says(est->assumptions, "NomicBERT (nomic-ai's remote code): eager attention"));
-  CHECK(says(est->assumptions, "4 texts per example, one forward per text column (sentence-transformers)"));
+  CHECK(memplan::testing::mentions(est->assumptions, "NomicBERT (nomic-ai's remote code): eager attention"));
+  CHECK(memplan::testing::mentions(est->assumptions, "4 texts per example, one forward per text column (sentence-transformers)"));
   // The remote code calls checkpoint(..., use_reentrant=False) itself: asking for reentrant
   // changes nothing.
   c.gradient_checkpointing = true;
