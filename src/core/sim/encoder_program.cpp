@@ -142,21 +142,24 @@ class EncoderStep {
   int final_w_ = -1, final_b_ = -1;  // ModernBERT final_norm
   LayerArgs args_;                    // ModernBERT
   int indices_ = -1;                  // unpadded path: the non-padding token indices (int64)
-  // enable_input_require_grads (LoRA with checkpointing): the embeddings' output becomes a leaf
-  // that requires grad; backward gives it a .grad, which dies with the graph.
+  // enable_input_require_grads (LoRA with checkpointing): the word embeddings' output becomes a
+  // leaf that requires grad; its AccumulateGrad node holds it, and backward gives it a .grad, both
+  // until the graph is freed (as in the decoder program).
   std::vector<int> input_leaves_;
   void enable_input_require_grads(int embeddings) {
     if (!sp_.lora.enabled || !sp_.gradient_checkpointing || g_.at(embeddings).requires_grad) return;
     g_.at(embeddings).requires_grad = true;
+    g_.hold(embeddings);
     input_leaves_.push_back(embeddings);
   }
   void release_graph(int first) {
     std::vector<int> leaf_grads;
     for (const int leaf : input_leaves_)
       if (const int g = g_.take_grad(leaf); g >= 0) leaf_grads.push_back(g);
-    input_leaves_.clear();
     g_.release_graph(first);
     for (const int g : leaf_grads) g_.drop(g);
+    for (const int leaf : input_leaves_) g_.drop(leaf);
+    input_leaves_.clear();
   }
   int cur_layer_ = -1;
   std::vector<ParamRec> params_;
