@@ -2,7 +2,8 @@
 // RobertaModel / XLMRobertaModel forward (modeling_bert.py: embeddings with word, position and
 // token-type tables, post-LayerNorm layers with biased q/k/v/o and a GELU MLP), DebertaV2Model
 // (modeling_deberta_v2.py: the same layers with disentangled attention over relative positions;
-// docs/formulas.md#deberta) or ModernBertModel
+// docs/formulas.md#deberta), NomicBertModel (nomic-ai's remote code: a packed Wqkv, rotary
+// embeddings applied out of place, SwiGLU; docs/formulas.md#nomicbert) or ModernBertModel
 // (modeling_modernbert.py: pre-LayerNorm layers with a packed Wqkv, rotary embeddings, global and
 // local attention masks, a GeGLU MLP; docs/formulas.md#modernbert), one of three heads
 // (sentence-transformers mean pooling with MultipleNegativesRankingLoss or its cached GradCache
@@ -140,7 +141,7 @@ class EncoderStep {
   std::vector<EncLayer> layers_;
   int ids_ = -1, types_ = -1, amask_ = -1, mask_ = -1;
   int final_w_ = -1, final_b_ = -1;  // ModernBERT final_norm
-  LayerArgs args_;                    // ModernBERT
+  LayerArgs args_;                    // ModernBERT's masks and tables, DeBERTa's relative positions
   int indices_ = -1;                  // unpadded path: the non-padding token indices (int64)
   // enable_input_require_grads (LoRA with checkpointing): the word embeddings' output becomes a
   // leaf that requires grad; its AccumulateGrad node holds it, and backward gives it a .grad, both
