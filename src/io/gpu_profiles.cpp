@@ -316,6 +316,42 @@ Result<GpuProfile> find_gpu(const std::vector<GpuProfile>& profiles, const std::
                       fmt::format("GPU name '{}' is shared by {}", name, fmt::join(names, " and ")),
                       "give one of those names, or --gpu-memory SIZE");
   }
+  // A shorthand several GPUs answer to ("RTX 6000": the Quadro RTX 6000, the RTX A6000 and the
+  // RTX 6000 Ada, 24 and 48 GB) names none of them: list them with their memory rather than
+  // suggesting one. A profile answers when every word of the name is a word of one of its
+  // spellings, or ends one ("6000" in "a6000").
+  const auto words = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s + " ") {
+      const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9')) cur += l;
+      else if (!cur.empty()) out.push_back(std::exchange(cur, std::string()));
+    }
+    return out;
+  };
+  const std::vector<std::string> asked_words = words(name);
+  std::vector<const GpuProfile*> answering;
+  for (const auto& g : profiles) {
+    std::vector<std::string> all{g.name, g.display_name};
+    all.insert(all.end(), g.aliases.begin(), g.aliases.end());
+    const bool answers = std::any_of(all.begin(), all.end(), [&](const std::string& spelling) {
+      const std::vector<std::string> have = words(spelling);
+      return !asked_words.empty() && std::all_of(asked_words.begin(), asked_words.end(), [&](const std::string& w) {
+        return std::any_of(have.begin(), have.end(), [&](const std::string& h) {
+          return h.size() >= w.size() && h.compare(h.size() - w.size(), w.size(), w) == 0;
+        });
+      });
+    });
+    if (answers) answering.push_back(&g);
+  }
+  if (answering.size() > 1 && answering.size() <= 4) {
+    std::vector<std::string> names;
+    for (const auto* g : answering) names.push_back(fmt::format("'{}' ({:.0f} GiB)", g->name, g->memory.as_gib()));
+    return make_error(ErrorCode::kUnknownName,
+                      fmt::format("unknown GPU '{}': it could be {}", name, fmt::join(names, ", ")),
+                      "give one of those names, or --gpu-memory SIZE");
+  }
   // Suggest the canonical name of the profile whose name, display name or alias is nearest,
   // among spellings whose numbers do not contradict the name's: "rtx-3060" is not a misspelt
   // "rtx-3090" (12 GB vs 24 GB), nor "a100-90gb" an "a100-80gb". A suggestion must never hand

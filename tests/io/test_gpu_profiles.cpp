@@ -184,6 +184,12 @@ TEST_CASE("find_gpu errors quote the name and suggest the nearest profile") {
   CHECK(find_gpu("").error().to_string() ==
         "unknown GPU ''; run 'memplan gpus' for the known GPUs, or give --gpu-memory SIZE");
 
+  // A shorthand several GPUs answer to lists them with their memory, suggesting none: "RTX 6000"
+  // is seed 002's 24 GiB Quadro, or a 48 GiB RTX A6000 or RTX 6000 Ada.
+  CHECK(find_gpu("RTX 6000").error().to_string() ==
+        "unknown GPU 'RTX 6000': it could be 'quadro-rtx-6000' (24 GiB), 'rtx-a6000' (48 GiB), 'rtx-6000-ada' (48 GiB); "
+        "give one of those names, or --gpu-memory SIZE");
+
   auto shared = find_gpu("Jetson AGX Orin Developer Kit");
   REQUIRE_FALSE(shared.has_value());
   CHECK(shared.error().code == ErrorCode::kInvalidArgument);
