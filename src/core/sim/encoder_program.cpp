@@ -109,6 +109,9 @@ class EncoderStep {
   int add_embedding(int sum, int ids, int table, const Poly& numel);
   int lin(int x, Lin& p, const Poly& out);
   int attention(int x, EncLayer& lp);
+  // BERT's eager_attention_forward on transposed q, k, v views (NomicBERT's is the same chain):
+  // matmul, scale, + mask_, softmax, dropout, matmul with v, transpose + contiguous.
+  int eager_attention(int qt, int kt, int vt, const Poly& qn);
   int layer(int h, int l);
   int checkpointed(int h, int l);
   int encode();                 // embeddings and every layer: the last hidden state
@@ -292,6 +295,26 @@ int EncoderStep::lin(int x, Lin& p, const Poly& out) {
   return res;
 }
 
+int EncoderStep::eager_attention(int qt, int kt, int vt, const Poly& qn) {
+  ops_.cat = Cat::kAttentionScores;
+  // torch.matmul folds (b, heads) into bmm's batch with reshape: the transposed q, k and v
+  // views are copies then (and saved by bmm), unless a single sequence makes them views.
+  const std::int64_t nh = m_.num_heads;
+  const bool one = one_sequence();
+  const int kT = ops_.view(kt);
+  const int sc = ops_.matmul(qt, kT, scores(nh), !one, !one);
+  g_.drop(kT);
+  const int scaled = ops_.scalar_op(sc);  // * scaling
+  g_.drop(sc);
+  const int masked = ops_.add(scaled, mask_, scores(nh));
+  g_.drop(scaled);
+  const int probs = ops_.softmax(masked);
+  g_.drop(masked);
+  const int dropped = ops_.dropout(probs, m_.attention_dropout);
+  g_.drop(probs);
+  return ops_.attention_output(dropped, vt, qn, !one);
+}
+
 int EncoderStep::attention(int x, EncLayer& lp) {
   // BertSelfAttention: query/key/value Linear with bias, view + transpose(1, 2), then eager
   // (matmul, scale, + mask, softmax, dropout, matmul) or SDPA (dropout_p = 0.1 in training).
@@ -308,22 +331,7 @@ int EncoderStep::attention(int x, EncLayer& lp) {
   g_.drop(v);
   int out = -1;
   if (sp_.attn == AttnImpl::kEager) {
-    ops_.cat = Cat::kAttentionScores;
-    // torch.matmul folds (b, heads) into bmm's batch with reshape: the transposed q, k and v
-    // views are copies then (and saved by bmm), unless a single sequence makes them views.
-    const bool one = one_sequence();
-    const int kT = ops_.view(kt);
-    const int sc = ops_.matmul(qt, kT, scores(nh), !one, !one);
-    g_.drop(kT);
-    const int scaled = ops_.scalar_op(sc);  // * scaling
-    g_.drop(sc);
-    const int masked = ops_.add(scaled, mask_, scores(nh));
-    g_.drop(scaled);
-    const int probs = ops_.softmax(masked);
-    g_.drop(masked);
-    const int dropped = ops_.dropout(probs, m_.attention_dropout);
-    g_.drop(probs);
-    out = ops_.attention_output(dropped, vt, qn, !one);
+    out = eager_attention(qt, kt, vt, qn);
   } else {
     // SDPA / flash: no (s x s) tensor; saves q, k, v, the output and a per-row fp32 logsumexp
     // (dropout by Philox offsets, no mask). Backward: dq, dk, dv, an fp32 dq accumulator.
@@ -990,20 +998,7 @@ int EncoderStep::nomic_attention(int x, EncLayer& lp) {
   g_.drop(q);
   g_.drop(k);
   g_.drop(v);
-  ops_.cat = Cat::kAttentionScores;
-  const bool one = one_sequence();
-  const int kT = ops_.view(kt);
-  const int sc = ops_.matmul(qt, kT, scores(nh), !one, !one);
-  g_.drop(kT);
-  const int scaled = ops_.scalar_op(sc);  // / norm_factor
-  g_.drop(sc);
-  const int masked = ops_.add(scaled, mask_, scores(nh));
-  g_.drop(scaled);
-  const int probs = ops_.softmax(masked);
-  g_.drop(masked);
-  const int dropped = ops_.dropout(probs, m_.attention_dropout);
-  g_.drop(probs);
-  const int out = ops_.attention_output(dropped, vt, qn, !one);
+  const int out = eager_attention(qt, kt, vt, qn);  // / norm_factor for the scaling
   g_.drop(qt);
   g_.drop(kt);
   g_.drop(vt);
