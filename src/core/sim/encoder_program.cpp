@@ -105,6 +105,9 @@ class EncoderStep {
   bool one_sequence() const { return sp_.batch_one && !cached_; }
 
   int layer_norm(int x, int w, int b, const Poly& numel, const Poly& rows);
+  // A post-norm residual: LayerNorm(dropout(y) + residual), hidden-sized; y and residual are
+  // taken (one reference each: a caller that keeps either holds it first).
+  int dropout_add_norm(int y, int residual, int w, int b);
   // sum + table[ids] (an embedding lookup of `numel` values added to the running sum, taken).
   int add_embedding(int sum, int ids, int table, const Poly& numel);
   int lin(int x, Lin& p, const Poly& out);
@@ -260,6 +263,18 @@ int EncoderStep::layer_norm(int x, int w, int b, const Poly& numel, const Poly& 
   return y;
 }
 
+int EncoderStep::dropout_add_norm(int y, int residual, int w, int b) {
+  const Poly n = tok(m_.hidden_size);
+  const int dropped = ops_.dropout(y, m_.hidden_dropout);
+  g_.drop(y);
+  const int sum = ops_.add(dropped, residual, n);
+  g_.drop(dropped);
+  g_.drop(residual);
+  const int out = layer_norm(sum, w, b, n, tok(1));
+  g_.drop(sum);
+  return out;
+}
+
 int EncoderStep::add_embedding(int sum, int ids, int table, const Poly& numel) {
   const int t = ops_.embedding(ids, table, numel);
   const int out = ops_.add(sum, t, tok(m_.hidden_size));
@@ -372,19 +387,14 @@ int EncoderStep::layer(int h, int l) {
   if (modern()) return modern_layer(h, l);
   if (nomic()) return nomic_layer(h, l);
   EncLayer& lp = layers_[static_cast<std::size_t>(l)];
-  const std::int64_t hs = m_.hidden_size;
-  const Poly n = tok(hs), rows = tok(1);
+  const Poly n = tok(m_.hidden_size);
   const int ctx = deberta() ? deberta_attention(h, lp) : attention(h, lp);
   // BertSelfOutput: dense, dropout, LayerNorm(hidden + input). The self-attention's output is
   // BertAttention's local until it returns: alive through the LayerNorm (with frozen weights
   // nothing else keeps it).
   const int d = lin(ctx, lp.lin.at("attention.output.dense"), n);
-  const int dd = ops_.dropout(d, m_.hidden_dropout);
-  g_.drop(d);
-  const int s1 = ops_.add(dd, h, n);
-  g_.drop(dd);
-  const int a = layer_norm(s1, lp.ln1_w, lp.ln1_b, n, rows);
-  g_.drop(s1);
+  g_.hold(h);  // the layer's input stays the caller's
+  const int a = dropout_add_norm(d, h, lp.ln1_w, lp.ln1_b);
   g_.drop(ctx);
   // BertIntermediate: dense + GELU; BertOutput: dense, dropout, LayerNorm(hidden + attention
   // output); feed_forward_chunk keeps the intermediate output until BertOutput returns.
@@ -392,13 +402,7 @@ int EncoderStep::layer(int h, int l) {
   const int act = ops_.gelu(i);
   g_.drop(i);
   const int o = lin(act, lp.lin.at("output.dense"), n);
-  const int od = ops_.dropout(o, m_.hidden_dropout);
-  g_.drop(o);
-  const int s2 = ops_.add(od, a, n);
-  g_.drop(od);
-  g_.drop(a);
-  const int out = layer_norm(s2, lp.ln2_w, lp.ln2_b, n, rows);
-  g_.drop(s2);
+  const int out = dropout_add_norm(o, a, lp.ln2_w, lp.ln2_b);
   g_.drop(act);
   return out;
 }
@@ -921,14 +925,12 @@ int EncoderStep::nomic_layer(int h, int l) {
   // norm2(dropout2(mlp(x)) + x); the .to(norm dtype) casts are no-ops (fp32 sums under autocast).
   EncLayer& lp = layers_[static_cast<std::size_t>(l)];
   const std::int64_t I = m_.intermediate_size;
-  const Poly n = tok(m_.hidden_size), rows = tok(1);
+  const Poly n = tok(m_.hidden_size);
   // attn_outputs and mlp_out are locals of the block: alive until it returns.
   const int a = nomic_attention(h, lp);
-  const int ad = ops_.dropout(a, m_.hidden_dropout);
-  const int s1 = ops_.add(ad, h, n);
-  g_.drop(ad);
-  const int x = layer_norm(s1, lp.ln1_w, lp.ln1_b, n, rows);
-  g_.drop(s1);
+  g_.hold(a);
+  g_.hold(h);  // the block's input stays the caller's
+  const int x = dropout_add_norm(a, h, lp.ln1_w, lp.ln1_b);
   int y = -1;
   if (m_.gated_mlp) {
     // NomciBertGatedMLP: y = fc11(x) * act(fc12(x)) (SwiGLU: silu; GeGLU: gelu), fc2.
@@ -948,12 +950,8 @@ int EncoderStep::nomic_layer(int h, int l) {
     y = lin(act, lp.lin.at("mlp.fc2"), n);
     g_.drop(act);
   }
-  const int yd = ops_.dropout(y, m_.hidden_dropout);
-  const int s2 = ops_.add(yd, x, n);
-  g_.drop(yd);
-  g_.drop(x);
-  const int out = layer_norm(s2, lp.ln2_w, lp.ln2_b, n, rows);
-  g_.drop(s2);
+  g_.hold(y);
+  const int out = dropout_add_norm(y, x, lp.ln2_w, lp.ln2_b);
   g_.drop(y);
   g_.drop(a);
   return out;
