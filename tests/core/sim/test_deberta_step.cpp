@@ -5,40 +5,21 @@
 // (deberta-* cases, tools/measure/hf_deberta.py).
 #include <catch2/catch.hpp>
 
-#include <numeric>
-
 #include "core/sim/program.hpp"
 #include "memplan/engine.hpp"
+#include "support/encoder_step.hpp"
 #include "support/invariants.hpp"
 #include "support/models.hpp"
 
 using namespace memplan;
 using namespace memplan::sim;
+using memplan::testing::at_backward_start;
 using memplan::testing::deberta_v3_base;
 
 namespace {
 
 ProgramSpec program(const ModelSpec& m, DT weights, bool cuda) {
-  ProgramSpec sp;
-  sp.model = m;
-  for (int l = 0; l < m.num_layers; ++l) sp.model_layers.push_back(l);
-  sp.weight_dt = sp.embed_dt = sp.norm_dt = sp.compute_dt = weights;
-  sp.attn = AttnImpl::kEager;
-  sp.ops.cuda = cuda;
-  sp.ops.inplace_accumulation = cuda;
-  sp.ops.trivial_slices_are_ops = !cuda;
-  sp.ops.mean_saves_input = !cuda;
-  return sp;
-}
-
-// Bytes of category `cat` alive as backward begins (the head's backward): what the forward saved.
-std::int64_t at_backward_start(const ProgramSpec& sp, Cat cat, std::int64_t b, std::int64_t s) {
-  const ProgramResult r = run_step(sp);
-  REQUIRE(r.leaked.empty());
-  for (const auto& e : r.events)
-    if (e.segment == kSegHeadBwd) return r.cats.at(e, cat).eval(b, s);
-  FAIL("no backward event");
-  return 0;
+  return memplan::testing::every_layer_program(m, weights, cuda);
 }
 
 }  // namespace
@@ -89,10 +70,8 @@ TEST_CASE("DeBERTa's step trains exactly the parameters transformers builds, for
       }
       const ProgramResult r = run_step(program(m, DT::kF32, false));
       REQUIRE(r.leaked.empty());
-      const std::int64_t simulated = std::accumulate(r.params.begin(), r.params.end(), std::int64_t{0},
-                                                     [](std::int64_t a, const ParamRec& p) { return a + p.numel; });
       INFO("head " << to_string(head) << ", variant " << variant);
-      CHECK(simulated == count_encoder_parameters(m).total);
+      CHECK(memplan::testing::simulated_parameters(r) == count_encoder_parameters(m).total);
     }
 }
 

@@ -4,10 +4,10 @@
 // tests/data/measurements/cpu_encoders.json (modernbert-* cases, tools/measure/hf_modernbert.py).
 #include <catch2/catch.hpp>
 
-#include <numeric>
 
 #include "core/sim/program.hpp"
 #include "memplan/engine.hpp"
+#include "support/encoder_step.hpp"
 #include "support/invariants.hpp"
 #include "support/models.hpp"
 
@@ -19,27 +19,12 @@ namespace {
 
 // Every layer simulated: layer 0 (global, attn_norm = Identity), 1 and 2 (local), 3 (global).
 ProgramSpec program(const ModelSpec& m, DT weights, std::optional<DT> autocast, AttnImpl attn, bool cuda) {
-  ProgramSpec sp;
-  sp.model = m;
-  for (int l = 0; l < m.num_layers; ++l) sp.model_layers.push_back(l);
-  sp.weight_dt = sp.embed_dt = sp.norm_dt = sp.compute_dt = weights;
-  sp.autocast = autocast;
-  sp.attn = attn;
-  sp.ops.cuda = cuda;
-  sp.ops.inplace_accumulation = cuda;
-  sp.ops.trivial_slices_are_ops = !cuda;
-  sp.ops.mean_saves_input = !cuda;
-  return sp;
+  return memplan::testing::every_layer_program(m, weights, cuda, attn, autocast);
 }
 
 // The inputs-and-masks bytes alive as backward begins: what the forward left saved.
 std::int64_t inputs_at_backward_start(const ProgramSpec& sp, std::int64_t b, std::int64_t s) {
-  const ProgramResult r = run_step(sp);
-  REQUIRE(r.leaked.empty());
-  for (const auto& e : r.events)
-    if (e.segment == kSegHeadBwd) return r.cats.at(e, Cat::kInputs).eval(b, s);
-  FAIL("no backward event");
-  return 0;
+  return memplan::testing::at_backward_start(sp, Cat::kInputs, b, s);
 }
 
 }  // namespace
@@ -86,10 +71,8 @@ TEST_CASE("ModernBERT's step trains exactly the parameters transformers builds, 
       m.norm_bias = norm_bias;
       m.num_labels = 3;
       const ProgramResult r = run_step(program(m, DT::kF32, std::nullopt, AttnImpl::kEager, false));
-      const std::int64_t simulated = std::accumulate(r.params.begin(), r.params.end(), std::int64_t{0},
-                                                     [](std::int64_t a, const ParamRec& p) { return a + p.numel; });
       INFO("head " << to_string(head) << ", norm_bias " << norm_bias);
-      CHECK(simulated == count_encoder_parameters(m).total);
+      CHECK(memplan::testing::simulated_parameters(r) == count_encoder_parameters(m).total);
     }
 }
 

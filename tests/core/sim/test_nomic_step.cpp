@@ -4,11 +4,10 @@
 // cases, tools/measure/hf_nomic.py).
 #include <catch2/catch.hpp>
 
-#include <numeric>
-
 #include "core/sim/program.hpp"
 #include "io/model_source.hpp"
 #include "memplan/engine.hpp"
+#include "support/encoder_step.hpp"
 #include "support/invariants.hpp"
 
 using namespace memplan;
@@ -30,18 +29,7 @@ ModelSpec nomic(int layers, const std::string& extra = "") {
   return *m;
 }
 
-ProgramSpec program(const ModelSpec& m, DT weights) {
-  ProgramSpec sp;
-  sp.model = m;
-  for (int l = 0; l < m.num_layers; ++l) sp.model_layers.push_back(l);
-  sp.weight_dt = sp.embed_dt = sp.norm_dt = sp.compute_dt = weights;
-  sp.attn = AttnImpl::kEager;
-  sp.ops.cuda = true;
-  sp.ops.inplace_accumulation = true;
-  sp.ops.trivial_slices_are_ops = false;
-  sp.ops.mean_saves_input = false;
-  return sp;
-}
+ProgramSpec program(const ModelSpec& m, DT weights) { return memplan::testing::every_layer_program(m, weights, true); }
 
 }  // namespace
 
@@ -101,10 +89,8 @@ TEST_CASE("NomicBERT keeps every layer's rotary cos/sin cache; its step trains t
     ModelSpec h = m;
     h.head = head;
     const ProgramResult hr = run_step(program(h, DT::kF32));
-    const std::int64_t simulated = std::accumulate(hr.params.begin(), hr.params.end(), std::int64_t{0},
-                                                   [](std::int64_t a, const ParamRec& p) { return a + p.numel; });
     INFO("head " << to_string(head));
-    CHECK(simulated == count_encoder_parameters(h).total);
+    CHECK(memplan::testing::simulated_parameters(hr) == count_encoder_parameters(h).total);
   }
 }
 
