@@ -18,6 +18,13 @@ Error field_error(const std::string& origin, std::string msg) {
   return e;
 }
 
+// A config.json variant memplan does not model: at the file, with what it models instead.
+Error unsupported_variant(const std::string& origin, std::string msg, std::string models) {
+  Error e = make_error(ErrorCode::kUnsupported, std::move(msg), std::move(models));
+  e.where = SourceLocation{origin, 0, 0};
+  return e;
+}
+
 // A non-negative integer field (at most 2^40), or `fallback` when absent.
 Result<std::int64_t> integer(const json& j, const char* key, std::int64_t fallback, const std::string& origin) {
   auto it = j.find(key);
@@ -80,10 +87,8 @@ Status parse_deberta(const json& j, const std::string& origin, ModelSpec& m) {
   m.qkv_bias = m.o_bias = m.mlp_bias = true;
   m.activation = Activation::kGelu;
   auto unsupported = [&](std::string what) {
-    Error e = make_error(ErrorCode::kUnsupported, std::move(what),
-                         "memplan models DeBERTa-v2/v3 as the v3 checkpoints configure it (microsoft/deberta-v3-*)");
-    e.where = SourceLocation{origin, 0, 0};
-    return e;
+    return unsupported_variant(origin, std::move(what),
+                               "memplan models DeBERTa-v2/v3 as the v3 checkpoints configure it (microsoft/deberta-v3-*)");
   };
   MEMPLAN_TRY(const std::int64_t conv, integer(j, "conv_kernel_size", 0, origin));
   if (conv > 0) return unsupported(fmt::format("DeBERTa's ConvLayer (\"conv_kernel_size\": {}) is not modelled", conv));
@@ -134,8 +139,6 @@ Status parse_deberta(const json& j, const std::string& origin, ModelSpec& m) {
   return Ok{};
 }
 
-
-
 // A dropout probability: a number in [0, 1), or `fallback` when absent.
 Result<double> probability(const json& j, const char* key, double fallback, const std::string& origin) {
   auto it = j.find(key);
@@ -158,10 +161,8 @@ Result<ModelSpec> parse_nomic_bert(const json& j, const std::string& origin) {
   m.norm_bias = true;
   m.tie_word_embeddings = true;
   auto unsupported = [&](std::string what) {
-    Error e = make_error(ErrorCode::kUnsupported, std::move(what),
-                         "memplan models NomicBERT as nomic-bert-2048 and nomic-embed-text-v1/v1.5 configure it");
-    e.where = SourceLocation{origin, 0, 0};
-    return e;
+    return unsupported_variant(origin, std::move(what),
+                               "memplan models NomicBERT as nomic-bert-2048 and nomic-embed-text-v1/v1.5 configure it");
   };
   MEMPLAN_TRY(m.vocab_size, integer(j, "vocab_size", 50257, origin));
   MEMPLAN_TRY(m.hidden_size, integer(j, "n_embd", 768, origin));
@@ -313,6 +314,5 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
   }
   return finish_encoder(j, origin, std::move(m));
 }
-
 
 }  // namespace memplan::io
