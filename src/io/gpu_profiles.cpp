@@ -316,27 +316,34 @@ Result<GpuProfile> find_gpu(const std::vector<GpuProfile>& profiles, const std::
                       fmt::format("GPU name '{}' is shared by {}", name, fmt::join(names, " and ")),
                       "give one of those names, or --gpu-memory SIZE");
   }
-  // A shorthand several GPUs answer to ("RTX 6000": the Quadro RTX 6000, the RTX A6000 and the
-  // RTX 6000 Ada, 24 and 48 GB) names none of them: list them with their memory rather than
-  // suggesting one. A profile answers when every word of the name is a word of one of its
-  // spellings, or ends one ("6000" in "a6000").
-  const auto words = [](const std::string& s) {
+  // The runs of characters `keep` accepts, lower-cased: a spelling's words or its numbers.
+  const auto runs = [](const std::string& s, bool (*keep)(char)) {
     std::vector<std::string> out;
     std::string cur;
     for (char c : s + " ") {
       const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9')) cur += l;
+      if (keep(l)) cur += l;
       else if (!cur.empty()) out.push_back(std::exchange(cur, std::string()));
     }
     return out;
   };
-  const std::vector<std::string> asked_words = words(name);
-  std::vector<const GpuProfile*> answering;
-  for (const auto& g : profiles) {
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  const auto is_word = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  const auto spellings_of = [](const GpuProfile& g) {
     std::vector<std::string> all{g.name, g.display_name};
     all.insert(all.end(), g.aliases.begin(), g.aliases.end());
+    return all;
+  };
+  // A shorthand several GPUs answer to ("RTX 6000": the Quadro RTX 6000, the RTX A6000 and the
+  // RTX 6000 Ada, 24 and 48 GB) names none of them: list them with their memory rather than
+  // suggesting one. A profile answers when every word of the name is a word of one of its
+  // spellings, or ends one ("6000" in "a6000").
+  const std::vector<std::string> asked_words = runs(name, is_word);
+  std::vector<const GpuProfile*> answering;
+  for (const auto& g : profiles) {
+    const std::vector<std::string> all = spellings_of(g);
     const bool answers = std::any_of(all.begin(), all.end(), [&](const std::string& spelling) {
-      const std::vector<std::string> have = words(spelling);
+      const std::vector<std::string> have = runs(spelling, is_word);
       return !asked_words.empty() && std::all_of(asked_words.begin(), asked_words.end(), [&](const std::string& w) {
         return std::any_of(have.begin(), have.end(), [&](const std::string& h) {
           return h.size() >= w.size() && h.compare(h.size() - w.size(), w.size(), w) == 0;
@@ -356,18 +363,9 @@ Result<GpuProfile> find_gpu(const std::vector<GpuProfile>& profiles, const std::
   // among spellings whose numbers do not contradict the name's: "rtx-3060" is not a misspelt
   // "rtx-3090" (12 GB vs 24 GB), nor "a100-90gb" an "a100-80gb". A suggestion must never hand
   // the user a GPU with a different memory size.
-  const auto numbers = [](const std::string& s) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (char c : s + " ") {
-      if (c >= '0' && c <= '9') cur += c;
-      else if (!cur.empty()) out.push_back(std::exchange(cur, std::string()));
-    }
-    return out;
-  };
-  const std::vector<std::string> asked = numbers(name);
+  const std::vector<std::string> asked = runs(name, is_digit);
   const auto compatible = [&](const std::string& spelling) {
-    const std::vector<std::string> have = numbers(spelling);
+    const std::vector<std::string> have = runs(spelling, is_digit);
     if (have.size() != asked.size()) return true;
     for (std::size_t i = 0; i < have.size(); ++i)
       if (have[i].size() == asked[i].size() && have[i] != asked[i]) return false;
@@ -376,9 +374,7 @@ Result<GpuProfile> find_gpu(const std::vector<GpuProfile>& profiles, const std::
   std::vector<std::string> spellings;
   std::map<std::string, std::string> canonical;
   for (const auto& g : profiles) {
-    std::vector<std::string> all{g.name, g.display_name};
-    all.insert(all.end(), g.aliases.begin(), g.aliases.end());
-    for (const std::string& s : all) {
+    for (const std::string& s : spellings_of(g)) {
       if (!compatible(s)) continue;
       spellings.push_back(s);
       canonical.emplace(s, g.name);
