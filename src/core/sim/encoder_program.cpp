@@ -89,6 +89,9 @@ class EncoderStep {
   void deberta_relative_positions();
   int deberta_attention(int x, EncLayer& lp);
   int deberta_relative_bias(int q, int k, EncLayer& lp);
+  // p(x) through transpose_for_scores: view, permute, .contiguous() (a copy of `out` values; the
+  // projection's output then freed).
+  int transpose_for_scores(int x, Lin& p, const Poly& out);
   // NomicBERT (docs/formulas.md#nomicbert): nomic-ai's remote code, eager attention.
   bool nomic() const { return m_.is_nomic_bert(); }
   int nomic_layer(int h, int l);
@@ -784,6 +787,15 @@ void EncoderStep::deberta_relative_positions() {
   args_.rel_pos = rel;
 }
 
+int EncoderStep::transpose_for_scores(int x, Lin& p, const Poly& out) {
+  const int y = lin(x, p, out);
+  const int t = ops_.transpose_view(y);
+  g_.drop(y);
+  const int copy = ops_.clone(t);
+  g_.drop(t);
+  return copy;
+}
+
 int EncoderStep::deberta_attention(int x, EncLayer& lp) {
   // DisentangledSelfAttention: query/key/value_proj, transpose_for_scores (view, permute,
   // .contiguous(): a (b x heads, s, d) copy of each); scores = bmm(q, k^T / scale) (a new
@@ -792,17 +804,9 @@ int EncoderStep::deberta_attention(int x, EncLayer& lp) {
   // with v; permute + contiguous back to (b, s, heads x d).
   const std::int64_t inner = static_cast<std::int64_t>(m_.num_heads) * m_.head_dim;
   const Poly qn = tok(inner), sn = scores(m_.num_heads);
-  const auto heads = [&](const char* name) {
-    const int y = lin(x, lp.lin.at(name), qn);
-    const int t = ops_.transpose_view(y);
-    g_.drop(y);
-    const int copy = ops_.clone(t);
-    g_.drop(t);
-    return copy;
-  };
-  const int q = heads("query_proj");
-  const int k = heads("key_proj");
-  const int v = heads("value_proj");
+  const int q = transpose_for_scores(x, lp.lin.at("query_proj"), qn);
+  const int k = transpose_for_scores(x, lp.lin.at("key_proj"), qn);
+  const int v = transpose_for_scores(x, lp.lin.at("value_proj"), qn);
   ops_.cat = Cat::kAttentionScores;
   const int kT = ops_.view(k);
   const int k_scaled = ops_.scalar_op(kT);
@@ -850,11 +854,7 @@ int EncoderStep::deberta_relative_bias(int q, int k, EncLayer& lp) {
   ops_.cat = Cat::kActivations;
   const int rel = ops_.dropout(args_.rel_emb, m_.hidden_dropout);
   const auto project = [&](const char* name) {
-    const int y = lin(rel, lp.lin.at(name), c(P * inner));
-    const int t = ops_.transpose_view(y);
-    g_.drop(y);
-    const int copy = ops_.clone(t);
-    g_.drop(t);
+    const int copy = transpose_for_scores(rel, lp.lin.at(name), c(P * inner));
     const int rep = g_.make(seqs(P * inner), g_.at(copy).dt, ops_.cat);
     g_.node({copy}, {rep}, {}, [copy](Bwd& ctx) { ctx.give(copy, ctx.like(copy)); });  // sum over the repeats
     g_.drop(copy);
