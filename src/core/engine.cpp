@@ -929,9 +929,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     MEMPLAN_TRY(const std::vector<PipelineRank> ranks, pipeline_ranks(model, config.parallel));
     const bool pipelined = ranks.size() > 1;
     // Batch 1 changes the program only where a reshape becomes a view: eager attention's
-    // query (and single-KV-head) copies and GRPO's entropy copy. Otherwise one program serves.
-    const bool batch_one_differs = sp.batch_multiplier == 1 &&
-                                   (sp.attn == AttnImpl::kEager || config.method == Method::kGrpo);
+    // query (and single-KV-head) copies and GRPO's entropy copy. Otherwise one program serves:
+    // DeBERTa's attention copies with .contiguous() at every batch size, and GradCache's
+    // forwards take mini-batches of a fixed size whatever b is (encoder_program.cpp).
+    const bool eager_copies = sp.attn == AttnImpl::kEager && !model.is_deberta() &&
+                              !(model.is_encoder() && config.contrastive.enabled() && config.contrastive.cached);
+    const bool batch_one_differs = sp.batch_multiplier == 1 && (eager_copies || config.method == Method::kGrpo);
     const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
                        config.parallel.offload_params;
     // Sliding-window layers under SDPA: transformers materializes their mask only from s =

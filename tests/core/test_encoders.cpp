@@ -2,7 +2,9 @@
 // cached MNRL, and the errors for what is not modelled.
 #include <catch2/catch.hpp>
 
+#include "core/sim/program.hpp"
 #include "memplan/engine.hpp"
+#include "support/encoder_step.hpp"
 #include "support/invariants.hpp"
 #include "support/models.hpp"
 
@@ -109,6 +111,40 @@ TEST_CASE("cached MNRL: activations of one mini-batch, whatever the batch") {
   const std::int64_t a128 = component(*est->at(128, 256), "activations");
   // Only the kept embeddings (b x texts x hidden, fp32) grow with b.
   CHECK(a128 - a64 <= 2 * 64 * 8 * 64 * 4);
+}
+
+// Whether a one-sequence batch changes the simulated step: the engine simulates b == 1 as a
+// program of its own only where it does (Estimator::build, batch_one_differs).
+bool batch_one_changes(const sim::ProgramSpec& spec) {
+  sim::ProgramSpec one = spec;
+  one.batch_one = true;
+  const sim::ProgramResult a = sim::run_step(spec), b = sim::run_step(one);
+  if (a.events.size() != b.events.size()) return true;
+  for (std::size_t i = 0; i < a.events.size(); ++i) {
+    if (!(a.events[i].total == b.events[i].total)) return true;
+    for (int c = 0; c < sim::kNumCats; ++c)
+      if (!(a.cats.at(a.events[i], static_cast<sim::Cat>(c)) == b.cats.at(b.events[i], static_cast<sim::Cat>(c))))
+        return true;
+  }
+  return false;
+}
+
+TEST_CASE("a one-sequence batch is simulated apart only where it changes the step") {
+  using memplan::testing::every_layer_program;
+  // BERT's eager attention folds (b, heads) into bmm's batch: views at b == 1, copies otherwise.
+  sim::ProgramSpec bert = every_layer_program(toy_bert(2), sim::DT::kF32, true);
+  CHECK(batch_one_changes(bert));
+  // GradCache's forwards take mini_batch_size sequences whatever b is.
+  bert.contrastive.texts_per_example = 3;
+  bert.contrastive.cached = true;
+  CHECK_FALSE(batch_one_changes(bert));
+  // DeBERTa's transpose_for_scores copies with .contiguous() at every batch size.
+  for (bool gc : {false, true}) {
+    sim::ProgramSpec deberta = every_layer_program(memplan::testing::deberta_v3_base(2, 1000), sim::DT::kF32, true);
+    deberta.gradient_checkpointing = gc;
+    deberta.contrastive.texts_per_example = gc ? 3 : 0;
+    CHECK_FALSE(batch_one_changes(deberta));
+  }
 }
 
 TEST_CASE("every encoder head and attention satisfies the invariants and grows with b and s") {
