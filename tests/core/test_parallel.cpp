@@ -69,3 +69,25 @@ TEST_CASE("parallel_for rethrows the lowest failing index after every task ran")
     CHECK(ran.load() == 10);
   }
 }
+
+TEST_CASE("parallel_for nested in a task, or called from several threads at once, runs every index once") {
+  // The pool serves one job at a time: a call that finds it busy runs on its own thread, so a
+  // task's own parallel_for (the nothing-fits path's estimators) cannot wait on itself.
+  constexpr std::size_t kOuter = 6, kInner = 50;
+  std::vector<std::atomic<int>> runs(kOuter * kInner);
+  parallel_for(kOuter, [&](std::size_t i) {
+    parallel_for(kInner, [&](std::size_t j) { runs[i * kInner + j].fetch_add(1); });
+  });
+  for (const auto& r : runs) CHECK(r.load() == 1);
+
+  std::vector<std::atomic<int>> a(500), b(500);
+  std::thread other([&] {
+    for (int k = 0; k < 20; ++k) parallel_for(25, [&](std::size_t i) { b[static_cast<std::size_t>(k) * 25 + i].fetch_add(1); });
+  });
+  for (int k = 0; k < 20; ++k) parallel_for(25, [&](std::size_t i) { a[static_cast<std::size_t>(k) * 25 + i].fetch_add(1); });
+  other.join();
+  for (std::size_t i = 0; i < 500; ++i) {
+    CHECK(a[i].load() == 1);
+    CHECK(b[i].load() == 1);
+  }
+}
