@@ -244,6 +244,60 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
       ->group("Config files");
 }
 
+namespace {
+
+// Defaults that hold for decoder LLMs but not for an encoder (docs/configs.md#encoder-defaults):
+// TRL's bf16 and gradient checkpointing become transformers' TrainingArguments' own (off), and
+// a default sequence longer than the model's positions becomes the positions (tokenizers
+// truncate to them); a sequence a flag or file gives that is longer than a learned position
+// table fails in transformers, which is said.
+void apply_encoder_defaults(io::ResolvedInputs& in) {
+  TrainingConfig& c = in.config;
+  const auto kind_of = [&](const char* key) {
+    const auto it = in.origins.find(key);
+    return it == in.origins.end() ? io::OriginKind::kDefault : it->second.kind;
+  };
+  bool reverted = false;
+  for (const std::string& key : in.trl_defaults) {
+    if (kind_of(key.c_str()) != io::OriginKind::kDefault) continue;  // a flag said otherwise
+    io::Origin o;
+    o.kind = io::OriginKind::kDefault;
+    if (key == "autocast") {
+      c.autocast.reset();
+      o.note = "none: transformers' TrainingArguments (bf16 = false); TRL's bf16 default is for decoder LLMs";
+    } else if (key == "gradient_checkpointing") {
+      c.gradient_checkpointing = false;
+      o.note = "false: transformers' TrainingArguments; TRL's default is for decoder LLMs";
+    } else {
+      continue;
+    }
+    in.set_origin(key, std::move(o));
+    reverted = true;
+  }
+  if (reverted) std::erase(in.warnings, in.trl_defaults_warning);
+  const ModelSpec& m = in.model;
+  if (m.max_position_embeddings <= 0) return;
+  // RoBERTa and XLM-R number positions from padding_idx + 1 = 2: 514 rows hold 512 tokens.
+  const bool offset = m.model_type == "roberta" || m.model_type == "xlm-roberta" || m.model_type == "camembert";
+  const std::int64_t positions = m.max_position_embeddings - (offset ? 2 : 0);
+  if (c.seq_len <= positions) return;
+  if (kind_of("seq_len") == io::OriginKind::kDefault) {
+    io::Origin o;
+    o.kind = io::OriginKind::kDerived;
+    o.note = fmt::format("{}'s {} positions, to which its tokenizer truncates; memplan's default {} is longer",
+                         in.model_name, positions, c.seq_len);
+    c.seq_len = positions;
+    in.set_origin("seq_len", std::move(o));
+  } else if (m.learned_positions) {
+    in.warnings.push_back(fmt::format("seq_len {} ({}) is longer than {}'s {} learned positions: transformers fails "
+                                      "with an index error; its tokenizer truncates to {}",
+                                      c.seq_len, in.origins["seq_len"].to_string(), in.model_name, positions,
+                                      positions));
+  }
+}
+
+}  // namespace
+
 Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::ResolvedInputs in) {
   TrainingConfig& c = in.config;
   auto given = [&](const char* name) { return flag_given(f, name); };
@@ -731,6 +785,19 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
       mark("num_labels", "--num-labels");
     }
   }
+  // The head a config file states, where no flag set one.
+  const bool file_head = in.encoder_head && !given("--head");
+  const bool file_labels = in.num_labels && !given("--num-labels");
+  if ((file_head || file_labels) && !in.model.is_encoder()) {
+    const io::Origin& o = in.origins[file_head ? "head" : "num_labels"];
+    in.warnings.push_back(fmt::format("{}: {} describes an encoder's head; {} is a decoder (ignored)", o.to_string(),
+                                      o.note.empty() ? std::string(file_head ? "the head" : "num_labels") : o.note,
+                                      in.model_name));
+  } else {
+    if (file_head) in.model.head = *in.encoder_head;
+    if (file_labels) in.model.num_labels = *in.num_labels;
+  }
+  if (in.model.is_encoder()) apply_encoder_defaults(in);
   static const char* kKeys[] = {"method", "batch", "seq_len", "grad_accum", "torch_dtype", "autocast", "optim",
                                 "gradient_checkpointing", "attn_implementation", "use_peft", "device"};
   for (const char* k : kKeys)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -167,6 +168,19 @@ Result<Detection> detect_dialect(const YamlNode& root, const std::string& label)
     if (it == scores.end()) it = scores.insert(scores.end(), Score{s.dialect, 0, {}});
     it->score += s.weight;
     it->evidence.emplace_back(s.path);
+  }
+  // Composer's model builders name themselves: `model.name: hf_bert` is a Composer recipe even
+  // where the batch keys are left to the script (ModernBERT's glue.py configs).
+  if (const YamlNode* n = root.at(split_key_path("model.name")); n != nullptr && n->is_scalar()) {
+    static constexpr std::string_view kBuilders[] = {"hf_bert", "mosaic_bert", "flex_bert", "hf_causal_lm",
+                                                     "mpt_causal_lm", "hf_t5"};
+    const std::string v = to_lower(n->value);
+    if (std::find(std::begin(kBuilders), std::end(kBuilders), v) != std::end(kBuilders)) {
+      auto it = std::find_if(scores.begin(), scores.end(), [](const Score& x) { return x.dialect == Dialect::kLlmFoundry; });
+      if (it == scores.end()) it = scores.insert(scores.end(), Score{Dialect::kLlmFoundry, 0, {}});
+      it->score += 5;
+      it->evidence.push_back("model.name: " + v);
+    }
   }
   std::stable_sort(scores.begin(), scores.end(), [](const Score& a, const Score& b) { return a.score > b.score; });
   if (scores.empty() || scores[0].score < kMinScore) {

@@ -102,6 +102,7 @@ Status read_precision(Mapper& m, bool& defaulted) {
   } else {
     c.autocast = DType::kBFloat16;
     m.from_default("autocast", fmt::format("bf16 = true: {}", kTrlDefaultNote));
+    m.out().inputs.trl_defaults.emplace_back("autocast");
     defaulted = true;
   }
   const YamlNode* dtype = m.node("dtype");
@@ -342,12 +343,15 @@ Status map_hf_trl(Mapper& m) {
   if (!gc) {
     c.gradient_checkpointing = true;
     m.from_default("gradient_checkpointing", fmt::format("true: {}", kTrlDefaultNote));
+    m.out().inputs.trl_defaults.emplace_back("gradient_checkpointing");
     defaulted = true;
   }
   MEMPLAN_IO_CHECK(read_checkpoint_kwargs(m));
-  if (defaulted)
+  if (defaulted) {
     m.warn_file(0, "bf16 or gradient_checkpointing is not set: memplan assumes TRL >= 0.22's defaults (both true; "
                    "transformers' Trainer alone leaves them off); set them to be sure");
+    m.out().inputs.trl_defaults_warning = m.out().inputs.warnings.back();
+  }
 
   MEMPLAN_IO_CHECK(m.read_optimizer("optim", "optim", c.optim.kind));
   MEMPLAN_TRY(auto optim_args, m.list("optim_args"));

@@ -2,7 +2,8 @@
 // device_train_microbatch_size is the per-GPU micro-batch, global_train_batch_size the step's
 // batch over all GPUs, max_seq_len the sequence, precision amp_bf16|amp_fp16|fp32, fsdp_config
 // Composer's FSDP. The model is a Hugging Face checkpoint (model.pretrained_model_name_or_path)
-// or described in place (MPT: d_model, n_heads, n_layers, expansion_ratio, vocab_size).
+// or described in place (MPT: d_model, n_heads, n_layers, expansion_ratio, vocab_size). The same
+// layout serves Composer's BERT recipes (model.name hf_bert with pretrained_model_name).
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
@@ -10,9 +11,65 @@
 
 namespace memplan::io {
 
+namespace {
+
+// Composer's BERT recipes (mosaicml/examples benchmarks/bert, AnswerDotAI/ModernBERT): model.name
+// picks the builder. hf_bert wraps a Hugging Face checkpoint (pretrained_model_name, any
+// AutoModel: bert-base-uncased, microsoft/deberta-v3-base...) as BertForMaskedLM when
+// pretraining (main.py) or *ForSequenceClassification with model.num_labels when fine-tuning
+// (sequence_classification.py, glue.py); mosaic_bert and flex_bert are those repositories' own
+// architectures, which memplan does not model.
+Status read_composer_bert(Mapper& m, const std::string& name, const YamlNode& at) {
+  ResolvedInputs& in = m.out().inputs;
+  if (name == "mosaic_bert" || name == "flex_bert") {
+    in.model_hint = fmt::format(
+        "{}: model.name {} is {}, which memplan does not model (it models Hugging Face checkpoints); give --model "
+        "with the Hugging Face model of the same shape to estimate that instead",
+        m.where_text(at), name,
+        name == "mosaic_bert" ? "MosaicBERT (ALiBi, gated MLP, FlashAttention, unpadded batches)"
+                              : "FlexBERT, ModernBERT's research architecture (model_config picks its layers)");
+    m.node("model.pretrained_model_name");  // read: the hint says why it is not used
+    m.node("model.model_config");
+    return Ok{};
+  }
+  MEMPLAN_TRY(bool named, m.read_model("model.pretrained_model_name"));
+  if (!named)
+    in.model_hint = fmt::format("{}: model.name {} has no pretrained_model_name (the Hugging Face checkpoint it "
+                                "wraps); give --model ID|PATH",
+                                m.where_text(at), name);
+  MEMPLAN_TRY(auto labels, m.integer("model.num_labels"));
+  const YamlNode* tasks = m.node("tasks");
+  if (labels) {
+    if (*labels > (1 << 20))
+      return m.error_at(*m.node("model.num_labels"), ErrorCode::kInvalidConfig,
+                        fmt::format("model.num_labels = {} is out of range (1 to 1048576)", *labels));
+    in.encoder_head = EncoderHead::kSequenceClassification;
+    in.num_labels = *labels;
+    m.from_file("head", *m.node("model.num_labels"), "model.num_labels");
+    m.from_file("num_labels", *m.node("model.num_labels"), "model.num_labels");
+  } else if (tasks != nullptr && tasks->is_map()) {
+    // glue.py: one fine-tuning job per task, each a sequence classifier (2 or 3 labels, set by
+    // the script per task: the classifier is a few KB either way).
+    in.encoder_head = EncoderHead::kSequenceClassification;
+    m.from_file("head", *tasks, "tasks (glue.py fine-tunes a classifier per task)");
+  } else {
+    in.encoder_head = EncoderHead::kMaskedLm;
+    m.from_file("head", at, "model.name " + name + " without num_labels: masked-LM pretraining (main.py)");
+  }
+  m.node("model.use_pretrained");  // from the hub or from its config: the same shape
+  m.node("model.tokenizer_name");
+  return Ok{};
+}
+
+}  // namespace
+
 Status map_llm_foundry(Mapper& m) {
   TrainingConfig& c = m.config();
-  if (m.node("model.pretrained_model_name_or_path") != nullptr) {
+  MEMPLAN_TRY(auto model_name, m.text("model.name"));
+  const std::string builder = to_lower(model_name.value_or(""));
+  if (builder == "hf_bert" || builder == "mosaic_bert" || builder == "flex_bert") {
+    MEMPLAN_IO_CHECK(read_composer_bert(m, builder, *m.node("model.name")));
+  } else if (m.node("model.pretrained_model_name_or_path") != nullptr) {
     MEMPLAN_IO_CHECK(m.read_model("model.pretrained_model_name_or_path"));
   } else {
     MEMPLAN_IO_CHECK(read_custom_model(m, "model"));

@@ -51,6 +51,17 @@ struct ResolvedInputs {
   // flags are applied.
   std::optional<CustomModel> custom_model;
 
+  // An encoder's head and label count as a config states them (Composer's model.num_labels, a
+  // masked-LM pretraining script, contrastors' model_type): applied to the model once it is
+  // resolved, unless --head / --num-labels say otherwise; origins "head" and "num_labels".
+  std::optional<EncoderHead> encoder_head;
+  std::optional<std::int64_t> num_labels;
+  // Inputs a dialect defaulted the way TRL does ("autocast", "gradient_checkpointing"), and the
+  // warning that says so: TRL trains decoder LLMs, so for an encoder (sentence-transformers and
+  // Composer run transformers' Trainer) TrainingArguments' own defaults replace them.
+  std::vector<std::string> trl_defaults;
+  std::string trl_defaults_warning;
+
   // PYTORCH_CUDA_ALLOC_CONF as a config file sets it for the run ("" when none does) and where.
   std::string allocator_conf;
   std::string allocator_conf_source;

@@ -66,3 +66,80 @@ TEST_CASE("--liger lowers a large-vocabulary decoder's peak below the eager loss
   };
   CHECK(peak(liger.out) < peak(eager.out));
 }
+
+TEST_CASE("an encoder head a config states applies to the model, and the flags override it") {
+  const memplan::testing::TempDir dir;
+  // Composer's BERT pretraining recipe (mosaicml/examples): hf_bert without num_labels is main.py's
+  // masked-LM pretraining.
+  const std::string mlm = dir.write("mlm.yaml",
+                                    "tokenizer_name: bert-base-uncased\nmax_seq_len: 128\n"
+                                    "model:\n  name: hf_bert\n  pretrained_model_name: ${tokenizer_name}\n"
+                                    "device_train_microbatch_size: 8\nprecision: amp_bf16\n");
+  const CliRun a = run_cli({"estimate", "--config", mlm});
+  REQUIRE(a.code == memplan::cli::kExitOk);
+  CHECK(a.out.find("assumption: encoder: mlm head") != std::string::npos);
+  CHECK(a.out.find("0.110B total") != std::string::npos);  // 109,514,298 with the MLM head
+  const CliRun shown = run_cli({"estimate", "--config", mlm, "--show-config"});
+  CHECK(shown.out.find("mlm.yaml:4 (model.name hf_bert without num_labels: masked-LM pretraining (main.py))") !=
+        std::string::npos);
+
+  const CliRun flag = run_cli({"estimate", "--config", mlm, "--head", "classification"});
+  REQUIRE(flag.code == memplan::cli::kExitOk);
+  CHECK(flag.out.find("assumption: encoder: classification head") != std::string::npos);
+
+  const std::string cls = dir.write("cls.yaml",
+                                    "model:\n  name: hf_bert\n  num_labels: 5\n  pretrained_model_name: bert-base-uncased\n"
+                                    "device_train_microbatch_size: 16\nmax_seq_len: 128\n");
+  const CliRun c = run_cli({"estimate", "--config", cls, "--format", "json"});
+  REQUIRE(c.code == memplan::cli::kExitOk);
+  // bert-base-uncased with BertForSequenceClassification's 768 x 5 + 5 classifier: 109,482,240
+  // + 3,845 parameters.
+  CHECK(c.out.find("\"parameters\": 109486085") != std::string::npos);
+
+  // A decoder named with an encoder's head: said, and ignored.
+  const std::string dec = dir.write("dec.yaml",
+                                    "model:\n  name: hf_bert\n  num_labels: 3\n  pretrained_model_name: llama-3.2-1b\n"
+                                    "device_train_microbatch_size: 1\nmax_seq_len: 128\n");
+  const CliRun d = run_cli({"estimate", "--config", dec});
+  REQUIRE(d.code == memplan::cli::kExitOk);
+  CHECK((d.out + d.err).find("dec.yaml:3: model.num_labels describes an encoder's head; llama-3.2-1b is a decoder (ignored)") !=
+        std::string::npos);
+}
+
+TEST_CASE("an encoder's defaults are transformers' Trainer's and its own positions, not a decoder LLM's") {
+  // No --seq-len: memplan's 1024 would not fit BERT's 512-row position table; RoBERTa's 514 rows
+  // hold 512 tokens (positions start after padding_idx 1).
+  const CliRun bert = run_cli({"estimate", "--model", "bert-base-uncased", "--show-config"});
+  REQUIRE(bert.code == memplan::cli::kExitOk);
+  CHECK(bert.out.find("seq_len                 512                derived (bert-base-uncased's 512 positions, to "
+                      "which its tokenizer truncates; memplan's default 1024 is longer)") != std::string::npos);
+  const CliRun xlmr = run_cli({"estimate", "--model", "xlm-roberta-base", "--format", "json"});
+  CHECK(xlmr.out.find("\"seq_len\": 512") != std::string::npos);
+  // Asked for, it is kept, and said to fail.
+  const CliRun longer = run_cli({"estimate", "--model", "bert-base-uncased", "--seq-len", "1024"});
+  CHECK((longer.out + longer.err).find("seq_len 1024 (flag --seq-len) is longer than bert-base-uncased's 512 learned "
+                                       "positions: transformers fails with an index error") != std::string::npos);
+  // ModernBERT has 8,192 (rotary): the default stands.
+  const CliRun modern = run_cli({"estimate", "--model", "answerdotai/ModernBERT-base", "--format", "json"});
+  CHECK(modern.out.find("\"seq_len\": 1024") != std::string::npos);
+
+  // TrainingArguments in YAML without bf16 or gradient_checkpointing: TRL's defaults (both on)
+  // for a decoder, transformers' (both off) for an encoder, which TRL does not train.
+  const memplan::testing::TempDir dir;
+  const std::string enc = dir.write("st.yaml", "model_name_or_path: bert-base-uncased\nper_device_train_batch_size: 32\n"
+                                               "max_seq_length: 128\n");
+  const CliRun e = run_cli({"estimate", "--config", enc, "--show-config"});
+  REQUIRE(e.code == memplan::cli::kExitOk);
+  CHECK(e.out.find("autocast                none") != std::string::npos);
+  CHECK(e.out.find("gradient_checkpointing  false              default (false: transformers' TrainingArguments; "
+                   "TRL's default is for decoder LLMs)") != std::string::npos);
+  CHECK((e.out + e.err).find("assumes TRL") == std::string::npos);
+  const std::string dec = dir.write("sft.yaml", "model_name_or_path: llama-3.2-1b\nper_device_train_batch_size: 4\n");
+  const CliRun d = run_cli({"estimate", "--config", dec, "--show-config"});
+  REQUIRE(d.code == memplan::cli::kExitOk);
+  CHECK(d.out.find("gradient_checkpointing  true") != std::string::npos);
+  CHECK((d.out + d.err).find("memplan assumes TRL >= 0.22's defaults") != std::string::npos);
+  // A flag wins over either default.
+  const CliRun f = run_cli({"estimate", "--config", enc, "--gradient-checkpointing", "--show-config"});
+  CHECK(f.out.find("gradient_checkpointing  true") != std::string::npos);
+}

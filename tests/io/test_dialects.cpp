@@ -876,6 +876,74 @@ TEST_CASE("accelerate launcher configs: alone, and next to the trainer config") 
   CHECK(load_ok(fs, {"ds.yaml"}).inputs.config.parallel.sharding == ShardingStrategy::kZero2);
 }
 
+TEST_CASE("Composer BERT recipes: hf_bert's checkpoint and its head from num_labels or the script") {
+  MemoryFileSystem fs;
+  // mosaicml/examples benchmarks/bert/yamls/main/hf-bert-base-uncased.yaml, abridged: main.py
+  // pretrains BertForMaskedLM.
+  fs.files["mlm.yaml"] = "tokenizer_name: bert-base-uncased\n"                            // 1
+                         "max_seq_len: 128\n"                                             // 2
+                         "model:\n"                                                       // 3
+                         "  name: hf_bert\n"                                              // 4
+                         "  use_pretrained: false\n"                                      // 5
+                         "  pretrained_model_name: ${tokenizer_name}\n"                   // 6
+                         "  tokenizer_name: ${tokenizer_name}\n"                          // 7
+                         "device_train_microbatch_size: 128\n"                            // 8
+                         "precision: amp_bf16\n";                                         // 9
+  LoadedConfig mlm = load_ok(fs, {"mlm.yaml"});
+  CHECK(mlm.dialect == Dialect::kLlmFoundry);
+  CHECK(mlm.inputs.model_name == "bert-base-uncased");
+  CHECK(origin(mlm, "model") == "mlm.yaml:6");
+  REQUIRE(mlm.inputs.encoder_head.has_value());
+  CHECK(*mlm.inputs.encoder_head == EncoderHead::kMaskedLm);
+  CHECK(origin(mlm, "head") == "mlm.yaml:4");
+  CHECK_FALSE(mlm.inputs.num_labels.has_value());
+  CHECK(mlm.inputs.config.micro_batch == 128);
+  CHECK(mlm.inputs.config.seq_len == 128);
+  CHECK(warnings(mlm).empty());
+
+  // sequence_classification.py: the classifier's label count is in the model section.
+  fs.files["cls.yaml"] = "tokenizer_name: bert-base-uncased\nmax_seq_len: 128\n"
+                         "model:\n  name: hf_bert\n  num_labels: 3\n  use_pretrained: true\n"
+                         "  pretrained_model_name: ${tokenizer_name}\n"
+                         "global_train_batch_size: 16\ndevice_train_microbatch_size: 16\n";
+  LoadedConfig cls = load_ok(fs, {"cls.yaml"});
+  CHECK(*cls.inputs.encoder_head == EncoderHead::kSequenceClassification);
+  CHECK(cls.inputs.num_labels == 3);
+  CHECK(origin(cls, "num_labels") == "cls.yaml:5");
+
+  // ModernBERT's GLUE configs leave the batch to glue.py: model.name alone names Composer, and
+  // the tasks are sequence classifiers.
+  fs.files["glue.yaml"] = "precision: amp_bf16\ntokenizer_name: microsoft/deberta-v3-base\n"
+                          "model:\n  name: hf_bert\n  use_pretrained: true\n  pretrained_model_name: ${tokenizer_name}\n"
+                          "tasks:\n  mnli:\n    seeds: [19]\n  rte:\n    seeds: [19, 8364]\n";
+  LoadedConfig glue = load_ok(fs, {"glue.yaml"});
+  CHECK(glue.dialect == Dialect::kLlmFoundry);
+  CHECK(glue.inputs.model_name == "microsoft/deberta-v3-base");
+  CHECK(*glue.inputs.encoder_head == EncoderHead::kSequenceClassification);
+  CHECK(origin(glue, "head") == "glue.yaml:8");  // the first task
+
+  // Their own architectures are named, not estimated as something else.
+  fs.files["flex.yaml"] = "max_seq_len: 1024\ndevice_train_microbatch_size: 96\n"
+                          "model:\n  name: flex_bert\n  pretrained_model_name: bert-base-uncased\n"
+                          "  model_config:\n    num_hidden_layers: 22\n    hidden_size: 768\n";
+  LoadedConfig flex = load_ok(fs, {"flex.yaml"});
+  CHECK(flex.inputs.model_name.empty());
+  CHECK(flex.inputs.model_hint ==
+        "flex.yaml:4: model.name flex_bert is FlexBERT, ModernBERT's research architecture (model_config picks its "
+        "layers), which memplan does not model (it models Hugging Face checkpoints); give --model with the Hugging "
+        "Face model of the same shape to estimate that instead");
+  CHECK(warnings(flex).empty());  // model_config is read (for the hint), not unknown
+  fs.files["mosaic.yaml"] = "device_train_microbatch_size: 8\nmodel:\n  name: mosaic_bert\n"
+                            "  pretrained_model_name: bert-base-uncased\n";
+  CHECK(load_ok(fs, {"mosaic.yaml"}).inputs.model_hint.find("model.name mosaic_bert is MosaicBERT (ALiBi") !=
+        std::string::npos);
+  fs.files["bad.yaml"] = "device_train_microbatch_size: 8\nmodel:\n  name: hf_bert\n  num_labels: 0\n"
+                         "  pretrained_model_name: bert-base-uncased\n";
+  auto bad = load(fs, {"bad.yaml"});
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().to_string().rfind("bad.yaml:4: ", 0) == 0);
+}
+
 TEST_CASE("OmegaConf interpolation is resolved as OmegaConf does") {
   MemoryFileSystem fs;
   fs.files["f.yaml"] = "variables:\n  max_seq_len: 2048\n  model_name: meta-llama/Llama-3.1-8B\n"
