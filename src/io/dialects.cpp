@@ -169,6 +169,22 @@ Result<Detection> detect_dialect(const YamlNode& root, const std::string& label)
     it->score += s.weight;
     it->evidence.emplace_back(s.path);
   }
+  // nomic-ai/contrastors (train_args / model_args / data_args, checked by its pydantic Config):
+  // its own NomicBERT, BERT and decoders with FlashAttention on unpadded batches and fused
+  // kernels, none of which is a Hugging Face checkpoint memplan models. Estimating transformers'
+  // eager NomicBERT instead would count (b, heads, s, s) scores contrastors never allocates.
+  if (const YamlNode* ma = root.at(split_key_path("model_args.model_type")); ma != nullptr &&
+                                                                             root.get("train_args") != nullptr) {
+    Error e = make_error(
+        ErrorCode::kUnsupported,
+        fmt::format("a nomic-ai/contrastors config (train_args, model_args.model_type: {}): contrastors trains its own "
+                    "models with FlashAttention on unpadded batches and fused kernels, which memplan does not model",
+                    ma->is_scalar() ? ma->value : std::string("?")),
+        "memplan models Hugging Face checkpoints: --model nomic-ai/nomic-embed-text-v1.5 --texts-per-example N "
+        "estimates transformers' NomicBERT (eager attention: more memory than contrastors uses)");
+    e.where = SourceLocation{label, ma->line, ma->column};
+    return e;
+  }
   // Composer's model builders name themselves: `model.name: hf_bert` is a Composer recipe even
   // where the batch keys are left to the script (ModernBERT's glue.py configs).
   if (const YamlNode* n = root.at(split_key_path("model.name")); n != nullptr && n->is_scalar()) {

@@ -142,8 +142,10 @@ Status map_lightning(Mapper& m) {
 
   // The model: a Hugging Face id when the project names one.
   std::string model_key;
+  // NeMo 1.x NLP models (text classification, GLUE) wrap a Hugging Face encoder named in
+  // model.language_model.pretrained_model_name.
   m.first_of({"model.model_name_or_path", "model.pretrained_model_name_or_path", "model.init_args.model_name_or_path",
-              "model.base_model", "model_name_or_path"},
+              "model.base_model", "model_name_or_path", "model.language_model.pretrained_model_name"},
              &model_key);
   bool model = false;
   if (!model_key.empty()) {
@@ -159,7 +161,7 @@ Status map_lightning(Mapper& m) {
 
   std::string batch_key;
   m.first_of({"data_loader.batch_size", "dataloader.batch_size", "data.init_args.batch_size", "data.batch_size",
-              "datamodule.batch_size", "data_module.batch_size"},
+              "datamodule.batch_size", "data_module.batch_size", "model.train_ds.batch_size"},
              &batch_key);
   std::string parent;
   if (!batch_key.empty()) {
@@ -182,7 +184,9 @@ Status map_lightning(Mapper& m) {
   // A sequence length, when the data section has one of the usual keys (or its tokenization).
   std::string seq_key;
   if (!parent.empty()) {
-    for (const std::string& base : {parent, parent + ".tokenization"})
+    // NeMo keeps what its datasets share (max_seq_length) in model.dataset, beside model.train_ds.
+    const std::string shared = parent == "model.train_ds" ? "model.dataset" : parent + ".tokenization";
+    for (const std::string& base : {parent, shared})
       for (auto k : kSeqKeys)
         if (seq_key.empty() && m.node(base + "." + std::string(k)) != nullptr) seq_key = base + "." + std::string(k);
   }
@@ -195,6 +199,12 @@ Status map_lightning(Mapper& m) {
   }
 
   MEMPLAN_IO_CHECK(read_contrastive(m, parent));
+  // NeMo's GLUE / text-classification models: a sequence classifier on the encoder.
+  if (const YamlNode* task = m.node("model.task_name"); task != nullptr && task->is_scalar() && !model_key.empty() &&
+                                                         model_key == "model.language_model.pretrained_model_name") {
+    m.out().inputs.encoder_head = EncoderHead::kSequenceClassification;
+    m.from_file("head", *task, "model.task_name (NeMo's GLUE model: a sequence classifier)");
+  }
   MEMPLAN_IO_CHECK(read_devices(m, trainer + ".devices"));
   MEMPLAN_IO_CHECK(m.read(trainer + ".num_nodes", "nodes", c.parallel.nodes));
   if (m.node(trainer + ".precision") != nullptr) {

@@ -141,7 +141,9 @@ Status map_llm_foundry(Mapper& m) {
   if (opt) {
     const std::string o = to_lower(*opt);
     const YamlNode& n = *m.node("optimizer.name");
-    if (o == "decoupled_adamw" || o == "adamw" || o == "decoupled_lionw" || o == "adam") {
+    // StableAdamW (ModernBERT's decoupled_stableadamw) keeps AdamW's two moments.
+    if (o == "decoupled_adamw" || o == "adamw" || o == "decoupled_lionw" || o == "adam" ||
+        o == "decoupled_stableadamw" || o == "stableadamw") {
       c.optim.kind = o == "decoupled_lionw" ? OptimizerKind::kLion32bit : OptimizerKind::kAdamWTorch;
     } else {
       c.optim.kind = OptimizerKind::kAdamWTorch;
@@ -155,7 +157,10 @@ Status map_llm_foundry(Mapper& m) {
     MEMPLAN_IO_CHECK(m.read("model.peft_config.r", "lora_r", c.lora.r));
     MEMPLAN_IO_CHECK(m.read("model.peft_config.lora_alpha", "lora_alpha", c.lora.alpha));
   }
-  m.check_unknown("", {}, /*strict=*/false);
+  // Evaluation batches (Composer's device_eval_batch_size, the BERT recipes' global one) do not
+  // add to the training step's peak.
+  m.check_unknown("", {"device_eval_batch_size", "global_eval_batch_size", "device_eval_microbatch_size"},
+                  /*strict=*/false);
   return Ok{};
 }
 

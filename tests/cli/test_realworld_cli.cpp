@@ -37,7 +37,7 @@ TEST_CASE("real-world corpus: memplan estimate on every config, end to end", "[r
   }
   std::sort(configs.begin(), configs.end());
   REQUIRE(configs.size() >= 60);
-  int estimated = 0, no_model = 0, unresolved = 0;
+  int estimated = 0, no_model = 0, unresolved = 0, unmodelled = 0;
   for (const auto& c : configs) {
     INFO(c.string());
     const auto r = run_cli({"estimate", "--config", c.string(), "--format", "json"});
@@ -54,6 +54,12 @@ TEST_CASE("real-world corpus: memplan estimate on every config, end to end", "[r
     if (r.err.find("names no model") != std::string::npos) {
       CHECK(r.err.find("another --config") != std::string::npos);
       ++no_model;
+    } else if (r.err.find("which memplan does not model") != std::string::npos) {
+      // A framework's own architecture (contrastors' NomicBERT, FlexBERT): named at its line,
+      // with the Hugging Face model to pass instead.
+      CHECK(r.err.find(c.filename().string() + ":") != std::string::npos);
+      CHECK(r.err.find("--model") != std::string::npos);
+      ++unmodelled;
     } else {
       CHECK(r.err.find(c.filename().string() + ":") != std::string::npos);
       const bool says_what = r.err.find("--model") != std::string::npos || r.err.find("did you mean") != std::string::npos;
@@ -63,8 +69,10 @@ TEST_CASE("real-world corpus: memplan estimate on every config, end to end", "[r
   }
   // 67 files: 14 launcher/DeepSpeed files without a model; of the rest, the ones left are
   // second-stage or private re-uploads (a fine-tune's own hub id) that need --model BASE.
-  UNSCOPED_INFO(fmt::format("realworld estimate: {} files, {} estimated, {} name no model, {} unresolved models",
-                            configs.size(), estimated, no_model, unresolved));
-  CHECK(estimated + no_model + unresolved == static_cast<int>(configs.size()));
+  UNSCOPED_INFO(fmt::format("realworld estimate: {} files, {} estimated, {} name no model, {} unresolved models, {} "
+                            "architectures memplan does not model",
+                            configs.size(), estimated, no_model, unresolved, unmodelled));
+  CHECK(estimated + no_model + unresolved + unmodelled == static_cast<int>(configs.size()));
+  CHECK(unmodelled <= 2);  // contrastors' own NomicBERT, ModernBERT's FlexBERT
   CHECK(unresolved * 10 <= estimated);  // at least 90% of the files that name a model reach the engine
 }

@@ -937,11 +937,59 @@ TEST_CASE("Composer BERT recipes: hf_bert's checkpoint and its head from num_lab
                             "  pretrained_model_name: bert-base-uncased\n";
   CHECK(load_ok(fs, {"mosaic.yaml"}).inputs.model_hint.find("model.name mosaic_bert is MosaicBERT (ALiBi") !=
         std::string::npos);
+  // ModernBERT's StableAdamW keeps AdamW's two moments; evaluation batch sizes are known keys.
+  fs.files["opt.yaml"] = "device_train_microbatch_size: 8\nglobal_eval_batch_size: 64\n"
+                         "model:\n  name: hf_bert\n  pretrained_model_name: bert-base-uncased\n"
+                         "optimizer:\n  name: decoupled_stableadamw\n";
+  LoadedConfig opt = load_ok(fs, {"opt.yaml"});
+  CHECK(opt.inputs.config.optim.kind == OptimizerKind::kAdamWTorch);
+  CHECK(warnings(opt).empty());
   fs.files["bad.yaml"] = "device_train_microbatch_size: 8\nmodel:\n  name: hf_bert\n  num_labels: 0\n"
                          "  pretrained_model_name: bert-base-uncased\n";
   auto bad = load(fs, {"bad.yaml"});
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().to_string().rfind("bad.yaml:4: ", 0) == 0);
+}
+
+TEST_CASE("NeMo's GLUE model reads as Lightning with the encoder NeMo wraps; contrastors is refused by name") {
+  MemoryFileSystem fs;
+  // NVIDIA/NeMo examples/nlp/glue_benchmark/glue_benchmark_config.yaml, abridged.
+  fs.files["glue.yaml"] = "trainer:\n"                                                // 1
+                          "  devices: 1\n"                                            // 2
+                          "  accumulate_grad_batches: 1\n"                            // 3
+                          "  precision: 16\n"                                         // 4
+                          "model:\n"                                                  // 5
+                          "  task_name: mrpc\n"                                       // 6
+                          "  dataset:\n"                                              // 7
+                          "    max_seq_length: 128\n"                                 // 8
+                          "  train_ds:\n"                                             // 9
+                          "    batch_size: 32\n"                                      // 10
+                          "  language_model:\n"                                       // 11
+                          "    pretrained_model_name: bert-base-uncased\n";           // 12
+  LoadedConfig glue = load_ok(fs, {"glue.yaml"});
+  CHECK(glue.dialect == Dialect::kLightning);
+  CHECK(glue.inputs.model_name == "bert-base-uncased");
+  CHECK(origin(glue, "model") == "glue.yaml:12");
+  CHECK(glue.inputs.config.micro_batch == 32);
+  CHECK(origin(glue, "batch") == "glue.yaml:10");
+  CHECK(glue.inputs.config.seq_len == 128);
+  CHECK(origin(glue, "seq_len") == "glue.yaml:8");
+  CHECK(glue.inputs.config.autocast == DType::kFloat16);
+  REQUIRE(glue.inputs.encoder_head.has_value());
+  CHECK(*glue.inputs.encoder_head == EncoderHead::kSequenceClassification);
+  CHECK(origin(glue, "head") == "glue.yaml:6");
+
+  // nomic-ai/contrastors trains its own NomicBERT (FlashAttention, unpadded): not estimated as
+  // transformers' eager one.
+  fs.files["c.yaml"] = "train_args:\n  num_epochs: 1\n  grad_cache: false\n"
+                       "model_args:\n  model_type: encoder\n  model_name: nomic-ai/nomic-embed-text-v1-unsupervised\n"
+                       "  num_negatives: 7\ndata_args:\n  batch_size: 256\n";
+  auto c = load(fs, {"c.yaml"});
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error().to_string().rfind("c.yaml:5: a nomic-ai/contrastors config (train_args, model_args.model_type: "
+                                    "encoder): contrastors trains its own models",
+                                    0) == 0);
+  CHECK(c.error().suggestion.find("--model nomic-ai/nomic-embed-text-v1.5 --texts-per-example N") != std::string::npos);
 }
 
 TEST_CASE("OmegaConf interpolation is resolved as OmegaConf does") {

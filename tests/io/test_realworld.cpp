@@ -180,6 +180,15 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
             fmt::format("{}", c.parallel.moe_capacity_factor)};
   if (key == "attn_implementation") return {to_string(c.attn_impl()) == w, to_string(c.attn_impl())};
   if (key == "image_size") return as_int(c.vision.image_height);  // square: image_max_pixels
+  if (key == "encoder_head") {
+    const std::string got = lc.inputs.encoder_head ? to_string(*lc.inputs.encoder_head) : "(not read)";
+    return {got == w, got};
+  }
+  if (key == "num_labels") {
+    if (!lc.inputs.num_labels) return {false, "(not read)"};
+    return as_int(*lc.inputs.num_labels);
+  }
+  if (key == "texts_per_example") return as_int(c.contrastive.texts_per_example);
   if (key == "train_vision_tower") return as_bool(c.vision.train_vision_tower);
   if (key == "train_projector") return as_bool(c.vision.train_projector);
   return {false, "(unknown expected key '" + key + "')"};
