@@ -390,6 +390,7 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (f.use_peft || lora_method) {
     c.lora.enabled = true;
     mark("use_peft", f.use_peft ? "--use-peft" : "--method");
+    if (!in.lora_ignored_warning.empty()) std::erase(in.warnings, in.lora_ignored_warning);
   }
   if (given("--method") && method == "qlora") {
     c.quant.load_in_4bit = true;

@@ -55,15 +55,19 @@ std::string trim(std::string_view s) {
 }
 
 std::size_t edit_distance(std::string_view a_in, std::string_view b_in) {
+  // Insertions, deletions, substitutions and swaps of two neighbours ("bf61" -> "bf16") count one
+  // each (optimal string alignment).
   const std::string a = to_lower(a_in), b = to_lower(b_in);
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  std::vector<std::size_t> before(b.size() + 1), prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (std::size_t j = 1; j <= b.size(); ++j) {
       const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) cur[j] = std::min(cur[j], before[j - 2] + 1);
     }
+    std::swap(before, prev);
     std::swap(prev, cur);
   }
   return prev[b.size()];
@@ -71,12 +75,21 @@ std::size_t edit_distance(std::string_view a_in, std::string_view b_in) {
 
 std::optional<std::string> closest_match(std::string_view name, const std::vector<std::string>& candidates) {
   if (name.empty() || candidates.empty()) return std::nullopt;
-  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
+  // A typo changes a few characters: one in a short name, and less than half of it ("lr" is not a
+  // misspelt "lam" or "r"), about a third of a longer one. A name that is another with a whole piece added or dropped
+  // ("peft_model_name_or_path", "model_name_or_path") is a different key, not a typo.
+  const std::size_t limit = name.size() <= 4 ? 1 : std::max<std::size_t>(2, name.size() / 3);
+  const auto piece_added = [&](const std::string& c) {
+    const std::string a = to_lower(name), b = to_lower(c);
+    const std::string& longer = a.size() > b.size() ? a : b;
+    const std::string& shorter = a.size() > b.size() ? b : a;
+    return longer.size() >= shorter.size() + 3 && !shorter.empty() && longer.find(shorter) != std::string::npos;
+  };
   std::optional<std::string> best;
   std::size_t best_d = limit + 1;
   for (const auto& c : candidates) {
     const std::size_t d = edit_distance(name, c);
-    if (d < best_d) {
+    if (d < best_d && 2 * d < std::max(name.size(), c.size()) && !piece_added(c)) {
       best_d = d;
       best = c;
     }

@@ -307,8 +307,10 @@ Status map_axolotl(Mapper& m) {
     m.from_file("modules_to_save", *m.node("lora_modules_to_save"), "lora_modules_to_save");
   }
   if (!c.lora.enabled) {
-    if (const YamlNode* n = m.first_of({"lora_r", "lora_target_linear", "lora_target_modules"}))
+    if (const YamlNode* n = m.first_of({"lora_r", "lora_target_linear", "lora_target_modules"})) {
       m.warn_at(*n, "LoRA settings have no effect without adapter: lora or qlora (all weights are trained)");
+      m.out().inputs.lora_ignored_warning = m.out().inputs.warnings.back();
+    }
   }
 
   MEMPLAN_TRY(auto opt, m.read_optimizer("optimizer", "optim", c.optim.kind));

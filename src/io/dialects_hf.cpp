@@ -119,8 +119,10 @@ Status read_peft(Mapper& m) {
   TrainingConfig& c = m.config();
   MEMPLAN_IO_CHECK(m.read("use_peft", "use_peft", c.lora.enabled));
   const YamlNode* first_lora = m.first_of({"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"});
-  if (first_lora != nullptr && !c.lora.enabled)
+  if (first_lora != nullptr && !c.lora.enabled) {
     m.warn_at(*first_lora, "LoRA settings have no effect without use_peft: true (all weights are trained)");
+    m.out().inputs.lora_ignored_warning = m.out().inputs.warnings.back();
+  }
   MEMPLAN_IO_CHECK(m.read("lora_r", "lora_r", c.lora.r));
   MEMPLAN_IO_CHECK(m.read("lora_alpha", "lora_alpha", c.lora.alpha));
   MEMPLAN_IO_CHECK(m.read("lora_dropout", "lora_dropout", c.lora.dropout));
@@ -337,19 +339,22 @@ Status map_hf_trl(Mapper& m) {
     }
   }
 
-  bool defaulted = false;
-  MEMPLAN_IO_CHECK(read_precision(m, defaulted));
+  bool precision_defaulted = false;
+  MEMPLAN_IO_CHECK(read_precision(m, precision_defaulted));
   MEMPLAN_TRY(bool gc, m.read("gradient_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
   if (!gc) {
     c.gradient_checkpointing = true;
     m.from_default("gradient_checkpointing", fmt::format("true: {}", kTrlDefaultNote));
     m.out().inputs.trl_defaults.emplace_back("gradient_checkpointing");
-    defaulted = true;
   }
   MEMPLAN_IO_CHECK(read_checkpoint_kwargs(m));
-  if (defaulted) {
-    m.warn_file(0, "bf16 or gradient_checkpointing is not set: memplan assumes TRL >= 0.22's defaults (both true; "
-                   "transformers' Trainer alone leaves them off); set them to be sure");
+  if (precision_defaulted || !gc) {
+    m.warn_file(0, precision_defaulted && !gc
+                       ? "bf16 and gradient_checkpointing are not set: memplan assumes TRL >= 0.22's defaults (both "
+                         "true; transformers' Trainer alone leaves them off); set them to be sure"
+                       : fmt::format("{} is not set: memplan assumes TRL >= 0.22's default (true; transformers' "
+                                     "Trainer alone leaves it off); set it to be sure",
+                                     precision_defaulted ? "bf16" : "gradient_checkpointing"));
     m.out().inputs.trl_defaults_warning = m.out().inputs.warnings.back();
   }
 

@@ -114,6 +114,7 @@ Status map_llamafactory(Mapper& m) {
     }
   } else if (const YamlNode* n = m.first_of({"lora_rank", "lora_target", "lora_alpha"})) {
     m.warn_at(*n, "LoRA settings have no effect with finetuning_type: full");
+    m.out().inputs.lora_ignored_warning = m.out().inputs.warnings.back();
   }
 
   MEMPLAN_TRY(auto bits, m.integer("quantization_bit"));

@@ -61,6 +61,9 @@ struct ResolvedInputs {
   // Composer run transformers' Trainer) TrainingArguments' own defaults replace them.
   std::vector<std::string> trl_defaults;
   std::string trl_defaults_warning;
+  // The warning a file's LoRA keys got for having no effect (no use_peft / adapter): dropped when
+  // --use-peft (or --method lora) turns LoRA on after all.
+  std::string lora_ignored_warning;
 
   // PYTORCH_CUDA_ALLOC_CONF as a config file sets it for the run ("" when none does) and where.
   std::string allocator_conf;

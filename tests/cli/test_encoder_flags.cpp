@@ -143,3 +143,15 @@ TEST_CASE("an encoder's defaults are transformers' Trainer's and its own positio
   const CliRun f = run_cli({"estimate", "--config", enc, "--gradient-checkpointing", "--show-config"});
   CHECK(f.out.find("gradient_checkpointing  true") != std::string::npos);
 }
+
+TEST_CASE("a file's LoRA keys warned as ineffective are not, once --use-peft turns LoRA on") {
+  const memplan::testing::TempDir dir;
+  const std::string f = dir.write("sft.yaml", "model_name_or_path: llama-3.2-1b\nlora_r: 16\nbf16: true\n"
+                                              "gradient_checkpointing: true\n");
+  const CliRun without = run_cli({"estimate", "--config", f});
+  CHECK((without.out + without.err).find("LoRA settings have no effect without use_peft") != std::string::npos);
+  const CliRun with = run_cli({"estimate", "--config", f, "--use-peft", "--show-config"});
+  REQUIRE(with.code == memplan::cli::kExitOk);
+  CHECK((with.out + with.err).find("no effect") == std::string::npos);
+  CHECK(with.out.find("lora_r                  16") != std::string::npos);
+}

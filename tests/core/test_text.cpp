@@ -40,6 +40,13 @@ TEST_CASE("closest_match suggests near spellings only") {
   CHECK(did_you_mean("adamw_torh", {"adamw_torch", "sgd"}) == "did you mean 'adamw_torch'?");
   CHECK(edit_distance("", "abc") == 3);
   CHECK(edit_distance("abc", "abc") == 0);
+  CHECK(edit_distance("bf61", "bf16") == 1);  // two neighbours swapped
+  // Suggestions seen on real configs that were not typos: a two-letter key is not a misspelt
+  // three-letter one, and a key with a word added is another key.
+  CHECK(did_you_mean("lr", {"lam", "r"}).empty());
+  CHECK(did_you_mean("bf61", {"bf16", "fp16"}) == "did you mean 'bf16'?");
+  CHECK(did_you_mean("peft_model_name_or_path", {"model_name_or_path"}).empty());
+  CHECK(did_you_mean("model_name_or_pth", {"model_name_or_path"}) == "did you mean 'model_name_or_path'?");
 }
 
 TEST_CASE("strict number parsing") {

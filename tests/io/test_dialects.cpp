@@ -152,8 +152,13 @@ TEST_CASE("hf/trl: values, origins, TRL defaults and value sites") {
   CHECK(origin(c, "lora_target_modules") == "train.yaml:6");
   CHECK(origin(c, "method") == "default (no DPO or GRPO keys: SFT)");
   CHECK(warnings(c) == std::vector<std::string>{
-                           "train.yaml: bf16 or gradient_checkpointing is not set: memplan assumes TRL >= 0.22's "
+                           "train.yaml: bf16 and gradient_checkpointing are not set: memplan assumes TRL >= 0.22's "
                            "defaults (both true; transformers' Trainer alone leaves them off); set them to be sure"});
+  // One of them set: the warning names the other.
+  fs.files["gc.yaml"] = "model_name_or_path: meta-llama/Llama-3.1-8B\ngradient_checkpointing: true\n";
+  CHECK(warnings(load_ok(fs, {"gc.yaml"})) ==
+        std::vector<std::string>{"gc.yaml: bf16 is not set: memplan assumes TRL >= 0.22's default (true; transformers' "
+                                 "Trainer alone leaves it off); set it to be sure"});
   const ValueSite* b = c.primary_site(Knob::kBatch);
   REQUIRE(b != nullptr);
   CHECK(b->present);
