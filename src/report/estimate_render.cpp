@@ -229,17 +229,40 @@ std::string render_sources(const io::ResolvedInputs& in, const io::LoadedConfig*
   return out;
 }
 
-std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, Format f) {
+namespace {
+
+// One line: "on NVIDIA H100 ...: fits, peak 13.15 GiB <= budget 70.58 GiB (79.10 GiB - safety
+// margin 8.91 GiB - headroom 0.00 GiB)".
+std::string fit_line(const EstimateFit& f) {
+  return fmt::format("on {}: {}, peak {:.2f} GiB {} budget {:.2f} GiB ({:.2f} GiB - safety margin {:.2f} GiB - "
+                     "headroom {:.2f} GiB)",
+                     f.gpu, f.fits() ? "fits" : "does not fit", f.peak.as_gib(), f.fits() ? "<=" : ">",
+                     f.budget.budget().as_gib(), f.budget.capacity.as_gib(), f.budget.safety_margin.as_gib(),
+                     f.budget.headroom.as_gib());
+}
+
+}  // namespace
+
+std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, Format f,
+                            const std::optional<EstimateFit>& fit) {
   switch (f) {
     case Format::kJson: {
       nlohmann::ordered_json j = {{"schema", kSchema}, {"command", "estimate"}, {"inputs", inputs_json(in)},
                           {"estimate", to_json(e)}};
+      if (fit)
+        j["fit"] = {{"gpu", fit->gpu},
+                    {"fits", fit->fits()},
+                    {"peak_bytes", fit->peak.count()},
+                    {"budget_bytes", fit->budget.budget().count()},
+                    {"capacity_bytes", fit->budget.capacity.count()},
+                    {"safety_margin_bytes", fit->budget.safety_margin.count()},
+                    {"headroom_bytes", fit->budget.headroom.count()}};
       j["warnings"] = in.warnings;
       return j.dump(2) + "\n";
     }
-    case Format::kMarkdown: return render_markdown(in, e);
+    case Format::kMarkdown: return render_markdown(in, e) + (fit ? "\n**" + fit_line(*fit) + "**\n" : "");
     case Format::kText:
-    case Format::kGithub: return render_text(in, e);
+    case Format::kGithub: return render_text(in, e) + (fit ? fit_line(*fit) + "\n" : "");
   }
   return {};
 }

@@ -1,16 +1,29 @@
 // Renders one estimate (the `memplan estimate` output) as text, JSON or markdown.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "io/config_loader.hpp"
 #include "io/inputs.hpp"
 #include "memplan/estimate.hpp"
+#include "memplan/gpu.hpp"
 #include "report/format.hpp"
 
 namespace memplan::report {
 
-std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, Format f);
+// `memplan estimate --gpu NAME` (or --gpu-memory, --auto): the estimate against that GPU's
+// budget, compared as plan and check compare it (the peak of live tensors against capacity minus
+// safety margin and headroom).
+struct EstimateFit {
+  std::string gpu;  // the GPU as plan describes it
+  Budget budget;
+  bool fits() const { return peak <= budget.budget(); }
+  Bytes peak;
+};
+
+std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, Format f,
+                            const std::optional<EstimateFit>& fit = std::nullopt);
 
 // The one-line summary of inputs: "llama-3.1-8b · sft · batch 4 × 2048 · bf16 autocast · adamw_torch".
 std::string describe_inputs(const io::ResolvedInputs& in);

@@ -1,10 +1,14 @@
 // Tests src/cli/app.cpp: dispatch, help, version, and what a mistyped command gets.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "cli/exit_codes.hpp"
 #include "cli_harness.hpp"
 
 using namespace memplan::testing;
+using json = nlohmann::json;
 
 TEST_CASE("memplan --help lists every command; a command's --help is its own") {
   const auto r = run_cli({"--help"});
@@ -37,4 +41,28 @@ TEST_CASE("a mistyped command gets the nearest one; an unknown flag is named") {
   const auto flag = run_cli({"plan", "--gpu-memroy", "80GB"});
   CHECK(flag.code >= 100);
   CHECK_THAT(flag.err, Catch::Contains("--gpu-memroy"));
+}
+
+TEST_CASE("estimate --gpu also says whether the estimate fits, as plan and check compare it") {
+  // Llama-3.1-8B full fine-tuning: 8.03B x 16 bytes of weights, gradients and AdamW states alone
+  // are 120 GiB, over any single GPU's budget.
+  const CliRun no = run_cli({"estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--format", "json"});
+  CHECK(no.code == memplan::cli::kExitDoesNotFit);
+  const json j = json::parse(no.out);
+  CHECK(j["fit"]["fits"] == false);
+  CHECK(j["fit"]["peak_bytes"] == j["estimate"]["peak_bytes"]);
+  const std::int64_t budget = j["fit"]["budget_bytes"];
+  CHECK(budget == j["fit"]["capacity_bytes"].get<std::int64_t>() - j["fit"]["safety_margin_bytes"].get<std::int64_t>() -
+                      j["fit"]["headroom_bytes"].get<std::int64_t>());
+  // plan compares the same figure with the same budget.
+  const CliRun plan = run_cli({"plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "1", "--format", "json"});
+  CHECK(plan.out.find(fmt::format("\"budget_bytes\": {}", budget)) != std::string::npos);
+
+  // LoRA on a 1B model at --gpu-memory 24: fits, and the line says by how much.
+  const CliRun yes = run_cli({"estimate", "--model", "llama-3.2-1b", "--use-peft", "--bf16", "--gpu-memory", "24"});
+  CHECK(yes.code == memplan::cli::kExitOk);
+  CHECK(yes.out.find("on 22.35 GiB of GPU memory (--gpu-memory 24 = 24 GB): fits, peak ") != std::string::npos);
+  // Without a GPU, estimate is the breakdown alone.
+  const CliRun plain = run_cli({"estimate", "--model", "llama-3.2-1b", "--format", "json"});
+  CHECK(json::parse(plain.out).count("fit") == 0);
 }
