@@ -9,6 +9,39 @@
 
 namespace memplan::io {
 
+namespace {
+
+// A BERT-style encoder of the written shape (Megatron's BERT, `mcore_bert`), built as Hugging
+// Face's BertModel: post-LN LayerNorm, GELU MLP and attention with biases, learned positions,
+// two token types, the pooler (docs/configs.md#custom-models).
+Result<ModelSpec> build_custom_bert(const CustomModel& c, std::vector<std::string>& assumptions) {
+  nlohmann::json j;
+  j["model_type"] = "bert";
+  j["hidden_size"] = *c.hidden_size;
+  j["num_hidden_layers"] = *c.num_layers;
+  j["num_attention_heads"] = *c.num_heads;
+  if (c.intermediate_size) {
+    j["intermediate_size"] = *c.intermediate_size;
+  } else {
+    j["intermediate_size"] = 4 * *c.hidden_size;
+    assumptions.push_back(fmt::format("no MLP width: assumed {} (BERT's 4 x hidden)", 4 * *c.hidden_size));
+  }
+  constexpr std::int64_t kBertVocab = 30522;  // bert-base-uncased's WordPiece vocabulary
+  j["vocab_size"] = c.vocab_size.value_or(kBertVocab);
+  if (!c.vocab_size)
+    assumptions.push_back(fmt::format("no vocabulary size: assumed {} (BERT's WordPiece)", kBertVocab));
+  j["max_position_embeddings"] = c.max_position_embeddings.value_or(512);
+  auto spec = parse_hf_config(j.dump(), c.name);
+  if (!spec) return spec.error();
+  ModelSpec m = std::move(*spec);
+  m.name = c.name;
+  assumptions.push_back("layers assumed BERT-style (Hugging Face BertModel): post-LN LayerNorm, GELU MLP and "
+                        "attention with biases, learned positions; Megatron's fused kernels are not modelled");
+  return m;
+}
+
+}  // namespace
+
 Result<ModelSpec> build_custom_model(const CustomModel& c, std::vector<std::string>& assumptions) {
   std::vector<std::string> missing;
   if (!c.hidden_size) missing.emplace_back("the hidden size (d_model / hidden_size)");
@@ -18,6 +51,7 @@ Result<ModelSpec> build_custom_model(const CustomModel& c, std::vector<std::stri
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("{}: cannot build the model without {}", c.name, fmt::join(missing, ", ")),
                       "write them, or give --model ID|PATH for an equivalent architecture, or --model-params N");
+  if (c.family == "bert") return build_custom_bert(c, assumptions);
   const bool mpt = c.family == "mpt";
   nlohmann::json j;
   // MPT goes through GPT-2's layout (the engine's one non-gated MLP): fused qkv, GELU MLP,

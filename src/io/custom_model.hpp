@@ -26,8 +26,9 @@ struct CustomModel {
   std::optional<std::int64_t> head_dim;
   std::optional<std::int64_t> max_position_embeddings;
   std::optional<bool> tie_word_embeddings;
-  // "llama" (gated SwiGLU MLP, RMSNorm: the default) or "mpt" (GELU MLP without gate or biases,
-  // LayerNorm without bias, tied embeddings).
+  // "llama" (gated SwiGLU MLP, RMSNorm: the default), "mpt" (GELU MLP without gate or biases,
+  // LayerNorm without bias, tied embeddings) or "bert" (an encoder: Hugging Face's BertModel of
+  // this shape).
   std::string family = "llama";
   std::string name;  // how the output names it: "custom model (train.yaml:12)"
 };

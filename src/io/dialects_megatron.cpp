@@ -35,6 +35,38 @@ TokenizerModel tokenizer_model(Mapper& m) {
   return out;
 }
 
+// NeMo's Megatron BERT (megatron_bert_config.yaml, the embedding recipe
+// megatron_bert_embedding_config.yaml): an encoder, not a GPT. Without the LM head
+// (add_lm_head: False) it is an embedding model trained contrastively with
+// data.hard_negatives_to_train negatives per query and one positive.
+Status read_megatron_bert(Mapper& m, CustomModel& cm) {
+  MEMPLAN_TRY(auto mcore_bert, m.boolean("model.mcore_bert"));
+  MEMPLAN_TRY(auto name, m.text("name"));
+  const YamlNode* binary = m.node("model.bert_binary_head");
+  if (!mcore_bert && !(name && to_lower(*name).find("bert") != std::string::npos) && binary == nullptr) return Ok{};
+  cm.family = "bert";
+  MEMPLAN_TRY(auto lm_head, m.boolean("model.add_lm_head"));
+  ResolvedInputs& in = m.out().inputs;
+  if (lm_head && !*lm_head) {
+    in.encoder_head = EncoderHead::kPooling;
+    m.from_file("head", *m.node("model.add_lm_head"), "model.add_lm_head: False (an embedding model)");
+  } else {
+    in.encoder_head = EncoderHead::kMaskedLm;
+    m.from_file("head", lm_head ? *m.node("model.add_lm_head") : *m.node("model"), "Megatron BERT pretraining (LM head)");
+  }
+  MEMPLAN_TRY(auto negatives, m.integer("model.data.hard_negatives_to_train", 0));
+  if (negatives && in.encoder_head == EncoderHead::kPooling) {
+    if (*negatives > (1 << 20) - 2)
+      return m.error_at(*m.node("model.data.hard_negatives_to_train"), ErrorCode::kInvalidConfig,
+                        fmt::format("hard_negatives_to_train = {} is out of range (0 to 1048574)", *negatives));
+    m.config().contrastive.texts_per_example = static_cast<int>(2 + *negatives);
+    m.from_file("texts_per_example", *m.node("model.data.hard_negatives_to_train"),
+                "1 query + 1 positive + model.data.hard_negatives_to_train");
+  }
+  (void)m.node("model.add_pooler");
+  return Ok{};
+}
+
 }  // namespace
 
 Status map_megatron(Mapper& m) {
@@ -166,6 +198,7 @@ Status map_megatron(Mapper& m) {
     MEMPLAN_IO_CHECK(read_custom_model(m, "model"));
     if (m.out().inputs.custom_model) {
       CustomModel& cm = *m.out().inputs.custom_model;
+      MEMPLAN_IO_CHECK(read_megatron_bert(m, cm));
       if (!cm.vocab_size && tok) cm.vocab_size = tok->vocab_size;
       MEMPLAN_TRY(auto share, m.boolean("model.share_embeddings_and_output_weights"));
       if (share) cm.tie_word_embeddings = *share;

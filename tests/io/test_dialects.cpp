@@ -10,6 +10,7 @@
 
 #include "cli/app.hpp"
 #include "io/config_loader.hpp"
+#include "io/custom_model.hpp"
 #include "io/dialects.hpp"
 #include "cli/cli_harness.hpp"
 
@@ -995,6 +996,50 @@ TEST_CASE("NeMo's GLUE model reads as Lightning with the encoder NeMo wraps; con
                                     "encoder): contrastors trains its own models",
                                     0) == 0);
   CHECK(c.error().suggestion.find("--model nomic-ai/nomic-embed-text-v1.5 --texts-per-example N") != std::string::npos);
+}
+
+TEST_CASE("NeMo's Megatron BERT is an encoder of the written shape; the embedding recipe is contrastive") {
+  MemoryFileSystem fs;
+  // NVIDIA/NeMo examples/nlp/information_retrieval/conf/megatron_bert_embedding_config.yaml, abridged.
+  fs.files["bert.yaml"] = "name: megatron_bert\n"                          // 1
+                          "trainer:\n  devices: 1\n  precision: 16\n"     // 2-4
+                          "model:\n"                                       // 5
+                          "  mcore_bert: True\n"                           // 6
+                          "  micro_batch_size: 4\n"                        // 7
+                          "  global_batch_size: 8\n"                       // 8
+                          "  encoder_seq_length: 512\n"                    // 9
+                          "  num_layers: 24\n"                             // 10
+                          "  hidden_size: 1024\n"                          // 11
+                          "  ffn_hidden_size: 4096\n"                      // 12
+                          "  num_attention_heads: 16\n"                    // 13
+                          "  add_pooler: True\n"                           // 14
+                          "  add_lm_head: False\n"                         // 15
+                          "  data:\n    hard_negatives_to_train: 4\n";   // 16-17
+  LoadedConfig c = load_ok(fs, {"bert.yaml"});
+  CHECK(c.dialect == Dialect::kMegatron);
+  REQUIRE(c.inputs.custom_model.has_value());
+  CHECK(c.inputs.custom_model->family == "bert");
+  CHECK(*c.inputs.encoder_head == EncoderHead::kPooling);
+  CHECK(origin(c, "head") == "bert.yaml:15");
+  CHECK(c.inputs.config.contrastive.texts_per_example == 6);  // query, positive, 4 hard negatives
+  CHECK(origin(c, "texts_per_example") == "bert.yaml:17");
+  std::vector<std::string> assumed;
+  auto m = build_custom_model(*c.inputs.custom_model, assumed);
+  REQUIRE(m.has_value());
+  CHECK(m->is_encoder());
+  CHECK(m->model_type == "bert");
+  CHECK(m->num_layers == 24);
+  CHECK(m->intermediate_size == 4096);
+  // BERT-large's BertModel (with pooler): 24 x 12,596,224 per layer + embeddings
+  // (30522 + 512 + 2) x 1024 + LayerNorm 2,048 + pooler 1,049,600 = 335,141,888.
+  CHECK(count_parameters(*m).total == 335141888);
+  // With the LM head it is Megatron BERT pretraining: the masked-LM head.
+  fs.files["mlm.yaml"] = "name: megatron_bert\nmodel:\n  micro_batch_size: 8\n  num_layers: 2\n  hidden_size: 64\n"
+                         "  num_attention_heads: 4\n  bert_binary_head: True\n";
+  LoadedConfig mlm = load_ok(fs, {"mlm.yaml"});
+  CHECK(mlm.inputs.custom_model->family == "bert");
+  CHECK(*mlm.inputs.encoder_head == EncoderHead::kMaskedLm);
+  CHECK(mlm.inputs.config.contrastive.texts_per_example == 0);
 }
 
 TEST_CASE("OmegaConf interpolation is resolved as OmegaConf does") {
