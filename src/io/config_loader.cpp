@@ -368,7 +368,8 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
 
   YamlNode merged = layers.front().root;
   for (std::size_t i = 1; i < layers.size(); ++i) merge_into(merged, layers[i].root);
-  MEMPLAN_IO_CHECK(resolve_interpolations(merged, out));
+  std::vector<InterpolationWarning> interpolation_warnings;
+  MEMPLAN_IO_CHECK(resolve_interpolations(merged, out, interpolation_warnings));
 
   if (!req.dialect.empty()) {
     MEMPLAN_TRY(out.dialect, parse_dialect(req.dialect));
@@ -395,6 +396,11 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   Mapper m(merged, out);
   MEMPLAN_IO_CHECK(map_primary(out.dialect, m));
   if (!req.key_map.empty()) MEMPLAN_IO_CHECK(map_key_map(m, req.key_map));
+  for (auto& w : interpolation_warnings)
+    if (m.asked(w.key)) {
+      out.inputs.warnings.push_back(w.warning.to_string());
+      out.diagnostics.push_back(std::move(w.warning));
+    }
 
   // Launcher settings next to the trainer config (accelerate launch --config_file X).
   YamlNode launcher_tree;

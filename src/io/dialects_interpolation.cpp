@@ -27,14 +27,17 @@ constexpr int kMaxResolutions = 10000;
 struct Resolver {
   YamlNode& root;
   LoadedConfig& out;
+  std::vector<InterpolationWarning>& deferred;
   int resolutions = 0;
+  std::string path;  // the key whose value is being resolved ("model.micro_batch_size")
 
+  // Kept with the key it concerns: said only if the dialect reads that key (a resolver in a
+  // logging section memplan never reads cannot change the estimate).
   void warn(const YamlNode& at, std::string message, std::string suggestion = {}) {
     Error w = make_error(ErrorCode::kInvalidConfig, std::move(message), std::move(suggestion));
     const auto i = static_cast<std::size_t>(at.source);
     w.where = SourceLocation{i < out.files.size() ? out.files[i].path : std::string(), at.line, at.column};
-    out.inputs.warnings.push_back(w.to_string());
-    out.diagnostics.push_back(std::move(w));
+    deferred.push_back({path, std::move(w)});
   }
 
   // The node an interpolation names; `parents` is the chain of mappings from the root down to
@@ -118,23 +121,31 @@ struct Resolver {
       warn(at, fmt::format("interpolation ${{{}}} refers to itself", b));
       return std::nullopt;
     }
-    if (!resolve(copy, {&root}, depth + 1)) return std::nullopt;
+    if (!resolve(copy, {&root}, depth + 1, path)) return std::nullopt;
     return copy;
   }
 
   // Replaces interpolations in `n` (recursively). Returns false when a value could not be
   // resolved and was made null.
-  bool resolve(YamlNode& n, std::vector<const YamlNode*> parents, int depth) {
+  bool resolve(YamlNode& n, std::vector<const YamlNode*> parents, int depth, const std::string& key) {
     if (n.is_map()) {
       parents.push_back(&n);
-      for (auto& e : n.entries) resolve(e.value, parents, depth);
+      for (auto& e : n.entries) resolve(e.value, parents, depth, key.empty() ? e.key.value : key + "." + e.key.value);
       return true;
     }
     if (n.kind == YamlKind::kSeq) {
-      for (auto& i : n.items) resolve(i, parents, depth);
+      for (auto& i : n.items) resolve(i, parents, depth, key);  // a list's items are read with the list
       return true;
     }
     if (!n.is_scalar() || n.value.find("${") == std::string::npos) return true;
+    const std::string outer = path;
+    path = key;
+    const bool ok = resolve_scalar(n, parents, depth);
+    path = outer;
+    return ok;
+  }
+
+  bool resolve_scalar(YamlNode& n, const std::vector<const YamlNode*>& parents, int depth) {
     const std::string v = n.value;
     // The whole value is one interpolation: the target node replaces it, type and all.
     if (v.rfind("${", 0) == 0 && v.back() == '}' && v.find("${", 2) == std::string::npos &&
@@ -191,12 +202,12 @@ struct Resolver {
 
 }  // namespace
 
-Status resolve_interpolations(YamlNode& root, LoadedConfig& out) {
+Status resolve_interpolations(YamlNode& root, LoadedConfig& out, std::vector<InterpolationWarning>& warnings) {
   // Resolve against a snapshot, so that every reference sees the values as written (OmegaConf
   // resolves lazily from the unresolved tree too).
   YamlNode snapshot = root;
-  Resolver r{snapshot, out};
-  r.resolve(root, {}, 0);
+  Resolver r{snapshot, out, warnings};
+  r.resolve(root, {}, 0, "");
   return Ok{};
 }
 

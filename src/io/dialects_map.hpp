@@ -37,6 +37,8 @@ class Mapper {
   // The node at a dotted path ("training.trainer.devices"), or nullptr. Records that the dialect
   // reads this key, so it is never reported as unknown and is offered as a near match.
   const YamlNode* node(std::string_view path);
+  // Whether the mapping asked for `path` (read it, or looked for it).
+  bool asked(const std::string& path) const { return asked_.count(path) > 0; }
   // The first of several spellings that is present (and which one), or nullptr.
   const YamlNode* first_of(std::initializer_list<std::string_view> paths, std::string* which = nullptr);
 
@@ -144,7 +146,12 @@ Status map_llm_foundry(Mapper& m);
 Status map_megatron(Mapper& m);  // NeMo 1.x / NeMo-Framework-Launcher Megatron configs
 // OmegaConf `${a.b}` interpolation in a merged tree (dialects_interpolation.cpp), resolved as
 // OmegaConf resolves it; `${oc.env:X,default}` takes the default and is a warning.
-Status resolve_interpolations(YamlNode& root, LoadedConfig& out);
+// A warning about one key's interpolation, given only if the dialect reads that key.
+struct InterpolationWarning {
+  std::string key;  // dotted path of the value ("model.micro_batch_size")
+  Error warning;
+};
+Status resolve_interpolations(YamlNode& root, LoadedConfig& out, std::vector<InterpolationWarning>& warnings);
 // A custom architecture written in a config (`model: {n_layers, d_model, n_heads, ...}`) with its
 // key map: fills out.inputs.model and the assumptions made for what is not written.
 Status read_custom_model(Mapper& m, std::string_view section);

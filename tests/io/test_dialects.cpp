@@ -1069,6 +1069,14 @@ TEST_CASE("OmegaConf interpolation is resolved as OmegaConf does") {
                                  "memplan does not read; the value is treated as absent; write the value, or give it "
                                  "a default: ${oc.env:SEQ,VALUE}",
                                  "g.yaml:2: interpolation ${nope.x}: no key 'nope.x' in the config"});
+  // A resolver memplan cannot evaluate matters only where memplan reads the value: NeMo's
+  // ${multiply:...} in exp_manager is not said; in the micro-batch it is.
+  fs.files["nemo.yaml"] = "exp_manager:\n  checkpoint_callback_params:\n"
+                          "    model_parallel_size: ${multiply:${model.tp}, ${model.pp}}\n"
+                          "model:\n  tp: 1\n  pp: 1\nmicro_batch_size: ${multiply:2, 2}\nmax_seq_len: 8\n";
+  const std::vector<std::string> nemo = warnings(load_ok(fs, {"nemo.yaml"}));
+  REQUIRE(nemo.size() == 1);
+  CHECK(nemo[0].rfind("nemo.yaml:7: the OmegaConf resolver in ${multiply:2, 2} is not evaluated by memplan", 0) == 0);
   fs.files["loop.yaml"] = "a: ${b}\nb: ${a}\nmicro_batch_size: 2\nmax_seq_len: 8\n";
   LoadedConfig loop = load_ok(fs, {"loop.yaml"});  // never hangs
   CHECK(loop.inputs.config.micro_batch == 2);
