@@ -47,39 +47,9 @@ inline ModelSpec modernbert_base(int layers = 22, std::int64_t vocab = 50368) {
   return m;
 }
 
-// bert-base-uncased's config.json (BertConfig defaults for the rest): 12 layers of 768, 12
-// heads, GELU MLP of 3,072, learned absolute positions, token types, the pooler, dropout 0.1.
-inline ModelSpec bert_base_uncased() {
-  ModelSpec m;
-  m.name = "bert-base-uncased";
-  m.model_type = "bert";
-  m.encoder = true;
-  m.vocab_size = 30522;
-  m.hidden_size = 768;
-  m.intermediate_size = 3072;
-  m.num_layers = 12;
-  m.num_heads = m.num_kv_heads = 12;
-  m.head_dim = 64;
-  m.max_position_embeddings = 512;
-  m.type_vocab_size = 2;
-  m.learned_positions = true;
-  m.norm = NormKind::kLayerNorm;
-  m.norm_bias = true;
-  m.qkv_bias = m.o_bias = m.mlp_bias = true;
-  m.activation = Activation::kGelu;
-  m.gated_mlp = false;
-  m.tie_word_embeddings = true;
-  m.pooler = true;
-  m.hidden_dropout = m.attention_dropout = 0.1;
-  return m;
-}
-
-// microsoft/deberta-v3-base's config.json (docs/formulas.md#deberta): relative attention over
-// 256 position buckets, share_att_key, p2c|c2p, LayerNorm-ed rel_embeddings, no absolute positions.
-inline ModelSpec deberta_v3_base(int layers = 12, std::int64_t vocab = 128100) {
-  ModelSpec m;
-  m.name = "deberta-v3-base";
-  m.model_type = "deberta-v2";
+// What BERT-base-shaped encoders share: 768 wide, 12 heads of 64, a GELU MLP of 3,072 with
+// biases, LayerNorm with bias, the MLM decoder tied to the word embeddings.
+inline void bert_base_shape(ModelSpec& m, int layers, std::int64_t vocab) {
   m.encoder = true;
   m.vocab_size = vocab;
   m.hidden_size = 768;
@@ -94,6 +64,29 @@ inline ModelSpec deberta_v3_base(int layers = 12, std::int64_t vocab = 128100) {
   m.activation = Activation::kGelu;
   m.gated_mlp = false;
   m.tie_word_embeddings = true;
+}
+
+// bert-base-uncased's config.json (BertConfig defaults for the rest): 12 layers, learned absolute
+// positions, token types, the pooler, dropout 0.1.
+inline ModelSpec bert_base_uncased() {
+  ModelSpec m;
+  m.name = "bert-base-uncased";
+  m.model_type = "bert";
+  bert_base_shape(m, 12, 30522);
+  m.type_vocab_size = 2;
+  m.learned_positions = true;
+  m.pooler = true;
+  m.hidden_dropout = m.attention_dropout = 0.1;
+  return m;
+}
+
+// microsoft/deberta-v3-base's config.json (docs/formulas.md#deberta): relative attention over
+// 256 position buckets, share_att_key, p2c|c2p, LayerNorm-ed rel_embeddings, no absolute positions.
+inline ModelSpec deberta_v3_base(int layers = 12, std::int64_t vocab = 128100) {
+  ModelSpec m;
+  m.name = "deberta-v3-base";
+  m.model_type = "deberta-v2";
+  bert_base_shape(m, layers, vocab);
   m.relative_span = 256;
   m.relative_buckets = true;
   m.c2p = m.p2c = true;
