@@ -15,6 +15,9 @@ namespace memplan {
 
 // Levenshtein distance, case-insensitive.
 std::size_t edit_distance(std::string_view a, std::string_view b);
+// Whether `name` is plausibly `candidate` mistyped, `distance` edits away: few edits for its
+// length, not half of a short name, not a whole piece added or dropped.
+bool plausible_typo(std::string_view name, std::string_view candidate, std::size_t distance);
 
 // The candidate closest to `name` when it is close enough to be a plausible typo
 // (distance <= max(2, len/3)), or a candidate that contains `name` as a substring.

@@ -398,10 +398,18 @@ struct Estimator::Programs {
     done_.emplace_back(spec, r);
     return r;
   }
+  // The model's parameter counts, counted once: every estimator sharing these programs has the
+  // same model (Estimator::derive changes only the config). A nothing-fits plan builds 15.
+  const ParameterCounts& counts(const ModelSpec& model) {
+    std::call_once(counted_, [&] { counts_ = count_parameters(model); });
+    return counts_;
+  }
 
  private:
   std::mutex mu_;
   std::vector<std::pair<sim::ProgramSpec, std::shared_ptr<const sim::ProgramResult>>> done_;
+  std::once_flag counted_;
+  ParameterCounts counts_;
 };
 
 struct Estimator::Impl {
@@ -1250,7 +1258,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
       trainable -= model.vocab_size * model.hidden_size;
     const ShardPlan& first_shard = impl->sims[impl->ranks.front().sim].shard;
 
-    impl->params.counts = count_parameters(model);
+    impl->params.counts = impl->programs->counts(model);
     impl->params.total = impl->params.counts.total;
     impl->params.trainable = trainable;
     if (config.device == Device::kCpu)

@@ -73,23 +73,33 @@ std::size_t edit_distance(std::string_view a_in, std::string_view b_in) {
   return prev[b.size()];
 }
 
+bool plausible_typo(std::string_view name, std::string_view candidate, std::size_t distance) {
+  // A typo changes a few characters: one in a short name, and less than half of it ("lr" is not a
+  // misspelt "lam" or "r"), about a third of a longer one. A name that is another with a whole
+  // word added or dropped ("peft_model_name_or_path", "model_name_or_path") is a different key.
+  const std::size_t limit = name.size() <= 4 ? 1 : std::max<std::size_t>(2, name.size() / 3);
+  if (distance > limit || 2 * distance >= std::max(name.size(), candidate.size())) return false;
+  const std::string a = to_lower(name), b = to_lower(candidate);
+  const std::string& longer = a.size() > b.size() ? a : b;
+  const std::string& shorter = a.size() > b.size() ? b : a;
+  const std::size_t at = shorter.empty() ? std::string::npos : longer.find(shorter);
+  if (at == std::string::npos || longer.size() < shorter.size() + 3) return true;
+  // The rest is a word of its own when a separator joins it ("peft_" + "model_name_or_path");
+  // "lora_rnak" is "lora_r" mistyped, not "lora_r" with a word added.
+  const auto separator = [](char ch) { return ch == '_' || ch == '-' || ch == '.'; };
+  const std::size_t end = at + shorter.size();
+  const bool word_before = at > 0 && separator(longer[at - 1]);
+  const bool word_after = end < longer.size() && separator(longer[end]);
+  return !(word_before || word_after);
+}
+
 std::optional<std::string> closest_match(std::string_view name, const std::vector<std::string>& candidates) {
   if (name.empty() || candidates.empty()) return std::nullopt;
-  // A typo changes a few characters: one in a short name, and less than half of it ("lr" is not a
-  // misspelt "lam" or "r"), about a third of a longer one. A name that is another with a whole piece added or dropped
-  // ("peft_model_name_or_path", "model_name_or_path") is a different key, not a typo.
-  const std::size_t limit = name.size() <= 4 ? 1 : std::max<std::size_t>(2, name.size() / 3);
-  const auto piece_added = [&](const std::string& c) {
-    const std::string a = to_lower(name), b = to_lower(c);
-    const std::string& longer = a.size() > b.size() ? a : b;
-    const std::string& shorter = a.size() > b.size() ? b : a;
-    return longer.size() >= shorter.size() + 3 && !shorter.empty() && longer.find(shorter) != std::string::npos;
-  };
   std::optional<std::string> best;
-  std::size_t best_d = limit + 1;
+  std::size_t best_d = std::string::npos;
   for (const auto& c : candidates) {
     const std::size_t d = edit_distance(name, c);
-    if (d < best_d && 2 * d < std::max(name.size(), c.size()) && !piece_added(c)) {
+    if (d < best_d && plausible_typo(name, c, d)) {
       best_d = d;
       best = c;
     }

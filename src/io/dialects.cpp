@@ -98,6 +98,8 @@ constexpr Signal kSignals[] = {
     {Dialect::kFlat, "gradient_accumulation_steps", 1},
     {Dialect::kFlat, "precision", 1},
     {Dialect::kFlat, "batch_size", 1},
+    {Dialect::kFlat, "lr", 1},      // TrainingArguments says learning_rate
+    {Dialect::kFlat, "epochs", 1},  // and num_train_epochs
     {Dialect::kLitgpt, "checkpoint_dir", 5},
     {Dialect::kLitgpt, "train.micro_batch_size", 5},
     {Dialect::kLitgpt, "train.global_batch_size", 3},
@@ -605,7 +607,7 @@ Status read_contrastive(Mapper& m, std::string_view section) {
     return Count{};
   };
   MEMPLAN_TRY(const Count pos, find({"n_positives", "num_positives"}));
-  MEMPLAN_TRY(const Count neg, find({"n_negatives", "num_negatives", "num_hard_negatives"}));
+  MEMPLAN_TRY(const Count neg, find({"n_negatives", "num_negatives", "num_hard_negatives", "neg_nums"}));
   if (pos.node == nullptr && neg.node == nullptr) return Ok{};
   // An anchor with one positive when only the negatives are written (MNRL's (anchor, positive,
   // negatives...) columns).
@@ -720,7 +722,7 @@ std::optional<std::string> near_key(const std::string& k, const std::vector<std:
     const bool same_start = k.size() >= 4 && c.size() >= 4 && k.compare(0, 4, c, 0, 4) == 0;
     const std::size_t limit = std::max<std::size_t>(2, k.size() / (same_start ? 3 : 4));
     const std::size_t d = edit_distance(k, c);
-    if (d <= limit && d < best_d) best_d = d, best = c;
+    if (d <= limit && d < best_d && plausible_typo(k, c, d)) best_d = d, best = c;
   }
   return best;
 }

@@ -167,8 +167,14 @@ Status map_flat(Mapper& m) {
   MEMPLAN_TRY(bool gc, m.read("gradient_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
   if (!gc) MEMPLAN_IO_CHECK(m.read("activation_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
   MEMPLAN_IO_CHECK(read_contrastive(m, "data"));
+  MEMPLAN_TRY(auto mixed, m.text("mixed_precision"));  // accelerate's spelling: no, fp16, bf16
   if (m.node("precision") != nullptr) {
     MEMPLAN_IO_CHECK(apply_lightning_precision(m, "precision"));
+  } else if (mixed && to_lower(trim(*mixed)) == "no") {
+    c.autocast.reset();
+    m.from_file("autocast", *m.node("mixed_precision"), "mixed_precision");
+  } else if (mixed) {
+    MEMPLAN_IO_CHECK(apply_lightning_precision(m, "mixed_precision"));
   } else {
     MEMPLAN_TRY(auto bf, m.boolean("bf16"));
     MEMPLAN_TRY(auto fp, m.boolean("fp16"));
