@@ -5,7 +5,7 @@
 
 namespace memplan::io {
 
-// transformers TrainingArguments, TRL SFT/DPO/GRPO/KTO/CPO/ORPO/ModelConfig/ScriptArguments (current and
+// transformers TrainingArguments (and sentence-transformers' subclasses), TRL SFT/DPO/GRPO/KTO/CPO/ORPO/ModelConfig/ScriptArguments (current and
 // 0.11-0.22), alignment-handbook ScriptArguments/DataArguments (old and new: dataset_mixer, dataset_mixture)
 // and open-r1 GRPOScriptArguments/SFTScriptArguments (src/open_r1/configs.py)
 const std::vector<std::string>& hf_known_keys() {
@@ -105,7 +105,12 @@ const std::vector<std::string>& hf_known_keys() {
       "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_structured_outputs_regex",
       "vllm_sync_frequency", "vllm_tensor_parallel_size", "wandb_entity", "wandb_log_model",
       "wandb_log_unique_prompts", "wandb_project", "wandb_run_group", "warmup_ratio", "warmup_steps", "weight_decay",
-      "weight_sync_steps", "whiten_rewards", "world_size"
+      "weight_sync_steps", "whiten_rewards", "world_size",
+      // sentence-transformers' SentenceTransformerTrainingArguments (and the CrossEncoder and
+      // SparseEncoder ones) on top of TrainingArguments (UKPLab/sentence-transformers 85ec6455,
+      // sentence_transformers/training_args.py): the batch sampler and per-column prompts do not
+      // change a step's memory.
+      "prompts", "batch_sampler", "multi_dataset_batch_sampler", "router_mapping", "learning_rate_mapping"
   };
   return keys;
 }

@@ -155,3 +155,17 @@ TEST_CASE("a file's LoRA keys warned as ineffective are not, once --use-peft tur
   CHECK((with.out + with.err).find("no effect") == std::string::npos);
   CHECK(with.out.find("lora_r                  16") != std::string::npos);
 }
+
+TEST_CASE("sentence-transformers' training arguments in a file: known keys, transformers' defaults") {
+  // SentenceTransformerTrainingArguments = TrainingArguments + prompts, batch_sampler,
+  // multi_dataset_batch_sampler, router_mapping, learning_rate_mapping.
+  const memplan::testing::TempDir dir;
+  const std::string f = dir.write("st.yaml", "model_name_or_path: bert-base-uncased\nper_device_train_batch_size: 64\n"
+                                             "batch_sampler: no_duplicates\nmulti_dataset_batch_sampler: proportional\n"
+                                             "prompts:\n  query: 'query: '\nrouter_mapping: {}\n"
+                                             "learning_rate_mapping: {}\nfp16: true\n");
+  const CliRun r = run_cli({"estimate", "--config", f, "--format", "json"});
+  REQUIRE(r.code == memplan::cli::kExitOk);
+  CHECK(r.out.find("\"warnings\": []") != std::string::npos);  // no unknown key, no TRL default
+  CHECK(r.out.find("\"gradient_checkpointing\": false") != std::string::npos);
+}
