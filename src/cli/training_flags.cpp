@@ -855,6 +855,10 @@ Result<int> show_config(std::ostream& out, const TrainingFlags& f, report::Forma
     base = loaded->inputs;
   }
   auto resolved = apply_training_flags(f, base);
+  // Flags that fail leave the files' values alone to show: say so, or `use_peft false` next to
+  // --use-peft reads as a misreading.
+  if (!resolved && format != report::Format::kJson)
+    out << "the flags were not applied (the error below): these are the config files' values alone\n";
   out << report::render_sources(resolved ? *resolved : base, loaded ? &*loaded : nullptr, format);
   if (!resolved) return resolved.error();
   return kExitOk;

@@ -169,3 +169,12 @@ TEST_CASE("sentence-transformers' training arguments in a file: known keys, tran
   CHECK(r.out.find("\"warnings\": []") != std::string::npos);  // no unknown key, no TRL default
   CHECK(r.out.find("\"gradient_checkpointing\": false") != std::string::npos);
 }
+
+TEST_CASE("--show-config says when the flags could not be applied") {
+  const memplan::testing::TempDir dir;
+  const std::string f = dir.write("l.yaml", "model_name_or_path: llama-3.2-1b\nlora_r: 16\n");
+  const CliRun r = run_cli({"estimate", "--config", f, "--use-peft", "--head", "pooling", "--show-config"});
+  CHECK(r.code != memplan::cli::kExitOk);
+  CHECK(r.out.rfind("the flags were not applied (the error below): these are the config files' values alone\n", 0) == 0);
+  CHECK(r.err.find("--head applies to encoders") != std::string::npos);
+}
