@@ -597,7 +597,7 @@ Status read_contrastive(Mapper& m, std::string_view section) {
     std::int64_t value = 0;
   };
   auto find = [&](std::initializer_list<const char*> names) -> Result<Count> {
-    for (const std::string prefix : {std::string(), section.empty() ? std::string() : std::string(section) + "."})
+    for (const std::string& prefix : {std::string(), section.empty() ? std::string() : std::string(section) + "."})
       for (const char* name : names) {
         const std::string key = prefix + name;
         if (m.node(key) == nullptr || m.node(key)->is_null()) continue;

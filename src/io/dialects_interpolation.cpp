@@ -206,7 +206,7 @@ Status resolve_interpolations(YamlNode& root, LoadedConfig& out, std::vector<Int
   // Resolve against a snapshot, so that every reference sees the values as written (OmegaConf
   // resolves lazily from the unresolved tree too).
   YamlNode snapshot = root;
-  Resolver r{snapshot, out, warnings};
+  Resolver r{snapshot, out, warnings, 0, {}};
   r.resolve(root, {}, 0, "");
   return Ok{};
 }

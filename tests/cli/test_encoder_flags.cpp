@@ -170,7 +170,7 @@ TEST_CASE("sentence-transformers' training arguments in a file: known keys, tran
   CHECK(r.out.find("\"gradient_checkpointing\": false") != std::string::npos);
 }
 
-TEST_CASE("--show-config says when the flags could not be applied") {
+TEST_CASE("show-config says when the flags could not be applied") {
   const memplan::testing::TempDir dir;
   const std::string f = dir.write("l.yaml", "model_name_or_path: llama-3.2-1b\nlora_r: 16\n");
   const CliRun r = run_cli({"estimate", "--config", f, "--use-peft", "--head", "pooling", "--show-config"});
