@@ -69,6 +69,7 @@ namespace {
 
 std::string render_text(const io::ResolvedInputs& in, const Estimate& e) {
   std::string out = describe_inputs(in) + "\n";
+  for (const auto& n : in.notes) out += "note: " + n + "\n";  // how the model was found, the GPU
   for (const auto& a : in.assumptions) out += "assumed: " + a + "\n";
   out += '\n';
   out += breakdown_text(e);
@@ -78,6 +79,8 @@ std::string render_text(const io::ResolvedInputs& in, const Estimate& e) {
 
 std::string render_markdown(const io::ResolvedInputs& in, const Estimate& e) {
   std::string out = "**" + describe_inputs(in) + "**\n\n";
+  for (const auto& n : in.notes) out += "- note: " + n + "\n";
+  if (!in.notes.empty()) out += "\n";
   for (const auto& a : in.assumptions) out += "- assumed: " + a + "\n";
   if (!in.assumptions.empty()) out += "\n";
   TextTable t({"component", "GiB", "%"}, {Align::kLeft, Align::kRight, Align::kRight});

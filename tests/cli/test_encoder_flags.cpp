@@ -178,3 +178,18 @@ TEST_CASE("show-config says when the flags could not be applied") {
   CHECK(r.out.rfind("the flags were not applied (the error below): these are the config files' values alone\n", 0) == 0);
   CHECK(r.err.find("--head applies to encoders") != std::string::npos);
 }
+
+TEST_CASE("fine-tuned encoders named by their hub id are counted as their base, and estimate says so") {
+  // configs/model_names.json: cross-encoder/nli-deberta-v3-base is microsoft/deberta-v3-base with
+  // a 3-label classifier; multilingual-e5-large is xlm-roberta-large's shape.
+  const CliRun nli = run_cli({"estimate", "--model", "cross-encoder/nli-deberta-v3-base", "--head", "classification",
+                              "--num-labels", "3", "--seq-len", "128"});
+  REQUIRE(nli.code == memplan::cli::kExitOk);
+  CHECK(nli.out.find("note: model: cross-encoder/nli-deberta-v3-base: sentence-transformers' NLI cross-encoder, "
+                     "trained from microsoft/deberta-v3-base") != std::string::npos);
+  CHECK(nli.out.find("0.184B total") != std::string::npos);  // 184,424,451 with the 3-label classifier
+  const CliRun e5 = run_cli({"estimate", "--model", "intfloat/multilingual-e5-large", "--seq-len", "128",
+                             "--format", "json"});
+  REQUIRE(e5.code == memplan::cli::kExitOk);
+  CHECK(e5.out.find("\"parameters\": 559890432") != std::string::npos);
+}
