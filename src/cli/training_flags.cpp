@@ -796,7 +796,7 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
                                       in.model_name));
   } else {
     if (file_head) in.model.head = *in.encoder_head;
-    if (file_labels) in.model.num_labels = *in.num_labels;
+    if (file_labels) in.model.num_labels = static_cast<int>(*in.num_labels);  // 1 to 2^20, checked where read
   }
   if (in.model.is_encoder()) apply_encoder_defaults(in);
   static const char* kKeys[] = {"method", "batch", "seq_len", "grad_accum", "torch_dtype", "autocast", "optim",
