@@ -36,12 +36,11 @@ Command register_estimate(CLI::App& root) {
             std::optional<report::EstimateFit> fit;
             if (gpu) {
               MEMPLAN_TRY(auto budget, budget_for(*gpu, opts->budget, inputs.resolved.config, &inputs.resolved));
-              fit = report::EstimateFit{gpu->description, budget, Bytes::zero()};
+              fit = report::EstimateFit{gpu->description, budget};
             }
             MEMPLAN_TRY(auto est, estimate(inputs.resolved.model, inputs.resolved.config));
-            if (fit) fit->peak = est.peak;
             ctx.out << report::render_estimate(inputs.resolved, est, format, fit);
-            return fit && !fit->fits() ? kExitDoesNotFit : kExitOk;
+            return fit && !fit->fits(est) ? kExitDoesNotFit : kExitOk;
           }};
 }
 

@@ -253,11 +253,7 @@ Result<Budget> resolve_budget(const BudgetFlags& f, io::ResolvedInputs& in) {
 
 std::optional<std::int64_t> resolve_target_global_batch(const BudgetFlags& f, const io::ResolvedInputs& in) {
   if (given(f, "--target-global-batch")) return f.target_global_batch;
-  auto set = [&](const char* key) {
-    auto it = in.origins.find(key);
-    return it != in.origins.end() && it->second.kind != io::OriginKind::kDefault;
-  };
-  if (set("batch") || set("grad_accum")) return current_global_batch(in.config);
+  if (!in.is_default("batch") || !in.is_default("grad_accum")) return current_global_batch(in.config);
   return std::nullopt;
 }
 

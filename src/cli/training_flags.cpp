@@ -253,13 +253,9 @@ namespace {
 // table fails in transformers, which is said.
 void apply_encoder_defaults(io::ResolvedInputs& in) {
   TrainingConfig& c = in.config;
-  const auto kind_of = [&](const char* key) {
-    const auto it = in.origins.find(key);
-    return it == in.origins.end() ? io::OriginKind::kDefault : it->second.kind;
-  };
   bool reverted = false;
   for (const std::string& key : in.trl_defaults) {
-    if (kind_of(key.c_str()) != io::OriginKind::kDefault) continue;  // a flag said otherwise
+    if (!in.is_default(key)) continue;  // a flag said otherwise
     io::Origin o;
     o.kind = io::OriginKind::kDefault;
     if (key == "autocast") {
@@ -281,7 +277,7 @@ void apply_encoder_defaults(io::ResolvedInputs& in) {
   const bool offset = m.model_type == "roberta" || m.model_type == "xlm-roberta" || m.model_type == "camembert";
   const std::int64_t positions = m.max_position_embeddings - (offset ? 2 : 0);
   if (c.seq_len <= positions) return;
-  if (kind_of("seq_len") == io::OriginKind::kDefault) {
+  if (in.is_default("seq_len")) {
     io::Origin o;
     o.kind = io::OriginKind::kDerived;
     o.note = fmt::format("{}'s {} positions, to which its tokenizer truncates; memplan's default {} is longer",

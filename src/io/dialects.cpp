@@ -164,13 +164,14 @@ Result<Detection> detect_dialect(const YamlNode& root, const std::string& label)
     std::vector<std::string> evidence;
   };
   std::vector<Score> scores;
-  for (const auto& s : kSignals) {
-    if (root.at(split_key_path(s.path)) == nullptr) continue;
-    auto it = std::find_if(scores.begin(), scores.end(), [&](const Score& x) { return x.dialect == s.dialect; });
-    if (it == scores.end()) it = scores.insert(scores.end(), Score{s.dialect, 0, {}});
-    it->score += s.weight;
-    it->evidence.emplace_back(s.path);
-  }
+  const auto add = [&scores](Dialect d, int weight, std::string evidence) {
+    auto it = std::find_if(scores.begin(), scores.end(), [&](const Score& x) { return x.dialect == d; });
+    if (it == scores.end()) it = scores.insert(scores.end(), Score{d, 0, {}});
+    it->score += weight;
+    it->evidence.push_back(std::move(evidence));
+  };
+  for (const auto& s : kSignals)
+    if (root.at(split_key_path(s.path)) != nullptr) add(s.dialect, s.weight, std::string(s.path));
   // nomic-ai/contrastors (train_args / model_args / data_args, checked by its pydantic Config):
   // its own NomicBERT, BERT and decoders with FlashAttention on unpadded batches and fused
   // kernels, none of which is a Hugging Face checkpoint memplan models. Estimating transformers'
@@ -193,12 +194,8 @@ Result<Detection> detect_dialect(const YamlNode& root, const std::string& label)
     static constexpr std::string_view kBuilders[] = {"hf_bert", "mosaic_bert", "flex_bert", "hf_causal_lm",
                                                      "mpt_causal_lm", "hf_t5"};
     const std::string v = to_lower(n->value);
-    if (std::find(std::begin(kBuilders), std::end(kBuilders), v) != std::end(kBuilders)) {
-      auto it = std::find_if(scores.begin(), scores.end(), [](const Score& x) { return x.dialect == Dialect::kLlmFoundry; });
-      if (it == scores.end()) it = scores.insert(scores.end(), Score{Dialect::kLlmFoundry, 0, {}});
-      it->score += 5;
-      it->evidence.push_back("model.name: " + v);
-    }
+    if (std::find(std::begin(kBuilders), std::end(kBuilders), v) != std::end(kBuilders))
+      add(Dialect::kLlmFoundry, 5, "model.name: " + v);
   }
   std::stable_sort(scores.begin(), scores.end(), [](const Score& a, const Score& b) { return a.score > b.score; });
   if (scores.empty() || scores[0].score < kMinScore) {

@@ -200,8 +200,8 @@ Status map_lightning(Mapper& m) {
 
   MEMPLAN_IO_CHECK(read_contrastive(m, parent));
   // NeMo's GLUE / text-classification models: a sequence classifier on the encoder.
-  if (const YamlNode* task = m.node("model.task_name"); task != nullptr && task->is_scalar() && !model_key.empty() &&
-                                                         model_key == "model.language_model.pretrained_model_name") {
+  if (const YamlNode* task = m.node("model.task_name");
+      task != nullptr && task->is_scalar() && model_key == "model.language_model.pretrained_model_name") {
     m.out().inputs.encoder_head = EncoderHead::kSequenceClassification;
     m.from_file("head", *task, "model.task_name (NeMo's GLUE model: a sequence classifier)");
   }

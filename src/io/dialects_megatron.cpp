@@ -43,7 +43,10 @@ Status read_megatron_bert(Mapper& m, CustomModel& cm) {
   MEMPLAN_TRY(auto mcore_bert, m.boolean("model.mcore_bert"));
   MEMPLAN_TRY(auto name, m.text("name"));
   const YamlNode* binary = m.node("model.bert_binary_head");
-  if (!mcore_bert && !(name && to_lower(*name).find("bert") != std::string::npos) && binary == nullptr) return Ok{};
+  // mcore_bert: False is still a BERT (Megatron's legacy implementation): the key names it.
+  const bool bert = mcore_bert.has_value() || (name && to_lower(*name).find("bert") != std::string::npos) ||
+                    binary != nullptr;
+  if (!bert) return Ok{};
   cm.family = "bert";
   MEMPLAN_TRY(auto lm_head, m.boolean("model.add_lm_head"));
   ResolvedInputs& in = m.out().inputs;

@@ -70,6 +70,11 @@ struct ResolvedInputs {
   std::string allocator_conf_source;
 
   void set_origin(const std::string& key, Origin o) { origins[key] = std::move(o); }
+  // Whether input `key` still has its default (no flag, file or derivation set it).
+  bool is_default(const std::string& key) const {
+    const auto it = origins.find(key);
+    return it == origins.end() || it->second.kind == OriginKind::kDefault;
+  }
 };
 
 // The one range check of the numeric inputs, wherever a value came from (a flag, a file, a

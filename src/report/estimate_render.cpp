@@ -236,10 +236,11 @@ namespace {
 
 // One line: "on NVIDIA H100 ...: fits, peak 13.15 GiB <= budget 70.58 GiB (79.10 GiB - safety
 // margin 8.91 GiB - headroom 0.00 GiB)".
-std::string fit_line(const EstimateFit& f) {
+std::string fit_line(const EstimateFit& f, const Estimate& e) {
+  const bool fits = f.fits(e);
   return fmt::format("on {}: {}, peak {:.2f} GiB {} budget {:.2f} GiB ({:.2f} GiB - safety margin {:.2f} GiB - "
                      "headroom {:.2f} GiB)",
-                     f.gpu, f.fits() ? "fits" : "does not fit", f.peak.as_gib(), f.fits() ? "<=" : ">",
+                     f.gpu, fits ? "fits" : "does not fit", e.peak.as_gib(), fits ? "<=" : ">",
                      f.budget.budget().as_gib(), f.budget.capacity.as_gib(), f.budget.safety_margin.as_gib(),
                      f.budget.headroom.as_gib());
 }
@@ -254,8 +255,8 @@ std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, For
                           {"estimate", to_json(e)}};
       if (fit)
         j["fit"] = {{"gpu", fit->gpu},
-                    {"fits", fit->fits()},
-                    {"peak_bytes", fit->peak.count()},
+                    {"fits", fit->fits(e)},
+                    {"peak_bytes", e.peak.count()},
                     {"budget_bytes", fit->budget.budget().count()},
                     {"capacity_bytes", fit->budget.capacity.count()},
                     {"safety_margin_bytes", fit->budget.safety_margin.count()},
@@ -263,9 +264,9 @@ std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, For
       j["warnings"] = in.warnings;
       return j.dump(2) + "\n";
     }
-    case Format::kMarkdown: return render_markdown(in, e) + (fit ? "\n**" + fit_line(*fit) + "**\n" : "");
+    case Format::kMarkdown: return render_markdown(in, e) + (fit ? "\n**" + fit_line(*fit, e) + "**\n" : "");
     case Format::kText:
-    case Format::kGithub: return render_text(in, e) + (fit ? fit_line(*fit) + "\n" : "");
+    case Format::kGithub: return render_text(in, e) + (fit ? fit_line(*fit, e) + "\n" : "");
   }
   return {};
 }

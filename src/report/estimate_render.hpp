@@ -18,8 +18,7 @@ namespace memplan::report {
 struct EstimateFit {
   std::string gpu;  // the GPU as plan describes it
   Budget budget;
-  bool fits() const { return peak <= budget.budget(); }
-  Bytes peak;
+  bool fits(const Estimate& e) const { return e.peak <= budget.budget(); }
 };
 
 std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, Format f,
