@@ -1,5 +1,6 @@
 #include "cli/training_flags.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <tuple>
 
@@ -833,6 +834,12 @@ Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string
   }
   MEMPLAN_TRY(io::LoadedConfig loaded, io::load_config(req, fs));
   MEMPLAN_TRY(out.resolved, apply_training_flags(f, loaded.inputs));
+  // A file warning the resolution withdrew (TRL's defaults for an encoder, LoRA keys that
+  // --use-peft turned on) is gone from the located diagnostics too (memplan check prints those).
+  std::erase_if(loaded.diagnostics, [&](const Error& d) {
+    return std::find(out.resolved.warnings.begin(), out.resolved.warnings.end(), d.to_string()) ==
+           out.resolved.warnings.end();
+  });
   if (auto a = io::find_allocator_conf(loaded.files)) {
     out.resolved.allocator_conf = a->value;
     out.resolved.allocator_conf_source = a->source;

@@ -154,6 +154,12 @@ TEST_CASE("a file's LoRA keys warned as ineffective are not, once --use-peft tur
   REQUIRE(with.code == memplan::cli::kExitOk);
   CHECK((with.out + with.err).find("no effect") == std::string::npos);
   CHECK(with.out.find("lora_r                  16") != std::string::npos);
+  // memplan check prints a config's located warnings: the withdrawn one is not among them.
+  const CliRun check = run_cli({"check", f, "--gpu", "h100-sxm", "--use-peft"});
+  CHECK(check.code == memplan::cli::kExitOk);
+  CHECK((check.out + check.err).find("no effect") == std::string::npos);
+  const CliRun check_full = run_cli({"check", f, "--gpu", "h100-sxm"});
+  CHECK(check_full.out.find("LoRA settings have no effect without use_peft") != std::string::npos);
 }
 
 TEST_CASE("sentence-transformers' training arguments in a file: known keys, transformers' defaults") {
