@@ -31,19 +31,6 @@ const char* cat_name(Cat c) {
   return "?";
 }
 
-std::int64_t esize(DT d) {
-  switch (d) {
-    case DT::kF32: return 4;
-    case DT::kBF16:
-    case DT::kF16: return 2;
-    case DT::kF64:
-    case DT::kI64: return 8;
-    case DT::kBool:
-    case DT::kU8: return 1;
-  }
-  return 4;
-}
-
 // ---- Bwd
 
 int Bwd::temp(Poly numel, DT dt, Cat cat) { return g_.make(numel, dt, cat); }
@@ -68,10 +55,7 @@ int Graph::make(Poly numel, DT dt, Cat cat, bool requires_grad) {
   t.alive = true;
   t.requires_grad = requires_grad;
   buffer_.push_back(-1);
-  const Poly b = t.bytes();
-  live_[static_cast<int>(cat)] += b;
-  live_total_ += b;
-  note(cat, b);
+  account(cat, t.numel, esize(dt), +1);
   record();
   return static_cast<int>(tensors_.size()) - 1;
 }
@@ -107,9 +91,7 @@ void Graph::drop(int t) {
     return;
   }
   flush();
-  const Poly b = x.bytes();
-  live_[static_cast<int>(x.cat)] -= b;
-  live_total_ -= b;
+  account(x.cat, x.numel, esize(x.dt), -1);
   freed_since_event_ = true;
 }
 
@@ -117,10 +99,10 @@ void Graph::retag(int t, Cat cat) {
   Tensor& x = at(t);
   if (x.alive) {
     flush();
-    const Poly b = x.bytes();
-    live_[static_cast<int>(x.cat)] -= b;
-    live_[static_cast<int>(cat)] += b;
-    note(cat, b);
+    if (x.base < 0) {  // a view owns no bytes
+      account(x.cat, x.numel, esize(x.dt), -1, false);
+      account(cat, x.numel, esize(x.dt), +1, false);
+    }
     freed_since_event_ = true;  // a category went down
   }
   x.cat = cat;
@@ -136,9 +118,7 @@ void Graph::flush() {
   const auto write = [this](Event& e) {
     e.offset = static_cast<std::uint32_t>(cats_.values_.size());
     e.count = static_cast<std::uint32_t>(cats_.layout_.size());
-    cats_.values_.resize(cats_.values_.size() + e.count);
-    std::int64_t* out = cats_.values_.data() + e.offset;
-    for (const auto& [c, m] : cats_.layout_) *out++ = live_[c].c[m];
+    cats_.values_.insert(cats_.values_.end(), flat_.begin(), flat_.end());
   };
   if (!freed_since_event_ && !events_.empty() && events_.back().segment == segment_ &&
       events_.back().instance == instance_) {

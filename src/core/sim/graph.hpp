@@ -56,7 +56,18 @@ inline constexpr int kNumCats = static_cast<int>(Cat::kCount);
 const char* cat_name(Cat c);
 
 enum class DT : std::uint8_t { kF32, kBF16, kF16, kF64, kI64, kBool, kU8 };
-std::int64_t esize(DT d);
+inline std::int64_t esize(DT d) {
+  switch (d) {
+    case DT::kF32: return 4;
+    case DT::kBF16:
+    case DT::kF16: return 2;
+    case DT::kF64:
+    case DT::kI64: return 8;
+    case DT::kBool:
+    case DT::kU8: return 1;
+  }
+  return 4;
+}
 
 using CatVec = std::array<Poly, kNumCats>;
 
@@ -357,18 +368,36 @@ class Graph {
   // freed next (or the segment changes), so a run of allocations copies the categories once.
   void record() { pending_ = recording_; }
   void flush();
-  // Starts recording the coefficients of `c` that `p` makes nonzero (EventCats).
-  void note(Cat c, const Poly& p) {
+  // Adds (sign +1) or subtracts (-1) a tensor's bytes, numel x esize, to category c (and to the
+  // total unless `total` is false), touching only its nonzero monomials: most tensors have one
+  // or two of the seven. A coefficient that becomes nonzero for the first time gets a slot in
+  // the EventCats layout; flat_ keeps every slot's live value, so an event copies one array.
+  // Overflow is checked as Poly arithmetic checks it: every product first, then the sums.
+  void account(Cat c, const Poly& numel, std::int64_t esize, int sign, bool total = true) {
+    std::array<std::int64_t, kNumMono> v;
     unsigned nonzero = 0;
-    for (int i = 0; i < kNumMono; ++i) nonzero |= static_cast<unsigned>(p.c[i] != 0) << i;
-    unsigned& on = active_[static_cast<std::size_t>(c)];
-    if ((nonzero & ~on) == 0) return;
     for (int i = 0; i < kNumMono; ++i)
-      if ((nonzero & ~on & (1u << i)) != 0) {
-        cats_.by_cat_[static_cast<std::size_t>(c)].push_back(static_cast<std::uint16_t>(cats_.layout_.size()));
-        cats_.layout_.emplace_back(static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(i));
+      if (numel.c[i] != 0) {
+        v[static_cast<std::size_t>(i)] = checked_mul(numel.c[i], esize);
+        nonzero |= 1u << i;
       }
-    on |= nonzero;
+    if (nonzero == 0) return;
+    const auto ci = static_cast<std::size_t>(c);
+    Poly& live = live_[ci];
+    for (int i = 0; i < kNumMono; ++i) {
+      if ((nonzero & (1u << i)) == 0) continue;
+      const std::int64_t x = v[static_cast<std::size_t>(i)];
+      live.c[i] = sign > 0 ? checked_add(live.c[i], x) : checked_sub(live.c[i], x);
+      if (total) live_total_.c[i] = sign > 0 ? checked_add(live_total_.c[i], x) : checked_sub(live_total_.c[i], x);
+      std::uint16_t& slot = slot_[ci][static_cast<std::size_t>(i)];
+      if (slot == 0) {
+        cats_.by_cat_[ci].push_back(static_cast<std::uint16_t>(cats_.layout_.size()));
+        cats_.layout_.emplace_back(static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(i));
+        flat_.push_back(0);
+        slot = static_cast<std::uint16_t>(cats_.layout_.size());
+      }
+      flat_[slot - 1u] = live.c[i];
+    }
   }
   void run_node(int n);
 
@@ -379,7 +408,9 @@ class Graph {
   std::vector<int> buffer_;  // per tensor: pending gradient (-1)
   std::vector<Event> events_;
   EventCats cats_;
-  std::array<unsigned, kNumCats> active_{};  // per category, a bit per monomial recorded
+  // Per (category, monomial): 1 + its index in the EventCats layout, 0 until it is first nonzero.
+  std::array<std::array<std::uint16_t, kNumMono>, kNumCats> slot_{};
+  std::vector<std::int64_t> flat_;  // the live value of each layout entry, in layout order
   CatVec live_{};
   Poly live_total_;
   int segment_ = 0;
