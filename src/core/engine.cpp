@@ -433,8 +433,12 @@ struct Estimator::Programs {
   // sharded categories before sharding, filled by the first multi-GPU estimator that needs them.
   struct Extrapolated {
     std::vector<Candidate> cands;
-    std::mutex mu;  // guards parts
+    std::mutex mu;  // guards parts and whole
     std::vector<std::optional<std::array<Poly, std::size(kShardedCats)>>> parts;
+    // Each candidate's every category before sharding, built by the first estimator that keeps
+    // it: the first and later micro-batches' lists, and the estimators sharing the extrapolation,
+    // mostly keep the same events.
+    std::vector<std::shared_ptr<const CatVec>> whole;
   };
   std::shared_ptr<Extrapolated> extrapolated(const sim::ProgramResult* r3, const sim::ProgramResult* r4,
                                              std::int64_t m, const CatVec& base, const CatVec& opt_extra,
@@ -616,9 +620,17 @@ bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> ca
   return true;
 }
 
-void materialize(Candidate& k, const CatVec& base) {
+// `whole`: the candidate's unsharded categories where another list has built them (else null).
+void materialize(Candidate& k, const CatVec& base, const std::shared_ptr<const CatVec>& whole = nullptr) {
   if (k.c == nullptr && !k.sharding && !k.grads && k.ring.is_zero()) return;
-  CatVec v = unsharded(k, base);
+  if (whole && !k.sharding && !k.grads) {
+    k.cats = whole;
+    k.ring = Poly{};
+    k.c = k.d = nullptr;
+    k.extra = nullptr;
+    return;
+  }
+  CatVec v = whole ? *whole : unsharded(k, base);
   k.ring = Poly{};
   if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
   if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
@@ -1298,6 +1310,17 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
           later_totals.push_back(grads_change ? cands[i].total + (all - grads_now[i]) : cands[i].total);
         }
       }
+      // A kept candidate's unsharded categories, shared with the other list and the other
+      // estimators of this extrapolation (not where ring buffers were added to this one's).
+      const bool share_whole = config.parallel.context_parallel <= 1;
+      const auto whole_of = [&](std::size_t i, const Candidate& k) -> std::shared_ptr<const CatVec> {
+        if (!share_whole || i >= shared->cands.size() || k.c == nullptr) return nullptr;
+        std::lock_guard<std::mutex> lock(shared->mu);
+        shared->whole.resize(shared->cands.size());
+        auto& w = shared->whole[i];
+        if (!w) w = std::make_shared<const CatVec>(unsharded(k, base));
+        return w;
+      };
       for (int acc = 0; acc < 2; ++acc) {
         // Nothing trainable: every micro-batch is the first.
         const bool later = st.trainable > 0 && (acc == 1 || main_grads32);
@@ -1308,7 +1331,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
             k.total = later_totals[i];
             k.grads = all;
           }
-          materialize(k, base);
+          materialize(k, base, whole_of(i, k));
           kept.push_back(std::move(k));
         }
         st.candidates[static_cast<std::size_t>(acc)][ci] = std::move(kept);
