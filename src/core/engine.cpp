@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <stdexcept>
 
@@ -480,10 +481,22 @@ struct Estimator::Programs {
   ParameterCounts counts_;
 };
 
+struct ProgramBuild;
+
 struct Estimator::Impl {
   ModelSpec model;
   TrainingConfig config;
   std::int64_t window_from = 0;  // s from which the sliding-mask programs apply (0: none)
+  // Classes 0-1 (s < window_from) and 2-3 (s >= window_from) are built a half at a time: the
+  // half of the config's own sequence length at create(), the other when first evaluated
+  // (docs/plan.md#speed). `build` keeps what that needs.
+  std::shared_ptr<ProgramBuild> build;
+  std::array<std::once_flag, 2> half_built;
+  void build_half(int half);
+  void ensure(std::size_t cls) {
+    const int half = static_cast<int>(cls / 2);
+    std::call_once(half_built[static_cast<std::size_t>(half)], [&] { build_half(half); });
+  }
   std::vector<StageSim> sims;
   std::vector<RankSim> ranks;  // every pipeline rank (one without pipeline parallelism)
   ParamSummary params;
@@ -904,6 +917,341 @@ void add_ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfi
 
 }  // namespace
 
+// What building an estimator's programs needs, kept for the half of its classes built on first
+// use (Estimator::Impl::build_half; docs/plan.md#speed).
+struct ProgramBuild {
+  sim::ProgramSpec sp;
+  // A distinct stage (ranks whose simulation would be the same share one) and the decoder layers
+  // its reduced models simulate, without and with the sliding masks.
+  struct StageWork {
+    PipelineRank rank;
+    std::array<SimulatedLayers, 2> simulated;
+    std::vector<int> key;  // the reduced-model runs it uses: stages of one kind share them
+  };
+  std::vector<StageWork> stages;
+  // The reduced-model runs of a stage kind, simulated once and extrapolated per layer count.
+  using Run = std::shared_ptr<const sim::ProgramResult>;
+  struct Runs {
+    std::array<Run, kClasses> r3, r4;
+  };
+  std::map<std::vector<int>, Runs> runs_of;
+  std::vector<int> classes;  // the classes simulated (the others copy one)
+  bool batch_one_differs = false, window_differs = false, multi = false, pipelined = false;
+  bool prepared = false;          // the stages' parameters computed (by the first half built)
+  std::int64_t vision_layers = 0;  // vision-tower layers every run adds (images in the batch)
+  // The simulated class that answers for class cls.
+  int class_of(int cls) const { return (batch_one_differs ? cls % 2 : 1) + (window_differs ? cls / 2 * 2 : 0); }
+};
+
+// Simulates, extrapolates, shards and prunes the programs of one half of the classes: 0 (s below
+// the sliding window, or no window) or 1 (s at or past it). Each half writes only its own
+// classes' slots, so the two may be built by different threads.
+void Estimator::Impl::build_half(int half) {
+  ProgramBuild& pb = *build;
+  const sim::ProgramSpec& sp = pb.sp;
+  const std::vector<ProgramBuild::StageWork>& stages = pb.stages;
+  std::map<std::vector<int>, ProgramBuild::Runs>& runs_of = pb.runs_of;
+  using Run = ProgramBuild::Run;
+  using Runs = ProgramBuild::Runs;
+  using StageWork = ProgramBuild::StageWork;
+  std::vector<int> classes;
+  for (const int cls : pb.classes)
+    if (cls / 2 == half) classes.push_back(cls);
+  // The program of a stage for a class (docs/formulas.md#pipeline-parallelism).
+  const auto stage_spec = [&](const PipelineRank& rk, int cls) {
+    sim::ProgramSpec s = sp;
+    s.stage_embedding = rk.embedding;
+    s.stage_head = rk.head;
+    s.free_stage_output = config.parallel.megatron_core;
+    s.batch_one = cls % 2 == 0;
+    s.sdpa_sliding_mask = sp.sdpa_sliding_mask || cls >= 2;
+    return s;
+  };
+  // The reduced-model runs of a stage kind, simulated once and extrapolated per layer count.
+  // Every run is independent of the others: they run in parallel (docs/plan.md#speed); a run
+  // an estimator this one derives from (or another derived one) has made is not made again.
+  std::vector<std::pair<sim::ProgramSpec, Run*>> jobs;
+  std::set<std::vector<int>> kinds;
+  for (const auto& w : stages) {
+    if (!kinds.insert(w.key).second) continue;
+    const auto it = runs_of.find(w.key);
+    for (const int cls : classes) {
+      const auto ci = static_cast<std::size_t>(cls);
+      const SimulatedLayers& layers = w.simulated[cls >= 2 ? 1 : 0];
+      sim::ProgramSpec s = stage_spec(w.rank, cls);
+      s.model_layers = layers.r3;
+      s.layer_slots = layers.slots3;
+      jobs.emplace_back(s, &it->second.r3[ci]);
+      if (layers.r4.empty()) continue;
+      s.model_layers = layers.r4;
+      s.layer_slots = layers.slots4;
+      jobs.emplace_back(std::move(s), &it->second.r4[ci]);
+    }
+  }
+  std::erase_if(jobs, [&](auto& job) { return (*job.second = programs->find(job.first)) != nullptr; });
+  // A thread costs tens of microseconds to start: worth it only for a long program (measured:
+  // a plain 8B plan of 3 + 4 simulated layers got slower, docs/plan.md#speed).
+  std::size_t layers_run = 0;
+  for (const auto& job : jobs) layers_run += job.first.model_layers.size();
+  layers_run += jobs.size() * static_cast<std::size_t>(pb.vision_layers);
+  const unsigned threads = layers_run >= kParallelLayers ? 0 : 1;
+  // Longest first: workers take jobs in order, so the longest must not start last.
+  std::stable_sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
+    return a.first.model_layers.size() > b.first.model_layers.size();
+  });
+  parallel_for(
+      jobs.size(),
+      [&jobs, this](std::size_t i) {
+        auto& [spec, out] = jobs[i];
+        *out = programs->run(spec);
+      },
+      threads);
+  // Each stage's parameters: what the optimizer holds and how sharding divides it, from the
+  // first half built's first simulated class's reduced model (every class has the same
+  // parameters when the layers do; the sliding-window units stand for every layer kind).
+  const auto prepare_stage = [&](std::size_t si) {
+    const StageWork& w = stages[si];
+    const PipelineRank& rk = w.rank;
+    StageSim& st = sims[si];
+    const int L = rk.layers;
+    const Runs& runs = runs_of.at(w.key);
+    const auto ci = static_cast<std::size_t>(classes.front());
+    const SimulatedLayers& simulated = w.simulated[classes.front() >= 2 ? 1 : 0];
+    const sim::ProgramResult& r3 = *runs.r3[ci];
+    // How many of the stage's layers a simulated parameter stands for: the middle
+    // simulated layer repeats.
+    const auto reps_of = [&simulated](const sim::ParamRec& p) {
+      return p.sim_layer >= 0 ? simulated.reps3[static_cast<std::size_t>(p.sim_layer)] : 1;
+    };
+    for (const auto& p : r3.params) {
+      if (!p.trainable) continue;
+      const int reps = reps_of(p);
+      OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
+      if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
+      op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
+      st.opt_params.push_back(op);
+      st.trainable += p.numel * reps;
+    }
+    if (deepspeed(config)) {
+      // DeepSpeed steps the client optimizer on its fp32 master partition.
+      std::vector<OptParam> master = st.opt_params;
+      for (auto& p : master) p.elem_bytes = 4;
+      st.opt = optimizer_footprint(config.optim, config.device, master);
+    } else {
+      st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
+    }
+    std::int64_t tbytes = 0, layer_bytes = 0, expert_bytes = 0, all_bytes = 0, expert_trainable = 0;
+    for (const auto& p : st.opt_params) {
+      tbytes += p.numel * p.elem_bytes * p.count;
+      if (p.rows > 0 && p.count > 1) expert_trainable += p.numel * p.elem_bytes * p.count;
+    }
+    for (const auto& p : r3.params) {
+      const int reps = reps_of(p);
+      if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
+      if (p.rows > 0 && p.count > 1) expert_bytes += p.numel * sim::esize(p.dt) * reps;
+      all_bytes += p.numel * sim::esize(p.dt) * reps;
+    }
+    st.shard = make_shard_plan(model, config, st.trainable, tbytes, layer_bytes);
+    for (const auto& p : r3.params)
+      if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
+    // Routed experts' share of the stage's parameters: sharded over the expert
+    // data-parallel group (docs/formulas.md#expert-parallelism).
+    st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
+    st.shard.expert_trainable_share_per_mille = tbytes > 0 ? expert_trainable * 1000 / tbytes : 0;
+    if (config.quant.load_in_4bit) {
+      // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
+      for (int layer = rk.first_layer; layer < rk.first_layer + rk.layers; ++layer)
+        for (const auto& mod : layer_linears(sp.model, layer)) {
+          if (!mod.nn_linear) continue;
+          const std::int64_t blocks = (mod.weight_params() + 63) / 64;
+          st.shard.quant_state_bytes +=
+              config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
+        }
+    }
+  };
+  // Each (stage, class) timeline: extrapolated, sharded, pruned. They are independent: Gemma 3
+  // past its window processes its plain and its masked program at once (docs/plan.md#speed).
+  struct ClassWork {
+    std::size_t stage = 0;
+    int cls = 0;
+    bool extrapolated = false;  // the reduced models' timelines were extrapolated
+  };
+  std::vector<ClassWork> work;
+  for (std::size_t si = 0; si < stages.size(); ++si)
+    for (const int cls : classes) work.push_back({si, cls});
+  const auto process_class = [&](std::size_t wi) {
+    ClassWork& cw = work[wi];
+    const std::size_t si = cw.stage;
+    const int cls = cw.cls;
+    const StageWork& w = stages[si];
+    const PipelineRank& rk = w.rank;
+    StageSim& st = sims[si];
+    const Runs& runs = runs_of.at(w.key);
+    const auto ci = static_cast<std::size_t>(cls);
+    const SimulatedLayers& simulated = w.simulated[cls >= 2 ? 1 : 0];
+    const std::int64_t extra = simulated.extra;
+    const sim::ProgramResult& r3 = *runs.r3[ci];
+    const sim::ProgramResult* r4 = runs.r4[ci].get();
+    // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
+    CatVec base{}, opt_extra{};
+    base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
+    if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
+    // Megatron-Core keeps every gradient in a persistent fp32 buffer (main_grad; Megatron-LM
+    // forces accumulate_allreduce_grads_in_fp32 with bf16), allocated when the model is
+    // wrapped: all of it is live from the first micro-batch's forward on.
+    const bool main_grads32 = config.parallel.megatron_core && st.trainable > 0;
+    Poly grads;
+    for (const auto& p : st.opt_params)
+      grads += Poly::constant(p.numel * (main_grads32 ? 4 : p.elem_bytes) * p.count);
+    opt_extra[static_cast<int>(Cat::kGradients)] = grads;
+    opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
+    std::vector<Candidate> cands;
+    Run full;
+    cw.extrapolated = r4 != nullptr;
+    std::shared_ptr<Programs::Extrapolated> shared;
+    try {
+      shared = programs->extrapolated(&r3, r4, extra, base, opt_extra,
+                                            [&] { return extrapolate(r3, r4, extra, base, opt_extra); });
+    } catch (const TimelineMismatch&) {
+      cw.extrapolated = false;
+      // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
+      sim::ProgramSpec every = stage_spec(rk, cls);
+      for (int l = rk.first_layer; l < rk.first_layer + rk.layers; ++l) every.model_layers.push_back(l);
+      full = programs->run(every);
+      shared = programs->extrapolated(full.get(), nullptr, 0, base, opt_extra,
+                                            [&] { return extrapolate(*full, nullptr, 0, base, opt_extra); });
+    }
+    cands = shared->cands;
+    // One micro-batch's activations as its backward begins: what a pipeline schedule holds
+    // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
+    st.retained[ci] = full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4, extra);
+    if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
+      const CatVec persistent =
+          add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
+      cands.push_back(generation_candidate(model, config, persistent));
+    }
+    if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands);
+    // Each candidate's gradient term as its total counts it (for the later micro-batches).
+    std::vector<Poly> grads_now(cands.size());
+    if (pb.multi) {
+      // Multi-GPU rules act per category: the totals are computed from each candidate's
+      // categories; materialize() builds the categories again for the few that are kept.
+      Poly delta;  // the previous candidate's total change by sharding
+      // The unsharded categories are the shared extrapolation's, except where this config adds
+      // its own terms (ring-attention buffers) or candidates (GRPO's generation, at the end).
+      const bool share_parts = config.parallel.context_parallel <= 1;
+      std::unique_lock<std::mutex> parts_lock(shared->mu, std::defer_lock);
+      if (share_parts) {
+        parts_lock.lock();
+        shared->parts.resize(shared->cands.size());
+      }
+      for (std::size_t i = 0; i < cands.size(); ++i) {
+        Candidate& cand = cands[i];
+        cand.sharding = Candidate::Sharding{
+            &st.shard, cand.segment == kSegOptimizer,
+            gathered_layers(cand.segment, fsdp_no_backward_prefetch(config),
+                            fsdp(config) && config.parallel.fsdp_version == 2)};
+        if (i > 0 && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
+            cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers &&
+            same_inputs(cands[i - 1], cand, kShardedCats)) {
+          cand.total += delta;
+          grads_now[i] = grads_now[i - 1];
+          continue;
+        }
+        // apply_sharding maps each category on its own: only the ones it changes matter.
+        std::array<Poly, std::size(kShardedCats)> unsharded_cats;
+        auto* slot = share_parts && i < shared->parts.size() ? &shared->parts[i] : nullptr;
+        if (slot != nullptr && *slot) {
+          unsharded_cats = **slot;
+        } else {
+          for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
+            unsharded_cats[j] = unsharded_at(cand, static_cast<std::size_t>(kShardedCats[j]), base);
+          if (slot != nullptr) *slot = unsharded_cats;
+        }
+        CatVec part{};
+        for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
+          part[static_cast<std::size_t>(kShardedCats[j])] = unsharded_cats[j];
+        const CatVec v = apply_sharding(st.shard, part, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
+        delta = total(v) - total(part);
+        cand.total += delta;
+        grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
+      }
+    } else if (st.trainable > 0) {
+      // Gradients change at few events (a parameter's accumulation): consecutive candidates of
+      // one run mostly share them.
+      for (std::size_t i = 0; i < cands.size(); ++i) {
+        if (i > 0 && same_inputs(cands[i - 1], cands[i], kGradientCats)) {
+          grads_now[i] = grads_now[i - 1];
+          continue;
+        }
+        grads_now[i] = unsharded_at(cands[i], static_cast<std::size_t>(Cat::kGradients), base);
+      }
+    }
+    // A later micro-batch of an accumulation step (docs/formulas.md#gradient-accumulation):
+    // the same program with every .grad allocated from the start. A new gradient is then
+    // added in place and freed instead of becoming .grad, so at every event the first
+    // micro-batch's gradients so far are replaced by all of them (as sharded: under FSDP
+    // through accelerate/Trainer the earlier micro-batches run in no_sync(), where gradients
+    // accumulate unsharded); the step is the same. Totals first: categories only for the
+    // candidates that survive pruning.
+    std::vector<Poly> later_totals;
+    Poly all;
+    if (st.trainable > 0) {
+      all = pb.multi ? sharded_gradients(st.shard, grads, !pb.pipelined && fsdp(config)) : grads;
+      later_totals.reserve(cands.size());
+      for (std::size_t i = 0; i < cands.size(); ++i) {
+        const bool grads_change = cands[i].segment != kSegOptimizer && cands[i].segment != kSegGeneration;
+        later_totals.push_back(grads_change ? cands[i].total + (all - grads_now[i]) : cands[i].total);
+      }
+    }
+    // A kept candidate's unsharded categories, shared with the other list and the other
+    // estimators of this extrapolation (not where ring buffers were added to this one's).
+    const bool share_whole = config.parallel.context_parallel <= 1;
+    const auto whole_of = [&](std::size_t i, const Candidate& k) -> std::shared_ptr<const CatVec> {
+      if (!share_whole || i >= shared->cands.size() || k.c == nullptr) return nullptr;
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->whole.resize(shared->cands.size());
+      auto& slot = shared->whole[i];
+      if (!slot) slot = std::make_shared<const CatVec>(unsharded(k, base));
+      return slot;
+    };
+    for (int acc = 0; acc < 2; ++acc) {
+      // Nothing trainable: every micro-batch is the first.
+      const bool later = st.trainable > 0 && (acc == 1 || main_grads32);
+      std::vector<Candidate> kept;
+      for (std::size_t i : undominated(cands, later ? &later_totals : nullptr)) {
+        Candidate k = cands[i];
+        if (later && k.segment != kSegOptimizer && k.segment != kSegGeneration) {
+          k.total = later_totals[i];
+          k.grads = all;
+        }
+        materialize(k, base, whole_of(i, k));
+        kept.push_back(std::move(k));
+      }
+      st.candidates[static_cast<std::size_t>(acc)][ci] = std::move(kept);
+    }
+  };
+  if (!pb.prepared) parallel_for(stages.size(), prepare_stage, threads);
+  pb.prepared = true;
+  parallel_for(work.size(), process_class, threads);
+  for (const ClassWork& cw : work) {
+    if (cw.cls >= 2) continue;  // the assumptions describe the program without the sliding masks
+    StageSim& st = sims[cw.stage];
+    const SimulatedLayers& simulated = stages[cw.stage].simulated[0];
+    st.extrapolated = cw.extrapolated;
+    st.simulated_layers = static_cast<int>(simulated.r3.size() + simulated.r4.size());
+  }
+  // The classes not simulated are the same program as one that is.
+  for (StageSim& st : sims)
+    for (int cls = 0; cls < kClasses; ++cls) {
+      if (pb.window_differs && cls / 2 != half) continue;
+      const auto from = static_cast<std::size_t>(pb.class_of(cls)), to = static_cast<std::size_t>(cls);
+      if (from == to) continue;
+      for (auto& slot : st.candidates) slot[to] = slot[from];
+      st.retained[to] = st.retained[from];
+    }
+}
+
 Result<Estimator> Estimator::create(const ModelSpec& model, const TrainingConfig& config) {
   return build(model, config, std::make_shared<Programs>());
 }
@@ -1027,18 +1375,18 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     const bool window_differs = sp.attn == AttnImpl::kSdpa && model.sliding_window > 0 && !sp.sdpa_full_mask;
     if (window_differs) impl->window_from = model.sliding_window;
     // The classes simulated (the others copy one): cls % 2 == 0 is b == 1, cls >= 2 s >= window.
-    std::vector<int> classes;
+    auto pb = std::make_shared<ProgramBuild>();
+    pb->sp = sp;
+    pb->batch_one_differs = batch_one_differs;
+    pb->window_differs = window_differs;
+    pb->multi = multi;
+    pb->pipelined = pipelined;
+    if (images.images > 0) pb->vision_layers = model.vision.depth + model.vision.global_depth;
     for (int cls = 0; cls < kClasses; ++cls)
-      if ((batch_one_differs || cls % 2 == 1) && (window_differs || cls < 2)) classes.push_back(cls);
-    const auto class_of = [&](int cls) { return (batch_one_differs ? cls % 2 : 1) + (window_differs ? cls / 2 * 2 : 0); };
+      if ((batch_one_differs || cls % 2 == 1) && (window_differs || cls < 2)) pb->classes.push_back(cls);
     // The distinct stages (ranks whose simulation would be the same share one) and, for each,
     // the decoder layers its reduced models simulate, without and with the sliding masks.
-    struct StageWork {
-      PipelineRank rank;
-      std::array<SimulatedLayers, 2> simulated;
-      std::vector<int> key;  // the reduced-model runs it uses: stages of one kind share them
-    };
-    std::vector<StageWork> stages;
+    std::vector<ProgramBuild::StageWork>& stages = pb->stages;
     std::map<std::vector<int>, std::size_t> sim_of;
     for (const auto& rk : ranks) {
       std::array<SimulatedLayers, 2> simulated;
@@ -1060,300 +1408,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
       if (added) stages.push_back({rk, std::move(simulated), std::move(key)});
     }
     impl->sims.resize(stages.size());
-    // The program of a stage for a class (docs/formulas.md#pipeline-parallelism).
-    const auto stage_spec = [&](const PipelineRank& rk, int cls) {
-      sim::ProgramSpec s = sp;
-      s.stage_embedding = rk.embedding;
-      s.stage_head = rk.head;
-      s.free_stage_output = config.parallel.megatron_core;
-      s.batch_one = cls % 2 == 0;
-      s.sdpa_sliding_mask = sp.sdpa_sliding_mask || cls >= 2;
-      return s;
-    };
-    // The reduced-model runs of a stage kind, simulated once and extrapolated per layer count.
-    // Every run is independent of the others: they run in parallel (docs/plan.md#speed); a run
-    // an estimator this one derives from (or another derived one) has made is not made again.
-    using Run = std::shared_ptr<const sim::ProgramResult>;
-    struct Runs {
-      std::array<Run, kClasses> r3, r4;
-    };
-    std::map<std::vector<int>, Runs> runs_of;
-    std::vector<std::pair<sim::ProgramSpec, Run*>> jobs;
-    for (const auto& w : stages) {
-      const auto [it, added] = runs_of.try_emplace(w.key);
-      if (!added) continue;
-      for (const int cls : classes) {
-        const auto ci = static_cast<std::size_t>(cls);
-        const SimulatedLayers& layers = w.simulated[cls >= 2 ? 1 : 0];
-        sim::ProgramSpec s = stage_spec(w.rank, cls);
-        s.model_layers = layers.r3;
-        s.layer_slots = layers.slots3;
-        jobs.emplace_back(s, &it->second.r3[ci]);
-        if (layers.r4.empty()) continue;
-        s.model_layers = layers.r4;
-        s.layer_slots = layers.slots4;
-        jobs.emplace_back(std::move(s), &it->second.r4[ci]);
-      }
-    }
-    std::erase_if(jobs, [&](auto& job) { return (*job.second = impl->programs->find(job.first)) != nullptr; });
-    // A thread costs tens of microseconds to start: worth it only for a long program (measured:
-    // a plain 8B plan of 3 + 4 simulated layers got slower, docs/plan.md#speed).
-    std::size_t layers_run = 0;
-    for (const auto& job : jobs) layers_run += job.first.model_layers.size();
-    if (images.images > 0) layers_run += jobs.size() * static_cast<std::size_t>(model.vision.depth + model.vision.global_depth);
-    const unsigned threads = layers_run >= kParallelLayers ? 0 : 1;
-    // Longest first: workers take jobs in order, so the longest must not start last.
-    std::stable_sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
-      return a.first.model_layers.size() > b.first.model_layers.size();
-    });
-    parallel_for(
-        jobs.size(),
-        [&jobs, &impl](std::size_t i) {
-          auto& [spec, out] = jobs[i];
-          *out = impl->programs->run(spec);
-        },
-        threads);
-    // Each stage's parameters: what the optimizer holds and how sharding divides it, from the
-    // first simulated class's reduced model (every class has the same parameters).
-    const auto prepare_stage = [&](std::size_t si) {
-      const StageWork& w = stages[si];
-      const PipelineRank& rk = w.rank;
-      StageSim& st = impl->sims[si];
-      const int L = rk.layers;
-      const Runs& runs = runs_of.at(w.key);
-      const auto ci = static_cast<std::size_t>(classes.front());
-      const SimulatedLayers& simulated = w.simulated[classes.front() >= 2 ? 1 : 0];
-      const sim::ProgramResult& r3 = *runs.r3[ci];
-      // How many of the stage's layers a simulated parameter stands for: the middle
-      // simulated layer repeats.
-      const auto reps_of = [&simulated](const sim::ParamRec& p) {
-        return p.sim_layer >= 0 ? simulated.reps3[static_cast<std::size_t>(p.sim_layer)] : 1;
-      };
-      for (const auto& p : r3.params) {
-        if (!p.trainable) continue;
-        const int reps = reps_of(p);
-        OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
-        if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
-        op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
-        st.opt_params.push_back(op);
-        st.trainable += p.numel * reps;
-      }
-      if (deepspeed(config)) {
-        // DeepSpeed steps the client optimizer on its fp32 master partition.
-        std::vector<OptParam> master = st.opt_params;
-        for (auto& p : master) p.elem_bytes = 4;
-        st.opt = optimizer_footprint(config.optim, config.device, master);
-      } else {
-        st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
-      }
-      std::int64_t tbytes = 0, layer_bytes = 0, expert_bytes = 0, all_bytes = 0, expert_trainable = 0;
-      for (const auto& p : st.opt_params) {
-        tbytes += p.numel * p.elem_bytes * p.count;
-        if (p.rows > 0 && p.count > 1) expert_trainable += p.numel * p.elem_bytes * p.count;
-      }
-      for (const auto& p : r3.params) {
-        const int reps = reps_of(p);
-        if (p.sim_layer == (L > 1 ? 1 : 0)) layer_bytes += p.numel * sim::esize(p.dt);
-        if (p.rows > 0 && p.count > 1) expert_bytes += p.numel * sim::esize(p.dt) * reps;
-        all_bytes += p.numel * sim::esize(p.dt) * reps;
-      }
-      st.shard = make_shard_plan(model, config, st.trainable, tbytes, layer_bytes);
-      for (const auto& p : r3.params)
-        if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
-      // Routed experts' share of the stage's parameters: sharded over the expert
-      // data-parallel group (docs/formulas.md#expert-parallelism).
-      st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
-      st.shard.expert_trainable_share_per_mille = tbytes > 0 ? expert_trainable * 1000 / tbytes : 0;
-      if (config.quant.load_in_4bit) {
-        // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
-        for (int layer = rk.first_layer; layer < rk.first_layer + rk.layers; ++layer)
-          for (const auto& mod : layer_linears(sp.model, layer)) {
-            if (!mod.nn_linear) continue;
-            const std::int64_t blocks = (mod.weight_params() + 63) / 64;
-            st.shard.quant_state_bytes +=
-                config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
-          }
-      }
-    };
-    // Each (stage, class) timeline: extrapolated, sharded, pruned. They are independent: Gemma 3
-    // past its window processes its plain and its masked program at once (docs/plan.md#speed).
-    struct ClassWork {
-      std::size_t stage = 0;
-      int cls = 0;
-      bool extrapolated = false;  // the reduced models' timelines were extrapolated
-    };
-    std::vector<ClassWork> work;
-    for (std::size_t si = 0; si < stages.size(); ++si)
-      for (const int cls : classes) work.push_back({si, cls});
-    const auto process_class = [&](std::size_t wi) {
-      ClassWork& cw = work[wi];
-      const std::size_t si = cw.stage;
-      const int cls = cw.cls;
-      const StageWork& w = stages[si];
-      const PipelineRank& rk = w.rank;
-      StageSim& st = impl->sims[si];
-      const Runs& runs = runs_of.at(w.key);
-      const auto ci = static_cast<std::size_t>(cls);
-      const SimulatedLayers& simulated = w.simulated[cls >= 2 ? 1 : 0];
-      const std::int64_t extra = simulated.extra;
-      const sim::ProgramResult& r3 = *runs.r3[ci];
-      const sim::ProgramResult* r4 = runs.r4[ci].get();
-      // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
-      CatVec base{}, opt_extra{};
-      base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
-      if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
-      // Megatron-Core keeps every gradient in a persistent fp32 buffer (main_grad; Megatron-LM
-      // forces accumulate_allreduce_grads_in_fp32 with bf16), allocated when the model is
-      // wrapped: all of it is live from the first micro-batch's forward on.
-      const bool main_grads32 = config.parallel.megatron_core && st.trainable > 0;
-      Poly grads;
-      for (const auto& p : st.opt_params)
-        grads += Poly::constant(p.numel * (main_grads32 ? 4 : p.elem_bytes) * p.count);
-      opt_extra[static_cast<int>(Cat::kGradients)] = grads;
-      opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
-      std::vector<Candidate> cands;
-      Run full;
-      cw.extrapolated = r4 != nullptr;
-      std::shared_ptr<Programs::Extrapolated> shared;
-      try {
-        shared = impl->programs->extrapolated(&r3, r4, extra, base, opt_extra,
-                                              [&] { return extrapolate(r3, r4, extra, base, opt_extra); });
-      } catch (const TimelineMismatch&) {
-        cw.extrapolated = false;
-        // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
-        sim::ProgramSpec every = stage_spec(rk, cls);
-        for (int l = rk.first_layer; l < rk.first_layer + rk.layers; ++l) every.model_layers.push_back(l);
-        full = impl->programs->run(every);
-        shared = impl->programs->extrapolated(full.get(), nullptr, 0, base, opt_extra,
-                                              [&] { return extrapolate(*full, nullptr, 0, base, opt_extra); });
-      }
-      cands = shared->cands;
-      // One micro-batch's activations as its backward begins: what a pipeline schedule holds
-      // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
-      st.retained[ci] = full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4, extra);
-      if (config.method == Method::kGrpo && config.grpo.vllm == VllmMode::kNone) {
-        const CatVec persistent =
-            add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
-        cands.push_back(generation_candidate(model, config, persistent));
-      }
-      if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands);
-      // Each candidate's gradient term as its total counts it (for the later micro-batches).
-      std::vector<Poly> grads_now(cands.size());
-      if (multi) {
-        // Multi-GPU rules act per category: the totals are computed from each candidate's
-        // categories; materialize() builds the categories again for the few that are kept.
-        Poly delta;  // the previous candidate's total change by sharding
-        // The unsharded categories are the shared extrapolation's, except where this config adds
-        // its own terms (ring-attention buffers) or candidates (GRPO's generation, at the end).
-        const bool share_parts = config.parallel.context_parallel <= 1;
-        std::unique_lock<std::mutex> parts_lock(shared->mu, std::defer_lock);
-        if (share_parts) {
-          parts_lock.lock();
-          shared->parts.resize(shared->cands.size());
-        }
-        for (std::size_t i = 0; i < cands.size(); ++i) {
-          Candidate& cand = cands[i];
-          cand.sharding = Candidate::Sharding{
-              &st.shard, cand.segment == kSegOptimizer,
-              gathered_layers(cand.segment, fsdp_no_backward_prefetch(impl->config),
-                              fsdp(impl->config) && impl->config.parallel.fsdp_version == 2)};
-          if (i > 0 && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
-              cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers &&
-              same_inputs(cands[i - 1], cand, kShardedCats)) {
-            cand.total += delta;
-            grads_now[i] = grads_now[i - 1];
-            continue;
-          }
-          // apply_sharding maps each category on its own: only the ones it changes matter.
-          std::array<Poly, std::size(kShardedCats)> unsharded_cats;
-          auto* slot = share_parts && i < shared->parts.size() ? &shared->parts[i] : nullptr;
-          if (slot != nullptr && *slot) {
-            unsharded_cats = **slot;
-          } else {
-            for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
-              unsharded_cats[j] = unsharded_at(cand, static_cast<std::size_t>(kShardedCats[j]), base);
-            if (slot != nullptr) *slot = unsharded_cats;
-          }
-          CatVec part{};
-          for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
-            part[static_cast<std::size_t>(kShardedCats[j])] = unsharded_cats[j];
-          const CatVec v = apply_sharding(st.shard, part, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
-          delta = total(v) - total(part);
-          cand.total += delta;
-          grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
-        }
-      } else if (st.trainable > 0) {
-        // Gradients change at few events (a parameter's accumulation): consecutive candidates of
-        // one run mostly share them.
-        for (std::size_t i = 0; i < cands.size(); ++i) {
-          if (i > 0 && same_inputs(cands[i - 1], cands[i], kGradientCats)) {
-            grads_now[i] = grads_now[i - 1];
-            continue;
-          }
-          grads_now[i] = unsharded_at(cands[i], static_cast<std::size_t>(Cat::kGradients), base);
-        }
-      }
-      // A later micro-batch of an accumulation step (docs/formulas.md#gradient-accumulation):
-      // the same program with every .grad allocated from the start. A new gradient is then
-      // added in place and freed instead of becoming .grad, so at every event the first
-      // micro-batch's gradients so far are replaced by all of them (as sharded: under FSDP
-      // through accelerate/Trainer the earlier micro-batches run in no_sync(), where gradients
-      // accumulate unsharded); the step is the same. Totals first: categories only for the
-      // candidates that survive pruning.
-      std::vector<Poly> later_totals;
-      Poly all;
-      if (st.trainable > 0) {
-        all = multi ? sharded_gradients(st.shard, grads, !pipelined && fsdp(config)) : grads;
-        later_totals.reserve(cands.size());
-        for (std::size_t i = 0; i < cands.size(); ++i) {
-          const bool grads_change = cands[i].segment != kSegOptimizer && cands[i].segment != kSegGeneration;
-          later_totals.push_back(grads_change ? cands[i].total + (all - grads_now[i]) : cands[i].total);
-        }
-      }
-      // A kept candidate's unsharded categories, shared with the other list and the other
-      // estimators of this extrapolation (not where ring buffers were added to this one's).
-      const bool share_whole = config.parallel.context_parallel <= 1;
-      const auto whole_of = [&](std::size_t i, const Candidate& k) -> std::shared_ptr<const CatVec> {
-        if (!share_whole || i >= shared->cands.size() || k.c == nullptr) return nullptr;
-        std::lock_guard<std::mutex> lock(shared->mu);
-        shared->whole.resize(shared->cands.size());
-        auto& w = shared->whole[i];
-        if (!w) w = std::make_shared<const CatVec>(unsharded(k, base));
-        return w;
-      };
-      for (int acc = 0; acc < 2; ++acc) {
-        // Nothing trainable: every micro-batch is the first.
-        const bool later = st.trainable > 0 && (acc == 1 || main_grads32);
-        std::vector<Candidate> kept;
-        for (std::size_t i : undominated(cands, later ? &later_totals : nullptr)) {
-          Candidate k = cands[i];
-          if (later && k.segment != kSegOptimizer && k.segment != kSegGeneration) {
-            k.total = later_totals[i];
-            k.grads = all;
-          }
-          materialize(k, base, whole_of(i, k));
-          kept.push_back(std::move(k));
-        }
-        st.candidates[static_cast<std::size_t>(acc)][ci] = std::move(kept);
-      }
-    };
-    parallel_for(stages.size(), prepare_stage, threads);
-    parallel_for(work.size(), process_class, threads);
-    for (const ClassWork& cw : work) {
-      if (cw.cls >= 2) continue;  // the assumptions describe the program without the sliding masks
-      StageSim& st = impl->sims[cw.stage];
-      const SimulatedLayers& simulated = stages[cw.stage].simulated[0];
-      st.extrapolated = cw.extrapolated;
-      st.simulated_layers = static_cast<int>(simulated.r3.size() + simulated.r4.size());
-    }
-    // The classes not simulated are the same program as one that is.
-    for (StageSim& st : impl->sims)
-      for (int cls = 0; cls < kClasses; ++cls) {
-        const auto from = static_cast<std::size_t>(class_of(cls)), to = static_cast<std::size_t>(cls);
-        if (from == to) continue;
-        for (auto& slot : st.candidates) slot[to] = slot[from];
-        st.retained[to] = st.retained[from];
-      }
+    // Every stage kind's runs exist before any is filled: each half fills its own classes' slots.
+    for (const auto& w : stages) pb->runs_of.try_emplace(w.key);
+    impl->build = std::move(pb);
+    // The half of the config's own sequence length now (its first class's reduced model gives
+    // the stages' parameters); the other when a length there is first evaluated.
+    impl->ensure(window_differs && config.sequence_length() >= model.sliding_window ? 2 : 0);
     std::int64_t trainable_all = 0;
     for (const auto& r : impl->ranks) trainable_all += impl->sims[r.sim].trainable;
     // A last stage's own copy of tied embeddings is not a second trainable parameter of the model.
@@ -1574,6 +1634,7 @@ Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s, std::int64_t
                       fmt::format("GRPO sequence length {} leaves no room for a completion after the {}-token prompt",
                                   s, impl_->config.grpo.max_prompt_length));
   try {
+    impl_->ensure(program_class(b, s, impl_->window_from));
     if (impl_->ranks.size() == 1) {  // the common case, kept tight
       const auto& cands = impl_->sims.front().candidates[accum > 1 ? 1 : 0][program_class(b, s, impl_->window_from)];
       const std::int64_t sl = local_seq(impl_->config, s);
@@ -1584,6 +1645,9 @@ Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s, std::int64_t
     return Bytes::of(std::max<std::int64_t>(0, evaluate(impl_->sims, impl_->ranks, impl_->config, impl_->window_from, b, s, accum, std::nullopt).peak));
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the batch or sequence length is far too large");
+  } catch (const std::logic_error& ex) {  // from the programs of a half built now (build_half)
+    return make_error(ErrorCode::kUnsupported, fmt::format("internal: {}", ex.what()),
+                      "please report this configuration");
   }
 }
 

@@ -3,6 +3,7 @@
 // second mask, and the reduced models' period against simulating every layer.
 #include <catch2/catch.hpp>
 
+#include <thread>
 #include <vector>
 
 #include "core/sim/program.hpp"
@@ -173,4 +174,46 @@ TEST_CASE("sliding layers: one repeating period extrapolated gives every layer's
           c.grad_accum = 2;
           memplan::testing::same_as_every_layer(m, c, {{1, 16}, {2, 63}, {1, 64}, {3, 300}});
         }
+}
+
+TEST_CASE("the programs past the window are built when first asked, and answer as ones built at create") {
+  // An estimator simulates only the half of its program classes that its own sequence length
+  // needs (docs/plan.md#speed); the other half is built by the first call that evaluates a
+  // length there. Created below the window or past it, both answer alike everywhere, also when
+  // the first calls past the window come from several threads at once.
+  const ModelSpec m = alternating(12, 64);
+  for (const bool eager : {false, true}) {
+    TrainingConfig below = sdpa_config();
+    below.gradient_checkpointing = true;
+    below.grad_accum = 2;
+    if (eager) below.attn = AttnImpl::kEager;  // also b = 1's own program (eager: no mask rule, one half)
+    below.seq_len = 32;
+    TrainingConfig past = below;
+    past.seq_len = 128;
+    auto a = Estimator::create(m, below);
+    auto b = Estimator::create(m, past);
+    auto racing = Estimator::create(m, below);
+    REQUIRE(a.has_value());
+    REQUIRE(b.has_value());
+    REQUIRE(racing.has_value());
+    const std::vector<std::pair<std::int64_t, std::int64_t>> points{{1, 16}, {2, 63}, {1, 64}, {3, 128}, {2, 300}};
+    std::vector<std::int64_t> raced(4 * points.size());
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (std::size_t i = 0; i < points.size(); ++i) {
+          const auto& [bb, ss] = points[(i + t) % points.size()];
+          raced[t * points.size() + (i + t) % points.size()] = racing->peak_bytes(bb, ss, 2)->count();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const auto [bb, ss] = points[i];
+      INFO("eager " << eager << " b " << bb << " s " << ss);
+      const std::int64_t want = b->peak_bytes(bb, ss, 2)->count();
+      CHECK(a->peak_bytes(bb, ss, 2)->count() == want);
+      CHECK(a->at(bb, ss)->peak.count() == b->at(bb, ss)->peak.count());
+      for (std::size_t t = 0; t < 4; ++t) CHECK(raced[t * points.size() + i] == want);
+    }
+  }
 }
