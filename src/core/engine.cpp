@@ -434,8 +434,18 @@ struct Estimator::Programs {
   // sharded categories before sharding, filled by the first multi-GPU estimator that needs them.
   struct Extrapolated {
     std::vector<Candidate> cands;
-    std::mutex mu;  // guards parts and whole
-    std::vector<std::optional<std::array<Poly, std::size(kShardedCats)>>> parts;
+    // Built once (pruned): consecutive candidates whose sharded categories come from the same
+    // inputs share a part (part_of[i]); within a run of one part and one segment every estimator
+    // adds the same to each candidate (the sharding's change, ring-attention buffers, a later
+    // micro-batch's gradients, a pipeline's in-flight activations), so only the run's candidates
+    // no other of the run dominates can be a peak: `survivors`, in index order.
+    std::once_flag pruned;
+    std::vector<std::uint32_t> part_of;
+    std::vector<std::uint32_t> survivors;
+    // Each part's categories before sharding, by part (multi-GPU estimators; built once).
+    std::once_flag parts_built;
+    std::vector<std::array<Poly, std::size(kShardedCats)>> parts;
+    std::mutex mu;  // guards whole
     // Each candidate's every category before sharding, built by the first estimator that keeps
     // it: the first and later micro-batches' lists, and the estimators sharing the extrapolation,
     // mostly keep the same events.
@@ -898,6 +908,32 @@ CatVec retained_at_backward(const sim::ProgramResult& r3, const sim::ProgramResu
 // Engine's AttnFuncWithCPAndKVP2P: in forward every K/V block received (cp of them) and cp
 // per-step outputs live until the layer's attention returns; backward holds dQ and two K/V +
 // dK/dV ring buffers. Polynomials in the local sequence (the engine evaluates at s / cp).
+// Extrapolated::part_of and ::survivors (see there): the one-pass pruning of undominated() run
+// by run, on the candidates' totals before anything per estimator is added.
+template <class Extrapolated>
+void prune_runs(Extrapolated& x) {
+  const std::vector<Candidate>& all = x.cands;
+  x.part_of.resize(all.size());
+  std::uint32_t part = 0;
+  std::vector<std::uint32_t> kept;
+  const auto close_run = [&] {
+    std::sort(kept.begin(), kept.end());
+    x.survivors.insert(x.survivors.end(), kept.begin(), kept.end());
+    kept.clear();
+  };
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const bool same_part = i > 0 && same_inputs(all[i - 1], all[i], kShardedCats);
+    if (i > 0 && !same_part) ++part;
+    x.part_of[i] = part;
+    if (i > 0 && (!same_part || all[i].segment != all[i - 1].segment)) close_run();
+    const Poly& t = all[i].total;
+    if (std::any_of(kept.begin(), kept.end(), [&](std::uint32_t k) { return all[k].total.dominates(t); })) continue;
+    std::erase_if(kept, [&](std::uint32_t k) { return t.dominates(all[k].total); });
+    kept.push_back(static_cast<std::uint32_t>(i));
+  }
+  close_run();
+}
+
 void add_ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfig& c, std::vector<Candidate>& cands) {
   const std::int64_t cp = c.parallel.context_parallel;
   const std::int64_t act = c.autocast ? 2 : dtype_size(c.torch_dtype);
@@ -1121,7 +1157,10 @@ void Estimator::Impl::build_half(int half) {
       shared = programs->extrapolated(full.get(), nullptr, 0, base, opt_extra,
                                             [&] { return extrapolate(*full, nullptr, 0, base, opt_extra); });
     }
-    cands = shared->cands;
+    std::call_once(shared->pruned, [&] { prune_runs(*shared); });
+    const std::vector<std::uint32_t>& origin = shared->survivors;  // cands[j] is shared->cands[origin[j]]
+    cands.reserve(origin.size() + 1);
+    for (const std::uint32_t i : origin) cands.push_back(shared->cands[i]);
     // One micro-batch's activations as its backward begins: what a pipeline schedule holds
     // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
     st.retained[ci] = full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4, extra);
@@ -1140,33 +1179,38 @@ void Estimator::Impl::build_half(int half) {
       // The unsharded categories are the shared extrapolation's, except where this config adds
       // its own terms (ring-attention buffers) or candidates (GRPO's generation, at the end).
       const bool share_parts = config.parallel.context_parallel <= 1;
-      std::unique_lock<std::mutex> parts_lock(shared->mu, std::defer_lock);
-      if (share_parts) {
-        parts_lock.lock();
-        shared->parts.resize(shared->cands.size());
-      }
+      if (share_parts)
+        std::call_once(shared->parts_built, [&] {
+          const std::vector<Candidate>& all = shared->cands;
+          for (std::size_t i = 0; i < all.size(); ++i) {
+            if (i > 0 && shared->part_of[i] == shared->part_of[i - 1]) continue;
+            auto& part = shared->parts.emplace_back();
+            for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
+              part[j] = unsharded_at(all[i], static_cast<std::size_t>(kShardedCats[j]), base);
+          }
+        });
+      const std::size_t shared_n = share_parts ? origin.size() : 0;
       for (std::size_t i = 0; i < cands.size(); ++i) {
         Candidate& cand = cands[i];
         cand.sharding = Candidate::Sharding{
             &st.shard, cand.segment == kSegOptimizer,
             gathered_layers(cand.segment, fsdp_no_backward_prefetch(config),
                             fsdp(config) && config.parallel.fsdp_version == 2)};
-        if (i > 0 && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
-            cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers &&
-            same_inputs(cands[i - 1], cand, kShardedCats)) {
+        const bool same_part = i > 0 && (i < shared_n ? shared->part_of[origin[i]] == shared->part_of[origin[i - 1]]
+                                                       : same_inputs(cands[i - 1], cand, kShardedCats));
+        if (same_part && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
+            cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers) {
           cand.total += delta;
           grads_now[i] = grads_now[i - 1];
           continue;
         }
         // apply_sharding maps each category on its own: only the ones it changes matter.
         std::array<Poly, std::size(kShardedCats)> unsharded_cats;
-        auto* slot = share_parts && i < shared->parts.size() ? &shared->parts[i] : nullptr;
-        if (slot != nullptr && *slot) {
-          unsharded_cats = **slot;
+        if (i < shared_n) {
+          unsharded_cats = shared->parts[shared->part_of[origin[i]]];
         } else {
           for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
             unsharded_cats[j] = unsharded_at(cand, static_cast<std::size_t>(kShardedCats[j]), base);
-          if (slot != nullptr) *slot = unsharded_cats;
         }
         CatVec part{};
         for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
@@ -1208,10 +1252,10 @@ void Estimator::Impl::build_half(int half) {
     // estimators of this extrapolation (not where ring buffers were added to this one's).
     const bool share_whole = config.parallel.context_parallel <= 1;
     const auto whole_of = [&](std::size_t i, const Candidate& k) -> std::shared_ptr<const CatVec> {
-      if (!share_whole || i >= shared->cands.size() || k.c == nullptr) return nullptr;
+      if (!share_whole || i >= origin.size() || k.c == nullptr) return nullptr;
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->whole.resize(shared->cands.size());
-      auto& slot = shared->whole[i];
+      auto& slot = shared->whole[origin[i]];
       if (!slot) slot = std::make_shared<const CatVec>(unsharded(k, base));
       return slot;
     };
