@@ -546,9 +546,10 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   // Totals extrapolate linearly on their own; category vectors are built only for the events
   // that survive pruning (materialize()).
   std::vector<Candidate> out;
+  out.reserve(r3.events.size() + (r4 != nullptr ? r4->events.size() : 0) + 1);
   const Poly base_total = total(base);
   auto push = [&](int seg, const sim::Event& c, const sim::Event* d, const CatVec* extra) {
-    Candidate k;
+    Candidate& k = out.emplace_back();
     k.segment = seg;
     k.total = c.total + base_total;
     if (d != nullptr && m != 0) k.total += (d->total - c.total) * m;
@@ -559,7 +560,6 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
     k.d = d;
     k.m = m;
     k.extra = extra;
-    out.push_back(k);
   };
   if (r4 == nullptr || m == 0) {
     for (const auto& e : r3.events) push(e.segment, e, nullptr, nullptr);
@@ -921,8 +921,22 @@ void prune_runs(Extrapolated& x) {
     x.survivors.insert(x.survivors.end(), kept.begin(), kept.end());
     kept.clear();
   };
+  // The sharded categories' layout indices in the two runs nearly every candidate comes from.
+  const sim::ProgramResult* rc = all.empty() ? nullptr : all.front().rc;
+  const sim::ProgramResult* rd = all.empty() ? nullptr : all.front().rd;
+  std::vector<std::uint16_t> in_rc, in_rd;
+  if (rc != nullptr) in_rc = rc->cats.indices(kShardedCats);
+  if (rd != nullptr) in_rd = rd->cats.indices(kShardedCats);
+  const auto same_sharded = [&](const Candidate& a, const Candidate& b) {
+    // same_inputs(a, b, kShardedCats), comparing one index list per run where both are from them.
+    if (a.c == nullptr || b.c == nullptr || a.rc != rc || b.rc != rc || a.rd != rd || b.rd != rd)
+      return same_inputs(a, b, kShardedCats);
+    if (a.m != b.m || a.extra != b.extra || !(a.ring == b.ring) || (a.d == nullptr) != (b.d == nullptr)) return false;
+    if (!rc->cats.same(*a.c, *b.c, in_rc)) return false;
+    return a.d == nullptr || rd->cats.same(*a.d, *b.d, in_rd);
+  };
   for (std::size_t i = 0; i < all.size(); ++i) {
-    const bool same_part = i > 0 && same_inputs(all[i - 1], all[i], kShardedCats);
+    const bool same_part = i > 0 && same_sharded(all[i - 1], all[i]);
     if (i > 0 && !same_part) ++part;
     x.part_of[i] = part;
     if (i > 0 && (!same_part || all[i].segment != all[i - 1].segment)) close_run();
@@ -1224,7 +1238,8 @@ void Estimator::Impl::build_half(int half) {
       // Gradients change at few events (a parameter's accumulation): consecutive candidates of
       // one run mostly share them.
       for (std::size_t i = 0; i < cands.size(); ++i) {
-        if (i > 0 && same_inputs(cands[i - 1], cands[i], kGradientCats)) {
+        const bool same_part = i > 0 && i < origin.size() && shared->part_of[origin[i]] == shared->part_of[origin[i - 1]];
+        if (i > 0 && (same_part || same_inputs(cands[i - 1], cands[i], kGradientCats))) {
           grads_now[i] = grads_now[i - 1];
           continue;
         }

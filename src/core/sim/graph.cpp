@@ -55,7 +55,7 @@ int Graph::make(Poly numel, DT dt, Cat cat, bool requires_grad) {
   t.alive = true;
   t.requires_grad = requires_grad;
   buffer_.push_back(-1);
-  account(cat, t.numel, esize(dt), +1);
+  account<+1>(cat, t.numel, esize(dt));
   record();
   return static_cast<int>(tensors_.size()) - 1;
 }
@@ -91,7 +91,7 @@ void Graph::drop(int t) {
     return;
   }
   flush();
-  account(x.cat, x.numel, esize(x.dt), -1);
+  account<-1>(x.cat, x.numel, esize(x.dt));
   freed_since_event_ = true;
 }
 
@@ -100,8 +100,8 @@ void Graph::retag(int t, Cat cat) {
   if (x.alive) {
     flush();
     if (x.base < 0) {  // a view owns no bytes
-      account(x.cat, x.numel, esize(x.dt), -1, false);
-      account(cat, x.numel, esize(x.dt), +1, false);
+      account<-1>(x.cat, x.numel, esize(x.dt), false);
+      account<+1>(cat, x.numel, esize(x.dt), false);
     }
     freed_since_event_ = true;  // a category went down
   }

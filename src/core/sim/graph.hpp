@@ -19,6 +19,7 @@
 #include <functional>
 #include <initializer_list>
 #include <new>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <string>
@@ -252,6 +253,18 @@ class EventCats {
       if ((j < a.count ? values_[a.offset + j] : 0) != (j < b.count ? values_[b.offset + j] : 0)) return false;
     return true;
   }
+  // The layout indices of categories `cats`, for same(a, b, indices): one list to compare
+  // instead of one per category.
+  std::vector<std::uint16_t> indices(std::span<const Cat> cats) const {
+    std::vector<std::uint16_t> out;
+    for (const Cat c : cats) out.insert(out.end(), by_cat_[static_cast<std::size_t>(c)].begin(), by_cat_[static_cast<std::size_t>(c)].end());
+    return out;
+  }
+  bool same(const Event& a, const Event& b, std::span<const std::uint16_t> indices) const {
+    for (const std::uint16_t j : indices)
+      if ((j < a.count ? values_[a.offset + j] : 0) != (j < b.count ? values_[b.offset + j] : 0)) return false;
+    return true;
+  }
   CatVec all(const Event& e) const {
     CatVec v{};
     for (std::uint32_t j = 0; j < e.count; ++j) v[layout_[j].first].c[layout_[j].second] = values_[e.offset + j];
@@ -368,12 +381,13 @@ class Graph {
   // freed next (or the segment changes), so a run of allocations copies the categories once.
   void record() { pending_ = recording_; }
   void flush();
-  // Adds (sign +1) or subtracts (-1) a tensor's bytes, numel x esize, to category c (and to the
+  // Adds (kSign +1) or subtracts (-1) a tensor's bytes, numel x esize, to category c (and to the
   // total unless `total` is false), touching only its nonzero monomials: most tensors have one
   // or two of the seven. A coefficient that becomes nonzero for the first time gets a slot in
   // the EventCats layout; flat_ keeps every slot's live value, so an event copies one array.
   // Overflow is checked as Poly arithmetic checks it: every product first, then the sums.
-  void account(Cat c, const Poly& numel, std::int64_t esize, int sign, bool total = true) {
+  template <int kSign>
+  [[gnu::always_inline]] void account(Cat c, const Poly& numel, std::int64_t esize, bool total = true) {
     std::array<std::int64_t, kNumMono> v;
     unsigned nonzero = 0;
     for (int i = 0; i < kNumMono; ++i)
@@ -381,23 +395,23 @@ class Graph {
         v[static_cast<std::size_t>(i)] = checked_mul(numel.c[i], esize);
         nonzero |= 1u << i;
       }
-    if (nonzero == 0) return;
     const auto ci = static_cast<std::size_t>(c);
     Poly& live = live_[ci];
-    for (int i = 0; i < kNumMono; ++i) {
-      if ((nonzero & (1u << i)) == 0) continue;
+    for (; nonzero != 0; nonzero &= nonzero - 1) {
+      const int i = __builtin_ctz(nonzero);
       const std::int64_t x = v[static_cast<std::size_t>(i)];
-      live.c[i] = sign > 0 ? checked_add(live.c[i], x) : checked_sub(live.c[i], x);
-      if (total) live_total_.c[i] = sign > 0 ? checked_add(live_total_.c[i], x) : checked_sub(live_total_.c[i], x);
+      live.c[i] = kSign > 0 ? checked_add(live.c[i], x) : checked_sub(live.c[i], x);
+      if (total) live_total_.c[i] = kSign > 0 ? checked_add(live_total_.c[i], x) : checked_sub(live_total_.c[i], x);
       std::uint16_t& slot = slot_[ci][static_cast<std::size_t>(i)];
-      if (slot == 0) {
-        cats_.by_cat_[ci].push_back(static_cast<std::uint16_t>(cats_.layout_.size()));
-        cats_.layout_.emplace_back(static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(i));
-        flat_.push_back(0);
-        slot = static_cast<std::uint16_t>(cats_.layout_.size());
-      }
+      if (slot == 0) [[unlikely]] slot = new_slot(c, i);
       flat_[slot - 1u] = live.c[i];
     }
+  }
+  std::uint16_t new_slot(Cat c, int mono) {
+    cats_.by_cat_[static_cast<std::size_t>(c)].push_back(static_cast<std::uint16_t>(cats_.layout_.size()));
+    cats_.layout_.emplace_back(static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(mono));
+    flat_.push_back(0);
+    return static_cast<std::uint16_t>(cats_.layout_.size());
   }
   void run_node(int n);
 
