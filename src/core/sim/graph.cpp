@@ -35,10 +35,10 @@ const char* cat_name(Cat c) {
 
 int Bwd::temp(Poly numel, DT dt, Cat cat) { return g_.make(numel, dt, cat); }
 int Bwd::like(int t, Cat cat) { return g_.make(g_.at(t).numel, g_.at(t).dt, cat); }
-void Bwd::give(int input, int g) { pending.emplace_back(input, g); }
+void Bwd::give(int input, int g) { pending.push_back({input, g}); }
 void Bwd::pass(int input, int g) {
   g_.hold(g);
-  pending.emplace_back(input, g);
+  pending.push_back({input, g});
 }
 void Bwd::drop(int t) { g_.drop(t); }
 bool Bwd::needs(int input) const { return g_.at(input).requires_grad; }
@@ -298,7 +298,7 @@ void Graph::run_node(int idx) {
   flush();
   segment_ = backward_segment_ ? backward_segment_(seg) : seg;
   instance_ = node_instance_[static_cast<std::size_t>(idx)];
-  std::vector<std::pair<int, int>> pending;
+  InlineVec<std::pair<int, int>, 4> pending;
   {
     // Moved out (a node runs once): the rule may append nodes (checkpoint recomputation).
     const BackwardFn fn = std::move(nodes_[static_cast<std::size_t>(idx)].fn);

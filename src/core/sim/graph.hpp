@@ -89,19 +89,21 @@ struct Tensor {
 
 class Graph;
 
-// A short list of tensor ids (a node's inputs, outputs, saved tensors): up to kInline stored in
-// place, so recording an op allocates nothing for them; longer lists (a concat of many) spill.
-class Ids {
+// A short list (a node's inputs, outputs, saved tensors; the gradients a backward rule gives): up
+// to N stored in place, so recording an op allocates nothing for them; longer lists (a concat of
+// many) spill.
+template <class T, int N>
+class InlineVec {
  public:
-  static constexpr int kInline = 6;
-  Ids() = default;
-  Ids(std::initializer_list<int> l) {
-    for (int v : l) push_back(v);
+  static constexpr int kInline = N;
+  InlineVec() = default;
+  InlineVec(std::initializer_list<T> l) {
+    for (const T& v : l) push_back(v);
   }
-  Ids(const std::vector<int>& v) {  // NOLINT: implicit, like the braced lists
-    for (int x : v) push_back(x);
+  InlineVec(const std::vector<T>& v) {  // NOLINT: implicit, like the braced lists
+    for (const T& x : v) push_back(x);
   }
-  void push_back(int v) {
+  void push_back(const T& v) {
     if (n_ < kInline) {
       a_[static_cast<std::size_t>(n_++)] = v;
       return;
@@ -110,9 +112,9 @@ class Ids {
     heap_.push_back(v);
     ++n_;
   }
-  const int* begin() const { return n_ <= kInline ? a_.data() : heap_.data(); }
-  const int* end() const { return begin() + n_; }
-  int operator[](std::size_t i) const { return begin()[i]; }
+  const T* begin() const { return n_ <= kInline ? a_.data() : heap_.data(); }
+  const T* end() const { return begin() + n_; }
+  const T& operator[](std::size_t i) const { return begin()[i]; }
   std::size_t size() const { return static_cast<std::size_t>(n_); }
   bool empty() const { return n_ == 0; }
   void clear() {
@@ -121,10 +123,12 @@ class Ids {
   }
 
  private:
-  std::array<int, kInline> a_{};
+  std::array<T, static_cast<std::size_t>(N)> a_{};
   int n_ = 0;
-  std::vector<int> heap_;
+  std::vector<T> heap_;
 };
+
+using Ids = InlineVec<int, 6>;
 
 // What a node's backward rule can do while it runs.
 class Bwd {
@@ -132,7 +136,7 @@ class Bwd {
   Bwd(Graph& g, const Ids& outs, const Ids& grads) : g_(g), outs_(outs), grads_(grads) {}
   // Gradients given by the rule, delivered by the engine once the node has released its saved
   // tensors and incoming gradients (as PyTorch's evaluate_function does).
-  std::vector<std::pair<int, int>> pending;
+  InlineVec<std::pair<int, int>, 4> pending;
   // Gradient arriving for output k (-1 if none arrived).
   int grad(int k = 0) const { return grads_[static_cast<std::size_t>(k)]; }
   // Allocates a temporary (refcount 1; drop it or give() it).

@@ -47,7 +47,8 @@ Poly Ops::cached_cast_bytes() const {
 }
 
 int Ops::cast_for_autocast(int x) {
-  const Tensor t = g_.at(x);
+  const Tensor& t = g_.at(x);  // only until to(): make() may move the tensors
+  const bool is_param = t.is_param;
   if (!autocast_ || !is_float(t.dt) || t.dt == DT::kF64 || t.dt == *autocast_) {
     g_.hold(x);
     return x;
@@ -57,18 +58,18 @@ int Ops::cast_for_autocast(int x) {
   // per autocast region; everything else is cast at every use.
   const bool cacheable = t.is_param && t.requires_grad && t.dt == DT::kF32;
   if (cacheable) {
-    auto it = cast_cache_.find(x);
-    if (it != cast_cache_.end()) {
+    const auto it = std::lower_bound(cast_cache_.begin(), cast_cache_.end(), std::pair<int, int>{x, -1});
+    if (it != cast_cache_.end() && it->first == x) {
       g_.hold(it->second);
       return it->second;
     }
   }
   const Cat saved = cat;
-  if (t.is_param) cat = Cat::kAutocastCopies;
+  if (is_param) cat = Cat::kAutocastCopies;
   const int c = to(x, to_dt);
   cat = saved;
   if (cacheable) {
-    cast_cache_[x] = c;
+    cast_cache_.insert(std::lower_bound(cast_cache_.begin(), cast_cache_.end(), std::pair<int, int>{x, -1}), {x, c});
     g_.hold(c);
   }
   return c;

@@ -5,7 +5,7 @@
 // drops it when the Python variable would die.
 #pragma once
 
-#include <map>
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -110,7 +110,8 @@ class Ops {
   Graph& g_;
   OpsBehaviour b_;
   std::optional<DT> autocast_;
-  std::map<int, int> cast_cache_;  // fp32 leaf -> its cached low-precision copy
+  // fp32 leaf -> its cached low-precision copy, sorted by leaf (a flat map: tens of entries).
+  std::vector<std::pair<int, int>> cast_cache_;
 };
 
 }  // namespace memplan::sim
