@@ -160,6 +160,7 @@ bool ModelSpec::is_cross_attention_layer(int layer) const {
 std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   if (m.is_encoder()) return encoder_layer_linears(m);
   std::vector<LinearModule> out;
+  out.reserve(12);
   const std::int64_t h = m.hidden_size;
   const std::int64_t q = static_cast<std::int64_t>(m.num_heads) * m.head_dim;
   const std::int64_t kv = static_cast<std::int64_t>(m.num_kv_heads) * m.head_dim;

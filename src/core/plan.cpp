@@ -1,6 +1,7 @@
 #include "memplan/plan.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <memory>
 #include <cmath>
 #include <cstdlib>
@@ -631,7 +632,30 @@ Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& 
   // taken in kAllChanges' order, so the first error is the one a sequential loop would stop at.
   constexpr std::size_t kChanges = std::size(kAllChanges);
   std::array<std::optional<Result<std::optional<Suggestion>>>, kChanges> tried;
-  parallel_for(kChanges, [&](std::size_t i) { tried[i] = try_change(kAllChanges[i], config, ctx, base); });
+  // Workers take the changes in this order: first those that build several estimators (a GPU
+  // count each) or simulate a new program (checkpointing, adapters), so that none of them
+  // starts last while the other threads have finished (docs/plan.md#speed).
+  static constexpr auto kStart = [] {
+    constexpr ChangeKind kOrder[] = {ChangeKind::kZero3,         ChangeKind::kMoreGpus,           ChangeKind::kGradientCheckpointing,
+                                     ChangeKind::kLora,          ChangeKind::kQlora,              ChangeKind::kOptimizer8bit,
+                                     ChangeKind::kShorterSeqLen, ChangeKind::kShorterCompletion,  ChangeKind::kVllmServer,
+                                     ChangeKind::kCpuOffloadOptimizer};
+    static_assert(std::size(kOrder) == kChanges);
+    std::array<std::size_t, kChanges> at{};
+    for (std::size_t k = 0; k < kChanges; ++k)
+      for (std::size_t i = 0; i < kChanges; ++i)
+        if (kAllChanges[i] == kOrder[k]) at[k] = i;
+    std::array<bool, kChanges> seen{};
+    for (const std::size_t i : at) {
+      if (seen[i]) throw std::logic_error("the start order must list every change once");  // fails to compile
+      seen[i] = true;
+    }
+    return at;
+  }();
+  parallel_for(kChanges, [&](std::size_t k) {
+    const std::size_t i = kStart[k];
+    tried[i] = try_change(kAllChanges[i], config, ctx, base);
+  });
   for (auto& t : tried) {
     if (!*t) return t->error();
     if (**t) out.ranked.push_back(std::move(***t));
