@@ -110,11 +110,12 @@ struct Candidate {
   };
   std::optional<Sharding> sharding;
   // Context parallelism's ring-attention buffers at this event, added to communication_buckets
-  // by materialize() (the total already has them).
-  Poly ring;
+  // by materialize() (the total already has them). Points into the estimator's build, like
+  // grads: both are null once materialized.
+  const Poly* ring = nullptr;
   // A later micro-batch's candidate (docs/formulas.md#gradient-accumulation): the same
   // categories with this gradient term, applied by materialize().
-  std::optional<Poly> grads;
+  const Poly* grads = nullptr;
 };
 
 // The categories apply_sharding() changes (each on its own).
@@ -595,6 +596,12 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   return out;
 }
 
+// Whether two candidates carry the same ring-attention buffers (none, or equal ones).
+bool same_ring(const Candidate& a, const Candidate& b) {
+  if (a.ring == nullptr || b.ring == nullptr) return a.ring == b.ring;
+  return *a.ring == *b.ring;
+}
+
 // Category i of a candidate before sharding: base + c + m * (d - c) + extra until
 // materialize(), its materialized value after; plus its ring buffers in communication_buckets.
 // Inlined into its callers: called out of line (GCC 12 stopped inlining it once a third caller
@@ -610,7 +617,7 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
     p += base[i];
     if (k.extra != nullptr) p += (*k.extra)[i];
   }
-  if (i == static_cast<std::size_t>(Cat::kBuckets)) p += k.ring;
+  if (i == static_cast<std::size_t>(Cat::kBuckets) && k.ring != nullptr) p += *k.ring;
   return p;
 }
 
@@ -624,7 +631,7 @@ CatVec unsharded(const Candidate& k, const CatVec& base) {
 // Whether two candidates' categories `cats` come from the same inputs (so anything computed from
 // them alone is the same): most events change only activations.
 bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> cats) {
-  if (a.m != b.m || a.extra != b.extra || !(a.ring == b.ring) || (a.c == nullptr) != (b.c == nullptr) ||
+  if (a.m != b.m || a.extra != b.extra || !same_ring(a, b) || (a.c == nullptr) != (b.c == nullptr) ||
       (a.d == nullptr) != (b.d == nullptr))
     return false;
   for (Cat c : cats) {
@@ -645,23 +652,23 @@ bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> ca
 
 // `whole`: the candidate's unsharded categories where another list has built them (else null).
 void materialize(Candidate& k, const CatVec& base, const std::shared_ptr<const CatVec>& whole = nullptr) {
-  if (k.c == nullptr && !k.sharding && !k.grads && k.ring.is_zero()) return;
+  if (k.c == nullptr && !k.sharding && !k.grads && !k.ring) return;
   if (whole && !k.sharding && !k.grads) {
     k.cats = whole;
-    k.ring = Poly{};
+    k.ring = nullptr;
     k.c = k.d = nullptr;
     k.extra = nullptr;
     return;
   }
   CatVec v = whole ? *whole : unsharded(k, base);
-  k.ring = Poly{};
+  k.ring = nullptr;
   if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
   if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
   k.cats = std::make_shared<const CatVec>(v);
   k.c = k.d = nullptr;
   k.extra = nullptr;
   k.sharding.reset();
-  k.grads.reset();
+  k.grads = nullptr;
 }
 
 // GRPO generation with model.generate (docs/formulas.md#grpo-generation): no gradients exist
@@ -931,7 +938,7 @@ void prune_runs(Extrapolated& x) {
     // same_inputs(a, b, kShardedCats), comparing one index list per run where both are from them.
     if (a.c == nullptr || b.c == nullptr || a.rc != rc || b.rc != rc || a.rd != rd || b.rd != rd)
       return same_inputs(a, b, kShardedCats);
-    if (a.m != b.m || a.extra != b.extra || !(a.ring == b.ring) || (a.d == nullptr) != (b.d == nullptr)) return false;
+    if (a.m != b.m || a.extra != b.extra || !same_ring(a, b) || (a.d == nullptr) != (b.d == nullptr)) return false;
     if (!rc->cats.same(*a.c, *b.c, in_rc)) return false;
     return a.d == nullptr || rd->cats.same(*a.d, *b.d, in_rd);
   };
@@ -948,20 +955,23 @@ void prune_runs(Extrapolated& x) {
   close_run();
 }
 
-void add_ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfig& c, std::vector<Candidate>& cands) {
+std::array<Poly, 2> ring_attention_buffers(const ModelSpec& rank_model, const TrainingConfig& c) {
   const std::int64_t cp = c.parallel.context_parallel;
   const std::int64_t act = c.autocast ? 2 : dtype_size(c.torch_dtype);
   const std::int64_t hd = rank_model.head_dim;
   const std::int64_t q = checked_mul(checked_mul(rank_model.num_heads, hd), act);
   const std::int64_t kv = checked_mul(checked_mul(2LL * rank_model.num_kv_heads, hd), act);  // K and V
-  const Poly fwd = Poly::mono(sim::kBS, checked_mul(cp, kv + q));
-  const Poly bwd = Poly::mono(sim::kBS, q + 4 * kv);
+  return {Poly::mono(sim::kBS, checked_mul(cp, kv + q)), Poly::mono(sim::kBS, q + 4 * kv)};
+}
+
+// `buffers` (ring_attention_buffers(): forward, backward) must outlive the candidates' materialize().
+void add_ring_attention_buffers(const std::array<Poly, 2>& buffers, std::vector<Candidate>& cands) {
   for (auto& cand : cands) {
     const bool fwd_layer = cand.segment >= sim::kSegFwdFirst && cand.segment <= sim::kSegFwdLast;
     const bool bwd_layer = cand.segment >= sim::kSegBwdFirst && cand.segment <= sim::kSegBwdLast;
     if (!fwd_layer && !bwd_layer) continue;
-    cand.ring += fwd_layer ? fwd : bwd;
-    cand.total += fwd_layer ? fwd : bwd;
+    cand.ring = &buffers[fwd_layer ? 0 : 1];
+    cand.total += *cand.ring;
   }
 }
 
@@ -1183,7 +1193,11 @@ void Estimator::Impl::build_half(int half) {
           add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
       cands.push_back(generation_candidate(model, config, persistent));
     }
-    if (config.parallel.context_parallel > 1) add_ring_attention_buffers(sp.model, config, cands);
+    std::array<Poly, 2> ring{};
+    if (config.parallel.context_parallel > 1) {
+      ring = ring_attention_buffers(sp.model, config);
+      add_ring_attention_buffers(ring, cands);
+    }
     // Each candidate's gradient term as its total counts it (for the later micro-batches).
     std::vector<Poly> grads_now(cands.size());
     if (pb.multi) {
@@ -1282,7 +1296,7 @@ void Estimator::Impl::build_half(int half) {
         Candidate k = cands[i];
         if (later && k.segment != kSegOptimizer && k.segment != kSegGeneration) {
           k.total = later_totals[i];
-          k.grads = all;
+          k.grads = &all;
         }
         materialize(k, base, whole_of(i, k));
         kept.push_back(std::move(k));
