@@ -353,10 +353,10 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                         fmt::format("{} trains a causal LM head; {} is loaded as an embedding model (no LM head)",
                                     to_string(c.method), m.name.empty() ? m.model_type : m.name),
                         "embedding models train with --method sft (sentence-transformers' losses)");
-    if (c.contrastive.cached)
+    if (c.contrastive.cached && m.embedding_library == EmbeddingLibrary::kLlm2Vec)
       return make_error(ErrorCode::kUnsupported,
-                        "cached MNRL (GradCache) is modelled for encoders only; for a decoder embedding model it is not",
-                        "drop --cached-mnrl (memplan then models MultipleNegativesRankingLoss)");
+                        "cached MNRL (GradCache) is sentence-transformers' loss; LLM2Vec's trainer has none",
+                        "drop --cached-mnrl (LLM2Vec trains with its HardNegativeNLLLoss)");
     if (c.parallel.pipeline_parallel > 1 || c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1 ||
         c.parallel.expert_parallel > 1)
       return make_error(ErrorCode::kUnsupported,
@@ -1436,7 +1436,8 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     // DeBERTa's attention copies with .contiguous() at every batch size, and GradCache's
     // forwards take mini-batches of a fixed size whatever b is (encoder_program.cpp).
     const bool eager_copies = sp.attn == AttnImpl::kEager && !model.is_deberta() &&
-                              !(model.is_encoder() && config.contrastive.enabled() && config.contrastive.cached);
+                              !((model.is_encoder() || model.decoder_embedding) && config.contrastive.enabled() &&
+                                config.contrastive.cached);
     const bool batch_one_differs = sp.batch_multiplier == 1 && (eager_copies || config.method == Method::kGrpo);
     const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
                        config.parallel.offload_params;
@@ -1588,11 +1589,14 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
           "padding; use_cache off (a K/V cache is a copy the attention keeps anyway under SDPA with GQA; "
           "docs/formulas.md#decoder-embeddings)",
           llm2vec ? "LLM2Vec" : "sentence-transformers", to_string(model.pooling),
-          config.contrastive.enabled()
-              ? fmt::format("{} over {} texts per example, one forward per text column",
+          !config.contrastive.enabled() ? std::string("one text per example")
+          : config.contrastive.cached
+              ? fmt::format("CachedMultipleNegativesRankingLoss over {} texts per example, embedded in mini-batches of {} "
+                            "(GradCache: without grad, then again with grad in the loss's backward)",
+                            config.contrastive.texts_per_example, config.contrastive.mini_batch_size)
+              : fmt::format("{} over {} texts per example, one forward per text column",
                             llm2vec ? "HardNegativeNLLLoss" : "MultipleNegativesRankingLoss",
-                            config.contrastive.texts_per_example)
-              : std::string("one text per example")));
+                            config.contrastive.texts_per_example)));
       if (config.liger_kernels)
         impl->warnings.push_back("Liger kernels are not modelled for an embedding model (a SentenceTransformer is "
                                  "not the transformers model Liger patches); estimated without them");

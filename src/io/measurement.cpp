@@ -38,6 +38,8 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   } else if (t.value("head", std::string()) == "pooling") {  // a decoder embedding model (docs/formulas.md#decoder-embeddings)
     c.model.decoder_embedding = true;
     c.config.contrastive.texts_per_example = t.value("texts_per_example", 2);
+    c.config.contrastive.cached = t.value("cached_mnrl", false);
+    c.config.contrastive.mini_batch_size = t.value("mini_batch_size", 32);
   }
   if (c.model.embeds() && t.contains("pooling")) {
     MEMPLAN_TRY(c.model.pooling, parse_pooling_mode(t.value("pooling", std::string("mean"))));

@@ -200,7 +200,9 @@ std::string contrastive_text(const io::ResolvedInputs& in, const GlobalBatch& g)
                      "not the global batch's {}; gradient accumulation adds no negatives, so a smaller micro-batch "
                      "changes the loss{}",
                      g.micro_batch * (texts - 1), g.micro_batch, texts - 1, g.global_batch * (texts - 1),
-                     in.model.is_encoder() ? " (cached MNRL, --cached-mnrl, keeps them in one step)" : "");
+                     in.model.is_encoder() || in.model.embedding_library == EmbeddingLibrary::kSentenceTransformers
+                         ? " (cached MNRL, --cached-mnrl, keeps them in one step)"
+                         : "");
 }
 
 AllocatorConf expandable() {

@@ -221,6 +221,13 @@ TEST_CASE("decoder embedding models: from the catalog, or any decoder with --hea
   CHECK(q.out.find("assumption: embedding model: sentence-transformers loads the decoder as AutoModel (no LM head) "
                    "and pools (lasttoken); MultipleNegativesRankingLoss over 3 texts per example") != std::string::npos);
 
+  // Cached MNRL (GradCache) on the decoder: its mini-batches named in the assumption.
+  const CliRun qc = run_cli({"estimate", "--model", "Qwen/Qwen3-Embedding-0.6B", "--texts-per-example", "3",
+                             "--cached-mnrl", "--mini-batch-size", "16", "--batch", "256", "--seq-len", "256"});
+  CHECK(qc.code == memplan::cli::kExitOk);
+  CHECK(qc.out.find("CachedMultipleNegativesRankingLoss over 3 texts per example, embedded in mini-batches of 16 "
+                    "(GradCache: without grad, then again with grad in the loss's backward)") != std::string::npos);
+
   // The JSON names the head, the pooling and the library that does it.
   const CliRun qj = run_cli({"estimate", "--model", "Qwen/Qwen3-Embedding-0.6B", "--format", "json"});
   REQUIRE(qj.code == memplan::cli::kExitOk);
@@ -275,6 +282,12 @@ TEST_CASE("a contrastive plan that accumulates says the micro-batch sets the in-
   REQUIRE(at != std::string::npos);
   CHECK(r.out.find("not the global batch's 8192", at) != std::string::npos);
   CHECK(r.out.find("(cached MNRL, --cached-mnrl, keeps them in one step)", at) != std::string::npos);
+
+  // A decoder embedding model trained by sentence-transformers gets the same hint.
+  const CliRun d = run_cli({"plan", "--model", "Qwen/Qwen3-Embedding-0.6B", "--texts-per-example", "3", "--seq-len",
+                            "512", "--target-global-batch", "4096", "--gpu", "rtx-4090"});
+  REQUIRE(d.code == memplan::cli::kExitOk);
+  CHECK(d.out.find("(cached MNRL, --cached-mnrl, keeps them in one step)") != std::string::npos);
 
   // Cached MNRL embeds the whole batch in one step: no such note.
   const CliRun c = run_cli({"plan", "--model", "bge-base-en-v1.5", "--texts-per-example", "3", "--seq-len", "512",

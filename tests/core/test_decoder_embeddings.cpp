@@ -96,10 +96,12 @@ TEST_CASE("what an embedding decoder does not model is an error that says so") {
 
   TrainingConfig cached = cfg(2, 64, 3);
   cached.contrastive.cached = true;
-  auto c = estimate(toy_embedder(), cached);
+  ModelSpec llm2vec = toy_embedder(PoolingMode::kMean);
+  llm2vec.embedding_library = EmbeddingLibrary::kLlm2Vec;
+  auto c = estimate(llm2vec, cached);
   REQUIRE_FALSE(c.has_value());
   CHECK(c.error().code == ErrorCode::kUnsupported);
-  CHECK(c.error().message == "cached MNRL (GradCache) is modelled for encoders only; for a decoder embedding model it is not");
+  CHECK(c.error().message == "cached MNRL (GradCache) is sentence-transformers' loss; LLM2Vec's trainer has none");
 
   TrainingConfig tp = cfg(2, 64, 3);
   tp.parallel.tensor_parallel = 2;
@@ -110,4 +112,40 @@ TEST_CASE("what an embedding decoder does not model is an error that says so") {
   CHECK(t.error().message ==
         "pipeline, tensor, context and expert parallelism are not modelled for embedding models "
         "(sentence-transformers trains with data parallelism, DeepSpeed or FSDP)");
+}
+
+TEST_CASE("cached MNRL on a decoder: the batch adds only its inputs, its embeddings and their cached gradients") {
+  // GradCache embeds mini-batches of a fixed size (4 here), so the forwards and backwards are the
+  // same at every b. At the peak (a mini-batch's backward in the loss's hook) what grows with b
+  // is the batch's input_ids and attention_mask (2 x texts x s int64 per sequence), the detached
+  // embeddings of every text and their cached gradients (2 x texts x hidden fp32 per sequence).
+  const ModelSpec m = toy_embedder();  // hidden 256
+  constexpr std::int64_t kSeq = 128, kTexts = 3;
+  auto peak = [&](std::int64_t b) {
+    TrainingConfig c = cfg(b, kSeq, static_cast<int>(kTexts));
+    c.contrastive.cached = true;
+    c.contrastive.mini_batch_size = 4;
+    auto e = estimate(m, c);
+    REQUIRE(e.has_value());
+    require_consistent(*e);
+    CHECK(e->peak_phase == Phase::kBackward);
+    return e->peak.count();
+  };
+  const std::int64_t per_seq = kTexts * (2 * kSeq * 8 + 2 * 256 * 4);
+  const std::int64_t p1 = peak(1), p2 = peak(2), p8 = peak(8), p16 = peak(16);
+  CHECK(p2 - p1 == per_seq);
+  CHECK(p16 - p8 == 8 * per_seq);
+  // Uncached, the same 16 sequences keep every column's activations: several times more.
+  auto uncached = estimate(m, cfg(16, kSeq, static_cast<int>(kTexts)));
+  REQUIRE(uncached.has_value());
+  CHECK(uncached->peak.count() - p16 > 3 * (p16 - p1));
+}
+
+TEST_CASE("cached MNRL on a decoder is simulated like every layer run in full") {
+  TrainingConfig c = cfg(8, 64, 3);
+  c.contrastive.cached = true;
+  c.contrastive.mini_batch_size = 4;
+  c.lora.enabled = true;
+  c.gradient_checkpointing = true;
+  memplan::testing::same_as_every_layer(toy_embedder(), c, {{1, 64}, {8, 64}, {12, 128}});
 }

@@ -197,6 +197,56 @@ def ranking_loss(reps):
     return F.cross_entropy(scores, labels)
 
 
+def decoder_cached_mnrl_loss(model, columns, mode, mini_batch_size, autocast=None):
+    """CachedMultipleNegativesRankingLoss with a decoder embedding model (AutoModel, `mode`
+    pooling): the same three steps as cached_mnrl_loss. The embedding model's forward runs under
+    its own autocast context each call, as accelerate wraps model.forward, so the mini-batches
+    embedded inside the backward hook are autocast too."""
+    def embed(ids, am, with_grad):
+        with torch.set_grad_enabled(with_grad), \
+                torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            x = model(ids, am)
+            return pool(x, am, mode)
+
+    reps = []
+    for ids, am in columns:
+        mbs = []
+        for b in range(0, ids.size(0), mini_batch_size):
+            e = b + mini_batch_size
+            mbs.append(embed(ids[b:e], am[b:e], False).detach().requires_grad_())
+        reps.append(mbs)
+    embeddings_a = torch.cat(reps[0])
+    embeddings_b = torch.cat([torch.cat(r) for r in reps[1:]])
+    batch_size = len(embeddings_a)
+    labels = torch.arange(batch_size)
+    losses = []
+    for b in range(0, batch_size, mini_batch_size):
+        e = b + mini_batch_size
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            a = F.normalize(embeddings_a[b:e], p=2, dim=1)
+            c = F.normalize(embeddings_b, p=2, dim=1)
+            scores = torch.mm(a, c.transpose(0, 1)) * 20.0
+            loss_mbatch = F.cross_entropy(scores, labels[b:e]) * len(scores) / batch_size
+        loss_mbatch.backward()
+        losses.append(loss_mbatch.detach())
+    loss = sum(losses).requires_grad_()
+    cache = [[r.grad for r in rs] for rs in reps]
+    del reps, embeddings_a, embeddings_b
+
+    def hook(grad_output):
+        with torch.enable_grad():
+            for (ids, am), grads in zip(columns, cache):
+                for i, b in enumerate(range(0, ids.size(0), mini_batch_size)):
+                    e = b + mini_batch_size
+                    r = embed(ids[b:e], am[b:e], True)
+                    surrogate = torch.dot(r.flatten(), grads[i].flatten()) * grad_output
+                    surrogate.backward()
+        return None
+
+    loss.register_hook(hook)
+    return loss
+
+
 def cached_mnrl_loss(model, columns, mini_batch_size):
     """sentence-transformers' CachedMultipleNegativesRankingLoss (GradCache, 3.x-5.x): 1) every
     column embedded in mini-batches without grad (detached embeddings that require grad); 2) the

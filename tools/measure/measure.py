@@ -245,6 +245,8 @@ def build(case):
                                       for _ in range(t.get("texts_per_example", 2))],
                   "pooling": t.get("pooling", "mean"),
                   "library": t.get("embedding_library", "sentence-transformers")}
+        if t.get("cached_mnrl"):
+            inputs["mini_batch_size"] = t.get("mini_batch_size", 32)
     else:
         inputs = {
             "input_ids": torch.randint(0, cfg.vocab_size, (b, s), generator=gen),
@@ -276,6 +278,10 @@ def forward_loss(model, inputs, autocast, t=None, ref=None):
             if "mini_batch_size" in inputs:  # CachedMultipleNegativesRankingLoss (GradCache)
                 return hf_bert.cached_mnrl_loss(model, inputs["columns"], inputs["mini_batch_size"])
             return hf_bert.mnrl_loss(model, inputs["columns"])
+    if "decoder_columns" in inputs and "mini_batch_size" in inputs:  # GradCache: autocast per forward
+        with memtrace.phase("forward"):
+            return hf_bert.decoder_cached_mnrl_loss(model, inputs["decoder_columns"], inputs["pooling"],
+                                                    inputs["mini_batch_size"], ac)
     if "decoder_columns" in inputs:
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return hf_bert.decoder_mnrl_loss(model, inputs["decoder_columns"], inputs["pooling"], inputs["library"])

@@ -64,7 +64,9 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 
 class Step {
  public:
-  explicit Step(const ProgramSpec& sp) : sp_(sp), m_(sp.model), ops_(g_, sp.ops) {
+  explicit Step(const ProgramSpec& sp)
+      : sp_(sp), m_(sp.model), ops_(g_, sp.ops),
+        cached_(sp.model.decoder_embedding && sp.contrastive.enabled() && sp.contrastive.cached) {
     // About 200 events and 300 tensors per decoder layer or vision block with LoRA and
     // recomputation (measured on Gemma 3 and Llama 3.2 Vision programs).
     const std::size_t layers = sp.model_layers.size() + static_cast<std::size_t>(std::max(0, sp.model.vision.depth));
@@ -76,13 +78,16 @@ class Step {
   ProgramResult run();
 
  private:
-  // ---- sizes (Polys in b and s); DPO/GRPO scale the batch.
-  Poly tok(std::int64_t k) const { return Poly::mono(kBS, k * sp_.batch_multiplier); }
+  // ---- sizes (Polys in b and s); DPO/GRPO scale the batch. A forward of cached MNRL (GradCache)
+  // takes a mini-batch of a fixed size, whatever b is: its sizes are in s alone.
+  Mono tok_mono() const { return cached_ ? kS : kBS; }
+  std::int64_t seqs_per_forward() const { return cached_ ? sp_.contrastive.mini_batch_size : sp_.batch_multiplier; }
+  Poly tok(std::int64_t k) const { return Poly::mono(tok_mono(), k * seqs_per_forward()); }
   // The residual stream per rank: hidden-size rows of all tokens, or of s / t tokens under
   // sequence parallelism.
   bool seq_par() const { return sp_.sequence_parallel > 1; }
   Poly htok() const {
-    return seq_par() ? Poly::mono(kBS, m_.hidden_size * sp_.batch_multiplier / sp_.sequence_parallel)
+    return seq_par() ? Poly::mono(tok_mono(), m_.hidden_size * seqs_per_forward() / sp_.sequence_parallel)
                      : tok(m_.hidden_size);
   }
   // Sequence parallelism's all-gather (to every token) or reduce-scatter (to the rank's share):
@@ -98,8 +103,10 @@ class Step {
     if (!seq_par()) return;
     g_.drop(g_.make(tok(m_.hidden_size), g_.at(x).dt, ops_.cat));
   }
-  Poly scores(std::int64_t k) const { return Poly::mono(kBSS, k * sp_.batch_multiplier); }
-  Poly per_seq(std::int64_t k) const { return Poly::mono(kB, k * sp_.batch_multiplier); }
+  Poly scores(std::int64_t k) const { return Poly::mono(cached_ ? kSS : kBSS, k * seqs_per_forward()); }
+  Poly per_seq(std::int64_t k) const { return Poly::mono(cached_ ? kOne : kB, k * seqs_per_forward()); }
+  // One sequence per forward: reshapes of (1, ...) tensors are views.
+  bool one_sequence() const { return cached_ ? sp_.contrastive.mini_batch_size == 1 : sp_.batch_one; }
   static Poly c(std::int64_t k) { return Poly::constant(k); }
 
   // Parameters bitsandbytes does not quantize keep the load dtype unless the k-bit preparation
@@ -190,6 +197,8 @@ class Step {
   // column, the final norm, Pooling, MultipleNegativesRankingLoss. `leaves` collects each
   // column's embedding output that enable_input_require_grads made a leaf.
   ColumnsLoss embedding_loss(std::vector<int>& leaves);
+  Column embed_column(std::vector<int>& leaves);
+  void cached_embedding_step();
   std::int64_t texts() const { return sp_.contrastive.texts(); }
   int to_output_dtype(int logits);
   int sft_loss(int logits);
@@ -250,7 +259,8 @@ class Step {
   int cur_layer_ = -1;
   std::vector<ParamRec> params_;
   std::vector<int> fsdp_retained_;
-  std::vector<int> graph_held_;     // tensors the autograd graph itself keeps (leaves held by AccumulateGrad)  // layer inputs and their grads the FSDP hooks keep (to backward's end)
+  std::vector<int> graph_held_;
+  const bool cached_;  // cached MNRL (GradCache) for a decoder embedding model     // tensors the autograd graph itself keeps (leaves held by AccumulateGrad)  // layer inputs and their grads the FSDP hooks keep (to backward's end)
 };
 
 LinearParams Step::make_linear(const LinearModule& mod, bool train, bool lora_ok, std::optional<DT> frozen_dt) {
@@ -681,9 +691,9 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     const int vr = ops_.repeat_kv(vt, n_rep, one_kv);
     // matmul folds (b, heads) into bmm's batch: the permuted query needs a copy unless b == 1;
     // a stride-0 (single KV head) key/value needs one unless b == 1.
-    const bool copy_kv = one_kv && n_rep > 1 && !sp_.batch_one;
+    const bool copy_kv = one_kv && n_rep > 1 && !one_sequence();
     probs = ops_.eager_probs(qe, ops_.view(kr), lp.sliding && sliding_mask_ >= 0 ? sliding_mask_ : mask_, scores(nh),
-                             !sp_.batch_one, copy_kv, m_.attn_logit_softcap > 0);
+                             !one_sequence(), copy_kv, m_.attn_logit_softcap > 0);
     g_.hold(probs);  // returned to the caller as well
     out = ops_.attention_output(probs, vr, qn, copy_kv);
     g_.drop(vr);
@@ -806,7 +816,7 @@ int Step::moe(int x, LayerParams& lp) {
   // Token-expert pairs this GPU's experts compute: tokens x k with balanced dropless routing;
   // with a capacity factor, every expert padded to its capacity (docs/formulas.md#expert-parallelism).
   const auto routed = [&](std::int64_t width) {
-    return Poly::mono(kBS, (checked_mul(checked_mul(width * k, sp_.batch_multiplier), sp_.moe_tokens_per_mille) + 999) / 1000);
+    return Poly::mono(tok_mono(), (checked_mul(checked_mul(width * k, seqs_per_forward()), sp_.moe_tokens_per_mille) + 999) / 1000);
   };
   // hidden_states[top_x] for every expert: tokens * k gathered rows; backward scatters them back.
   const int xs = g_.make(routed(h), g_.at(x).dt, ops_.cat);
@@ -1534,7 +1544,7 @@ int Step::sdpa_kernel(int q, int k, int v, const Poly& out_numel, const Poly& bi
   g_.drop(k);
   g_.drop(v);
   const int bias = bias_numel.is_zero() ? -1 : g_.make(bias_numel, bias_dt.value_or(g_.at(q16).dt), Cat::kInputs);
-  const int o = ops_.fused_attention(q16, k16, v16, out_numel, Poly::mono(kBS, m_.num_heads * sp_.batch_multiplier), bias);
+  const int o = ops_.fused_attention(q16, k16, v16, out_numel, tok(m_.num_heads), bias);
   if (bias >= 0) g_.drop(bias);
   g_.drop(q16);
   g_.drop(k16);
@@ -1601,7 +1611,7 @@ int Step::cross_attention(int x, LayerParams& lp) {
     // eager_attention_forward: q k^T * scaling + mask, fp32 softmax cast back, @ v, then
     // .transpose(1, 2).contiguous(); the (b, heads, s, M) score tensors as in the decoder's.
     const Poly sc_n = tok(checked_mul(nh, M));
-    const int probs = ops_.eager_probs(qe, ops_.view(kr0), cross_mask_, sc_n, !sp_.batch_one, false);
+    const int probs = ops_.eager_probs(qe, ops_.view(kr0), cross_mask_, sc_n, !one_sequence(), false);
     out = ops_.attention_output(probs, vr0, qn, false);
     g_.drop(kr0);
     g_.drop(vr0);
@@ -1862,33 +1872,94 @@ int Step::to_output_dtype(int logits) {
 
 // ---- Decoder embedding models (docs/formulas.md#decoder-embeddings)
 
-ColumnsLoss Step::embedding_loss(std::vector<int>& leaves) {
+// One text column's forward as sentence-transformers runs it: AutoModel's forward (the layers and
+// the final norm), which returns last_hidden_state; its locals (mask, rotary tables, the embedding
+// output) go with it; then the pooling. `leaves` collects the embedding output when it is a leaf
+// that requires grad (LoRA with checkpointing: its graph holds it for its .grad).
+Column Step::embed_column(std::vector<int>& leaves) {
   const std::int64_t hs = m_.hidden_size;
-  return contrastive_columns(g_, ops_, texts(), hs, per_seq(1), [this, hs, &leaves] {
-    // sentence-transformers' Transformer module: AutoModel's forward (the layers and the final
-    // norm), which returns last_hidden_state; its locals (mask, rotary tables, the embedding
-    // output) go with it.
-    g_.set_segment(kSegFwdPre);
-    emb_leaf_ = -1;
-    const int h = embed_and_layers(true);
-    g_.set_segment(kSegHead);
-    ops_.cat = Cat::kActivations;
-    const int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, htok());
-    g_.drop(h);
-    drop_forward_locals();
-    // A leaf that requires grad (LoRA with checkpointing) is held by its graph for its .grad.
-    if (g_.at(emb_leaf_).requires_grad) leaves.push_back(emb_leaf_);
-    g_.drop(emb_leaf_);
-    emb_leaf_ = -1;
-    const PoolShape shape{tok(1), per_seq(1), hs};
-    if (m_.embedding_library == EmbeddingLibrary::kLlm2Vec) {
-      // LLM2Vec.forward pools and returns: nothing else keeps the last hidden state.
-      const int rep = llm2vec_pool(g_, ops_, hn, m_.pooling, shape);
-      g_.drop(hn);
-      return Column{rep, -1};
-    }
-    return Column{pool(g_, ops_, hn, m_.pooling, shape), hn};
-  });
+  g_.set_segment(kSegFwdPre);
+  emb_leaf_ = -1;
+  const int h = embed_and_layers(true);
+  g_.set_segment(kSegHead);
+  ops_.cat = Cat::kActivations;
+  const int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, htok());
+  g_.drop(h);
+  drop_forward_locals();
+  if (g_.at(emb_leaf_).requires_grad && g_.grad_enabled()) leaves.push_back(emb_leaf_);
+  g_.drop(emb_leaf_);
+  emb_leaf_ = -1;
+  const PoolShape shape{tok(1), per_seq(1), hs};
+  if (m_.embedding_library == EmbeddingLibrary::kLlm2Vec) {
+    // LLM2Vec.forward pools and returns: nothing else keeps the last hidden state.
+    const int rep = llm2vec_pool(g_, ops_, hn, m_.pooling, shape);
+    g_.drop(hn);
+    return Column{rep, -1};
+  }
+  return Column{pool(g_, ops_, hn, m_.pooling, shape), hn};
+}
+
+ColumnsLoss Step::embedding_loss(std::vector<int>& leaves) {
+  return contrastive_columns(g_, ops_, texts(), m_.hidden_size, per_seq(1), [this, &leaves] { return embed_column(leaves); });
+}
+
+// sentence-transformers' CachedMultipleNegativesRankingLoss (GradCache) on a decoder, as on an
+// encoder (encoder_program.cpp): 1) every text embedded in mini-batches of mini_batch_size without
+// grad, only the embeddings kept; 2) the loss on the detached embeddings, backward per anchor
+// mini-batch, caching d(loss)/d(embedding); 3) per mini-batch, a forward with grad and the backward
+// of dot(embeddings, cached grads), inside loss.backward()'s hook. The embedding model's forward
+// runs under accelerate's autocast wrapper, one context per call. Two mini-batches of step 3 are
+// simulated: parameter gradients exist from the second on (docs/formulas.md#decoder-embeddings).
+void Step::cached_embedding_step() {
+  const std::int64_t hs = m_.hidden_size;
+  std::vector<int> leaves;
+  const auto forward = [&] {
+    if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+    const Column c = embed_column(leaves);
+    if (c.token_embeddings >= 0) g_.drop(c.token_embeddings);  // the forward's output dict is a local
+    if (sp_.autocast) ops_.exit_autocast();
+    return c.embedding;
+  };
+  g_.set_grad_enabled(false);
+  const int e0 = forward();
+  const DT edt = g_.at(e0).dt;
+  g_.drop(e0);
+  g_.set_grad_enabled(true);
+  const int reps = g_.make(Poly::mono(kB, texts() * hs), edt, Cat::kActivations, true);
+  g_.set_segment(kSegHead);
+  {
+    const int first = g_.node_count();
+    if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+    const int loss = mnrl_loss(g_, ops_, hs, reps, reps, Poly::constant(sp_.contrastive.mini_batch_size),
+                               Poly::mono(kB, texts() - 1));
+    if (sp_.autocast) ops_.exit_autocast();
+    g_.backward(loss, first);
+    g_.release_graph(first);
+    g_.drop(loss);
+  }
+  const int cached_grad = g_.take_grad(reps);
+  for (int i = 0; i < 2; ++i) {
+    const int first = g_.node_count();
+    const int e = forward();
+    const int y = g_.make(Poly::constant(1), DT::kF32, Cat::kLogits);  // torch.dot(reps, grads)
+    g_.node({e}, {y}, {}, [e](Bwd& c) { c.give(e, c.like(e)); });
+    g_.drop(e);
+    g_.backward(y, first);
+    g_.set_segment(kSegBwdPre);
+    for (const int t : fsdp_retained_) g_.drop(t);
+    fsdp_retained_.clear();
+    for (const int t : graph_held_) g_.drop(t);
+    graph_held_.clear();
+    std::vector<int> leaf_grads;
+    for (const int leaf : leaves)
+      if (const int eg = g_.take_grad(leaf); eg >= 0) leaf_grads.push_back(eg);
+    leaves.clear();
+    g_.release_graph(first);
+    for (const int eg : leaf_grads) g_.drop(eg);
+    g_.drop(y);
+  }
+  if (cached_grad >= 0) g_.drop(cached_grad);
+  g_.drop(reps);
 }
 
 // ---- SFT loss
@@ -2040,7 +2111,7 @@ int Step::entropy_no_grad(int logits, const Poly& rows) {
   const bool prev = g_.grad_enabled();
   g_.set_grad_enabled(false);
   const DT dt = g_.at(logits).dt;
-  const bool copy = !sp_.batch_one;
+  const bool copy = !one_sequence();
   const int flat = copy ? g_.make(rows * V, dt, Cat::kLogits) : -1;
   const Poly chunk = Poly::constant(128 * V);
   const int a = g_.make(chunk, dt, Cat::kLogits);
@@ -2212,8 +2283,9 @@ ProgramResult Step::run() {
   // Trainer inputs (int64), alive for the whole step: SFT input_ids, attention_mask, labels;
   // DPO input_ids, attention_mask, completion_mask; GRPO prompt/completion ids and masks.
   // A sentence-transformers batch: input_ids and attention_mask for every text column, no labels.
-  ids_ = g_.make(tok(texts()), DT::kI64, Cat::kInputs);
-  attn_mask2d_ = g_.make(tok(texts()), DT::kI64, Cat::kInputs);
+  // The whole batch's, also under cached MNRL (its mini-batches are slices of them).
+  ids_ = g_.make(Poly::mono(kBS, texts() * sp_.batch_multiplier), DT::kI64, Cat::kInputs);
+  attn_mask2d_ = g_.make(Poly::mono(kBS, texts() * sp_.batch_multiplier), DT::kI64, Cat::kInputs);
   if (!m_.decoder_embedding) labels_ = g_.make(tok(1), DT::kI64, Cat::kInputs);
   if (vision_on() && mllama()) {
     // pixel_values (b, images, tiles, 3, side, side) fp32, aspect_ratio_ids / aspect_ratio_mask
@@ -2237,6 +2309,10 @@ ProgramResult Step::run() {
   std::vector<int> column_block, column_leaves;
   switch (sp_.method) {
     case StepMethod::kSft: {
+      if (cached_) {
+        cached_embedding_step();
+        break;
+      }
       if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
       if (m_.decoder_embedding) {
         ColumnsLoss cl = embedding_loss(column_leaves);
@@ -2302,7 +2378,7 @@ ProgramResult Step::run() {
     const int rg = g_.make(g_.at(sent).numel, g_.at(sent).dt, Cat::kActivationGrads);
     g_.backward_from(sent, rg, 0);
     loss = sent_freed ? -1 : sent;
-  } else {
+  } else if (loss >= 0) {
     g_.backward(loss, 0);
   }
   for (const int t : column_block) g_.drop(t);  // the text columns between the simulated ones
