@@ -33,11 +33,11 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   if (c.model.is_encoder()) {  // encoder cases: head and contrastive texts (docs/formulas.md#encoders)
     MEMPLAN_TRY(c.model.head, parse_encoder_head(t.value("head", std::string("pooling"))));
     c.config.contrastive.texts_per_example = t.value("texts_per_example", 0);
-    c.config.contrastive.cached = t.value("cached_mnrl", false);
-    c.config.contrastive.mini_batch_size = t.value("mini_batch_size", 32);
   } else if (t.value("head", std::string()) == "pooling") {  // a decoder embedding model (docs/formulas.md#decoder-embeddings)
     c.model.decoder_embedding = true;
     c.config.contrastive.texts_per_example = t.value("texts_per_example", 2);
+  }
+  if (c.model.embeds()) {  // CachedMultipleNegativesRankingLoss (GradCache)
     c.config.contrastive.cached = t.value("cached_mnrl", false);
     c.config.contrastive.mini_batch_size = t.value("mini_batch_size", 32);
   }
