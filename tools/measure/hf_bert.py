@@ -7,6 +7,7 @@ so autograd saves the same tensors; plus sentence-transformers' Pooling(mean) an
 MultipleNegativesRankingLoss (cos_sim * 20, cross_entropy over in-batch candidates).
 Dropout is active (training): hidden 0.1, attention probabilities 0.1.
 """
+import contextlib
 import math
 
 import torch
@@ -197,24 +198,18 @@ def ranking_loss(reps):
     return F.cross_entropy(scores, labels)
 
 
-def decoder_cached_mnrl_loss(model, columns, mode, mini_batch_size, autocast=None):
-    """CachedMultipleNegativesRankingLoss with a decoder embedding model (AutoModel, `mode`
-    pooling): the same three steps as cached_mnrl_loss. The embedding model's forward runs under
-    its own autocast context each call, as accelerate wraps model.forward, so the mini-batches
-    embedded inside the backward hook are autocast too."""
-    def embed(ids, am, with_grad):
-        with torch.set_grad_enabled(with_grad), \
-                torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            x = model(ids, am)
-            return pool(x, am, mode)
+def gradcache_loss(embed, columns, mini_batch_size, loss_context=contextlib.nullcontext):
+    """sentence-transformers' CachedMultipleNegativesRankingLoss (GradCache, 3.x-5.x) around
+    `embed(mini_batch, with_grad)`, where a mini-batch is a slice of each of a column's tensors:
+    1) every column embedded in mini-batches without grad (detached embeddings that require grad);
+    2) the loss per anchor mini-batch, each backward at once, caching d(loss)/d(embedding); 3) in
+    the loss's backward hook, each mini-batch embedded again with grad and backward from
+    dot(embedding, cached gradient). Returns the detached loss carrying the hook."""
+    def minibatches(col):
+        for b in range(0, col[0].size(0), mini_batch_size):
+            yield tuple(x[b:b + mini_batch_size] for x in col)
 
-    reps = []
-    for ids, am in columns:
-        mbs = []
-        for b in range(0, ids.size(0), mini_batch_size):
-            e = b + mini_batch_size
-            mbs.append(embed(ids[b:e], am[b:e], False).detach().requires_grad_())
-        reps.append(mbs)
+    reps = [[embed(mb, False).detach().requires_grad_() for mb in minibatches(col)] for col in columns]
     embeddings_a = torch.cat(reps[0])
     embeddings_b = torch.cat([torch.cat(r) for r in reps[1:]])
     batch_size = len(embeddings_a)
@@ -222,7 +217,7 @@ def decoder_cached_mnrl_loss(model, columns, mode, mini_batch_size, autocast=Non
     losses = []
     for b in range(0, batch_size, mini_batch_size):
         e = b + mini_batch_size
-        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        with loss_context():
             a = F.normalize(embeddings_a[b:e], p=2, dim=1)
             c = F.normalize(embeddings_b, p=2, dim=1)
             scores = torch.mm(a, c.transpose(0, 1)) * 20.0
@@ -235,11 +230,10 @@ def decoder_cached_mnrl_loss(model, columns, mode, mini_batch_size, autocast=Non
 
     def hook(grad_output):
         with torch.enable_grad():
-            for (ids, am), grads in zip(columns, cache):
-                for i, b in enumerate(range(0, ids.size(0), mini_batch_size)):
-                    e = b + mini_batch_size
-                    r = embed(ids[b:e], am[b:e], True)
-                    surrogate = torch.dot(r.flatten(), grads[i].flatten()) * grad_output
+            for col, grads in zip(columns, cache):
+                for mb, grad in zip(minibatches(col), grads):
+                    r = embed(mb, True)
+                    surrogate = torch.dot(r.flatten(), grad.flatten()) * grad_output
                     surrogate.backward()
         return None
 
@@ -248,49 +242,26 @@ def decoder_cached_mnrl_loss(model, columns, mode, mini_batch_size, autocast=Non
 
 
 def cached_mnrl_loss(model, columns, mini_batch_size):
-    """sentence-transformers' CachedMultipleNegativesRankingLoss (GradCache, 3.x-5.x): 1) every
-    column embedded in mini-batches without grad (detached embeddings that require grad); 2) the
-    loss per anchor mini-batch, each backward at once, caching d(loss)/d(embedding); 3) in the
-    loss's backward hook, each mini-batch embedded again with grad and backward from
-    dot(embedding, cached gradient). Returns the detached loss carrying the hook."""
-    def embed(ids, types, am, with_grad):
+    """GradCache with a BERT-family model and mean pooling (columns: ids, token types, mask)."""
+    def embed(mb, with_grad):
+        ids, types, am = mb
         with torch.set_grad_enabled(with_grad):
             x, pooled = model(ids, types, am)
             return mean_pool(x, am)
 
-    reps = []
-    for ids, types, am in columns:
-        mbs = []
-        for b in range(0, ids.size(0), mini_batch_size):
-            e = b + mini_batch_size
-            mbs.append(embed(ids[b:e], types[b:e], am[b:e], False).detach().requires_grad_())
-        reps.append(mbs)
-    embeddings_a = torch.cat(reps[0])
-    embeddings_b = torch.cat([torch.cat(r) for r in reps[1:]])
-    batch_size = len(embeddings_a)
-    labels = torch.arange(batch_size)
-    losses = []
-    for b in range(0, batch_size, mini_batch_size):
-        e = b + mini_batch_size
-        a = F.normalize(embeddings_a[b:e], p=2, dim=1)
-        c = F.normalize(embeddings_b, p=2, dim=1)
-        scores = torch.mm(a, c.transpose(0, 1)) * 20.0
-        loss_mbatch = F.cross_entropy(scores, labels[b:e]) * len(scores) / batch_size
-        loss_mbatch.backward()
-        losses.append(loss_mbatch.detach())
-    loss = sum(losses).requires_grad_()
-    cache = [[r.grad for r in rs] for rs in reps]
-    del reps, embeddings_a, embeddings_b
+    return gradcache_loss(embed, columns, mini_batch_size)
 
-    def hook(grad_output):
-        with torch.enable_grad():
-            for (ids, types, am), grads in zip(columns, cache):
-                for i, b in enumerate(range(0, ids.size(0), mini_batch_size)):
-                    e = b + mini_batch_size
-                    r = embed(ids[b:e], types[b:e], am[b:e], True)
-                    surrogate = torch.dot(r.flatten(), grads[i].flatten()) * grad_output
-                    surrogate.backward()
-        return None
 
-    loss.register_hook(hook)
-    return loss
+def decoder_cached_mnrl_loss(model, columns, mode, mini_batch_size, autocast=None):
+    """GradCache with a decoder embedding model (AutoModel, `mode` pooling; columns: ids, mask).
+    The embedding model's forward runs under its own autocast context each call, as accelerate
+    wraps model.forward, so the mini-batches embedded inside the backward hook are autocast too."""
+    def in_autocast():
+        return torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None)
+
+    def embed(mb, with_grad):
+        ids, am = mb
+        with torch.set_grad_enabled(with_grad), in_autocast():
+            return pool(model(ids, am), am, mode)
+
+    return gradcache_loss(embed, columns, mini_batch_size, in_autocast)
