@@ -258,9 +258,9 @@ class Step {
   int layer_ = 0;
   int cur_layer_ = -1;
   std::vector<ParamRec> params_;
-  std::vector<int> fsdp_retained_;
-  std::vector<int> graph_held_;
-  const bool cached_;  // cached MNRL (GradCache) for a decoder embedding model     // tensors the autograd graph itself keeps (leaves held by AccumulateGrad)  // layer inputs and their grads the FSDP hooks keep (to backward's end)
+  std::vector<int> fsdp_retained_;  // layer inputs and their grads the FSDP hooks keep (to backward's end)
+  std::vector<int> graph_held_;     // tensors the autograd graph itself keeps (leaves held by AccumulateGrad)
+  const bool cached_;               // cached MNRL (GradCache) for a decoder embedding model
 };
 
 LinearParams Step::make_linear(const LinearModule& mod, bool train, bool lora_ok, std::optional<DT> frozen_dt) {
