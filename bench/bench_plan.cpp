@@ -287,6 +287,25 @@ void BM_PlanDecoderEmbedding(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanDecoderEmbedding)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// The same with cached MNRL (GradCache) in mini-batches of 32: one no-grad forward and two with
+// grad of a fixed mini-batch, whatever the micro-batch; the search runs to its cap.
+void BM_PlanDecoderEmbeddingCached(benchmark::State& state) {
+  ModelSpec m = llama31_8b();
+  m.decoder_embedding = true;
+  m.pooling = PoolingMode::kLastToken;
+  TrainingConfig c = lora_checkpointed();
+  c.seq_len = 512;
+  c.micro_batch = 8;
+  c.contrastive.texts_per_example = 3;
+  c.contrastive.cached = true;
+  c.contrastive.mini_batch_size = 32;
+  PlanRequest req;
+  req.budget = budget(80);
+  req.target_global_batch = 4096;
+  time_fitting_plan(state, m, c, req);
+}
+BENCHMARK(BM_PlanDecoderEmbeddingCached)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // Seed 002's contrastive embedding training: an encoder with LoRA and checkpointing under fp16
 // autocast, 57 texts per anchor (1 + 32 positives + 24 negatives), on a 24 GB card. Each text
 // column is a forward of its own (sentence-transformers); two are simulated and the 55 between
