@@ -1075,20 +1075,23 @@ int EncoderStep::modern_layer(int h, int l) {
   const int h1 = ops_.add(h, a, n);
   const int y = layer_norm(h1, lp.ln2_w, lp.ln2_b, n, rows);
   // ModernBertMLP: Wi(x).chunk(2) -> act(input) * gate -> drop (mlp_dropout 0) -> Wo. The two
-  // halves are views of Wi's output; SplitBackward concatenates their gradients into one.
+  // halves are views of Wi's output; SplitBackward concatenates their gradients into one. The
+  // forward's argument and its locals `input` and `gate` live until it returns, after Wo: with a
+  // frozen Wi nothing saves its input, which is still alive while Wo runs (measured: one (b, s, h)
+  // at a LoRA forward's peak, docs/formulas.md#modernbert).
   const int wi = lin(y, lp.lin.at("mlp.Wi"), tok(2 * I));
-  g_.drop(y);
   const int input = g_.view(wi, tok(I));
   const int gate = g_.view(wi, tok(I));
   g_.node({wi}, {input, gate}, {}, [wi](Bwd& c) { c.give(wi, c.like(wi)); });
   g_.drop(wi);
   const int act = ops_.gelu(input);
-  g_.drop(input);
   const int prod = ops_.mul(act, gate, tok(I));
   g_.drop(act);
-  g_.drop(gate);
   const int o = lin(prod, lp.lin.at("mlp.Wo"), n);
   g_.drop(prod);
+  g_.drop(input);
+  g_.drop(gate);
+  g_.drop(y);
   const int out = ops_.add(h1, o, n);
   g_.drop(h1);
   g_.drop(o);
