@@ -99,7 +99,9 @@ def build_modernbert(case):
     lora = t.get("lora")
     if lora:  # memplan's default target for ModernBERT: attn.Wqkv
         peft_lora.apply_lora(model, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
-                             lora.get("target_modules") or ["Wqkv"])
+                             lora.get("target_modules") or ["Wqkv"],
+                             # PEFT's SEQ_CLS task type saves `classifier` in full, not the prediction `head`
+                             ["classifier"] if head == "classification" else [])
     if t.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable(use_reentrant=t.get("checkpoint_reentrant", True))
     model.train()

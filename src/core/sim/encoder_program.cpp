@@ -963,16 +963,17 @@ void EncoderStep::make_modern_params() {
   }
   cur_layer_ = -1;
   norm(final_w_, final_b_);
-  // ModernBertPredictionHead: dense (classifier_bias, false by default), GELU, norm. The heads
-  // train under LoRA too (modules PEFT's task types save in full).
+  // ModernBertPredictionHead: dense (classifier_bias, false by default), GELU, norm. Under LoRA
+  // PEFT's SEQ_CLS task saves only the modules named `classifier` or `score` in full: the
+  // classifier trains, the prediction head (`head`, in the checkpoint) stays frozen (measured).
   if (m_.head == EncoderHead::kMaskedLm) {
     head_dense_w_ = param(h * h, ft, Cat::kWeights, h, h);
     norm(head_ln_w_, head_ln_b_);
     if (m_.decoder_bias) head_bias_ = param(V, ft);
   } else if (m_.head == EncoderHead::kSequenceClassification) {
-    head_dense_w_ = param(h * h, true, Cat::kWeights, h, h);
-    head_ln_w_ = param(h, true);
-    if (m_.norm_bias) head_ln_b_ = param(h, true);
+    head_dense_w_ = param(h * h, ft, Cat::kWeights, h, h);
+    head_ln_w_ = param(h, ft);
+    if (m_.norm_bias) head_ln_b_ = param(h, ft);
     cls_w_ = param(h * m_.num_labels, true, Cat::kWeights, m_.num_labels, h);
     cls_b_ = param(m_.num_labels, true);
   }
