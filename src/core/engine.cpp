@@ -1427,6 +1427,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.ops.cuda = config.device == Device::kCuda;
     sp.ops.trivial_slices_are_ops = config.device == Device::kCpu;
     sp.ops.mean_saves_input = config.device == Device::kCpu;
+    sp.ops.promote_by_copy = config.device == Device::kCpu;
     // Pipeline ranks (one, without pipeline parallelism); ranks whose simulation would be the
     // same (embedding, head, layer count and kinds) share it.
     MEMPLAN_TRY(const std::vector<PipelineRank> ranks, pipeline_ranks(model, config.parallel));

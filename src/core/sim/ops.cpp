@@ -121,14 +121,33 @@ void Ops::give_reduced(Bwd& c, int input, int full, const Poly& out_numel, DT ou
   c.give(input, cur);
 }
 
+std::vector<int> Ops::promoted_copies(std::initializer_list<int> inputs, DT common) {
+  std::vector<int> copies;
+  if (!b_.promote_by_copy) return copies;
+  for (const int in : inputs)
+    if (g_.at(in).dt != common) copies.push_back(g_.make(g_.at(in).numel, common, cat));
+  return copies;
+}
+
 int Ops::mul(int a, int b, Poly out_numel) {
   const DT dt = promote(a, b);
+  const std::vector<int> copies = promoted_copies({a, b}, dt);
   const int y = g_.make(out_numel, dt, cat);
+  for (const int t : copies) g_.drop(t);
   const int save_b = g_.rg(a) ? b : -1;
   const int save_a = g_.rg(b) ? a : -1;
   g_.node({a, b}, {y}, {save_b, save_a}, [this, a, b, out_numel, dt](Bwd& c) {
-    const int ga = c.needs(a) ? c.temp(out_numel, dt, grad_cat(c.graph().at(a))) : -1;  // grad * b
-    const int gb = c.needs(b) ? c.temp(out_numel, dt, grad_cat(c.graph().at(b))) : -1;  // grad * a
+    // grad * b and grad * a: the gradient is in the output's dtype, so on the CPU a saved input
+    // of another dtype is promoted by a copy for each product.
+    const auto product = [&](int other, int input) {
+      if (!c.needs(input)) return -1;
+      const int copy = b_.promote_by_copy && c.graph().at(other).dt != dt ? c.temp(c.graph().at(other).numel, dt) : -1;
+      const int g = c.temp(out_numel, dt, grad_cat(c.graph().at(input)));
+      if (copy >= 0) c.drop(copy);
+      return g;
+    };
+    const int ga = product(b, a);
+    const int gb = product(a, b);
     if (ga >= 0) give_reduced(c, a, ga, out_numel, dt);
     if (gb >= 0) give_reduced(c, b, gb, out_numel, dt);
   });
@@ -137,7 +156,9 @@ int Ops::mul(int a, int b, Poly out_numel) {
 
 int Ops::add(int a, int b, Poly out_numel) {
   const DT dt = promote(a, b);
+  const std::vector<int> copies = promoted_copies({a, b}, dt);
   const int y = g_.make(out_numel, dt, cat);
+  for (const int t : copies) g_.drop(t);
   g_.node({a, b}, {y}, {}, [this, a, b, out_numel, dt](Bwd& c) {
     for (int in : {a, b}) {
       if (!c.needs(in)) continue;

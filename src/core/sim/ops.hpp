@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <initializer_list>
 #include <vector>
 
 #include "core/sim/graph.hpp"
@@ -21,6 +22,10 @@ struct OpsBehaviour {
   bool trivial_slices_are_ops = true;
   // torch 1.13's MeanBackward1 keeps its input (for its size); torch 2.x keeps only sizes.
   bool mean_saves_input = true;
+  // CPU: TensorIterator promotes a binary op's input of another dtype through a temporary copy in
+  // the common dtype (promote_inputs_to_common_dtype), alive while the op runs; CUDA kernels cast
+  // as they load. Set from the device (Ops::mul/add, and MulBackward's products).
+  bool promote_by_copy = false;
   // torch >= 2.0's InputBuffer adds a second gradient in place when it holds the last reference.
   bool inplace_accumulation = false;
   bool operator==(const OpsBehaviour&) const = default;
@@ -103,6 +108,8 @@ class Ops {
 
  private:
   DT promote(int a, int b) const;
+  // The temporary copies promote_by_copy makes of `inputs` whose dtype is not `common`.
+  std::vector<int> promoted_copies(std::initializer_list<int> inputs, DT common);
   // Delivers gradient `full` (shaped like the op output) to `input`, reducing/casting like
   // autograd's validate_outputs when the input is smaller or of another dtype.
   void give_reduced(Bwd& ctx, int input, int full, const Poly& out_numel, DT out_dt);
