@@ -225,6 +225,8 @@ void EncoderStep::make_params() {
   if (encoder_has_pooler(m_) && !deberta()) {
     pool_w_ = param(h * h, pool_train, Cat::kWeights, h, h);
     pool_b_ = param(h, pool_train);
+    // Full fine-tuning leaves it requires_grad: autocast caches its casts once per region.
+    g_.at(pool_w_).cast_cached = g_.at(pool_b_).cast_cached = ft;
   }
   // Heads are created by AutoModelFor*: new modules PEFT's task types save in full
   // (modules_to_save for SEQ_CLS), so they train under LoRA too.
@@ -1252,7 +1254,12 @@ ProgramResult EncoderStep::run() {
         g_.set_segment(kSegFwdPre);
         const int h = encode();
         g_.set_segment(kSegHead);
-        const int pooled = encoder_has_pooler(m_) ? pooler(h) : -1;  // computed by BertModel, unused
+        // Computed by BertModel and unused: nothing reaches its graph, which dies with the
+        // model's output at the end of the forward (as if run without grad).
+        const bool grad = g_.grad_enabled();
+        g_.set_grad_enabled(false);
+        const int pooled = encoder_has_pooler(m_) ? pooler(h) : -1;
+        g_.set_grad_enabled(grad);
         const int rep = pool_tokens(h);
         if (pooled >= 0) g_.drop(pooled);
         return Column{rep, h};

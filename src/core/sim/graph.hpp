@@ -80,6 +80,9 @@ struct Tensor {
   bool alive = false;
   bool requires_grad = false;
   bool is_param = false;   // a leaf whose gradient goes to .grad (AccumulateGrad)
+  // A parameter that requires grad in PyTorch although no gradient ever reaches it (BERT's pooler
+  // under mean pooling): autocast caches its casts like a trained weight's.
+  bool cast_cached = false;
   int grad_uses = 0;       // params: how many nodes deliver a gradient to it
   int grad_received = 0;
   int grad = -1;           // params: the .grad tensor once it exists

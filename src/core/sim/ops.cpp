@@ -56,7 +56,7 @@ int Ops::cast_for_autocast(int x) {
   const DT to_dt = *autocast_;
   // at::autocast::cached_cast: fp32 leaves that require grad (trainable weights) are cast once
   // per autocast region; everything else is cast at every use.
-  const bool cacheable = t.is_param && t.requires_grad && t.dt == DT::kF32;
+  const bool cacheable = t.is_param && (t.requires_grad || t.cast_cached) && t.dt == DT::kF32;
   if (cacheable) {
     const auto it = std::lower_bound(cast_cache_.begin(), cast_cache_.end(), std::pair<int, int>{x, -1});
     if (it != cast_cache_.end() && it->first == x) {
