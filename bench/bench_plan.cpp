@@ -272,7 +272,7 @@ BENCHMARK(BM_PlanGemma3SlidingWindow)->Unit(benchmark::kMicrosecond)->UseRealTim
 // A decoder embedding model (e5-mistral's kind of training: an 8B decoder loaded as AutoModel,
 // last-token pooling, LoRA with checkpointing, 1 anchor + 1 positive + 1 hard negative of 512
 // tokens) on an 80 GB card: each text column is a forward of its own (docs/formulas.md#decoder-embeddings).
-void BM_PlanDecoderEmbedding(benchmark::State& state) {
+void time_decoder_embedding_plan(benchmark::State& state, bool cached) {
   ModelSpec m = llama31_8b();
   m.decoder_embedding = true;
   m.pooling = PoolingMode::kLastToken;
@@ -280,30 +280,19 @@ void BM_PlanDecoderEmbedding(benchmark::State& state) {
   c.seq_len = 512;
   c.micro_batch = 8;
   c.contrastive.texts_per_example = 3;
+  c.contrastive.cached = cached;
+  c.contrastive.mini_batch_size = 32;
   PlanRequest req;
   req.budget = budget(80);
-  req.target_global_batch = 256;
+  req.target_global_batch = cached ? 4096 : 256;
   time_fitting_plan(state, m, c, req);
 }
+void BM_PlanDecoderEmbedding(benchmark::State& state) { time_decoder_embedding_plan(state, false); }
 BENCHMARK(BM_PlanDecoderEmbedding)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The same with cached MNRL (GradCache) in mini-batches of 32: one no-grad forward and two with
 // grad of a fixed mini-batch, whatever the micro-batch; the search runs to its cap.
-void BM_PlanDecoderEmbeddingCached(benchmark::State& state) {
-  ModelSpec m = llama31_8b();
-  m.decoder_embedding = true;
-  m.pooling = PoolingMode::kLastToken;
-  TrainingConfig c = lora_checkpointed();
-  c.seq_len = 512;
-  c.micro_batch = 8;
-  c.contrastive.texts_per_example = 3;
-  c.contrastive.cached = true;
-  c.contrastive.mini_batch_size = 32;
-  PlanRequest req;
-  req.budget = budget(80);
-  req.target_global_batch = 4096;
-  time_fitting_plan(state, m, c, req);
-}
+void BM_PlanDecoderEmbeddingCached(benchmark::State& state) { time_decoder_embedding_plan(state, true); }
 BENCHMARK(BM_PlanDecoderEmbeddingCached)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Seed 002's contrastive embedding training: an encoder with LoRA and checkpointing under fp16
