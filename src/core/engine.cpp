@@ -630,10 +630,15 @@ CatVec unsharded(const Candidate& k, const CatVec& base) {
 
 // Whether two candidates' categories `cats` come from the same inputs (so anything computed from
 // them alone is the same): most events change only activations.
+// Whether two candidates add the same terms to their events' categories (extrapolation, extra
+// categories, ring buffers) and come from events of the same kind.
+bool same_terms(const Candidate& a, const Candidate& b) {
+  return a.m == b.m && a.extra == b.extra && same_ring(a, b) && (a.c == nullptr) == (b.c == nullptr) &&
+         (a.d == nullptr) == (b.d == nullptr);
+}
+
 bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> cats) {
-  if (a.m != b.m || a.extra != b.extra || !same_ring(a, b) || (a.c == nullptr) != (b.c == nullptr) ||
-      (a.d == nullptr) != (b.d == nullptr))
-    return false;
+  if (!same_terms(a, b)) return false;
   for (Cat c : cats) {
     const auto i = static_cast<std::size_t>(c);
     if (a.c == nullptr) {
@@ -654,17 +659,14 @@ bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> ca
 void materialize(Candidate& k, const CatVec& base, const std::shared_ptr<const CatVec>& whole = nullptr) {
   if (k.c == nullptr && !k.sharding && !k.grads && !k.ring) return;
   if (whole && !k.sharding && !k.grads) {
-    k.cats = whole;
-    k.ring = nullptr;
-    k.c = k.d = nullptr;
-    k.extra = nullptr;
-    return;
+    k.cats = whole;  // nothing of this estimator's own to apply: the shared vector as it is
+  } else {
+    CatVec v = whole ? *whole : unsharded(k, base);
+    if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
+    if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
+    k.cats = std::make_shared<const CatVec>(v);
   }
-  CatVec v = whole ? *whole : unsharded(k, base);
   k.ring = nullptr;
-  if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
-  if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
-  k.cats = std::make_shared<const CatVec>(v);
   k.c = k.d = nullptr;
   k.extra = nullptr;
   k.sharding.reset();
@@ -938,8 +940,7 @@ void prune_runs(Extrapolated& x) {
     // same_inputs(a, b, kShardedCats), comparing one index list per run where both are from them.
     if (a.c == nullptr || b.c == nullptr || a.rc != rc || b.rc != rc || a.rd != rd || b.rd != rd)
       return same_inputs(a, b, kShardedCats);
-    if (a.m != b.m || a.extra != b.extra || !same_ring(a, b) || (a.d == nullptr) != (b.d == nullptr)) return false;
-    if (!rc->cats.same(*a.c, *b.c, in_rc)) return false;
+    if (!same_terms(a, b) || !rc->cats.same(*a.c, *b.c, in_rc)) return false;
     return a.d == nullptr || rd->cats.same(*a.d, *b.d, in_rd);
   };
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -1193,11 +1194,18 @@ void Estimator::Impl::build_half(int half) {
           add(full ? full->end_of_step : r4 ? lerp(r3.end_of_step, r4->end_of_step, extra) : r3.end_of_step, base);
       cands.push_back(generation_candidate(model, config, persistent));
     }
+    // Context parallelism adds this config's own ring buffers to the candidates: their
+    // unsharded categories are then not the shared extrapolation's.
+    const bool ring_buffers = config.parallel.context_parallel > 1;
     std::array<Poly, 2> ring{};
-    if (config.parallel.context_parallel > 1) {
+    if (ring_buffers) {
       ring = ring_attention_buffers(sp.model, config);
       add_ring_attention_buffers(ring, cands);
     }
+    // Candidates i - 1 and i (both of the shared extrapolation's) are of one part.
+    const auto same_part = [&](std::size_t i) {
+      return i > 0 && i < origin.size() && shared->part_of[origin[i]] == shared->part_of[origin[i - 1]];
+    };
     // Each candidate's gradient term as its total counts it (for the later micro-batches).
     std::vector<Poly> grads_now(cands.size());
     if (pb.multi) {
@@ -1206,7 +1214,7 @@ void Estimator::Impl::build_half(int half) {
       Poly delta;  // the previous candidate's total change by sharding
       // The unsharded categories are the shared extrapolation's, except where this config adds
       // its own terms (ring-attention buffers) or candidates (GRPO's generation, at the end).
-      const bool share_parts = config.parallel.context_parallel <= 1;
+      const bool share_parts = !ring_buffers;
       if (share_parts)
         std::call_once(shared->parts_built, [&] {
           const std::vector<Candidate>& all = shared->cands;
@@ -1224,9 +1232,8 @@ void Estimator::Impl::build_half(int half) {
             &st.shard, cand.segment == kSegOptimizer,
             gathered_layers(cand.segment, fsdp_no_backward_prefetch(config),
                             fsdp(config) && config.parallel.fsdp_version == 2)};
-        const bool same_part = i > 0 && (i < shared_n ? shared->part_of[origin[i]] == shared->part_of[origin[i - 1]]
-                                                       : same_inputs(cands[i - 1], cand, kShardedCats));
-        if (same_part && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
+        const bool same_parts = i > 0 && (i < shared_n ? same_part(i) : same_inputs(cands[i - 1], cand, kShardedCats));
+        if (same_parts && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
             cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers) {
           cand.total += delta;
           grads_now[i] = grads_now[i - 1];
@@ -1252,8 +1259,7 @@ void Estimator::Impl::build_half(int half) {
       // Gradients change at few events (a parameter's accumulation): consecutive candidates of
       // one run mostly share them.
       for (std::size_t i = 0; i < cands.size(); ++i) {
-        const bool same_part = i > 0 && i < origin.size() && shared->part_of[origin[i]] == shared->part_of[origin[i - 1]];
-        if (i > 0 && (same_part || same_inputs(cands[i - 1], cands[i], kGradientCats))) {
+        if (i > 0 && (same_part(i) || same_inputs(cands[i - 1], cands[i], kGradientCats))) {
           grads_now[i] = grads_now[i - 1];
           continue;
         }
@@ -1279,9 +1285,8 @@ void Estimator::Impl::build_half(int half) {
     }
     // A kept candidate's unsharded categories, shared with the other list and the other
     // estimators of this extrapolation (not where ring buffers were added to this one's).
-    const bool share_whole = config.parallel.context_parallel <= 1;
     const auto whole_of = [&](std::size_t i, const Candidate& k) -> std::shared_ptr<const CatVec> {
-      if (!share_whole || i >= origin.size() || k.c == nullptr) return nullptr;
+      if (ring_buffers || i >= origin.size() || k.c == nullptr) return nullptr;
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->whole.resize(shared->cands.size());
       auto& slot = shared->whole[origin[i]];

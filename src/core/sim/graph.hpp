@@ -255,11 +255,7 @@ class EventCats {
     return p;
   }
   // Whether category c is the same at a and b (events of this run), without building it.
-  bool same(const Event& a, const Event& b, Cat c) const {
-    for (const std::uint16_t j : by_cat_[static_cast<std::size_t>(c)])
-      if ((j < a.count ? values_[a.offset + j] : 0) != (j < b.count ? values_[b.offset + j] : 0)) return false;
-    return true;
-  }
+  bool same(const Event& a, const Event& b, Cat c) const { return same(a, b, by_cat_[static_cast<std::size_t>(c)]); }
   // The layout indices of categories `cats`, for same(a, b, indices): one list to compare
   // instead of one per category.
   std::vector<std::uint16_t> indices(std::span<const Cat> cats) const {

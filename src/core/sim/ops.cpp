@@ -121,8 +121,8 @@ void Ops::give_reduced(Bwd& c, int input, int full, const Poly& out_numel, DT ou
   c.give(input, cur);
 }
 
-std::vector<int> Ops::promoted_copies(std::initializer_list<int> inputs, DT common) {
-  std::vector<int> copies;
+InlineVec<int, 2> Ops::promoted_copies(std::initializer_list<int> inputs, DT common) {
+  InlineVec<int, 2> copies;
   if (!b_.promote_by_copy) return copies;
   for (const int in : inputs)
     if (g_.at(in).dt != common) copies.push_back(g_.make(g_.at(in).numel, common, cat));
@@ -131,7 +131,7 @@ std::vector<int> Ops::promoted_copies(std::initializer_list<int> inputs, DT comm
 
 int Ops::mul(int a, int b, Poly out_numel) {
   const DT dt = promote(a, b);
-  const std::vector<int> copies = promoted_copies({a, b}, dt);
+  const InlineVec<int, 2> copies = promoted_copies({a, b}, dt);
   const int y = g_.make(out_numel, dt, cat);
   for (const int t : copies) g_.drop(t);
   const int save_b = g_.rg(a) ? b : -1;
@@ -156,7 +156,7 @@ int Ops::mul(int a, int b, Poly out_numel) {
 
 int Ops::add(int a, int b, Poly out_numel) {
   const DT dt = promote(a, b);
-  const std::vector<int> copies = promoted_copies({a, b}, dt);
+  const InlineVec<int, 2> copies = promoted_copies({a, b}, dt);
   const int y = g_.make(out_numel, dt, cat);
   for (const int t : copies) g_.drop(t);
   g_.node({a, b}, {y}, {}, [this, a, b, out_numel, dt](Bwd& c) {

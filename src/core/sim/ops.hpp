@@ -6,8 +6,8 @@
 #pragma once
 
 #include <algorithm>
-#include <optional>
 #include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include "core/sim/graph.hpp"
@@ -109,7 +109,7 @@ class Ops {
  private:
   DT promote(int a, int b) const;
   // The temporary copies promote_by_copy makes of `inputs` whose dtype is not `common`.
-  std::vector<int> promoted_copies(std::initializer_list<int> inputs, DT common);
+  InlineVec<int, 2> promoted_copies(std::initializer_list<int> inputs, DT common);
   // Delivers gradient `full` (shaped like the op output) to `input`, reducing/casting like
   // autograd's validate_outputs when the input is smaller or of another dtype.
   void give_reduced(Bwd& ctx, int input, int full, const Poly& out_numel, DT out_dt);

@@ -199,6 +199,7 @@ class Step {
   ColumnsLoss embedding_loss(std::vector<int>& leaves);
   Column embed_column(std::vector<int>& leaves);
   void cached_embedding_step();
+  void release_backward(std::vector<int>& leaves, int first_node);
   std::int64_t texts() const { return sp_.contrastive.texts(); }
   int to_output_dtype(int logits);
   int sft_loss(int logits);
@@ -1945,21 +1946,27 @@ void Step::cached_embedding_step() {
     g_.node({e}, {y}, {}, [e](Bwd& c) { c.give(e, c.like(e)); });
     g_.drop(e);
     g_.backward(y, first);
-    g_.set_segment(kSegBwdPre);
-    for (const int t : fsdp_retained_) g_.drop(t);
-    fsdp_retained_.clear();
-    for (const int t : graph_held_) g_.drop(t);
-    graph_held_.clear();
-    std::vector<int> leaf_grads;
-    for (const int leaf : leaves)
-      if (const int eg = g_.take_grad(leaf); eg >= 0) leaf_grads.push_back(eg);
-    leaves.clear();
-    g_.release_graph(first);
-    for (const int eg : leaf_grads) g_.drop(eg);
+    release_backward(leaves, first);
     g_.drop(y);
   }
   if (cached_grad >= 0) g_.drop(cached_grad);
   g_.drop(reps);
+}
+
+// After a backward over the nodes from `first_node` on: what FSDP's post-backward final callback
+// and the graph itself held goes, and the embedding leaves' .grad die with the graph.
+void Step::release_backward(std::vector<int>& leaves, int first_node) {
+  g_.set_segment(kSegBwdPre);
+  for (const int t : fsdp_retained_) g_.drop(t);
+  fsdp_retained_.clear();
+  for (const int t : graph_held_) g_.drop(t);
+  graph_held_.clear();
+  std::vector<int> leaf_grads;
+  for (const int leaf : leaves)
+    if (const int eg = g_.take_grad(leaf); eg >= 0) leaf_grads.push_back(eg);
+  leaves.clear();
+  g_.release_graph(first_node);
+  for (const int eg : leaf_grads) g_.drop(eg);
 }
 
 // ---- SFT loss
@@ -2382,17 +2389,8 @@ ProgramResult Step::run() {
     g_.backward(loss, 0);
   }
   for (const int t : column_block) g_.drop(t);  // the text columns between the simulated ones
-  g_.set_segment(kSegBwdPre);
-  for (const int t : fsdp_retained_) g_.drop(t);  // FSDP's post-backward final callback
-  fsdp_retained_.clear();
-  for (const int t : graph_held_) g_.drop(t);
-  // The embedding leaves' .grad die with the graph.
   if (emb_leaf_ >= 0) column_leaves.push_back(emb_leaf_);
-  std::vector<int> leaf_grads;
-  for (const int leaf : column_leaves)
-    if (const int eg = g_.take_grad(leaf); eg >= 0) leaf_grads.push_back(eg);
-  g_.release_graph(0);
-  for (const int eg : leaf_grads) g_.drop(eg);
+  release_backward(column_leaves, 0);
   if (loss >= 0) g_.drop(loss);
   g_.take_events(res.events, res.cats);
   res.params = params_;
