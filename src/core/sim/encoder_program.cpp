@@ -1243,7 +1243,6 @@ ProgramResult EncoderStep::run() {
     g_.make(Poly::mono(kS, static_cast<std::int64_t>(m_.num_layers) * m_.head_dim), dt, Cat::kInputs);
   }
   const std::int64_t hs = m_.hidden_size;
-  const Poly candidates = Poly::mono(kB, texts_ - 1);
 
   if (!cached_) {
     if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
@@ -1281,56 +1280,23 @@ ProgramResult EncoderStep::run() {
     release_graph(0);
     g_.drop(loss);
   } else {
-    // CachedMultipleNegativesRankingLoss (GradCache): 1) embed every text in mini-batches without
-    // grad, keeping only the embeddings; 2) the loss on detached embeddings, backward per anchor
-    // mini-batch, caching d(loss)/d(embedding); 3) per mini-batch, forward with grad and
-    // backward of dot(embeddings, cached grads). Two mini-batches are simulated: parameter
-    // gradients exist from the second on.
-    const DT edt = sp_.autocast ? DT::kF32 : sp_.weight_dt;  // LayerNorm output under autocast
-    const Poly reps_n = Poly::mono(kB, texts_ * hs);
-    g_.set_grad_enabled(false);
-    if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
-    {
-      const int h = encode();
-      const int e = pool_tokens(h);
-      g_.drop(h);
-      g_.drop(e);
-    }
-    if (sp_.autocast) ops_.exit_autocast();
-    g_.set_grad_enabled(true);
-    const int reps = g_.make(reps_n, edt, Cat::kActivations, true);
-    g_.set_segment(kSegHead);
-    {
-      // Scores of one anchor mini-batch against every candidate, with grad, then backward.
-      const int first = g_.node_count();
-      const Poly mb = Poly::constant(sp_.contrastive.mini_batch_size);
-      if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
-      const int loss = mnrl_loss(g_, ops_, hs, reps, reps, mb, candidates);
-      if (sp_.autocast) ops_.exit_autocast();
-      g_.backward(loss, first);
-      release_graph(first);
-      g_.drop(loss);
-    }
-    const int cached_grad = g_.take_grad(reps);
-    for (int i = 0; i < 2; ++i) {
-      g_.set_segment(kSegFwdPre);
-      const int first = g_.node_count();
+    // CachedMultipleNegativesRankingLoss (GradCache, sentence.hpp): the mini-batches' forwards
+    // are encode() and the pooling, each in its own autocast context.
+    const auto embed = [&](bool with_grad) {
+      if (with_grad) g_.set_segment(kSegFwdPre);
       if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
       const int h = encode();
-      g_.set_segment(kSegHead);
+      if (with_grad) g_.set_segment(kSegHead);
       const int e = pool_tokens(h);
       g_.drop(h);
       if (sp_.autocast) ops_.exit_autocast();
-      const int y = g_.make(Poly::constant(1), DT::kF32, Cat::kLogits);  // torch.dot(reps, grads)
-      g_.node({e}, {y}, {}, [e](Bwd& c) { c.give(e, c.like(e)); });
-      g_.drop(e);
-      g_.backward(y, first);
-      g_.set_segment(kSegBwdPre);
-      release_graph(first);
-      g_.drop(y);
-    }
-    if (cached_grad >= 0) g_.drop(cached_grad);
-    g_.drop(reps);
+      return e;
+    };
+    gradcache_step(g_, ops_, {hs, texts_, sp_.contrastive.mini_batch_size, sp_.autocast}, embed,
+                   [&](int first, bool hook) {
+                     if (hook) g_.set_segment(kSegBwdPre);
+                     release_graph(first);
+                   });
   }
   g_.take_events(res.events, res.cats);
   res.params = params_;

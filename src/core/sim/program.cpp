@@ -1904,53 +1904,23 @@ ColumnsLoss Step::embedding_loss(std::vector<int>& leaves) {
   return contrastive_columns(g_, ops_, texts(), m_.hidden_size, per_seq(1), [this, &leaves] { return embed_column(leaves); });
 }
 
-// sentence-transformers' CachedMultipleNegativesRankingLoss (GradCache) on a decoder, as on an
-// encoder (encoder_program.cpp): 1) every text embedded in mini-batches of mini_batch_size without
-// grad, only the embeddings kept; 2) the loss on the detached embeddings, backward per anchor
-// mini-batch, caching d(loss)/d(embedding); 3) per mini-batch, a forward with grad and the backward
-// of dot(embeddings, cached grads), inside loss.backward()'s hook. The embedding model's forward
-// runs under accelerate's autocast wrapper, one context per call. Two mini-batches of step 3 are
-// simulated: parameter gradients exist from the second on (docs/formulas.md#decoder-embeddings).
+// sentence-transformers' CachedMultipleNegativesRankingLoss (GradCache, sentence.hpp) on a decoder,
+// as on an encoder. The embedding model's forward runs under accelerate's autocast wrapper, one
+// context per call (docs/formulas.md#decoder-embeddings).
 void Step::cached_embedding_step() {
-  const std::int64_t hs = m_.hidden_size;
   std::vector<int> leaves;
-  const auto forward = [&] {
+  const auto embed = [&](bool) {
     if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
     const Column c = embed_column(leaves);
     if (c.token_embeddings >= 0) g_.drop(c.token_embeddings);  // the forward's output dict is a local
     if (sp_.autocast) ops_.exit_autocast();
     return c.embedding;
   };
-  g_.set_grad_enabled(false);
-  const int e0 = forward();
-  const DT edt = g_.at(e0).dt;
-  g_.drop(e0);
-  g_.set_grad_enabled(true);
-  const int reps = g_.make(Poly::mono(kB, texts() * hs), edt, Cat::kActivations, true);
-  g_.set_segment(kSegHead);
-  {
-    const int first = g_.node_count();
-    if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
-    const int loss = mnrl_loss(g_, ops_, hs, reps, reps, Poly::constant(sp_.contrastive.mini_batch_size),
-                               Poly::mono(kB, texts() - 1));
-    if (sp_.autocast) ops_.exit_autocast();
-    g_.backward(loss, first);
-    g_.release_graph(first);
-    g_.drop(loss);
-  }
-  const int cached_grad = g_.take_grad(reps);
-  for (int i = 0; i < 2; ++i) {
-    const int first = g_.node_count();
-    const int e = forward();
-    const int y = g_.make(Poly::constant(1), DT::kF32, Cat::kLogits);  // torch.dot(reps, grads)
-    g_.node({e}, {y}, {}, [e](Bwd& c) { c.give(e, c.like(e)); });
-    g_.drop(e);
-    g_.backward(y, first);
-    release_backward(leaves, first);
-    g_.drop(y);
-  }
-  if (cached_grad >= 0) g_.drop(cached_grad);
-  g_.drop(reps);
+  gradcache_step(g_, ops_, {m_.hidden_size, texts(), sp_.contrastive.mini_batch_size, sp_.autocast}, embed,
+                 [&](int first, bool hook) {
+                   if (hook) release_backward(leaves, first);
+                   else g_.release_graph(first);
+                 });
 }
 
 // After a backward over the nodes from `first_node` on: what FSDP's post-backward final callback

@@ -3,6 +3,8 @@
 // (models/Pooling.py, losses/MultipleNegativesRankingLoss.py).
 #include "core/sim/sentence.hpp"
 
+#include "core/sim/program.hpp"
+
 #include <algorithm>
 
 namespace memplan::sim {
@@ -215,6 +217,40 @@ ColumnsLoss contrastive_columns(Graph& g, Ops& ops, std::int64_t texts, std::int
   g.drop(reps[0]);
   for (const int t : features) g.drop(t);  // compute_loss returns
   return out;
+}
+
+void gradcache_step(Graph& g, Ops& ops, const GradCache& gc, const std::function<int(bool)>& embed,
+                    const std::function<void(int, bool)>& release) {
+  g.set_grad_enabled(false);
+  const int e0 = embed(false);
+  const DT edt = g.at(e0).dt;
+  g.drop(e0);
+  g.set_grad_enabled(true);
+  const int reps = g.make(Poly::mono(kB, gc.texts * gc.hidden), edt, Cat::kActivations, true);
+  g.set_segment(kSegHead);
+  {
+    // Scores of one anchor mini-batch against every candidate, with grad, then backward.
+    const int first = g.node_count();
+    if (gc.autocast) ops.enter_autocast(*gc.autocast);
+    const int loss = mnrl_loss(g, ops, gc.hidden, reps, reps, Poly::constant(gc.mini_batch), Poly::mono(kB, gc.texts - 1));
+    if (gc.autocast) ops.exit_autocast();
+    g.backward(loss, first);
+    release(first, false);
+    g.drop(loss);
+  }
+  const int cached_grad = g.take_grad(reps);
+  for (int i = 0; i < 2; ++i) {
+    const int first = g.node_count();
+    const int e = embed(true);
+    const int y = g.make(Poly::constant(1), DT::kF32, Cat::kLogits);  // torch.dot(reps, grads)
+    g.node({e}, {y}, {}, [e](Bwd& c) { c.give(e, c.like(e)); });
+    g.drop(e);
+    g.backward(y, first);
+    release(first, true);
+    g.drop(y);
+  }
+  if (cached_grad >= 0) g.drop(cached_grad);
+  g.drop(reps);
 }
 
 }  // namespace memplan::sim

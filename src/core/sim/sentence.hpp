@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/sim/graph.hpp"
@@ -52,5 +53,23 @@ struct ColumnsLoss {
 };
 ColumnsLoss contrastive_columns(Graph& g, Ops& ops, std::int64_t texts, std::int64_t hidden, const Poly& per_text,
                                 const std::function<Column()>& embed_column);
+
+// CachedMultipleNegativesRankingLoss (GradCache), sentence-transformers 3.x-5.x, for encoders and
+// decoder embedding models alike: 1) every text embedded in mini-batches without grad, only the
+// `texts x hidden` embeddings per example kept (in the embedding's dtype); 2) the loss on the
+// detached embeddings, backward per anchor mini-batch of `mini_batch`, caching d(loss)/d(embedding);
+// 3) per mini-batch, a forward with grad and the backward of dot(embedding, cached gradient),
+// inside loss.backward()'s hook. One mini-batch of step 1 and two of step 3 are simulated
+// (parameter gradients exist from the second on). `embed(with_grad)` runs one mini-batch's forward
+// and pooling in its own autocast context and returns the embedding; `release(first, hook)` frees
+// the graph from node `first` after the loss's backward (hook false) or a mini-batch's (true).
+struct GradCache {
+  std::int64_t hidden = 0;
+  std::int64_t texts = 0;
+  std::int64_t mini_batch = 0;
+  std::optional<DT> autocast;  // the loss's autocast context
+};
+void gradcache_step(Graph& g, Ops& ops, const GradCache& gc, const std::function<int(bool)>& embed,
+                    const std::function<void(int, bool)>& release);
 
 }  // namespace memplan::sim
