@@ -90,33 +90,39 @@ Poly total(const CatVec& v) {
 struct Candidate {
   int segment = 0;
   Poly total;
-  // The categories, built only for the candidates that survive pruning (most do not; keeping
-  // them out of line keeps the candidate list small). Shared: the b = 1 and b >= 2 lists may
-  // be the same.
+  // A candidate's categories are computed only when a breakdown asks for them (categories()):
+  // a plan needs the totals alone. They are those of `cats` where the candidate has its own
+  // (the optimizer step, GRPO's generation), else base + c + m * (d - c) from the two reduced
+  // timelines' events (categories in rc->cats and rd->cats); then the terms below.
   std::shared_ptr<const CatVec> cats;
-  // Until materialize(): cats = base + c + m * (d - c), from the two reduced timelines' events
-  // (categories in rc->cats and rd->cats).
   const sim::ProgramResult* rc = nullptr;
   const sim::ProgramResult* rd = nullptr;
   const sim::Event* c = nullptr;
   const sim::Event* d = nullptr;
   std::int64_t m = 0;
-  const CatVec* extra = nullptr;
-  // Multi-GPU: the sharding materialize() applies (the total already has it).
+  // Multi-GPU: the sharding applied (the total already has it).
   struct Sharding {
     const ShardPlan* plan = nullptr;
     bool optimizer_step = false;
     int gathered_layers = 0;
   };
   std::optional<Sharding> sharding;
-  // Context parallelism's ring-attention buffers at this event, added to communication_buckets
-  // by materialize() (the total already has them). Points into the estimator's build, like
-  // grads: both are null once materialized.
+  // Context parallelism's ring-attention buffers at this event, in communication_buckets (the
+  // total already has them). Points into the stage's StageSim, like grads.
   const Poly* ring = nullptr;
   // A later micro-batch's candidate (docs/formulas.md#gradient-accumulation): the same
-  // categories with this gradient term, applied by materialize().
+  // categories with this gradient term.
   const Poly* grads = nullptr;
 };
+
+// A candidate with categories of its own (not a simulated event's).
+Candidate own_candidate(int segment, const CatVec& v) {
+  Candidate k;
+  k.segment = segment;
+  k.total = total(v);
+  k.cats = std::make_shared<const CatVec>(v);
+  return k;
+}
 
 // The categories apply_sharding() changes (each on its own).
 constexpr Cat kShardedCats[] = {Cat::kWeights,         Cat::kAdapterWeights, Cat::kReference,
@@ -397,6 +403,13 @@ struct StageSim {
   OptimizerFootprint opt;
   std::vector<OptParam> opt_params;
   ShardPlan shard;
+  // What every event adds (the optimizer's persistent state, cuBLAS workspaces) and what only
+  // the optimizer step adds (every gradient, the step's temporaries).
+  CatVec base{}, opt_extra{};
+  // Every gradient as a later micro-batch holds it (sharded as the config shards it).
+  Poly later_grads;
+  // Context parallelism's ring-attention buffers in forward and in backward (else zero).
+  std::array<Poly, 2> ring{};
   std::int64_t trainable = 0;
   bool extrapolated = false;  // from the reduced models (else every layer was simulated)
   int simulated_layers = 0;   // decoder layers in the reduced models' runs
@@ -446,11 +459,6 @@ struct Estimator::Programs {
     // Each part's categories before sharding, by part (multi-GPU estimators; built once).
     std::once_flag parts_built;
     std::vector<std::array<Poly, std::size(kShardedCats)>> parts;
-    std::mutex mu;  // guards whole
-    // Each candidate's every category before sharding, built by the first estimator that keeps
-    // it: the first and later micro-batches' lists, and the estimators sharing the extrapolation,
-    // mostly keep the same events.
-    std::vector<std::shared_ptr<const CatVec>> whole;
   };
   std::shared_ptr<Extrapolated> extrapolated(const sim::ProgramResult* r3, const sim::ProgramResult* r4,
                                              std::int64_t m, const CatVec& base, const CatVec& opt_extra,
@@ -549,23 +557,20 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   std::vector<Candidate> out;
   out.reserve(r3.events.size() + (r4 != nullptr ? r4->events.size() : 0) + 1);
   const Poly base_total = total(base);
-  auto push = [&](int seg, const sim::Event& c, const sim::Event* d, const CatVec* extra) {
+  auto push = [&](int seg, const sim::Event& c, const sim::Event* d) {
     Candidate& k = out.emplace_back();
     k.segment = seg;
     k.total = c.total + base_total;
     if (d != nullptr && m != 0) k.total += (d->total - c.total) * m;
-    if (extra != nullptr) k.total += total(*extra);
     k.rc = &r3;
     k.rd = d != nullptr ? r4 : nullptr;
     k.c = &c;
     k.d = d;
     k.m = m;
-    k.extra = extra;
   };
   if (r4 == nullptr || m == 0) {
-    for (const auto& e : r3.events) push(e.segment, e, nullptr, nullptr);
-    out.push_back({kSegOptimizer, total(r3.end_of_step) + base_total + total(opt_extra),
-                   std::make_shared<const CatVec>(add(add(r3.end_of_step, base), opt_extra))});
+    for (const auto& e : r3.events) push(e.segment, e, nullptr);
+    out.push_back(own_candidate(kSegOptimizer, add(add(r3.end_of_step, base), opt_extra)));
     return out;
   }
   const Timeline t3 = by_segment(r3), t4 = by_segment(*r4);
@@ -578,7 +583,7 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
     if (c.size() != d.size())
       throw TimelineMismatch(fmt::format("reduced-model timelines do not align (segment {}: {} vs {} events)", seg,
                                          c.size(), d.size()));
-    for (std::size_t i = 0; i < c.size(); ++i) push(seg, *c[i], d[i], nullptr);
+    for (std::size_t i = 0; i < c.size(); ++i) push(seg, *c[i], d[i]);
   };
   for (const auto& [key, events] : t3) {
     const int seg = key.first;
@@ -592,7 +597,7 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
     }
   }
   const CatVec end = add(lerp(r3.end_of_step, r4->end_of_step, m), opt_extra);
-  out.push_back({kSegOptimizer, total(end) + base_total, std::make_shared<const CatVec>(add(end, base))});
+  out.push_back(own_candidate(kSegOptimizer, add(end, base)));
   return out;
 }
 
@@ -602,8 +607,8 @@ bool same_ring(const Candidate& a, const Candidate& b) {
   return *a.ring == *b.ring;
 }
 
-// Category i of a candidate before sharding: base + c + m * (d - c) + extra until
-// materialize(), its materialized value after; plus its ring buffers in communication_buckets.
+// Category i of a candidate before sharding: its own categories' or base + c + m * (d - c);
+// plus its ring buffers in communication_buckets.
 // Inlined into its callers: called out of line (GCC 12 stopped inlining it once a third caller
 // appeared) the whole 8B plan ran 7 % slower for the same instructions (docs/plan.md#speed).
 [[gnu::always_inline]] inline Poly unsharded_at(const Candidate& k, std::size_t i, const CatVec& base) {
@@ -615,7 +620,6 @@ bool same_ring(const Candidate& a, const Candidate& b) {
     p = k.rc->cats.at(*k.c, cat);
     if (k.d != nullptr && k.m != 0) p += (k.rd->cats.at(*k.d, cat) - p) * k.m;
     p += base[i];
-    if (k.extra != nullptr) p += (*k.extra)[i];
   }
   if (i == static_cast<std::size_t>(Cat::kBuckets) && k.ring != nullptr) p += *k.ring;
   return p;
@@ -630,10 +634,10 @@ CatVec unsharded(const Candidate& k, const CatVec& base) {
 
 // Whether two candidates' categories `cats` come from the same inputs (so anything computed from
 // them alone is the same): most events change only activations.
-// Whether two candidates add the same terms to their events' categories (extrapolation, extra
-// categories, ring buffers) and come from events of the same kind.
+// Whether two candidates add the same terms to their events' categories (extrapolation, ring
+// buffers) and come from events of the same kind.
 bool same_terms(const Candidate& a, const Candidate& b) {
-  return a.m == b.m && a.extra == b.extra && same_ring(a, b) && (a.c == nullptr) == (b.c == nullptr) &&
+  return a.m == b.m && same_ring(a, b) && (a.c == nullptr) == (b.c == nullptr) &&
          (a.d == nullptr) == (b.d == nullptr);
 }
 
@@ -655,22 +659,13 @@ bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> ca
   return true;
 }
 
-// `whole`: the candidate's unsharded categories where another list has built them (else null).
-void materialize(Candidate& k, const CatVec& base, const std::shared_ptr<const CatVec>& whole = nullptr) {
-  if (k.c == nullptr && !k.sharding && !k.grads && !k.ring) return;
-  if (whole && !k.sharding && !k.grads) {
-    k.cats = whole;  // nothing of this estimator's own to apply: the shared vector as it is
-  } else {
-    CatVec v = whole ? *whole : unsharded(k, base);
-    if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
-    if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
-    k.cats = std::make_shared<const CatVec>(v);
-  }
-  k.ring = nullptr;
-  k.c = k.d = nullptr;
-  k.extra = nullptr;
-  k.sharding.reset();
-  k.grads = nullptr;
+// A candidate's categories, as its total counts them (`base`: its stage's, StageSim::base).
+// Built only for the breakdown of the candidate that is the peak (docs/plan.md#speed).
+CatVec categories(const Candidate& k, const CatVec& base) {
+  CatVec v = unsharded(k, base);
+  if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
+  if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
+  return v;
 }
 
 // GRPO generation with model.generate (docs/formulas.md#grpo-generation): no gradients exist
@@ -688,7 +683,7 @@ Candidate generation_candidate(const ModelSpec& m, const TrainingConfig& c, cons
   v[static_cast<int>(Cat::kKvCache)] =
       Poly::mono(sim::kB, checked_mul(checked_mul(per_seq_layer, m.num_layers + 1), spg));
   v[static_cast<int>(Cat::kLogits)] += Poly::mono(sim::kB, checked_mul(m.vocab_size * (act + 4), spg));
-  return {kSegGeneration, total(v), std::make_shared<const CatVec>(v)};
+  return own_candidate(kSegGeneration, v);
 }
 
 // Decoder layers whose full parameters ZeRO-3/FSDP hold at an event of `segment`
@@ -1129,6 +1124,21 @@ void Estimator::Impl::build_half(int half) {
               config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
         }
     }
+    // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
+    st.base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
+    if (config.device == Device::kCuda) st.base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
+    // Megatron-Core keeps every gradient in a persistent fp32 buffer (main_grad; Megatron-LM
+    // forces accumulate_allreduce_grads_in_fp32 with bf16), allocated when the model is
+    // wrapped: all of it is live from the first micro-batch's forward on.
+    const bool main_grads32 = config.parallel.megatron_core && st.trainable > 0;
+    Poly grads;
+    for (const auto& p : st.opt_params)
+      grads += Poly::constant(p.numel * (main_grads32 ? 4 : p.elem_bytes) * p.count);
+    st.opt_extra[static_cast<int>(Cat::kGradients)] = grads;
+    st.opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
+    if (st.trainable > 0)
+      st.later_grads = pb.multi ? sharded_gradients(st.shard, grads, !pb.pipelined && fsdp(config)) : grads;
+    if (config.parallel.context_parallel > 1) st.ring = ring_attention_buffers(sp.model, config);
   };
   // Each (stage, class) timeline: extrapolated, sharded, pruned. They are independent: Gemma 3
   // past its window processes its plain and its masked program at once (docs/plan.md#speed).
@@ -1153,19 +1163,9 @@ void Estimator::Impl::build_half(int half) {
     const std::int64_t extra = simulated.extra;
     const sim::ProgramResult& r3 = *runs.r3[ci];
     const sim::ProgramResult* r4 = runs.r4[ci].get();
-    // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
-    CatVec base{}, opt_extra{};
-    base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
-    if (config.device == Device::kCuda) base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
-    // Megatron-Core keeps every gradient in a persistent fp32 buffer (main_grad; Megatron-LM
-    // forces accumulate_allreduce_grads_in_fp32 with bf16), allocated when the model is
-    // wrapped: all of it is live from the first micro-batch's forward on.
+    const CatVec& base = st.base;
+    const CatVec& opt_extra = st.opt_extra;
     const bool main_grads32 = config.parallel.megatron_core && st.trainable > 0;
-    Poly grads;
-    for (const auto& p : st.opt_params)
-      grads += Poly::constant(p.numel * (main_grads32 ? 4 : p.elem_bytes) * p.count);
-    opt_extra[static_cast<int>(Cat::kGradients)] = grads;
-    opt_extra[static_cast<int>(Cat::kOptimizerTemps)] = Poly::constant(st.opt.temp_bytes);
     std::vector<Candidate> cands;
     Run full;
     cw.extrapolated = r4 != nullptr;
@@ -1197,11 +1197,7 @@ void Estimator::Impl::build_half(int half) {
     // Context parallelism adds this config's own ring buffers to the candidates: their
     // unsharded categories are then not the shared extrapolation's.
     const bool ring_buffers = config.parallel.context_parallel > 1;
-    std::array<Poly, 2> ring{};
-    if (ring_buffers) {
-      ring = ring_attention_buffers(sp.model, config);
-      add_ring_attention_buffers(ring, cands);
-    }
+    if (ring_buffers) add_ring_attention_buffers(st.ring, cands);
     // Candidates i - 1 and i (both of the shared extrapolation's) are of one part.
     const auto same_part = [&](std::size_t i) {
       return i > 0 && i < origin.size() && shared->part_of[origin[i]] == shared->part_of[origin[i - 1]];
@@ -1274,25 +1270,14 @@ void Estimator::Impl::build_half(int half) {
     // accumulate unsharded); the step is the same. Totals first: categories only for the
     // candidates that survive pruning.
     std::vector<Poly> later_totals;
-    Poly all;
+    const Poly& all = st.later_grads;
     if (st.trainable > 0) {
-      all = pb.multi ? sharded_gradients(st.shard, grads, !pb.pipelined && fsdp(config)) : grads;
       later_totals.reserve(cands.size());
       for (std::size_t i = 0; i < cands.size(); ++i) {
         const bool grads_change = cands[i].segment != kSegOptimizer && cands[i].segment != kSegGeneration;
         later_totals.push_back(grads_change ? cands[i].total + (all - grads_now[i]) : cands[i].total);
       }
     }
-    // A kept candidate's unsharded categories, shared with the other list and the other
-    // estimators of this extrapolation (not where ring buffers were added to this one's).
-    const auto whole_of = [&](std::size_t i, const Candidate& k) -> std::shared_ptr<const CatVec> {
-      if (ring_buffers || i >= origin.size() || k.c == nullptr) return nullptr;
-      std::lock_guard<std::mutex> lock(shared->mu);
-      shared->whole.resize(shared->cands.size());
-      auto& slot = shared->whole[origin[i]];
-      if (!slot) slot = std::make_shared<const CatVec>(unsharded(k, base));
-      return slot;
-    };
     for (int acc = 0; acc < 2; ++acc) {
       // Nothing trainable: every micro-batch is the first.
       const bool later = st.trainable > 0 && (acc == 1 || main_grads32);
@@ -1303,7 +1288,6 @@ void Estimator::Impl::build_half(int half) {
           k.total = later_totals[i];
           k.grads = &all;
         }
-        materialize(k, base, whole_of(i, k));
         kept.push_back(std::move(k));
       }
       st.candidates[static_cast<std::size_t>(acc)][ci] = std::move(kept);
@@ -1760,8 +1744,9 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
       if (w.phase_peak[static_cast<std::size_t>(ph)] >= 0 && (!only || w.phase_peak[static_cast<std::size_t>(ph)] <= best))
         e.phases.push_back({static_cast<Phase>(ph), Bytes::of(w.phase_peak[static_cast<std::size_t>(ph)])});
     const std::int64_t sl = local_seq(c, s);
+    const CatVec cats = categories(*w.cand, st.base);
     for (int i = 0; i < sim::kNumCats; ++i) {
-      std::int64_t v = (*w.cand->cats)[static_cast<std::size_t>(i)].eval(b, sl);
+      std::int64_t v = cats[static_cast<std::size_t>(i)].eval(b, sl);
       if (static_cast<Cat>(i) == Cat::kInFlight) v += w.in_flight;
       const std::string name = sim::cat_name(static_cast<Cat>(i));
       if (v != 0) e.components.push_back({name, Bytes::of(v), placement_of(st.shard, name), ""});
