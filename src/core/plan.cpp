@@ -450,20 +450,51 @@ bool set_world(TrainingConfig& c, int n, std::vector<std::string>& flags) {
   return true;
 }
 
-// The fewest GPUs among `counts` at which the config fits at the evaluated point; the last count
-// when none does. nullopt when no count is possible.
+// The fewest GPUs among `counts` (ascending) at which the config fits at the evaluated point; the
+// last count when none does. nullopt when no count is possible.
+//
+// A sharded config's peak does not grow with the GPUs it shards over (every shard is a ceiling
+// of a division by the count; tests/core/test_plan.cpp checks it over models, methods and
+// layouts), so the largest count is tried first: when it does not fit, no count does, and one
+// estimator answers instead of one per count (docs/plan.md#speed). Otherwise a binary search
+// finds the fewest. A count the engine rejects is not a suggestion: then every count is tried in
+// order, as the search cannot tell which side of it the answer lies.
 Result<std::optional<Change>> fewest_gpus(const SuggestContext& ctx, const Change& base, const std::vector<int>& counts) {
-  std::optional<Change> last;
+  std::vector<Change> changes;  // the counts the layout allows, ascending
   for (int n : counts) {
     Change ch = base;
     if (!set_world(ch.config, n, ch.flags)) continue;
-    auto p = peak_at(ctx, ch.config, ctx.micro_batch, ctx.seq_len);
-    if (!p) continue;  // a layout the engine rejects is not a suggestion
     ch.description = fmt::format(fmt::runtime(base.description), n);
-    last = std::move(ch);
-    if (*p <= ctx.budget) break;
+    changes.push_back(std::move(ch));
   }
-  return last;
+  std::vector<std::optional<bool>> fits(changes.size());  // per count: error (nullopt) or fits
+  const auto try_count = [&](std::size_t i) {
+    auto p = peak_at(ctx, changes[i].config, ctx.micro_batch, ctx.seq_len);
+    fits[i] = p ? std::optional<bool>(*p <= ctx.budget) : std::nullopt;
+    return fits[i];
+  };
+  const auto in_order = [&]() -> std::optional<Change> {
+    std::optional<Change> last;
+    for (std::size_t i = 0; i < changes.size(); ++i) {
+      if (!try_count(i)) continue;  // a layout the engine rejects is not a suggestion
+      last = changes[i];
+      if (*fits[i]) break;
+    }
+    return last;
+  };
+  if (changes.empty()) return std::optional<Change>{};
+  const auto top = try_count(changes.size() - 1);
+  if (!top) return in_order();
+  if (!*top) return std::optional<Change>(changes.back());
+  std::size_t lo = 0, hi = changes.size() - 1;  // the answer is in [lo, hi]; hi fits
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const auto f = try_count(mid);
+    if (!f) return in_order();
+    if (*f) hi = mid;
+    else lo = mid + 1;
+  }
+  return std::optional<Change>(changes[lo]);
 }
 
 // The config after applying `kind` to `c`; nullopt when the change is already in the config or

@@ -12,6 +12,7 @@
 
 using namespace memplan;
 using memplan::testing::llama31_8b;
+using memplan::testing::toy_llama;
 
 namespace {
 
@@ -708,6 +709,20 @@ void check_suggestions(const ModelSpec& m, const TrainingConfig& c, const Plan& 
       case ChangeKind::kCpuOffloadOptimizer: CHECK_FALSE(c.parallel.offload_optimizer); break;
       case ChangeKind::kMoreGpus: CHECK(s.config.parallel.world_size() > c.parallel.world_size()); break;
     }
+    // A GPU count is the fewest that fits, or the largest tried when none does.
+    if (s.kind == ChangeKind::kZero3 || s.kind == ChangeKind::kMoreGpus) {
+      const int n = s.config.parallel.world_size();
+      const int first = s.kind == ChangeKind::kZero3 ? std::max(2, c.parallel.world_size()) : 2 * c.parallel.world_size();
+      if (!s.fits) CHECK(2 * n > std::max(64, c.parallel.world_size()));
+      if (s.fits && n / 2 >= first) {
+        TrainingConfig fewer = s.config;
+        fewer.parallel.nodes = std::max(1, n / 2 / 8);
+        fewer.parallel.num_gpus = n / 2 / fewer.parallel.nodes;
+        auto e = Estimator::create(m, fewer);
+        REQUIRE(e);
+        CHECK(peak_of(*e, 1, c.seq_len) > budget);
+      }
+    }
   }
   if (p.combination) {
     CHECK(p.combination->kinds.size() >= 2);
@@ -766,6 +781,83 @@ TEST_CASE("plan: suggestions skip what the config already does") {
     CHECK(s.kind != ChangeKind::kQlora);
     CHECK(s.kind != ChangeKind::kZero3);
     CHECK(s.kind != ChangeKind::kCpuOffloadOptimizer);
+  }
+}
+
+// The GPU-count suggestions try the largest count first and search below it
+// (fewest_gpus in plan.cpp): that relies on a sharded config's peak never growing with the GPUs
+// it shards over. Checked here over methods, adapters, offload, experts and pipelines, for every
+// count the suggestions try (one node up to 8 GPUs, then nodes of 8).
+TEST_CASE("plan: a sharded config's peak does not grow with its GPU count") {
+  ModelSpec moe = toy_llama(4);
+  moe.model_type = "mixtral";
+  moe.moe.num_experts = 8;
+  moe.moe.experts_per_token = 2;
+  moe.moe.expert_intermediate_size = 128;
+  struct Case {
+    const char* name;
+    ModelSpec model;
+    TrainingConfig config;
+  };
+  std::vector<Case> cases;
+  const auto add = [&](const char* name, const ModelSpec& m, auto&& edit) {
+    TrainingConfig c = bf16_config();
+    c.seq_len = 1024;
+    edit(c);
+    cases.push_back({name, m, c});
+  };
+  for (const ShardingStrategy st : {ShardingStrategy::kZero3, ShardingStrategy::kFsdpFullShard, ShardingStrategy::kZero2,
+                                    ShardingStrategy::kZero1, ShardingStrategy::kFsdpShardGradOp}) {
+    add("sharded", small_llama(), [&](TrainingConfig& c) { c.parallel.sharding = st; });
+    add("sharded LoRA + checkpointing", small_llama(), [&](TrainingConfig& c) {
+      c.parallel.sharding = st;
+      c.lora.enabled = c.lora.all_linear = true;
+      c.gradient_checkpointing = true;
+    });
+    add("sharded MoE", moe, [&](TrainingConfig& c) { c.parallel.sharding = st; });
+  }
+  add("ZeRO-3 + offload", small_llama(), [](TrainingConfig& c) {
+    c.parallel.sharding = ShardingStrategy::kZero3;
+    c.parallel.offload_optimizer = true;
+  });
+  add("ZeRO-3 DPO", small_llama(), [](TrainingConfig& c) {
+    c.parallel.sharding = ShardingStrategy::kZero3;
+    c.method = Method::kDpo;
+  });
+  add("FSDP GRPO", small_llama(), [](TrainingConfig& c) {
+    c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+    c.method = Method::kGrpo;
+  });
+  add("FSDP QLoRA", small_llama(), [](TrainingConfig& c) {
+    c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+    c.lora.enabled = c.lora.all_linear = true;
+    c.quant.load_in_4bit = true;
+  });
+  add("ZeRO-1 pipeline", small_llama(), [](TrainingConfig& c) {
+    c.parallel.sharding = ShardingStrategy::kZero1;
+    c.parallel.pipeline_parallel = 2;
+    c.grad_accum = 4;
+  });
+  add("ZeRO-3 experts over 2", moe, [](TrainingConfig& c) {
+    c.parallel.sharding = ShardingStrategy::kZero3;
+    c.parallel.expert_parallel = 2;
+  });
+  for (const Case& k : cases) {
+    INFO(k.name << ", sharding " << to_string(k.config.parallel.sharding));
+    std::optional<Bytes> prev1, prev4;
+    for (int n = 2; n <= 64; n *= 2) {
+      INFO(n << " GPUs");
+      TrainingConfig c = k.config;
+      c.parallel.nodes = std::max(1, n / 8);
+      c.parallel.num_gpus = n / c.parallel.nodes;
+      auto est = Estimator::create(k.model, c);
+      REQUIRE(est);
+      const Bytes p1 = peak_of(*est, 1, c.seq_len), p4 = peak_of(*est, 4, c.seq_len);
+      if (prev1) CHECK(p1 <= *prev1);
+      if (prev4) CHECK(p4 <= *prev4);
+      prev1 = p1;
+      prev4 = p4;
+    }
   }
 }
 
