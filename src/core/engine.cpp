@@ -461,11 +461,8 @@ struct Estimator::Programs {
     std::vector<std::array<Poly, std::size(kShardedCats)>> parts;
   };
   std::shared_ptr<Extrapolated> extrapolated(const sim::ProgramResult* r3, const sim::ProgramResult* r4,
-                                             std::int64_t m, const CatVec& base, const CatVec& opt_extra,
-                                             const std::function<std::vector<Candidate>()>& make) {
-    const auto same = [&](const ExtrapolationKey& k) {
-      return k.r3 == r3 && k.r4 == r4 && k.m == m && k.base == base && k.opt_extra == opt_extra;
-    };
+                                             std::int64_t m, const std::function<std::vector<Candidate>()>& make) {
+    const auto same = [&](const ExtrapolationKey& k) { return k.r3 == r3 && k.r4 == r4 && k.m == m; };
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [k, e] : extrapolated_)
@@ -476,7 +473,7 @@ struct Estimator::Programs {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [k, other] : extrapolated_)
       if (same(k)) return other;
-    extrapolated_.push_back({ExtrapolationKey{r3, r4, m, base, opt_extra}, e});
+    extrapolated_.push_back({ExtrapolationKey{r3, r4, m}, e});
     return e;
   }
   // The model's parameter counts, counted once: every estimator sharing these programs has the
@@ -493,7 +490,6 @@ struct Estimator::Programs {
     const sim::ProgramResult* r3 = nullptr;
     const sim::ProgramResult* r4 = nullptr;
     std::int64_t m = 0;
-    CatVec base{}, opt_extra{};
   };
   std::vector<std::pair<ExtrapolationKey, std::shared_ptr<Extrapolated>>> extrapolated_;
   std::once_flag counted_;
@@ -550,17 +546,18 @@ struct TimelineMismatch : std::logic_error {
 // whatever it is in that phase); m extra layers add m times that difference. For the middle
 // layers themselves the extremes are taken: the last middle layer in forward; in backward the
 // first processed (most activations below it) and the last processed (most gradients above).
-std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::ProgramResult* r4, std::int64_t m,
-                                   const CatVec& base, const CatVec& opt_extra) {
-  // Totals extrapolate linearly on their own; category vectors are built only for the events
-  // that survive pruning (materialize()).
+// What every estimator adds (its optimizer's persistent state, the optimizer step's gradients and
+// temporaries) is not in them: the estimators sharing the runs share the extrapolation whatever
+// their optimizer (with_stage_terms() adds it).
+std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::ProgramResult* r4, std::int64_t m) {
+  // Totals extrapolate linearly on their own; categories are computed only for a breakdown
+  // (categories()).
   std::vector<Candidate> out;
   out.reserve(r3.events.size() + (r4 != nullptr ? r4->events.size() : 0) + 1);
-  const Poly base_total = total(base);
   auto push = [&](int seg, const sim::Event& c, const sim::Event* d) {
     Candidate& k = out.emplace_back();
     k.segment = seg;
-    k.total = c.total + base_total;
+    k.total = c.total;
     if (d != nullptr && m != 0) k.total += (d->total - c.total) * m;
     k.rc = &r3;
     k.rd = d != nullptr ? r4 : nullptr;
@@ -570,7 +567,7 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
   };
   if (r4 == nullptr || m == 0) {
     for (const auto& e : r3.events) push(e.segment, e, nullptr);
-    out.push_back(own_candidate(kSegOptimizer, add(add(r3.end_of_step, base), opt_extra)));
+    out.push_back(own_candidate(kSegOptimizer, r3.end_of_step));
     return out;
   }
   const Timeline t3 = by_segment(r3), t4 = by_segment(*r4);
@@ -596,8 +593,7 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
       pair_up(events, get(t4, seg, key.second), seg);
     }
   }
-  const CatVec end = add(lerp(r3.end_of_step, r4->end_of_step, m), opt_extra);
-  out.push_back(own_candidate(kSegOptimizer, add(end, base)));
+  out.push_back(own_candidate(kSegOptimizer, lerp(r3.end_of_step, r4->end_of_step, m)));
   return out;
 }
 
@@ -1171,21 +1167,29 @@ void Estimator::Impl::build_half(int half) {
     cw.extrapolated = r4 != nullptr;
     std::shared_ptr<Programs::Extrapolated> shared;
     try {
-      shared = programs->extrapolated(&r3, r4, extra, base, opt_extra,
-                                            [&] { return extrapolate(r3, r4, extra, base, opt_extra); });
+      shared = programs->extrapolated(&r3, r4, extra, [&] { return extrapolate(r3, r4, extra); });
     } catch (const TimelineMismatch&) {
       cw.extrapolated = false;
       // Every layer simulated: nothing to extrapolate (docs/formulas.md#extrapolation).
       sim::ProgramSpec every = stage_spec(rk, cls);
       for (int l = rk.first_layer; l < rk.first_layer + rk.layers; ++l) every.model_layers.push_back(l);
       full = programs->run(every);
-      shared = programs->extrapolated(full.get(), nullptr, 0, base, opt_extra,
-                                            [&] { return extrapolate(*full, nullptr, 0, base, opt_extra); });
+      shared = programs->extrapolated(full.get(), nullptr, 0, [&] { return extrapolate(*full, nullptr, 0); });
     }
     std::call_once(shared->pruned, [&] { prune_runs(*shared); });
     const std::vector<std::uint32_t>& origin = shared->survivors;  // cands[j] is shared->cands[origin[j]]
     cands.reserve(origin.size() + 1);
-    for (const std::uint32_t i : origin) cands.push_back(shared->cands[i]);
+    const Poly base_total = total(base);
+    for (const std::uint32_t i : origin) {
+      const Candidate& k = shared->cands[i];
+      if (k.c == nullptr) {
+        // The optimizer step: this estimator's own (its states, every gradient, its temporaries).
+        cands.push_back(own_candidate(k.segment, add(add(*k.cats, base), opt_extra)));
+      } else {
+        cands.push_back(k);
+        cands.back().total += base_total;
+      }
+    }
     // One micro-batch's activations as its backward begins: what a pipeline schedule holds
     // for every micro-batch in flight (docs/formulas.md#pipeline-parallelism).
     st.retained[ci] = full ? retained_at_backward(*full, nullptr, 0) : retained_at_backward(r3, r4, extra);
@@ -1206,19 +1210,21 @@ void Estimator::Impl::build_half(int half) {
     std::vector<Poly> grads_now(cands.size());
     if (pb.multi) {
       // Multi-GPU rules act per category: the totals are computed from each candidate's
-      // categories; materialize() builds the categories again for the few that are kept.
+      // sharded categories.
       Poly delta;  // the previous candidate's total change by sharding
-      // The unsharded categories are the shared extrapolation's, except where this config adds
-      // its own terms (ring-attention buffers) or candidates (GRPO's generation, at the end).
+      // The unsharded categories of an event are the shared extrapolation's plus this stage's
+      // base, except where this config adds its own terms (ring-attention buffers). The
+      // optimizer step and GRPO's generation have categories of their own.
       const bool share_parts = !ring_buffers;
       if (share_parts)
         std::call_once(shared->parts_built, [&] {
+          static const CatVec kNoBase{};
           const std::vector<Candidate>& all = shared->cands;
           for (std::size_t i = 0; i < all.size(); ++i) {
             if (i > 0 && shared->part_of[i] == shared->part_of[i - 1]) continue;
             auto& part = shared->parts.emplace_back();
             for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
-              part[j] = unsharded_at(all[i], static_cast<std::size_t>(kShardedCats[j]), base);
+              part[j] = unsharded_at(all[i], static_cast<std::size_t>(kShardedCats[j]), kNoBase);
           }
         });
       const std::size_t shared_n = share_parts ? origin.size() : 0;
@@ -1237,8 +1243,10 @@ void Estimator::Impl::build_half(int half) {
         }
         // apply_sharding maps each category on its own: only the ones it changes matter.
         std::array<Poly, std::size(kShardedCats)> unsharded_cats;
-        if (i < shared_n) {
+        if (i < shared_n && cand.c != nullptr) {
           unsharded_cats = shared->parts[shared->part_of[origin[i]]];
+          for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
+            unsharded_cats[j] += base[static_cast<std::size_t>(kShardedCats[j])];
         } else {
           for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
             unsharded_cats[j] = unsharded_at(cand, static_cast<std::size_t>(kShardedCats[j]), base);
