@@ -697,16 +697,37 @@ Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& 
   // When no single change fits: apply them together, in ranked order, while each still helps.
   const bool any_fits = std::any_of(out.ranked.begin(), out.ranked.end(), [](const Suggestion& s) { return s.fits; });
   if (any_fits) return out;
+  // Shorter sequences or completions change the data, not the setup; after ZeRO-3 has chosen its
+  // GPU count, more GPUs are not tried again.
+  const auto combines = [](ChangeKind kind, const std::vector<ChangeKind>& applied) {
+    if (kind == ChangeKind::kShorterSeqLen || kind == ChangeKind::kShorterCompletion) return false;
+    return kind != ChangeKind::kMoreGpus ||
+           std::find(applied.begin(), applied.end(), ChangeKind::kZero3) == applied.end();
+  };
+  // Each step of the walk below derives an estimator from the one before, so the walk would build
+  // them one at a time. The configs it reaches when every change helps (as they mostly do) are
+  // built at once first; the walk then finds them made (docs/plan.md#speed).
+  {
+    std::vector<TrainingConfig> ahead;
+    std::vector<ChangeKind> applied;
+    TrainingConfig at = config;
+    for (const Suggestion& s : out.ranked) {
+      if (!combines(s.kind, applied)) continue;
+      auto ch = make_change(s.kind, at, ctx);
+      if (!ch) break;  // the walk meets the same error and returns it
+      if (!*ch) continue;
+      at = (*ch)->config;
+      applied.push_back(s.kind);
+      ahead.push_back(at);
+    }
+    parallel_for(ahead.size(), [&](std::size_t i) { (void)ctx.estimators->get(ahead[i]); });
+  }
   Combination comb;
   comb.config = config;
   comb.peak = base;
   Bytes gain;
   for (const Suggestion& s : out.ranked) {
-    // Shorter sequences or completions change the data, not the setup.
-    if (s.kind == ChangeKind::kShorterSeqLen || s.kind == ChangeKind::kShorterCompletion) continue;
-    if (s.kind == ChangeKind::kMoreGpus &&
-        std::find(comb.kinds.begin(), comb.kinds.end(), ChangeKind::kZero3) != comb.kinds.end())
-      continue;  // ZeRO-3 already chose its GPU count
+    if (!combines(s.kind, comb.kinds)) continue;
     MEMPLAN_TRY(auto ch, make_change(s.kind, comb.config, ctx));
     if (!ch) continue;
     auto p = peak_at(ctx, ch->config, ctx.micro_batch, ctx.seq_len);
