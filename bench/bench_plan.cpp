@@ -190,6 +190,28 @@ void BM_EstimatorCreateLora(benchmark::State& state) {
 }
 BENCHMARK(BM_EstimatorCreateLora)->Unit(benchmark::kMicrosecond);
 
+// What one more estimator costs once its step has been simulated: the nothing-fits plan's
+// suggestions and their combination derive many (QLoRA under ZeRO-3 over 64 GPUs with the
+// optimizer offloaded, from the single-GPU QLoRA estimator whose programs and extrapolation it
+// shares). Everything left is per estimator: its parameters, sharding and candidate lists.
+void BM_DeriveShardedEstimator(benchmark::State& state) {
+  TrainingConfig c;
+  c.seq_len = 4096;
+  c.lora.enabled = c.lora.all_linear = true;
+  c.quant.load_in_4bit = true;
+  const Estimator seed = prepared(c);
+  c.parallel.sharding = ShardingStrategy::kZero3;
+  c.parallel.num_gpus = 8;
+  c.parallel.nodes = 8;
+  c.parallel.offload_optimizer = true;
+  for (auto _ : state) {
+    auto e = seed.derive(c);
+    if (!e) std::abort();
+    benchmark::DoNotOptimize(e);
+  }
+}
+BENCHMARK(BM_DeriveShardedEstimator)->Unit(benchmark::kMicrosecond);
+
 // A whole plan of lora_checkpointed() at `seq_len` tokens (micro-batch `micro_batch` as the
 // config's own) on `gib` GiB, for a global batch of `target`.
 void time_lora_plan(benchmark::State& state, const ModelSpec& m, std::int64_t seq_len, double gib,

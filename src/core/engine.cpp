@@ -115,6 +115,27 @@ struct Candidate {
   const Poly* grads = nullptr;
 };
 
+// The quant state of every Params4bit in decoder layers [first, first + n) (docs/formulas.md#qlora),
+// as program.cpp stores it. A layer's Linears depend on the layer only through whether it is an
+// MoE layer (layer_linears; tests/core/test_model.cpp), so each kind is listed once.
+std::int64_t quant_state_bytes(const ModelSpec& m, int first, int n, bool double_quant) {
+  std::array<std::optional<std::int64_t>, 2> of_kind;
+  std::int64_t bytes = 0;
+  for (int layer = first; layer < first + n; ++layer) {
+    std::optional<std::int64_t>& kind = of_kind[m.moe.is_moe_layer(layer) ? 1 : 0];
+    if (!kind) {
+      kind = 0;
+      for (const auto& mod : layer_linears(m, layer)) {
+        if (!mod.nn_linear) continue;
+        const std::int64_t blocks = (mod.weight_params() + 63) / 64;
+        *kind += double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
+      }
+    }
+    bytes += *kind;
+  }
+  return bytes;
+}
+
 // A candidate with categories of its own (not a simulated event's).
 Candidate own_candidate(int segment, const CatVec& v) {
   Candidate k;
@@ -124,10 +145,6 @@ Candidate own_candidate(int segment, const CatVec& v) {
   return k;
 }
 
-// The categories apply_sharding() changes (each on its own).
-constexpr Cat kShardedCats[] = {Cat::kWeights,         Cat::kAdapterWeights, Cat::kReference,
-                                Cat::kGradients,       Cat::kOptimizerStates, Cat::kOptimizerTemps,
-                                Cat::kMasterWeights,   Cat::kBuckets,         Cat::kGathered};
 
 constexpr Cat kGradientCats[] = {Cat::kGradients};
 
@@ -458,7 +475,7 @@ struct Estimator::Programs {
     std::vector<std::uint32_t> survivors;
     // Each part's categories before sharding, by part (multi-GPU estimators; built once).
     std::once_flag parts_built;
-    std::vector<std::array<Poly, std::size(kShardedCats)>> parts;
+    std::vector<ShardedCats> parts;
   };
   std::shared_ptr<Extrapolated> extrapolated(const sim::ProgramResult* r3, const sim::ProgramResult* r4,
                                              std::int64_t m, const std::function<std::vector<Candidate>()>& make) {
@@ -1110,16 +1127,8 @@ void Estimator::Impl::build_half(int half) {
     // data-parallel group (docs/formulas.md#expert-parallelism).
     st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
     st.shard.expert_trainable_share_per_mille = tbytes > 0 ? expert_trainable * 1000 / tbytes : 0;
-    if (config.quant.load_in_4bit) {
-      // The quant state of every Params4bit (docs/formulas.md#qlora), as program.cpp stores it.
-      for (int layer = rk.first_layer; layer < rk.first_layer + rk.layers; ++layer)
-        for (const auto& mod : layer_linears(sp.model, layer)) {
-          if (!mod.nn_linear) continue;
-          const std::int64_t blocks = (mod.weight_params() + 63) / 64;
-          st.shard.quant_state_bytes +=
-              config.quant.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
-        }
-    }
+    if (config.quant.load_in_4bit)
+      st.shard.quant_state_bytes = quant_state_bytes(sp.model, rk.first_layer, rk.layers, config.quant.double_quant);
     // Persistent optimizer state everywhere; at the step, every gradient and the temporaries.
     st.base[static_cast<int>(Cat::kOptimizerStates)] = Poly::constant(st.opt.state_bytes);
     if (config.device == Device::kCuda) st.base[static_cast<int>(Cat::kWorkspace)] = Poly::constant(kCublasWorkspaces);
@@ -1242,7 +1251,7 @@ void Estimator::Impl::build_half(int half) {
           continue;
         }
         // apply_sharding maps each category on its own: only the ones it changes matter.
-        std::array<Poly, std::size(kShardedCats)> unsharded_cats;
+        ShardedCats unsharded_cats;
         if (i < shared_n && cand.c != nullptr) {
           unsharded_cats = shared->parts[shared->part_of[origin[i]]];
           for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
@@ -1251,13 +1260,12 @@ void Estimator::Impl::build_half(int half) {
           for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
             unsharded_cats[j] = unsharded_at(cand, static_cast<std::size_t>(kShardedCats[j]), base);
         }
-        CatVec part{};
-        for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
-          part[static_cast<std::size_t>(kShardedCats[j])] = unsharded_cats[j];
-        const CatVec v = apply_sharding(st.shard, part, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
-        delta = total(v) - total(part);
+        const ShardedCats v =
+            apply_sharding(st.shard, unsharded_cats, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
+        delta = Poly{};
+        for (std::size_t j = 0; j < v.size(); ++j) delta += v[j] - unsharded_cats[j];
         cand.total += delta;
-        grads_now[i] = v[static_cast<std::size_t>(Cat::kGradients)];
+        grads_now[i] = v[sharded_index(Cat::kGradients)];
       }
     } else if (st.trainable > 0) {
       // Gradients change at few events (a parameter's accumulation): consecutive candidates of

@@ -10,7 +10,7 @@ using sim::Poly;
 
 namespace {
 
-Poly& at(CatVec& v, Cat c) { return v[static_cast<std::size_t>(c)]; }
+Poly& at(ShardedCats& v, Cat c) { return v[sharded_index(c)]; }
 
 // Ceil-divides every coefficient: a shard is rounded up, never down.
 Poly shard(const Poly& p, int n) {
@@ -102,6 +102,14 @@ Poly sharded_gradients(const ShardPlan& p, const Poly& grads, bool unsharded) {
 }
 
 CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gathered_layers) {
+  ShardedCats s;
+  for (std::size_t j = 0; j < s.size(); ++j) s[j] = v[static_cast<std::size_t>(kShardedCats[j])];
+  s = apply_sharding(p, s, optimizer_step, gathered_layers);
+  for (std::size_t j = 0; j < s.size(); ++j) v[static_cast<std::size_t>(kShardedCats[j])] = s[j];
+  return v;
+}
+
+ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_step, int gathered_layers) {
   const int n = p.shard_over;
   if (p.shard_params) {
     // Parameters live as 1/n shards; the layers being computed are gathered whole (in backward

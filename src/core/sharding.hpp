@@ -2,7 +2,9 @@
 // CPU offload and tensor parallelism change in each category of a single-GPU timeline.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "core/sim/graph.hpp"
@@ -56,12 +58,27 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
 // `vocab_parallel`, Megatron's, the vocabulary too).
 ModelSpec tensor_parallel_rank(const ModelSpec& m, int t, bool vocab_parallel = false);
 
+// The categories apply_sharding() changes, each on its own; it leaves the others as they are.
+inline constexpr sim::Cat kShardedCats[] = {
+    sim::Cat::kWeights,   sim::Cat::kAdapterWeights,  sim::Cat::kReference,      sim::Cat::kGradients, sim::Cat::kOptimizerStates,
+    sim::Cat::kOptimizerTemps, sim::Cat::kMasterWeights, sim::Cat::kBuckets, sim::Cat::kGathered};
+// Those categories of an event, in kShardedCats' order.
+using ShardedCats = std::array<sim::Poly, std::size(kShardedCats)>;
+// Where category c (one of kShardedCats) is in a ShardedCats.
+constexpr std::size_t sharded_index(sim::Cat c) {
+  for (std::size_t i = 0; i < std::size(kShardedCats); ++i)
+    if (kShardedCats[i] == c) return i;
+  throw std::logic_error("not a sharded category");
+}
+
 // Applies the plan to one timeline event (categories in, categories out). `optimizer_step`
 // marks the optimizer-step event, which holds DeepSpeed's fp32 gradient partition and no
 // gathered parameters; `gathered_layers` is how many decoder layers' full parameters are live at
 // that event under ZeRO-3/FSDP (one in forward, the current one and the prefetched one in
 // backward, none at the loss).
 sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step, int gathered_layers = 2);
+// The same on the sharded categories alone.
+ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_step, int gathered_layers = 2);
 
 // Every trainable parameter's gradient (`grads`, whole) as one GPU holds it: sharded under
 // ZeRO-2/3 and FSDP, whole under DDP/ZeRO-1 or when `unsharded` (FSDP's no_sync).

@@ -3,9 +3,11 @@
 #include <chrono>
 #include <ctime>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -76,6 +78,36 @@ TEST_CASE("every catalog entry counts exactly its published total") {
     INFO(c.file << " (" << c.params_source << ")");
     CHECK(count_parameters(c.spec).total == c.published_params);
   }
+}
+
+// The engine counts bitsandbytes' quant state once per layer kind (quant_state_bytes in
+// engine.cpp): that needs a layer's Linears to depend on the layer only through whether it is an
+// MoE layer.
+TEST_CASE("every catalog model's decoder layers of one kind (dense or MoE) have the same Linears") {
+  auto catalog = io::load_catalog();
+  REQUIRE(catalog.has_value());
+  const auto same = [](const LinearModule& a, const LinearModule& b) {
+    return a.name == b.name && a.in_features == b.in_features && a.out_features == b.out_features &&
+           a.bias == b.bias && a.count == b.count && a.role == b.role && a.nn_linear == b.nn_linear;
+  };
+  int moe_models = 0;
+  for (const auto& c : *catalog) {
+    INFO(c.file);
+    std::array<std::optional<std::vector<LinearModule>>, 2> first;
+    for (int layer = 0; layer < c.spec.num_layers; ++layer) {
+      INFO("layer " << layer);
+      const auto mods = layer_linears(c.spec, layer);
+      auto& kind = first[c.spec.moe.is_moe_layer(layer) ? 1 : 0];
+      if (!kind) {
+        kind = mods;
+        continue;
+      }
+      REQUIRE(mods.size() == kind->size());
+      for (std::size_t i = 0; i < mods.size(); ++i) CHECK(same(mods[i], (*kind)[i]));
+    }
+    if (first[0] && first[1]) ++moe_models;
+  }
+  CHECK(moe_models >= 2);  // DeepSeek's first dense layers, and other mixed layouts
 }
 
 TEST_CASE("the catalog covers the families the issue names, at least 30 models") {
