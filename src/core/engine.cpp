@@ -1237,6 +1237,10 @@ void Estimator::Impl::build_half(int half) {
           }
         });
       const std::size_t shared_n = share_parts ? origin.size() : 0;
+      // The sharded categories the stage's base adds to (the optimizer's states, at most).
+      std::vector<std::size_t> base_sharded;
+      for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
+        if (!base[static_cast<std::size_t>(kShardedCats[j])].is_zero()) base_sharded.push_back(j);
       for (std::size_t i = 0; i < cands.size(); ++i) {
         Candidate& cand = cands[i];
         cand.sharding = Candidate::Sharding{
@@ -1254,8 +1258,7 @@ void Estimator::Impl::build_half(int half) {
         ShardedCats unsharded_cats;
         if (i < shared_n && cand.c != nullptr) {
           unsharded_cats = shared->parts[shared->part_of[origin[i]]];
-          for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
-            unsharded_cats[j] += base[static_cast<std::size_t>(kShardedCats[j])];
+          for (const std::size_t j : base_sharded) unsharded_cats[j] += base[static_cast<std::size_t>(kShardedCats[j])];
         } else {
           for (std::size_t j = 0; j < std::size(kShardedCats); ++j)
             unsharded_cats[j] = unsharded_at(cand, static_cast<std::size_t>(kShardedCats[j]), base);
