@@ -539,11 +539,40 @@ struct Estimator::Impl {
 
 namespace {
 
-using Timeline = std::map<std::pair<int, int>, std::vector<const sim::Event*>>;
+// A run's events grouped by (segment, instance), in that order, each group in timeline order.
+struct Timeline {
+  struct Group {
+    int segment = 0, instance = 0;
+    std::size_t begin = 0, end = 0;  // into events
+  };
+  std::vector<const sim::Event*> events;
+  std::vector<Group> groups;
+
+  std::span<const sim::Event* const> of(const Group& g) const { return {events.data() + g.begin, g.end - g.begin}; }
+  // The group's events (none when the run has no such group).
+  std::span<const sim::Event* const> get(int segment, int instance) const {
+    const auto it = std::lower_bound(groups.begin(), groups.end(), std::pair{segment, instance},
+                                     [](const Group& g, const std::pair<int, int>& k) {
+                                       return std::pair{g.segment, g.instance} < k;
+                                     });
+    if (it == groups.end() || it->segment != segment || it->instance != instance) return {};
+    return of(*it);
+  }
+};
 
 Timeline by_segment(const sim::ProgramResult& r) {
   Timeline t;
-  for (const auto& e : r.events) t[{e.segment, e.instance}].push_back(&e);
+  t.events.reserve(r.events.size());
+  for (const auto& e : r.events) t.events.push_back(&e);
+  std::stable_sort(t.events.begin(), t.events.end(), [](const sim::Event* a, const sim::Event* b) {
+    return std::pair{a->segment, a->instance} < std::pair{b->segment, b->instance};
+  });
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const sim::Event& e = *t.events[i];
+    if (t.groups.empty() || t.groups.back().segment != e.segment || t.groups.back().instance != e.instance)
+      t.groups.push_back({e.segment, e.instance, i, i});
+    t.groups.back().end = i + 1;
+  }
   return t;
 }
 
@@ -588,26 +617,23 @@ std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::Prog
     return out;
   }
   const Timeline t3 = by_segment(r3), t4 = by_segment(*r4);
-  auto get = [](const Timeline& t, int seg, int inst) -> const std::vector<const sim::Event*>& {
-    static const std::vector<const sim::Event*> kEmpty;
-    auto it = t.find({seg, inst});
-    return it == t.end() ? kEmpty : it->second;
-  };
-  auto pair_up = [&](const std::vector<const sim::Event*>& c, const std::vector<const sim::Event*>& d, int seg) {
+  using Events = std::span<const sim::Event* const>;
+  auto pair_up = [&](Events c, Events d, int seg) {
     if (c.size() != d.size())
       throw TimelineMismatch(fmt::format("reduced-model timelines do not align (segment {}: {} vs {} events)", seg,
                                          c.size(), d.size()));
     for (std::size_t i = 0; i < c.size(); ++i) push(seg, *c[i], d[i]);
   };
-  for (const auto& [key, events] : t3) {
-    const int seg = key.first;
+  for (const Timeline::Group& g : t3.groups) {
+    const int seg = g.segment;
+    const Events events = t3.of(g);
     if (seg == sim::kSegFwdMid || seg == sim::kSegRefMid) {
-      pair_up(events, get(t4, seg, 1), seg);
+      pair_up(events, t4.get(seg, 1), seg);
     } else if (seg == sim::kSegBwdMid) {
-      pair_up(events, get(t4, seg, 1), seg);
-      pair_up(events, get(t4, seg, 0), seg);
+      pair_up(events, t4.get(seg, 1), seg);
+      pair_up(events, t4.get(seg, 0), seg);
     } else {
-      pair_up(events, get(t4, seg, key.second), seg);
+      pair_up(events, t4.get(seg, g.instance), seg);
     }
   }
   out.push_back(own_candidate(kSegOptimizer, lerp(r3.end_of_step, r4->end_of_step, m)));
