@@ -121,12 +121,23 @@ def build_modernbert(case):
     return model, opt, inputs, None
 
 
+def from_pretrained_dtype(model, dtype):
+    """The model as from_pretrained(torch_dtype=dtype) leaves it: parameters in dtype, buffers in
+    the dtype their __init__ gave them (the rotary tables' inv_freq stays fp32,
+    huggingface/transformers#30709). model.to(dtype) would round those buffers too, and the
+    vision tower's apply_rotary_pos_emb_vision would then copy bf16 cos/sin to fp32 in every block."""
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    return model
+
+
 def build_vlm(case):
     """Qwen2.5-VL cases: training.images, image_size (pixels a side, a multiple of 28),
     train_vision_tower and train_projector (LLaMA-Factory's freeze_* flags inverted)."""
     torch.manual_seed(0)
     t = case["training"]
-    model = hf_qwen_vl.Qwen25VLForConditionalGeneration(case["model"]).to(DTYPES[t.get("torch_dtype", "float32")])
+    model = from_pretrained_dtype(hf_qwen_vl.Qwen25VLForConditionalGeneration(case["model"]),
+                                  DTYPES[t.get("torch_dtype", "float32")])
     lora = t.get("lora")
     for p in model.visual.parameters():
         p.requires_grad_(t.get("train_vision_tower", False) and not lora)

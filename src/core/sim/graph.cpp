@@ -42,6 +42,20 @@ void Bwd::pass(int input, int g) {
 }
 void Bwd::drop(int t) { g_.drop(t); }
 bool Bwd::needs(int input) const { return g_.at(input).requires_grad; }
+void Bwd::release(int t) {
+  for (int& s : g_.nodes_[static_cast<std::size_t>(node_)].saved)
+    if (s == t) {
+      s = -1;
+      g_.drop(t);
+      return;
+    }
+}
+void Bwd::release_grad(int k) {
+  int& gr = grads_[static_cast<std::size_t>(k)];
+  if (gr < 0) return;
+  g_.drop(gr);
+  gr = -1;
+}
 
 // ---- tensors
 
@@ -303,7 +317,7 @@ void Graph::run_node(int idx) {
     // Moved out (a node runs once): the rule may append nodes (checkpoint recomputation).
     const BackwardFn fn = std::move(nodes_[static_cast<std::size_t>(idx)].fn);
     const Ids outs = nodes_[static_cast<std::size_t>(idx)].outputs;
-    Bwd ctx(*this, outs, grads);
+    Bwd ctx(*this, outs, grads, idx);
     fn(ctx);
     pending = std::move(ctx.pending);
   }
@@ -312,7 +326,8 @@ void Graph::run_node(int idx) {
   for (int gr : grads)
     if (gr >= 0) drop(gr);
   Node& m = nodes_[static_cast<std::size_t>(idx)];
-  for (int s : m.saved) drop(s);
+  for (int s : m.saved)
+    if (s >= 0) drop(s);
   m.saved.clear();
   m.released = true;
   if (m.group >= 0) maybe_free_region(m.group);
@@ -347,7 +362,8 @@ void Graph::release_graph(int first_node) {
   for (std::size_t i = static_cast<std::size_t>(first_node); i < nodes_.size(); ++i) {
     Node& n = nodes_[i];
     if (n.released) continue;
-    for (int s : n.saved) drop(s);
+    for (int s : n.saved)
+      if (s >= 0) drop(s);
     n.saved.clear();
     n.released = true;
     if (n.group >= 0) maybe_free_region(n.group);

@@ -117,7 +117,10 @@ class InlineVec {
   }
   const T* begin() const { return n_ <= kInline ? a_.data() : heap_.data(); }
   const T* end() const { return begin() + n_; }
+  T* begin() { return n_ <= kInline ? a_.data() : heap_.data(); }
+  T* end() { return begin() + n_; }
   const T& operator[](std::size_t i) const { return begin()[i]; }
+  T& operator[](std::size_t i) { return begin()[i]; }
   std::size_t size() const { return static_cast<std::size_t>(n_); }
   bool empty() const { return n_ == 0; }
   void clear() {
@@ -136,7 +139,7 @@ using Ids = InlineVec<int, 6>;
 // What a node's backward rule can do while it runs.
 class Bwd {
  public:
-  Bwd(Graph& g, const Ids& outs, const Ids& grads) : g_(g), outs_(outs), grads_(grads) {}
+  Bwd(Graph& g, const Ids& outs, Ids& grads, int node) : g_(g), outs_(outs), grads_(grads), node_(node) {}
   // Gradients given by the rule, delivered by the engine once the node has released its saved
   // tensors and incoming gradients (as PyTorch's evaluate_function does).
   InlineVec<std::pair<int, int>, 4> pending;
@@ -152,12 +155,18 @@ class Bwd {
   void pass(int input, int g);
   void drop(int t);
   bool needs(int input) const;
+  // What one backward rule standing for several autograd nodes frees between them: the node's
+  // hold on saved tensor t (once; nothing if it does not hold t) and incoming gradient k, each
+  // released now instead of when the rule returns.
+  void release(int t);
+  void release_grad(int k = 0);
   Graph& graph() { return g_; }
 
  private:
   Graph& g_;
   const Ids& outs_;
-  const Ids& grads_;
+  Ids& grads_;
+  int node_;
 };
 
 // A node's backward rule: a callable stored in place when its captures fit (nearly every op's

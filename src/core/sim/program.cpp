@@ -184,7 +184,7 @@ class Step {
   int vision_norm(int x, int w, int bias, const Poly& numel, const Poly& rows);
   int vision_attention(int x, LayerParams& lp, int block);
   int chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores, const Poly& all_scores,
-                              std::int64_t chunk_rows);
+                              std::int64_t chunk_rows, bool one_chunk);
   int vision_mlp(int x, LayerParams& lp);
   int vision_block(int h, int block);
   int trained_vision_blocks(int x, const std::vector<int>& holds, const std::function<bool(int)>& full_block);
@@ -1080,9 +1080,12 @@ int Step::vision_attention(int x, LayerParams& lp, int block) {
   const Poly scores = Poly::mono(kB, checked_mul(checked_mul(heads * sp_.images, sq), sp_.batch_multiplier));
   int out = -1;
   if (sp_.attn == AttnImpl::kEager && !siglip) {
-    // The largest chunk: a whole image in the full-attention blocks, else the largest window.
+    // The largest chunk: a whole image in the full-attention blocks, else the largest window. One
+    // sample of one image (a single window, in the windowed blocks) is the whole sequence.
     const std::int64_t rows = full ? sp_.image_patches : vision_window_max_;
-    out = chunked_eager_attention(q, k, val, heads * rows * rows, scores, rows);
+    const bool one_chunk = sp_.batch_one && sp_.batch_multiplier == 1 && sp_.images == 1 &&
+                           (full || vision_window_max_ * vision_window_max_ == vision_window_sq_);
+    out = chunked_eager_attention(q, k, val, heads * rows * rows, scores, rows, one_chunk);
   } else if (sp_.attn == AttnImpl::kEager) {
     // SigLIP's (images, heads, n, d) query folds into bmm with a copy; Qwen's chunks have batch 1.
     // mllama adds the aspect-ratio mask (vision_mask_, else none).
@@ -1123,7 +1126,7 @@ int Step::vision_attention(int x, LayerParams& lp, int block) {
 // cat. Backward runs chunk by chunk too: its score-sized temporaries are one chunk's; the q/k/v
 // gradients of every chunk accumulate (docs/formulas.md#vision-language-models).
 int Step::chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores, const Poly& all_scores,
-                                  std::int64_t chunk_rows) {
+                                  std::int64_t chunk_rows, bool one_chunk) {
   const DT dt = g_.at(q).dt;
   const Poly qn = g_.at(q).numel;
   const Poly c_sc = Poly::constant(chunk_scores);
@@ -1152,13 +1155,22 @@ int Step::chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores
   std::vector<int> saved{q, k, v, p32, probs};
   if (prev_p32 >= 0) saved.push_back(prev_p32);
   if (prev_probs >= 0) saved.push_back(prev_probs);
-  g_.node({q, k, v}, {out}, saved, [q, k, v, c_sc, c_out, dt](Bwd& ctx) {
+  g_.node({q, k, v}, {out}, saved, [q, k, v, p32, probs, c_sc, c_out, dt, one_chunk](Bwd& ctx) {
     // One chunk's chain, each gradient alive until the next node has produced its own: dprobs
     // (with the chunk's dv) from the second bmm, its fp32 cast (ToCopyBackward), softmax
     // backward, the cast back to the input dtype, * scaling, then dq and dk from the first bmm.
+    // Each autograd node of the chain releases what it saved when it returns: the second bmm its
+    // probabilities and v, the softmax its fp32 output. The incoming gradient (a slice of the
+    // cat's) and v (a view of the qkv output, as every chunk's is) die there only when the chunk
+    // is the whole sequence; else the chunks not yet run keep them.
     const Cat scores_cat = Cat::kAttentionScores;
     const int dv = ctx.temp(c_out, dt);
     int cur = ctx.temp(c_sc, dt, scores_cat);  // dprobs
+    ctx.release(probs);  // in 16 bits the second bmm's own; in fp32 the softmax output, still saved there
+    if (one_chunk) {
+      ctx.release_grad(0);
+      ctx.release(v);
+    }
     const auto step = [&](DT to_dt) {
       const int next = ctx.temp(c_sc, to_dt, scores_cat);
       ctx.drop(cur);
@@ -1166,6 +1178,7 @@ int Step::chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores
     };
     if (dt != DT::kF32) step(DT::kF32);  // probs = p32.to(dt)
     step(DT::kF32);                      // _softmax_backward_data
+    ctx.release(p32);
     if (dt != DT::kF32) step(dt);        // the softmax input's cast to fp32
     step(dt);                            // * scaling
     const int dq = ctx.temp(c_out, dt), dk = ctx.temp(c_out, dt);
@@ -1349,16 +1362,24 @@ int Step::vision_features() {
     g_.drop(x);
     x = sum;
   }
-  // Rotary tables (Qwen): fp32 (patches, head_dim) cos and sin, kept by every block.
+  // Rotary tables (Qwen): fp32 (patches, head_dim) cos and sin, kept by every block. The
+  // tower's forward keeps its locals until it returns: rotary_pos_emb (patches, head_dim / 2;
+  // Qwen2.5-VL rebinds it to its window_index gather, a copy), emb = cat((rotary, rotary), -1)
+  // and the (cos, sin) pair. fp32 whatever the weights: from_pretrained(torch_dtype=...) leaves
+  // the inv_freq buffer in fp32 (huggingface/transformers#30709).
   const int lm_cos = cos_, lm_sin = sin_;
+  int rotary = -1, emb = -1;
   if (!siglip) {
     const Poly rot = vpt(h / v.num_heads);
-    const int half = g_.make(vpt(h / v.num_heads / 2), DT::kF32, Cat::kInputs);
-    const int emb = g_.make(rot, DT::kF32, Cat::kInputs);  // cat((rotary, rotary), -1)
-    g_.drop(half);
+    rotary = g_.make(vpt(h / v.num_heads / 2), DT::kF32, Cat::kInputs);
+    if (v.kind == VisionKind::kQwen25Vl) {
+      const int gathered = g_.make(vpt(h / v.num_heads / 2), DT::kF32, Cat::kInputs);
+      g_.drop(rotary);
+      rotary = gathered;
+    }
+    emb = g_.make(rot, DT::kF32, Cat::kInputs);
     cos_ = g_.make(rot, DT::kF32, Cat::kInputs);
     sin_ = g_.make(rot, DT::kF32, Cat::kInputs);
-    g_.drop(emb);
   }
   if (v.kind == VisionKind::kQwen25Vl) {  // hidden_states[window_index]: a gathered copy
     const int r = g_.make(H, g_.at(x).dt, ops_.cat);
@@ -1388,10 +1409,7 @@ int Step::vision_features() {
   } else {
     x = trained_vision_blocks(x, holds, full_block);
   }
-  if (!siglip) {
-    g_.drop(cos_);
-    g_.drop(sin_);
-  }
+  const int tower_cos = cos_, tower_sin = sin_;
   cos_ = lm_cos;
   sin_ = lm_sin;
   const Poly T = vtok(m_.hidden_size);
@@ -1433,6 +1451,8 @@ int Step::vision_features() {
       g_.drop(feats);
       feats = r;
     }
+    // The tower's forward returns.
+    for (const int t : {rotary, emb, tower_cos, tower_sin}) g_.drop(t);
   }
   g_.drop(px);  // get_image_features returns
   if (!siglip) {

@@ -2,6 +2,8 @@
 // they were at that moment, kept compactly (EventCats) but read back exactly.
 #include <catch2/catch.hpp>
 
+#include <array>
+
 #include "core/sim/graph.hpp"
 
 using namespace memplan::sim;
@@ -36,4 +38,44 @@ TEST_CASE("events record the categories as they were, coefficients added as they
   for (const auto& p : last) sum += p;
   CHECK(sum == events[2].total);
   for (int t : {w, m, x, y}) g.drop(t);
+}
+
+// A rule standing for several autograd nodes (Qwen's chunked vision attention) frees what the
+// first of them saved, and the gradient it consumed, before the next allocates (Bwd::release,
+// Bwd::release_grad): the rule's second temporary then finds 4,000 B (the saved tensor) and 4 B
+// (the root's scalar gradient) gone. Each is dropped once: nothing is left when the step ends.
+TEST_CASE("a backward rule releasing a saved tensor and its incoming gradient early") {
+  std::array<Poly, 2> peak;
+  for (const bool early : {false, true}) {
+    Graph g;
+    const int w = g.param(Poly::constant(10), DT::kF32, Cat::kWeights, true);  // 40 B
+    const int saved = g.make(Poly::constant(1000), DT::kF32, Cat::kActivations);  // 4,000 B
+    const int y = g.make(Poly::constant(1), DT::kF32, Cat::kActivations);  // the loss, 4 B
+    g.node({w}, {y}, {saved}, [saved, w, early](Bwd& c) {
+      const int t1 = c.temp(Poly::constant(2500), DT::kF32);  // 10,000 B
+      if (early) {
+        c.release(saved);
+        c.release(saved);  // held once: a second release finds nothing
+        c.release_grad(0);
+      }
+      const int t2 = c.temp(Poly::constant(2500), DT::kF32);  // 10,000 B
+      c.drop(t1);
+      c.drop(t2);
+      c.give(w, c.temp(Poly::constant(10), DT::kF32));
+    });
+    g.drop(saved);
+    g.backward(y);
+    g.drop(y);
+    Poly most;  // the step's peak (the forward state is 4,044 B)
+    for (const Event& e : g.events())
+      if (e.total.eval(1, 1) > most.eval(1, 1)) most = e.total;
+    peak[early ? 1 : 0] = most;
+    g.free_param_grads();
+    g.drop(w);
+    CHECK(g.live_total() == Poly{});
+    for (const auto& t : g.tensors()) CHECK_FALSE(t.alive);
+  }
+  // w 40 + loss 4 + its gradient 4 + saved 4,000 + t1 10,000 + t2 10,000
+  CHECK(peak[0] == Poly::constant(24048));
+  CHECK(peak[1] == Poly::constant(24048 - 4000 - 4));
 }
