@@ -163,6 +163,10 @@ struct ParallelConfig {
   // FSDP implementation: 1 (FullyShardedDataParallel, flat parameters; accelerate's default) or
   // 2 (fully_shard, per-parameter DTensor shards). Only read when sharding is an FSDP strategy.
   int fsdp_version = 1;
+  // FSDP2's MixedPrecisionPolicy as torchtitan sets it (docs/formulas.md#fsdp-mixed-precision):
+  // parameters, gradients and optimizer states stored in fp32 and sharded; the layers gathered
+  // and computed in the weight dtype (torch_dtype: bfloat16), without autocast.
+  bool fsdp_mixed_precision = false;
   // Pipeline parallelism (docs/formulas.md#pipeline-parallelism): stages, the schedule, model
   // chunks per GPU (interleaved 1F1B: virtual stages) and explicit first/last stage layer counts
   // (Megatron's decoder_first/last_pipeline_num_layers; 0: split evenly).

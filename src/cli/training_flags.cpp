@@ -186,6 +186,10 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "Megatron sequence parallelism with --tensor-parallel: norms and residuals hold seq-len / tp tokens")
       ->group("Multi-GPU");
+  app.add_flag("--fsdp-mixed-precision", f.fsdp_mixed_precision,
+               "FSDP2 MixedPrecisionPolicy (torchtitan): fp32 sharded parameters, gradients and states, layers computed "
+               "in --torch-dtype")
+      ->group("Multi-GPU");
   app.add_flag("--megatron-core", f.megatron_core,
                "Megatron-Core layouts: vocabulary-parallel embedding/output/loss, pipeline outputs freed after the send")
       ->group("Multi-GPU");
@@ -591,6 +595,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (f.megatron_core) {
     c.parallel.megatron_core = true;
     mark("megatron_core", "--megatron-core");
+  }
+  if (f.fsdp_mixed_precision) {
+    c.parallel.fsdp_mixed_precision = true;
+    mark("fsdp_mixed_precision", "--fsdp-mixed-precision");
   }
   if (given("--dp-replicate")) {
     c.parallel.dp_replicate = f.dp_replicate;

@@ -88,6 +88,7 @@ struct TrainingFlags {
   double moe_capacity_factor = 0;
   bool sequence_parallel = false;
   bool megatron_core = false;
+  bool fsdp_mixed_precision = false;
   int dp_replicate = 0;
   // Loss kernels, encoders and contrastive training (docs/formulas.md#fused-cross-entropy, #encoders)
   std::string loss_kernel;       // --loss-kernel eager|liger|chunked|cce

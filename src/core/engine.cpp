@@ -1127,8 +1127,9 @@ void Estimator::Impl::build_half(int half) {
       st.opt_params.push_back(op);
       st.trainable += p.numel * reps;
     }
-    if (deepspeed(config)) {
-      // DeepSpeed steps the client optimizer on its fp32 master partition.
+    if (deepspeed(config) || (fsdp(config) && config.parallel.fsdp_mixed_precision)) {
+      // DeepSpeed steps the client optimizer on its fp32 master partition; FSDP's
+      // MixedPrecisionPolicy on the fp32 sharded parameters.
       std::vector<OptParam> master = st.opt_params;
       for (auto& p : master) p.elem_bytes = 4;
       st.opt = optimizer_footprint(config.optim, config.device, master);
@@ -1541,6 +1542,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
           "Megatron-Core: vocabulary-parallel embedding, output layer and loss, pipeline outputs freed after the "
           "send; the layers themselves are simulated as Hugging Face's modules (Transformer Engine's fused kernels "
           "are not modelled)");
+    if (config.parallel.fsdp_mixed_precision)
+      impl->assumptions.push_back(fmt::format(
+          "FSDP MixedPrecisionPolicy: fp32 sharded parameters, gradients and optimizer states; each layer gathered "
+          "and computed in {} (counted as {} shards, {} gradients and an fp32 master copy: the same bytes after "
+          "backward, more before)",
+          to_string(config.torch_dtype), to_string(config.torch_dtype), to_string(config.torch_dtype)));
     if (model.is_modernbert())
       impl->assumptions.push_back(fmt::format(
           "ModernBERT: {}; {}", sp.attn == AttnImpl::kFlashAttention2

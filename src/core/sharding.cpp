@@ -81,6 +81,7 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
   }
   p.expert_shard_over = std::max(1, p.shard_over / std::max(1, par.expert_parallel));
   p.megatron = par.megatron_core;
+  p.fp32_master = p.deepspeed || (p.fsdp && par.fsdp_mixed_precision);
   return p;
 }
 
@@ -148,10 +149,15 @@ ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_ste
     at(v, Cat::kOptimizerStates) = p.offload_optimizer ? Poly{} : shard(p, at(v, Cat::kOptimizerStates), n);
     at(v, Cat::kOptimizerTemps) = p.offload_optimizer ? Poly{} : shard(p, at(v, Cat::kOptimizerTemps), n);
   }
+  // The fp32 master copy of the trainable parameters, sharded (on the CPU with offload). Under
+  // FSDP's MixedPrecisionPolicy the fp32 parameters are themselves the shards and the gradients
+  // are reduced in fp32: memplan counts 16-bit shards plus this copy and 16-bit gradients, the
+  // same bytes once backward has reduced every gradient and never fewer before
+  // (docs/formulas.md#fsdp-mixed-precision).
+  if (p.fp32_master && !p.offload_optimizer)
+    at(v, Cat::kMasterWeights) += shard(p, Poly::constant(p.trainable_params * 4), n);
   if (p.deepspeed) {
     at(v, Cat::kBuckets) += Poly::constant(p.bucket_bytes);
-    // The fp32 master copy of the trainable parameters, sharded (on the CPU with offload).
-    if (!p.offload_optimizer) at(v, Cat::kMasterWeights) += shard(p, Poly::constant(p.trainable_params * 4), n);
     // ZeRO-1/2 upcast the gradient partition to fp32 for the step.
     if (optimizer_step && !p.offload_optimizer && p.zero_stage <= 2 && !p.megatron)
       at(v, Cat::kOptimizerTemps) += shard(p, Poly::constant(p.trainable_params * 4), n);

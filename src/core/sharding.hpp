@@ -43,6 +43,9 @@ struct ShardPlan {
   int expert_shard_over = 1;
   // Megatron-Core's distributed optimizer steps on its fp32 gradient buffer: no upcast copy.
   bool megatron = false;
+  // An fp32 copy of the trainable parameters, sharded, that the optimizer steps on: DeepSpeed's
+  // master partition, and FSDP's MixedPrecisionPolicy (fp32 sharded parameters gathered in 16 bits).
+  bool fp32_master = false;
 };
 
 // FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD: one of PyTorch FSDP's sharding strategies.

@@ -241,6 +241,17 @@ Status validate(const TrainingConfig& c) {
     return range_error("num-gpus", c.parallel.num_gpus, "1 to 1024");
   if (c.parallel.nodes < 1 || c.parallel.nodes > 65536) return range_error("nodes", c.parallel.nodes, "1 to 65536");
   if (auto s = validate_parallel(c.parallel); !s) return s;
+  if (c.parallel.fsdp_mixed_precision) {
+    const auto sh = c.parallel.sharding;
+    if (sh != ShardingStrategy::kFsdpFullShard && sh != ShardingStrategy::kFsdpHybridShard &&
+        sh != ShardingStrategy::kFsdpShardGradOp)
+      return make_error(ErrorCode::kConflict, "fsdp-mixed-precision is FSDP's MixedPrecisionPolicy: it needs --fsdp",
+                        "add --fsdp full_shard (torchtitan shards fully), or drop --fsdp-mixed-precision");
+    if (c.torch_dtype == DType::kFloat32 || c.autocast)
+      return make_error(ErrorCode::kConflict,
+                        "fsdp-mixed-precision computes in --torch-dtype (bfloat16 or float16) without autocast",
+                        "use --torch-dtype bfloat16 and drop --bf16/--fp16");
+  }
   if (c.contrastive.enabled()) {
     const auto& k = c.contrastive;
     if (k.texts_per_example < 2 || k.texts_per_example > 4096)

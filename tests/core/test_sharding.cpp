@@ -166,3 +166,43 @@ TEST_CASE("HSDP shards over one node by default, or over the ranks of a replica 
   c.parallel.sharding = ShardingStrategy::kFsdpFullShard;  // replicas need HSDP
   CHECK_FALSE(estimate(m, c));
 }
+
+// FSDP's MixedPrecisionPolicy as torchtitan uses it (fp32 sharded parameters, gradients and
+// states; layers gathered and computed in bf16): against plain bf16 FSDP, an fp32 master copy of
+// every trainable parameter, sharded (4 bytes / 8 GPUs), and AdamW's two states in fp32 instead
+// of bf16 (8 bytes / 8 GPUs instead of 4 / 8). Nothing else changes.
+TEST_CASE("FSDP mixed precision adds the fp32 shards: 4 bytes of master copy and 4 more of states per parameter") {
+  const ModelSpec m = memplan::testing::toy_llama(4);
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.seq_len = 64;
+  c.parallel.num_gpus = 8;
+  c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  c.parallel.fsdp_version = 2;
+  c.optim.kind = OptimizerKind::kAdamWTorchFused;
+  auto plain = estimate(m, c);
+  c.parallel.fsdp_mixed_precision = true;
+  auto mixed = estimate(m, c);
+  REQUIRE(plain);
+  REQUIRE(mixed);
+  require_consistent(*mixed);
+  const std::int64_t n = mixed->params.trainable;
+  // Fused AdamW also keeps an fp32 step count per parameter tensor: the embedding, 4 layers of
+  // 7 Linears and 2 norms, the final norm and lm_head.
+  const std::int64_t steps = (1 + 4 * 9 + 1 + 1) * 4;
+  CHECK(component(*plain, "master_weights") == 0);
+  CHECK(component(*mixed, "master_weights") == (n * 4 + 7) / 8);
+  CHECK(component(*plain, "optimizer_states") == (n * 4 + steps + 7) / 8);
+  CHECK(component(*mixed, "optimizer_states") == (n * 8 + steps + 7) / 8);
+  CHECK(mixed->peak - plain->peak ==
+        Bytes::of((n * 4 + 7) / 8 + (n * 8 + steps + 7) / 8 - (n * 4 + steps + 7) / 8));
+  // Only with FSDP, and only computing in 16 bits without autocast.
+  c.parallel.sharding = ShardingStrategy::kZero3;
+  CHECK_FALSE(estimate(m, c));
+  c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  c.torch_dtype = DType::kFloat32;
+  CHECK_FALSE(estimate(m, c));
+  c.torch_dtype = DType::kBFloat16;
+  c.autocast = DType::kBFloat16;
+  CHECK_FALSE(estimate(m, c));
+}
