@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "io/toml.hpp"
 #include "io/yaml_edit.hpp"
 
 namespace memplan::io {
@@ -41,7 +42,7 @@ Error located(ErrorCode code, const std::string& file, int line, std::string mes
 
 // Edits one file's text; verifies that the result parses and reads back the new values.
 Result<FileChange> edit_file(const ConfigFile& file, std::size_t index, const std::vector<PendingEdit>& edits) {
-  MEMPLAN_TRY(YamlDoc doc, parse_yaml(file.text, file.path));
+  MEMPLAN_TRY(YamlDoc doc, parse_config_text(file.text, file.path));
   std::vector<TextEdit> text_edits;
   std::vector<std::string> changes;
   std::vector<std::size_t> inserted_at;  // for messages, filled after the text is built
@@ -110,7 +111,7 @@ Result<FileChange> edit_file(const ConfigFile& file, std::size_t index, const st
                                changes[i]);
 
   // Never write a file that would not read back as intended.
-  auto check = parse_yaml(after, file.path);
+  auto check = parse_config_text(after, file.path);
   if (!check)
     return make_error(ErrorCode::kConflict,
                       fmt::format("{}: refusing to write: the edited file would not parse ({})", file.path,

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
+#include "io/toml.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::io {
@@ -155,6 +156,7 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kAutomodel: return map_automodel(m);
     case Dialect::kLlmFoundry: return map_llm_foundry(m);
     case Dialect::kMegatron: return map_megatron(m);
+    case Dialect::kTorchtitan: return map_torchtitan(m);
     case Dialect::kKeyMap: return Ok{};
   }
   return Ok{};
@@ -324,7 +326,7 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   for (const auto& path : req.files) {
     MEMPLAN_TRY(std::string text, fs.read_file(path));
     MEMPLAN_TRY(FileInfo info, fs.stat(path));
-    MEMPLAN_TRY(YamlDoc doc, parse_yaml(text, path));
+    MEMPLAN_TRY(YamlDoc doc, parse_config_text(text, path));
     if (!doc.root.is_map()) {
       Error e = make_error(ErrorCode::kInvalidConfig,
                            fmt::format("expected a mapping of keys at the top level, got {}", kind_name(doc.root)));

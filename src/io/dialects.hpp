@@ -26,6 +26,7 @@ enum class Dialect {
   kAutomodel,     // NeMo Automodel Hydra recipes (_target_, step_scheduler.local_batch_size)
   kLlmFoundry,    // LLM Foundry / Composer YAML (device_train_microbatch_size)
   kMegatron,      // NeMo 1.x / launcher Megatron configs (model.tensor_model_parallel_size, model.micro_batch_size)
+  kTorchtitan,    // torchtitan TOML job configs (model.flavor, training.local_batch_size, parallelism.*_degree)
   kKeyMap,        // only what --keys maps
 };
 

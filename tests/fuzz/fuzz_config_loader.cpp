@@ -1,4 +1,4 @@
-// Fuzzes the training-config loaders (every dialect, YAML and JSON) and --apply on top of them:
+// Fuzzes the training-config loaders (every dialect, YAML, JSON and TOML) and --apply on top of them:
 // any bytes must load or fail with an Error, and a plan that loads must write a file that loads.
 // The first byte picks the dialect and the file name's extension.
 #include <cstddef>
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                           "flat", "deepspeed", ""};
   const std::uint8_t pick = data[0];
   const std::string dialect = kDialects[pick % 9];
-  const std::string name = (pick & 0x80) != 0 ? "train.json" : "train.yaml";
+  const std::string name = (pick & 0x80) != 0 ? "train.json" : (pick & 0x40) != 0 ? "train.toml" : "train.yaml";
   MemoryFileSystem fs;
   fs.files[name] = std::string(reinterpret_cast<const char*>(data + 1), size - 1);
   ConfigRequest req;

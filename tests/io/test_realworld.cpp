@@ -31,7 +31,7 @@ const stdfs::path kCorpus = stdfs::path(MEMPLAN_SOURCE_DIR) / "tests/data/realwo
 std::string config_for(const stdfs::path& expected) {
   const std::string stem = expected.filename().string().substr(0, expected.filename().string().size() -
                                                                        std::string(".expected.yaml").size());
-  for (const char* ext : {".yaml", ".yml", ".json"}) {
+  for (const char* ext : {".yaml", ".yml", ".json", ".toml"}) {
     const stdfs::path p = expected.parent_path() / (stem + ext);
     if (stdfs::exists(p)) return p.string();
   }

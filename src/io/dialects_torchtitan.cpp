@@ -1,0 +1,214 @@
+// torchtitan job configs (torchtitan/models/*/train_configs/*.toml, read by io/toml.cpp): the
+// model by name and flavor, training.local_batch_size per data-parallel rank, parallelism.*_degree,
+// activation_checkpoint.mode. torchtitan shards with FSDP2 and a MixedPrecisionPolicy (fp32
+// parameters gathered and computed in mixed_precision_param). docs/configs.md#torchtitan.
+#include <fmt/format.h>
+
+#include <string>
+
+#include "io/dialects_map.hpp"
+#include "memplan/text.hpp"
+
+namespace memplan::io {
+
+namespace {
+
+// torchtitan's model flavors whose architecture is a catalog model's (torchtitan/models/*/__init__.py).
+struct Flavor {
+  const char* name;
+  const char* flavor;
+  const char* model;
+};
+constexpr Flavor kFlavors[] = {
+    {"llama3", "1b", "meta-llama/Llama-3.2-1B"},        {"llama3", "3b", "meta-llama/Llama-3.2-3B"},
+    {"llama3", "8b", "meta-llama/Llama-3.1-8B"},        {"llama3", "70b", "meta-llama/Llama-3.1-70B"},
+    {"llama3", "405b", "meta-llama/Llama-3.1-405B"},    {"deepseek_v3", "16b", "deepseek-ai/DeepSeek-V2-Lite"},
+    {"deepseek_v3", "236b", "deepseek-ai/DeepSeek-V2"}, {"deepseek_v3", "671b", "deepseek-ai/DeepSeek-V3"},
+    {"qwen3", "0.6b", "Qwen/Qwen3-0.6B"},               {"qwen3", "1.7b", "Qwen/Qwen3-1.7B"},
+    {"qwen3", "4b", "Qwen/Qwen3-4B"},                   {"qwen3", "8b", "Qwen/Qwen3-8B"},
+    {"qwen3", "14b", "Qwen/Qwen3-14B"},                 {"qwen3", "32b", "Qwen/Qwen3-32B"},
+    {"qwen3", "30b-a3b", "Qwen/Qwen3-30B-A3B"},         {"qwen3", "235b-a22b", "Qwen/Qwen3-235B-A22B"},
+};
+
+}  // namespace
+
+Status map_torchtitan(Mapper& m) {
+  TrainingConfig& c = m.config();
+  // The model: name + flavor when torchtitan's flavor is a catalog architecture, else the
+  // checkpoint directory's name (hf_assets_path: ./assets/hf/Llama-3.1-8B).
+  {
+    MEMPLAN_TRY(auto name, m.text("model.name"));
+    MEMPLAN_TRY(auto flavor, m.text("model.flavor"));
+    MEMPLAN_TRY(auto assets, m.text("model.hf_assets_path"));
+    std::string id;
+    if (name && flavor)
+      for (const auto& f : kFlavors)
+        if (to_lower(*name) == f.name && to_lower(*flavor) == f.flavor) id = f.model;
+    if (!id.empty()) {
+      m.out().inputs.model_name = id;
+      m.from_file("model", *m.node("model.flavor"), fmt::format("model.name {} + model.flavor {}", *name, *flavor));
+    } else if (assets && !trim(*assets).empty()) {
+      std::string dir = trim(*assets);
+      while (!dir.empty() && dir.back() == '/') dir.pop_back();
+      m.out().inputs.model_name = dir.substr(dir.find_last_of('/') + 1);
+      m.from_file("model", *m.node("model.hf_assets_path"), "model.hf_assets_path");
+    } else if (const YamlNode* n = m.node("model.flavor"); n != nullptr) {
+      m.out().inputs.model_hint =
+          fmt::format("{}: torchtitan flavor '{}' of '{}' is not a catalog model; give --model ID|PATH (or "
+                      "--hidden-size, --num-hidden-layers, ...)",
+                      m.where_text(*n), flavor.value_or(""), name.value_or(""));
+    }
+    MEMPLAN_TRY(auto converters, m.list("model.converters"));
+    if (converters && !converters->empty())
+      m.warn_at(*m.node("model.converters"),
+                fmt::format("model.converters {} (float8 / MX training) are not modelled; estimated in "
+                            "mixed_precision_param",
+                            fmt::join(*converters, ", ")));
+  }
+
+  // The batch: local_batch_size (batch_size before 2025) sequences per data-parallel rank.
+  std::string batch_key = "training.local_batch_size";
+  if (m.node(batch_key) == nullptr && m.node("training.batch_size") != nullptr) batch_key = "training.batch_size";
+  MEMPLAN_IO_CHECK(m.read_or(batch_key, "batch", c.micro_batch, 8, batch_key + " not set: torchtitan's default 8"));
+  m.site(Knob::kBatch, batch_key, "", "torchtitan's TOML has no place memplan writes a new key to");
+  MEMPLAN_IO_CHECK(m.read_or("training.seq_len", "seq_len", c.seq_len, 2048, "training.seq_len not set: 2048"));
+  m.site(Knob::kSeqLen, "training.seq_len", "", "torchtitan's TOML has no place memplan writes a new key to");
+  m.site(Knob::kGradAccum, "training.global_batch_size", "",
+         "torchtitan derives the accumulation from training.global_batch_size");
+  if (const YamlNode* g = m.node("training.global_batch_size"); g != nullptr) {
+    MEMPLAN_TRY(auto global, m.integer("training.global_batch_size", -1));
+    if (global && *global > 0)
+      m.from_default("grad_accum", fmt::format("global_batch_size {} at {} / (local_batch_size x data-parallel "
+                                               "GPUs): pass --grad-accum for the step's accumulation",
+                                               *global, m.where_text(*g)));
+  }
+
+  // Parallelism: FSDP2 over the data-parallel shard ranks (-1: every GPU the other degrees leave),
+  // HSDP with replicate degree > 1, tensor / pipeline / context / expert degrees.
+  const auto degree = [&](const char* key, const char* input, int& out) -> Result<bool> {
+    MEMPLAN_TRY(auto v, m.integer(key, -1));
+    if (!v || *v == -1) return false;
+    if (*v < 1 || *v > 65536)
+      return m.error_at(*m.node(key), ErrorCode::kInvalidArgument, fmt::format("{} = {} is out of range (1 to 65536)", key, *v));
+    out = static_cast<int>(*v);
+    m.from_file(input, *m.node(key), key);
+    return true;
+  };
+  auto& par = c.parallel;
+  MEMPLAN_IO_CHECK(degree("parallelism.tensor_parallel_degree", "tensor_parallel", par.tensor_parallel));
+  MEMPLAN_IO_CHECK(degree("parallelism.pipeline_parallel_degree", "pipeline_parallel", par.pipeline_parallel));
+  MEMPLAN_IO_CHECK(degree("parallelism.context_parallel_degree", "context_parallel", par.context_parallel));
+  MEMPLAN_IO_CHECK(degree("parallelism.expert_parallel_degree", "expert_parallel", par.expert_parallel));
+  int shard = -1, replicate = 1;
+  MEMPLAN_TRY(bool shard_given, degree("parallelism.data_parallel_shard_degree", "data_parallel_shard", shard));
+  MEMPLAN_IO_CHECK(degree("parallelism.data_parallel_replicate_degree", "dp_replicate", replicate));
+  if (shard_given) {
+    // An explicit shard degree fixes the GPU count: replicate x shard x tp x pp x cp.
+    const std::int64_t world = static_cast<std::int64_t>(replicate) * shard * par.model_parallel_size();
+    if (world > 1 && world <= 65536) {
+      const bool one_node = world <= 8 || world % 8 != 0;
+      par.num_gpus = static_cast<int>(one_node ? std::min<std::int64_t>(world, 1024) : 8);
+      par.nodes = static_cast<int>(one_node ? 1 : world / 8);
+      m.derived("num_gpus", "data_parallel_replicate x shard x tensor x pipeline x context degrees");
+    }
+  }
+  // FSDP2 whenever more than one rank shards (torchtitan's parallelize_*: fully_shard), with its
+  // MixedPrecisionPolicy: fp32 parameters gathered in mixed_precision_param.
+  if (!shard_given || shard > 1) {
+    par.sharding = replicate > 1 ? ShardingStrategy::kFsdpHybridShard : ShardingStrategy::kFsdpFullShard;
+    if (replicate > 1) par.dp_replicate = replicate;
+    par.fsdp_version = 2;
+    const YamlNode* at = m.node("parallelism.data_parallel_shard_degree");
+    if (at != nullptr) {
+      m.from_file("sharding", *at, "parallelism.data_parallel_shard_degree (FSDP2)");
+    } else {
+      m.from_default("sharding", "parallelism.data_parallel_shard_degree not set: -1, FSDP2 over every data-parallel GPU");
+    }
+  }
+  if (replicate > 1 && par.sharding == ShardingStrategy::kNone) {
+    m.warn_at(*m.node("parallelism.data_parallel_replicate_degree"),
+              "data_parallel_replicate_degree without sharding is DDP: the replicas hold whole copies");
+    par.dp_replicate = 0;
+  }
+  {
+    DType param = DType::kBFloat16;
+    MEMPLAN_TRY(bool given, m.read_dtype("training.mixed_precision_param", "torch_dtype", param));
+    if (param == DType::kFloat32) {
+      c.torch_dtype = DType::kFloat32;
+    } else if (par.sharding != ShardingStrategy::kNone) {
+      c.torch_dtype = param;
+      par.fsdp_mixed_precision = true;
+      if (!given) m.from_default("torch_dtype", "training.mixed_precision_param not set: bfloat16");
+      m.derived("fsdp_mixed_precision", "torchtitan's FSDP2 MixedPrecisionPolicy: fp32 parameters, "
+                                        "gathered and computed in mixed_precision_param");
+    } else {
+      // One GPU: fp32 parameters under torch.autocast (torchtitan's maybe_enable_amp).
+      c.torch_dtype = DType::kFloat32;
+      c.autocast = param;
+      m.derived("autocast", "a single GPU: torch.autocast in mixed_precision_param");
+    }
+  }
+  if (par.pipeline_parallel > 1) {
+    MEMPLAN_TRY(auto sched, m.text("parallelism.pipeline_parallel_schedule"));
+    const std::string s = to_lower(sched.value_or("1F1B"));
+    if (auto k = parse_pp_schedule(s); k) {
+      par.pp_schedule = *k;
+    } else {
+      // torchtitan's other multi-stage schedules (LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble,
+      // DualPipeV) place several stages per rank too.
+      par.pp_schedule = PipelineSchedule::kInterleaved1F1B;
+      m.warn_at(*m.node("parallelism.pipeline_parallel_schedule"),
+                fmt::format("pipeline schedule '{}' is not modelled; estimated as interleaved 1F1B", *sched));
+    }
+    if (sched) m.from_file("pp_schedule", *m.node("parallelism.pipeline_parallel_schedule"),
+                           "parallelism.pipeline_parallel_schedule");
+    MEMPLAN_IO_CHECK(m.read("parallelism.pipeline_parallel_layers_per_stage", "pp_layers_per_stage",
+                            par.pp_layers_per_stage));
+    if (par.pp_layers_per_stage == 0 && par.pp_schedule == PipelineSchedule::kInterleaved1F1B) par.virtual_stages = 2;
+    // local_batch_size sequences per step in pipeline micro-batches of microbatch_size (default 1).
+    std::int64_t pmb = 1;
+    MEMPLAN_TRY(bool pmb_given, m.read("parallelism.pipeline_parallel_microbatch_size", "batch", pmb));
+    if (pmb >= 1 && c.micro_batch % pmb == 0) {
+      c.grad_accum = c.micro_batch / pmb;
+      c.micro_batch = pmb;
+      m.derived("grad_accum", "local_batch_size / pipeline_parallel_microbatch_size (pipeline micro-batches)");
+      if (!pmb_given) m.derived("batch", "pipeline_parallel_microbatch_size not set: 1");
+    }
+  }
+  // Activation checkpointing: full is every layer; selective (per-op or every n-th layer) keeps
+  // some activations that memplan does not model: estimated without it, an upper bound.
+  MEMPLAN_TRY(auto ac, m.text("activation_checkpoint.mode"));
+  if (ac) {
+    const std::string mode = to_lower(*ac);
+    const YamlNode& n = *m.node("activation_checkpoint.mode");
+    if (mode == "full") {
+      c.gradient_checkpointing = true;
+      c.checkpoint_reentrant = false;  // torchtitan's checkpoint_wrapper: non-reentrant
+      m.from_file("gradient_checkpointing", n, "activation_checkpoint.mode");
+    } else if (mode == "selective") {
+      m.warn_at(n, "selective activation checkpointing is not modelled; estimated without checkpointing (an upper "
+                   "bound)");
+    }
+  }
+  MEMPLAN_TRY(auto opt, m.text("optimizer.name"));
+  if (opt) {
+    const std::string o = to_lower(*opt);
+    const YamlNode& n = *m.node("optimizer.name");
+    MEMPLAN_TRY(auto impl, m.text("optimizer.implementation"));
+    const bool fused = impl.value_or("fused") == "fused";
+    if (o == "adamw" || o == "adam") {
+      c.optim.kind = fused ? OptimizerKind::kAdamWTorchFused : OptimizerKind::kAdamWTorch;
+    } else {
+      c.optim.kind = OptimizerKind::kAdamWTorchFused;
+      m.warn_at(n, fmt::format("optimizer '{}' is not modelled; estimated as AdamW (two fp32 states)", *opt));
+    }
+    m.from_file("optim", n, "optimizer.name");
+  }
+  MEMPLAN_TRY(auto compile, m.boolean("compile.enable"));
+  if (compile.value_or(false))
+    m.warn_at(*m.node("compile.enable"), "torch.compile is not modelled; its fused kernels may keep fewer activations");
+  m.check_unknown("", {}, /*strict=*/false);
+  return Ok{};
+}
+
+}  // namespace memplan::io
