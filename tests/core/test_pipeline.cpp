@@ -178,11 +178,7 @@ TEST_CASE("FSDP's no_sync micro-batches accumulate unsharded gradients") {
 }
 
 TEST_CASE("expert parallelism keeps num_experts / ep routed experts per GPU") {
-  ModelSpec m = toy_llama(4);
-  m.model_type = "mixtral";
-  m.moe.num_experts = 8;
-  m.moe.experts_per_token = 2;
-  m.moe.expert_intermediate_size = 128;
+  const ModelSpec m = memplan::testing::toy_mixtral(4);
   TrainingConfig c = bf16_cfg(1, 32);
   c.parallel.num_gpus = 4;
   auto all = estimate(m, c);

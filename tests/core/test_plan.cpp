@@ -789,11 +789,7 @@ TEST_CASE("plan: suggestions skip what the config already does") {
 // it shards over. Checked here over methods, adapters, offload, experts and pipelines, for every
 // count the suggestions try (one node up to 8 GPUs, then nodes of 8).
 TEST_CASE("plan: a sharded config's peak does not grow with its GPU count") {
-  ModelSpec moe = toy_llama(4);
-  moe.model_type = "mixtral";
-  moe.moe.num_experts = 8;
-  moe.moe.experts_per_token = 2;
-  moe.moe.expert_intermediate_size = 128;
+  const ModelSpec moe = memplan::testing::toy_mixtral(4);
   struct Case {
     const char* name;
     ModelSpec model;

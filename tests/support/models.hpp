@@ -109,6 +109,16 @@ inline ModelSpec toy_llama(int layers = 4) {
   return m;
 }
 
+// toy_llama with Mixtral's MoE MLP: 8 routed experts of width 128, top-2.
+inline ModelSpec toy_mixtral(int layers = 4) {
+  ModelSpec m = toy_llama(layers);
+  m.model_type = "mixtral";
+  m.moe.num_experts = 8;
+  m.moe.experts_per_token = 2;
+  m.moe.expert_intermediate_size = 128;
+  return m;
+}
+
 // google/gemma-3-27b-pt's language model (text_config with Gemma3TextConfig's defaults): 62
 // layers, every sixth from 5 attending in full, the rest over a 1,024-token window.
 inline ModelSpec gemma3_27b_text() {
