@@ -633,7 +633,12 @@ struct Suggestions {
 // One change tried on its own at the evaluated point: nullopt when it does not apply, the engine
 // cannot model it, or it saves nothing (memory given back to the budget counts).
 Result<std::optional<Suggestion>> try_change(ChangeKind kind, const TrainingConfig& config, const SuggestContext& ctx,
-                                             Bytes base) {
+                                             Bytes base, Phase base_phase) {
+  // Checkpointing recomputes activations: the optimizer step (parameters, gradients, states and
+  // the step's temporaries) is the same with it, so where that step is the peak it saves nothing,
+  // and its program need not be simulated to find out (docs/plan.md#speed).
+  if (kind == ChangeKind::kGradientCheckpointing && base_phase == Phase::kOptimizerStep)
+    return std::optional<Suggestion>{};
   MEMPLAN_TRY(auto ch, make_change(kind, config, ctx));
   if (!ch) return std::optional<Suggestion>{};
   // Shorter sequences are evaluated at their own length; everything else at the same point.
@@ -659,6 +664,10 @@ Result<std::optional<Suggestion>> try_change(ChangeKind kind, const TrainingConf
 Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& ctx) {
   Suggestions out;
   MEMPLAN_TRY(const Bytes base, peak_at(ctx, config, ctx.micro_batch, ctx.seq_len));
+  // The phase of that peak (forward when it cannot be told: nothing is then skipped).
+  MEMPLAN_TRY(const Estimator* base_est, ctx.estimators->get(config));
+  Phase base_phase = Phase::kForward;
+  if (auto e = base_est->at(ctx.micro_batch, ctx.seq_len)) base_phase = e->peak_phase;
   // Each change builds its own estimators (one per GPU count tried): they run at once, and are
   // taken in kAllChanges' order, so the first error is the one a sequential loop would stop at.
   constexpr std::size_t kChanges = std::size(kAllChanges);
@@ -685,7 +694,7 @@ Result<Suggestions> suggest(const TrainingConfig& config, const SuggestContext& 
   }();
   parallel_for(kChanges, [&](std::size_t k) {
     const std::size_t i = kStart[k];
-    tried[i] = try_change(kAllChanges[i], config, ctx, base);
+    tried[i] = try_change(kAllChanges[i], config, ctx, base, base_phase);
   });
   for (auto& t : tried) {
     if (!*t) return t->error();

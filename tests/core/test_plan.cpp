@@ -867,6 +867,17 @@ TEST_CASE("plan: fp32 full fine-tuning on a small GPU") {
   check_plan(m, c, req, *p);
   CHECK_FALSE(p->recommendation.fits);
   check_suggestions(m, c, *p, req.budget.budget());
+  // The peak is the optimizer step, which checkpointing does not change: the plan does not
+  // simulate it (suggest() skips it), and simulating it indeed saves nothing.
+  auto at = estimate(m, c);
+  REQUIRE(at);
+  REQUIRE(at->peak_phase == Phase::kOptimizerStep);
+  for (const Suggestion& s : p->suggestions) CHECK(s.kind != ChangeKind::kGradientCheckpointing);
+  TrainingConfig gc = c;
+  gc.gradient_checkpointing = true;
+  auto with_gc = estimate(m, gc);
+  REQUIRE(with_gc);
+  CHECK(with_gc->peak == at->peak);
 }
 
 // ---------------------------------------------------------------------------------------------
