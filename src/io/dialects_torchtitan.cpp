@@ -28,7 +28,35 @@ constexpr Flavor kFlavors[] = {
     {"qwen3", "4b", "Qwen/Qwen3-4B"},                   {"qwen3", "8b", "Qwen/Qwen3-8B"},
     {"qwen3", "14b", "Qwen/Qwen3-14B"},                 {"qwen3", "32b", "Qwen/Qwen3-32B"},
     {"qwen3", "30b-a3b", "Qwen/Qwen3-30B-A3B"},         {"qwen3", "235b-a22b", "Qwen/Qwen3-235B-A22B"},
+    {"deepseek_v3", "kimi_k2", "moonshotai/Kimi-K2-Instruct"},
+    {"llama2", "7b", "meta-llama/Llama-2-7b-hf"},       {"llama2", "13b", "meta-llama/Llama-2-13b-hf"},
+    {"llama2", "70b", "meta-llama/Llama-2-70b-hf"},
 };
+
+// The model a checkpoint or tokenizer path names: the folder after torchtitan's `hf` or
+// `tokenizer` asset folder (./assets/hf/Llama-3.1-8B, ./assets/tokenizer/Llama-3.1-8B/); none
+// for a tokenizer file (./assets/tokenizer/original/tokenizer.model) or any other path.
+std::string model_in_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (const char ch : path + "/") {
+    if (ch == '/' || ch == '\\') {
+      if (!cur.empty()) parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    const std::string folder = to_lower(parts[i]);
+    if (folder != "hf" && folder != "tokenizer") continue;
+    const std::string next = to_lower(parts[i + 1]);
+    if (next == "original" || next.ends_with(".model") || next.ends_with(".json") || next.ends_with(".tiktoken"))
+      return {};
+    return parts[i + 1];
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -39,19 +67,51 @@ Status map_torchtitan(Mapper& m) {
   {
     MEMPLAN_TRY(auto name, m.text("model.name"));
     MEMPLAN_TRY(auto flavor, m.text("model.flavor"));
-    MEMPLAN_TRY(auto assets, m.text("model.hf_assets_path"));
-    std::string id;
-    if (name && flavor)
-      for (const auto& f : kFlavors)
-        if (to_lower(*name) == f.name && to_lower(*flavor) == f.flavor) id = f.model;
+    std::string assets_key = "model.hf_assets_path";
+    if (m.node(assets_key) == nullptr) assets_key = "model.tokenizer_path";  // before hf_assets_path
+    MEMPLAN_TRY(auto assets, m.text(assets_key));
+    const std::string in_path = assets ? model_in_path(trim(*assets)) : std::string();
+    // A flavor a fork derives from a known one (30B-A3B-deepep, kimi_k2_llep: the same
+    // architecture with other kernels or routing) is read as that one, with a warning.
+    std::string id, base;
+    if (name && flavor) {
+      const std::string n = to_lower(*name), fl = to_lower(*flavor);
+      for (const auto& f : kFlavors) {
+        if (n != f.name) continue;
+        const std::string known = f.flavor;
+        if (fl == known) {
+          id = f.model;
+          base.clear();
+          break;
+        }
+        if (fl.size() > known.size() && fl.starts_with(known) && (fl[known.size()] == '-' || fl[known.size()] == '_') &&
+            known.size() > base.size()) {
+          id = f.model;
+          base = known;
+        }
+      }
+    }
     if (!id.empty()) {
       m.out().inputs.model_name = id;
       m.from_file("model", *m.node("model.flavor"), fmt::format("model.name {} + model.flavor {}", *name, *flavor));
-    } else if (assets && !trim(*assets).empty()) {
-      std::string dir = trim(*assets);
+      if (!base.empty())
+        m.warn_at(*m.node("model.flavor"), fmt::format("torchtitan flavor '{}' is read as '{}' ({}): its architecture "
+                                                       "is assumed unchanged",
+                                                       *flavor, base, id));
+    } else if (name && name->find('/') != std::string::npos &&
+               to_lower(flavor.value_or("")).find("debug") == std::string::npos) {
+      // The transformers backend names a Hugging Face model (`flavor` picks its size: `full`).
+      m.out().inputs.model_name = trim(*name);
+      m.from_file("model", *m.node("model.name"), "model.name");
+    } else if (flavor && flavor->find('/') != std::string::npos && !model_in_path("hf/" + trim(*flavor)).empty()) {
+      // A checkpoint directory given as the flavor (llama3_hf: /data/models/Meta-Llama-3.1-8B).
+      std::string dir = trim(*flavor);
       while (!dir.empty() && dir.back() == '/') dir.pop_back();
       m.out().inputs.model_name = dir.substr(dir.find_last_of('/') + 1);
-      m.from_file("model", *m.node("model.hf_assets_path"), "model.hf_assets_path");
+      m.from_file("model", *m.node("model.flavor"), "model.flavor (a checkpoint directory)");
+    } else if (!in_path.empty()) {
+      m.out().inputs.model_name = in_path;
+      m.from_file("model", *m.node(assets_key), assets_key);
     } else if (const YamlNode* n = m.node("model.flavor"); n != nullptr) {
       m.out().inputs.model_hint =
           fmt::format("{}: torchtitan flavor '{}' of '{}' is not a catalog model; give --model ID|PATH (or "
@@ -85,7 +145,14 @@ Status map_torchtitan(Mapper& m) {
 
   // Parallelism: FSDP2 over the data-parallel shard ranks (-1: every GPU the other degrees leave),
   // HSDP with replicate degree > 1, tensor / pipeline / context / expert degrees.
-  const auto degree = [&](const char* key, const char* input, int& out) -> Result<bool> {
+  // Before the [parallelism] table (2025) the degrees were under [training] and, for pipeline and
+  // context parallelism, [experimental]; data_parallel_degree was the shard degree.
+  const auto where = [&](const std::string& name) {
+    std::string key;
+    m.first_of({"parallelism." + name, "training." + name, "experimental." + name}, &key);
+    return key.empty() ? "parallelism." + name : key;
+  };
+  const auto degree = [&](const std::string& key, const char* input, int& out) -> Result<bool> {
     MEMPLAN_TRY(auto v, m.integer(key, -1));
     if (!v || *v == -1) return false;
     if (*v < 1 || *v > 65536)
@@ -95,13 +162,16 @@ Status map_torchtitan(Mapper& m) {
     return true;
   };
   auto& par = c.parallel;
-  MEMPLAN_IO_CHECK(degree("parallelism.tensor_parallel_degree", "tensor_parallel", par.tensor_parallel));
-  MEMPLAN_IO_CHECK(degree("parallelism.pipeline_parallel_degree", "pipeline_parallel", par.pipeline_parallel));
-  MEMPLAN_IO_CHECK(degree("parallelism.context_parallel_degree", "context_parallel", par.context_parallel));
-  MEMPLAN_IO_CHECK(degree("parallelism.expert_parallel_degree", "expert_parallel", par.expert_parallel));
+  MEMPLAN_IO_CHECK(degree(where("tensor_parallel_degree"), "tensor_parallel", par.tensor_parallel));
+  MEMPLAN_IO_CHECK(degree(where("pipeline_parallel_degree"), "pipeline_parallel", par.pipeline_parallel));
+  MEMPLAN_IO_CHECK(degree(where("context_parallel_degree"), "context_parallel", par.context_parallel));
+  MEMPLAN_IO_CHECK(degree(where("expert_parallel_degree"), "expert_parallel", par.expert_parallel));
   int shard = -1, replicate = 1;
-  MEMPLAN_TRY(bool shard_given, degree("parallelism.data_parallel_shard_degree", "data_parallel_shard", shard));
-  MEMPLAN_IO_CHECK(degree("parallelism.data_parallel_replicate_degree", "dp_replicate", replicate));
+  std::string shard_key = where("data_parallel_shard_degree");
+  if (m.node(shard_key) == nullptr && m.node(where("data_parallel_degree")) != nullptr) shard_key = where("data_parallel_degree");
+  MEMPLAN_TRY(bool shard_given, degree(shard_key, "data_parallel_shard", shard));
+  const std::string replicate_key = where("data_parallel_replicate_degree");
+  MEMPLAN_IO_CHECK(degree(replicate_key, "dp_replicate", replicate));
   if (shard_given) {
     // An explicit shard degree fixes the GPU count: replicate x shard x tp x pp x cp.
     const std::int64_t world = static_cast<std::int64_t>(replicate) * shard * par.model_parallel_size();
@@ -118,15 +188,15 @@ Status map_torchtitan(Mapper& m) {
     par.sharding = replicate > 1 ? ShardingStrategy::kFsdpHybridShard : ShardingStrategy::kFsdpFullShard;
     if (replicate > 1) par.dp_replicate = replicate;
     par.fsdp_version = 2;
-    const YamlNode* at = m.node("parallelism.data_parallel_shard_degree");
+    const YamlNode* at = m.node(shard_key);
     if (at != nullptr) {
-      m.from_file("sharding", *at, "parallelism.data_parallel_shard_degree (FSDP2)");
+      m.from_file("sharding", *at, shard_key + " (FSDP2)");
     } else {
       m.from_default("sharding", "parallelism.data_parallel_shard_degree not set: -1, FSDP2 over every data-parallel GPU");
     }
   }
   if (replicate > 1 && par.sharding == ShardingStrategy::kNone) {
-    m.warn_at(*m.node("parallelism.data_parallel_replicate_degree"),
+    m.warn_at(*m.node(replicate_key),
               "data_parallel_replicate_degree without sharding is DDP: the replicas hold whole copies");
     par.dp_replicate = 0;
   }
@@ -149,7 +219,8 @@ Status map_torchtitan(Mapper& m) {
     }
   }
   if (par.pipeline_parallel > 1) {
-    MEMPLAN_TRY(auto sched, m.text("parallelism.pipeline_parallel_schedule"));
+    const std::string sched_key = where("pipeline_parallel_schedule");
+    MEMPLAN_TRY(auto sched, m.text(sched_key));
     const std::string s = to_lower(sched.value_or("1F1B"));
     if (auto k = parse_pp_schedule(s); k) {
       par.pp_schedule = *k;
@@ -157,17 +228,22 @@ Status map_torchtitan(Mapper& m) {
       // torchtitan's other multi-stage schedules (LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble,
       // DualPipeV) place several stages per rank too.
       par.pp_schedule = PipelineSchedule::kInterleaved1F1B;
-      m.warn_at(*m.node("parallelism.pipeline_parallel_schedule"),
+      m.warn_at(*m.node(sched_key),
                 fmt::format("pipeline schedule '{}' is not modelled; estimated as interleaved 1F1B", *sched));
     }
-    if (sched) m.from_file("pp_schedule", *m.node("parallelism.pipeline_parallel_schedule"),
-                           "parallelism.pipeline_parallel_schedule");
-    MEMPLAN_IO_CHECK(m.read("parallelism.pipeline_parallel_layers_per_stage", "pp_layers_per_stage",
-                            par.pp_layers_per_stage));
+    if (sched) m.from_file("pp_schedule", *m.node(sched_key), sched_key);
+    MEMPLAN_IO_CHECK(m.read(where("pipeline_parallel_layers_per_stage"), "pp_layers_per_stage", par.pp_layers_per_stage));
     if (par.pp_layers_per_stage == 0 && par.pp_schedule == PipelineSchedule::kInterleaved1F1B) par.virtual_stages = 2;
     // local_batch_size sequences per step in pipeline micro-batches of microbatch_size (default 1).
     std::int64_t pmb = 1;
-    MEMPLAN_TRY(bool pmb_given, m.read("parallelism.pipeline_parallel_microbatch_size", "batch", pmb));
+    MEMPLAN_TRY(bool pmb_given, m.read(where("pipeline_parallel_microbatch_size"), "batch", pmb));
+    // Older configs gave the number of pipeline micro-batches instead.
+    std::int64_t count = 0;
+    MEMPLAN_TRY(bool count_given, m.read(where("pipeline_parallel_microbatches"), "grad_accum", count));
+    if (!pmb_given && count_given && count >= 1 && c.micro_batch % count == 0) {
+      pmb = c.micro_batch / count;
+      pmb_given = true;
+    }
     if (pmb >= 1 && c.micro_batch % pmb == 0) {
       c.grad_accum = c.micro_batch / pmb;
       c.micro_batch = pmb;
@@ -189,6 +265,13 @@ Status map_torchtitan(Mapper& m) {
       m.warn_at(n, "selective activation checkpointing is not modelled; estimated without checkpointing (an upper "
                    "bound)");
     }
+  }
+  // FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states in CPU memory.
+  MEMPLAN_TRY(auto offload, m.boolean("training.enable_cpu_offload"));
+  if (offload.value_or(false) && par.sharding != ShardingStrategy::kNone) {
+    par.offload_params = par.offload_optimizer = true;
+    m.from_file("offload_params", *m.node("training.enable_cpu_offload"), "training.enable_cpu_offload");
+    m.from_file("offload_optimizer", *m.node("training.enable_cpu_offload"), "training.enable_cpu_offload");
   }
   MEMPLAN_TRY(auto opt, m.text("optimizer.name"));
   if (opt) {

@@ -1,0 +1,81 @@
+// Tests for src/io/dialects_torchtitan.cpp: torchtitan's TOML job configs, current and older
+// layouts, as a person reads them.
+#include <catch2/catch.hpp>
+
+#include "io/config_loader.hpp"
+
+using namespace memplan;
+using namespace memplan::io;
+
+namespace {
+
+LoadedConfig load_toml(const std::string& text) {
+  MemoryFileSystem fs;
+  fs.files["job.toml"] = text;
+  ConfigRequest req;
+  req.files = {"job.toml"};
+  auto r = load_config(req, fs);
+  if (!r) FAIL(r.error().to_string());
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("torchtitan: the current layout, with FSDP2 mixed precision over the shard degree") {
+  const LoadedConfig c = load_toml(
+      "[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
+      "[training]\nlocal_batch_size = 4\nseq_len = 8192\n"
+      "[parallelism]\ndata_parallel_shard_degree = 8\ntensor_parallel_degree = 2\n"
+      "[activation_checkpoint]\nmode = \"full\"\n");
+  const TrainingConfig& t = c.inputs.config;
+  CHECK(c.dialect == Dialect::kTorchtitan);
+  CHECK(c.inputs.model_name == "meta-llama/Llama-3.1-8B");
+  CHECK(t.micro_batch == 4);
+  CHECK(t.seq_len == 8192);
+  CHECK(t.parallel.tensor_parallel == 2);
+  CHECK(t.parallel.world_size() == 16);  // shard 8 x tensor 2: two nodes of 8
+  CHECK(t.parallel.nodes == 2);
+  CHECK(t.parallel.sharding == ShardingStrategy::kFsdpFullShard);
+  CHECK(t.parallel.fsdp_version == 2);
+  CHECK(t.parallel.fsdp_mixed_precision);
+  CHECK(t.torch_dtype == DType::kBFloat16);
+  CHECK_FALSE(t.autocast.has_value());
+  CHECK(t.gradient_checkpointing);
+  CHECK(t.checkpoint_reentrant == false);
+}
+
+TEST_CASE("torchtitan: the older layout (degrees under [training] and [experimental]) and pipeline micro-batches") {
+  const LoadedConfig c = load_toml(
+      "[model]\nname = \"llama3\"\nflavor = \"70B\"\ntokenizer_path = \"./assets/tokenizer/original/tokenizer.model\"\n"
+      "[training]\nbatch_size = 8\nseq_len = 4_096\ndata_parallel_degree = 1\ntensor_parallel_degree = 4\n"
+      "[experimental]\npipeline_parallel_degree = 4\npipeline_parallel_microbatches = 4\n");
+  const TrainingConfig& t = c.inputs.config;
+  CHECK(c.inputs.model_name == "meta-llama/Llama-3.1-70B");
+  CHECK(t.seq_len == 4096);
+  CHECK(t.parallel.tensor_parallel == 4);
+  CHECK(t.parallel.pipeline_parallel == 4);
+  // 8 sequences per step in 4 pipeline micro-batches of 2.
+  CHECK(t.micro_batch == 2);
+  CHECK(t.grad_accum == 4);
+  // Shard degree 1: no FSDP, so one GPU's mixed precision is autocast over fp32 weights.
+  CHECK(t.parallel.sharding == ShardingStrategy::kNone);
+  CHECK(t.parallel.world_size() == 16);
+  CHECK(t.torch_dtype == DType::kFloat32);
+  CHECK(t.autocast == DType::kBFloat16);
+}
+
+TEST_CASE("torchtitan: models from flavors, derived flavors and asset paths") {
+  // A fork's flavor derived from a known one: the same architecture, with a warning.
+  LoadedConfig c = load_toml("[model]\nname = \"deepseek_v3\"\nflavor = \"kimi_k2_llep\"\n[training]\nseq_len = 1024\n");
+  CHECK(c.inputs.model_name == "moonshotai/Kimi-K2-Instruct");
+  bool warned = false;
+  for (const auto& w : c.inputs.warnings) warned = warned || w.find("read as 'kimi_k2'") != std::string::npos;
+  CHECK(warned);
+  // An unknown flavor: the checkpoint folder after assets/hf.
+  c = load_toml("[model]\nname = \"qwen3\"\nflavor = \"custom\"\nhf_assets_path = \"./assets/hf/Qwen3-8B/\"\n");
+  CHECK(c.inputs.model_name == "Qwen3-8B");
+  // A tokenizer file names no model: the flavor is reported instead.
+  c = load_toml("[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\ntokenizer_path = \"./tests/assets/tokenizer\"\n");
+  CHECK(c.inputs.model_name.empty());
+  CHECK(c.inputs.model_hint.find("debugmodel") != std::string::npos);
+}
