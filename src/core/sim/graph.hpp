@@ -13,6 +13,7 @@
 // given (b, s) is the largest event value.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -101,6 +102,11 @@ class InlineVec {
   static constexpr int kInline = N;
   InlineVec() = default;
   InlineVec(std::initializer_list<T> l) {
+    if (l.size() <= static_cast<std::size_t>(kInline)) {  // one copy, no per-element branch
+      std::copy(l.begin(), l.end(), a_.begin());
+      n_ = static_cast<int>(l.size());
+      return;
+    }
     for (const T& v : l) push_back(v);
   }
   InlineVec(const std::vector<T>& v) {  // NOLINT: implicit, like the braced lists
