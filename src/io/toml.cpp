@@ -16,6 +16,8 @@ namespace memplan::io {
 
 namespace {
 
+constexpr std::size_t kMaxDepth = 64;  // nested tables: a job config has three or four
+
 // Where a value is written: its line and the bytes of its text (quotes included).
 struct Located {
   int line = 0;
@@ -173,6 +175,10 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
       continue;
     }
     const Located& at = it->second;
+    if (item.parents.size() > kMaxDepth) {  // the tree is walked and destroyed recursively
+      warn(at.line, fmt::format("'{}' is nested {} tables deep; not read", item.name, item.parents.size()));
+      continue;
+    }
     if (at.array && (item.inputs.empty() || item.inputs.front() == "[")) {
       warn(at.line, fmt::format("'{}': an array written over several lines is not read", item.name));
       in_array = true;

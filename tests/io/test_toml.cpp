@@ -66,6 +66,14 @@ TEST_CASE("TOML that the reader does not take is a located warning, not a wrong 
   CHECK(doc->warnings[1].where->line == 6);
   // Not text at all.
   CHECK_FALSE(parse_toml(std::string("a = 1\0", 6), "job.toml"));
+  // Tables nested deeper than a config ever is (the tree is destroyed recursively).
+  std::string deep = "[t";
+  for (int i = 0; i < 99; ++i) deep += ".t";
+  deep += "]\nx = 1\n";
+  auto d = parse_toml(deep, "deep.toml");
+  REQUIRE(d);
+  CHECK(d->root.entries.empty());
+  CHECK(d->warnings.size() == 1);
 }
 
 TEST_CASE("parse_config_text reads .toml as TOML and anything else as YAML") {
