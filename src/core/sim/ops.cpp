@@ -265,14 +265,19 @@ int Ops::dropout(int x, double p) {
   return y;
 }
 
-int Ops::linear(int x, int w, int bias, Poly out_numel) {
+int Ops::linear(int x, int w, int bias, Poly out_numel) { return gemm(x, w, bias, out_numel, false); }
+
+int Ops::patch_conv(int x, int w, int bias, Poly out_numel) { return gemm(x, w, bias, out_numel, true); }
+
+int Ops::gemm(int x, int w, int bias, Poly out_numel, bool conv) {
   const int xc = cast_for_autocast(x);
   const int wc = cast_for_autocast(w);
   const int bc = bias >= 0 ? cast_for_autocast(bias) : -1;
   const int y = g_.make(out_numel, g_.at(xc).dt, cat);
-  // mm saves the input only to compute the weight gradient, the weight only for the input's.
-  const int save_x = g_.rg(wc) ? xc : -1;
-  const int save_w = g_.rg(xc) ? wc : -1;
+  // mm saves the input only to compute the weight gradient, the weight only for the input's;
+  // a convolution's single backward formula saves both.
+  const int save_x = conv || g_.rg(wc) ? xc : -1;
+  const int save_w = conv || g_.rg(xc) ? wc : -1;
   g_.node({xc, wc, bc}, {y}, {save_x, save_w}, [xc, wc, bc](Bwd& c) {
     const int gw = c.needs(wc) ? c.like(wc) : -1;  // grad^T @ x
     const int gx = c.needs(xc) ? grad_like(c, xc) : -1;  // grad @ W

@@ -74,6 +74,10 @@ class Ops {
 
   // ---- matrix products (lower-precision ops under autocast)
   int linear(int x, int w, int bias, Poly out_numel);
+  // A convolution whose stride is its kernel (a ViT's patch embedding), computed as that GEMM;
+  // ConvolutionBackward saves its input and its weight whichever needs a gradient (under
+  // autocast: the weight's bf16 copy, kept until the tower's backward ends).
+  int patch_conv(int x, int w, int bias, Poly out_numel);
   // torch.matmul of 4-D tensors: autocast casts first (keeping layouts), then folding the batch
   // dimensions into bmm copies an operand that cannot be viewed that way (copy_a / copy_b).
   int matmul(int a, int b, Poly out_numel, bool copy_a = false, bool copy_b = false);
@@ -107,6 +111,7 @@ class Ops {
   int cast_for_autocast(int x);
 
  private:
+  int gemm(int x, int w, int bias, Poly out_numel, bool conv);
   DT promote(int a, int b) const;
   // The temporary copies promote_by_copy makes of `inputs` whose dtype is not `common`.
   InlineVec<int, 2> promoted_copies(std::initializer_list<int> inputs, DT common);

@@ -1353,7 +1353,7 @@ int Step::vision_features() {
   // dtype, a local of get_image_features (transformers >= 4.52) alive until the features return.
   const int px = ops_.to(pixels_, g_.at(vw.patch_w).dt);
   // Conv3d / Conv2d with stride == kernel: one GEMM over the patches, saving its input.
-  int x = ops_.linear(px, vw.patch_w, vw.patch_b, H);
+  int x = ops_.patch_conv(px, vw.patch_w, vw.patch_b, H);
   if (siglip) {  // + position_embedding(position_ids): a (1, patches, h) lookup broadcast over images
     const std::int64_t n = (v.image_size / v.patch_size) * (v.image_size / v.patch_size);
     const int pe = ops_.embedding(vpos_ids_, vw.pos, Poly::constant(n * h));
@@ -1499,7 +1499,7 @@ int Step::mllama_vision_features() {
   // patch_embedding(pixel_values.to(dtype)): Conv2d with stride == kernel, as one GEMM; its
   // flatten/transpose/reshape are views of it.
   const int px = ops_.to(pixels_, dt);
-  const int conv = ops_.linear(px, vw.patch_w, -1, patches);
+  const int conv = ops_.patch_conv(px, vw.patch_w, -1, patches);
   g_.drop(px);
   const auto make = [&](const Poly& numel) { return g_.make(numel, dt, ops_.cat); };
   int x = make(patches);  // + pre_tile_positional_embedding(aspect_ratio_ids) * gate.tanh()

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "core/sim/graph.hpp"
+#include "core/sim/ops.hpp"
 
 using namespace memplan::sim;
 
@@ -78,4 +79,29 @@ TEST_CASE("a backward rule releasing a saved tensor and its incoming gradient ea
   // w 40 + loss 4 + its gradient 4 + saved 4,000 + t1 10,000 + t2 10,000
   CHECK(peak[0] == Poly::constant(24048));
   CHECK(peak[1] == Poly::constant(24048 - 4000 - 4));
+}
+
+// A ViT's patch embedding is a convolution (stride = kernel) computed as one GEMM: its backward
+// saves the input and the weight whichever needs a gradient. Under autocast, with pixels that need
+// none and a trained fp32 weight, the weight's bf16 cast then outlives the autocast region (held
+// for backward: 1,000 x 2 bytes); a Linear there keeps only its input.
+TEST_CASE("a patch convolution keeps its weight's autocast cast for backward, a Linear does not") {
+  for (const bool conv : {false, true}) {
+    INFO((conv ? "patch_conv" : "linear"));
+    Graph g;
+    Ops ops(g, OpsBehaviour{});
+    const int w = g.param(Poly::constant(1000), DT::kF32, Cat::kWeights, true);   // 4,000 B
+    const int px = g.make(Poly::constant(500), DT::kF32, Cat::kInputs);          // 2,000 B
+    ops.enter_autocast(DT::kBF16);
+    const int y = conv ? ops.patch_conv(px, w, -1, Poly::constant(100)) : ops.linear(px, w, -1, Poly::constant(100));
+    ops.exit_autocast();
+    g.drop(px);
+    // The weight 4,000 + the output 200 (bf16) + the input's bf16 cast 1,000 (saved for the
+    // weight's gradient) + with the convolution the weight's bf16 cast 2,000.
+    CHECK(g.live_total() == Poly::constant(4000 + 200 + 1000 + (conv ? 2000 : 0)));
+    g.drop(y);
+    g.release_graph();
+    g.drop(w);
+    CHECK(g.live_total() == Poly{});
+  }
 }
