@@ -130,11 +130,14 @@ Status map_torchtitan(Mapper& m) {
   std::string batch_key = "training.local_batch_size";
   if (m.node(batch_key) == nullptr && m.node("training.batch_size") != nullptr) batch_key = "training.batch_size";
   MEMPLAN_IO_CHECK(m.read_or(batch_key, "batch", c.micro_batch, 8, batch_key + " not set: torchtitan's default 8"));
+  // --apply: the batch and the sequence are rewritten in place. The accumulation is never written:
+  // torchtitan derives it from training.global_batch_size (a number memplan must not overwrite
+  // with an accumulation), so its site is a key torchtitan does not have, refused with a reason.
   m.site(Knob::kBatch, batch_key, "", "torchtitan's TOML has no place memplan writes a new key to");
   MEMPLAN_IO_CHECK(m.read_or("training.seq_len", "seq_len", c.seq_len, 2048, "training.seq_len not set: 2048"));
   m.site(Knob::kSeqLen, "training.seq_len", "", "torchtitan's TOML has no place memplan writes a new key to");
-  m.site(Knob::kGradAccum, "training.global_batch_size", "",
-         "torchtitan derives the accumulation from training.global_batch_size");
+  m.site(Knob::kGradAccum, "training.gradient_accumulation_steps", "",
+         "torchtitan derives the accumulation from training.global_batch_size; set it there");
   if (const YamlNode* g = m.node("training.global_batch_size"); g != nullptr) {
     MEMPLAN_TRY(auto global, m.integer("training.global_batch_size", -1));
     if (global && *global > 0)
@@ -247,6 +250,11 @@ Status map_torchtitan(Mapper& m) {
     if (pmb >= 1 && c.micro_batch % pmb == 0) {
       c.grad_accum = c.micro_batch / pmb;
       c.micro_batch = pmb;
+      // memplan's batch is now the pipeline micro-batch: local_batch_size is not it.
+      std::erase_if(m.out().sites, [](const ValueSite& v) { return v.knob == Knob::kBatch; });
+      m.site(Knob::kBatch, "parallelism.pipeline_micro_batch", "",
+             "with pipeline parallelism the batch memplan plans is the pipeline micro-batch (local_batch_size / "
+             "pipeline_parallel_microbatch_size); set those two by hand");
       m.derived("grad_accum", "local_batch_size / pipeline_parallel_microbatch_size (pipeline micro-batches)");
       if (!pmb_given) m.derived("batch", "pipeline_parallel_microbatch_size not set: 1");
     }

@@ -79,3 +79,23 @@ TEST_CASE("torchtitan: models from flavors, derived flavors and asset paths") {
   CHECK(c.inputs.model_name.empty());
   CHECK(c.inputs.model_hint.find("debugmodel") != std::string::npos);
 }
+
+TEST_CASE("torchtitan: --apply may rewrite the batch and the sequence, never global_batch_size") {
+  const LoadedConfig c = load_toml(
+      "[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
+      "[training]\nlocal_batch_size = 4\nseq_len = 8192\nglobal_batch_size = 64\n");
+  int checked = 0;
+  for (const ValueSite& s : c.sites) {
+    if (s.knob == Knob::kBatch || s.knob == Knob::kSeqLen) {
+      CHECK(s.present);  // training.local_batch_size, training.seq_len: in place
+      ++checked;
+    }
+    if (s.knob == Knob::kGradAccum) {
+      // Not global_batch_size (which holds a global batch, not an accumulation), and no new key.
+      CHECK_FALSE(s.present);
+      CHECK(s.no_insert_reason.find("global_batch_size") != std::string::npos);
+      ++checked;
+    }
+  }
+  CHECK(checked == 3);
+}
