@@ -191,6 +191,7 @@ Status map_torchtitan(Mapper& m) {
     par.sharding = replicate > 1 ? ShardingStrategy::kFsdpHybridShard : ShardingStrategy::kFsdpFullShard;
     if (replicate > 1) par.dp_replicate = replicate;
     par.fsdp_version = 2;
+    m.derived("fsdp_version", "torchtitan shards with FSDP2 (fully_shard)");
     const YamlNode* at = m.node(shard_key);
     if (at != nullptr) {
       m.from_file("sharding", *at, shard_key + " (FSDP2)");

@@ -172,6 +172,7 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
   v.push_back({"nodes", std::to_string(p.nodes)});
   v.push_back({"sharding", to_string(p.sharding)});
   if (p.fsdp_version != 1) v.push_back({"fsdp_version", std::to_string(p.fsdp_version)});
+  if (p.fsdp_mixed_precision) v.push_back({"fsdp_mixed_precision", b(true)});
   v.push_back({"offload_optimizer", b(p.offload_optimizer)});
   v.push_back({"offload_params", b(p.offload_params)});
   if (p.tensor_parallel != 1) v.push_back({"tensor_parallel", std::to_string(p.tensor_parallel)});

@@ -121,6 +121,7 @@ json to_json(const TrainingConfig& c) {
                    {"fsdp_version", p.fsdp_version},
                    {"offload_optimizer", p.offload_optimizer},
                    {"offload_params", p.offload_params}};
+  if (p.fsdp_mixed_precision) j["parallel"]["fsdp_mixed_precision"] = true;  // FSDP MixedPrecisionPolicy
   if (c.vision != VisionInputs{})  // vision-language models (docs/formulas.md#vision-language-models)
     j["vision"] = {{"images", c.vision.images < 0 ? json(nullptr) : json(c.vision.images)},
                    {"image_height", c.vision.image_height},

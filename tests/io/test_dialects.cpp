@@ -1314,3 +1314,16 @@ TEST_CASE("hf: LLM2Vec's JSON configs are embedding training with LoRA, not TRL"
   CHECK(mntp.inputs.config.lora.enabled);
   CHECK(mntp.inputs.config.contrastive.texts_per_example == 0);
 }
+
+TEST_CASE("the shipped torchtitan example gives the estimate of its flags") {
+  const auto file = estimate_json({"--config", kExamples + "torchtitan-llama3-8b.toml"});
+  const auto flags = estimate_json({"--model", "meta-llama/Llama-3.1-8B", "--batch", "1", "--seq-len", "8192",
+                                    "--num-gpus", "8", "--fsdp", "full_shard", "--fsdp-version", "2",
+                                    "--torch-dtype", "bfloat16", "--fsdp-mixed-precision", "--gradient-checkpointing",
+                                    "--use-reentrant", "false", "--optim", "adamw_torch_fused"});
+  CHECK(file["estimate"]["peak_bytes"] == flags["estimate"]["peak_bytes"]);
+  CHECK(file["estimate"]["total_bytes"] == flags["estimate"]["total_bytes"]);
+  CHECK(file["training"]["parallel"]["num_gpus"] == 8);
+  CHECK(file["training"]["parallel"]["fsdp_mixed_precision"] == true);
+  CHECK(file["estimate"]["peak_bytes"].is_number_integer());
+}
