@@ -25,6 +25,7 @@ struct Located {
   std::size_t begin = 0, end = 0;
   ScalarStyle style = ScalarStyle::kPlain;
   bool array = false;  // written as `[...]`
+  int times = 1;       // how often the key is written in its table (TOML forbids more than once)
 };
 
 // A key or table name as CLI11 reports it: trimmed, its quotes removed.
@@ -38,7 +39,8 @@ std::string bare(std::string_view k) {
 // "table.sub" + '\x1f' + key -> where its value is; "table.sub" -> its header's line. Positions
 // only: every value comes from CLI11.
 struct Positions {
-  std::map<std::string, Located> values;
+  std::map<std::string, Located> values;  // the last time each key is written
+  std::vector<int> open_headers;          // lines of table headers without their closing ']'
   std::map<std::string, int> tables;
   std::vector<std::size_t> line_start;  // byte offset of each line (0-based index = line - 1)
 };
@@ -60,6 +62,7 @@ Positions locate(std::string_view text) {
         const bool array_table = l.substr(a, 2) == "[[";
         const std::size_t from = a + (array_table ? 2 : 1);
         const std::size_t close = l.find(']', from);
+        if (close == std::string_view::npos) out.open_headers.push_back(line);
         std::string name;
         for (const auto& part : split_key_path(
                  l.substr(from, close == std::string_view::npos ? l.size() - from : close - from))) {
@@ -89,7 +92,13 @@ Positions locate(std::string_view text) {
           }
           at.begin = pos + v;
           at.end = pos + e;
-          out.values.emplace(table + '\x1f' + key, at);  // the first one: TOML forbids repeats
+          // A repeated key (TOML forbids it; CLI11 joins the values): the last one is read, as a
+          // repeated YAML key is.
+          auto [it, fresh] = out.values.emplace(table + '\x1f' + key, at);
+          if (!fresh) {
+            at.times = it->second.times + 1;
+            it->second = at;
+          }
         }
       }
     }
@@ -157,6 +166,7 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
     return fail(0, fmt::format("invalid TOML: {}", e.what()));
   }
   const Positions where = locate(t);
+  for (const int line : where.open_headers) warn(line, "a table header without its closing ']'; the keys after it are not read");
   doc.root.kind = YamlKind::kMap;
   doc.root.line = 1;
   bool in_array = false;  // inside a multi-line array, whose lines CLI11 reads as keys
@@ -216,8 +226,8 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
       warn(at.line, fmt::format("'{}.{}': '{}' is a value, not a table; not read", table, item.name, table));
       continue;
     }
-    if (map->get(item.name) != nullptr) {
-      warn(at.line, fmt::format("'{}' is set twice in [{}]; the last one is read", item.name, table));
+    if (map->get(item.name) != nullptr || at.times > 1) {
+      warn(at.line, fmt::format("'{}' is set more than once in [{}]; the last one is read", item.name, table));
     }
     YamlEntry e;
     e.key.kind = YamlKind::kScalar;
@@ -228,10 +238,10 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
     v.column = at.column;
     if (item.inputs.empty()) {
       v.kind = YamlKind::kNull;
-    } else if (!at.array && item.inputs.size() == 1) {
+    } else if (!at.array && (item.inputs.size() == 1 || at.times > 1)) {
       v.kind = YamlKind::kScalar;
       v.style = at.style;
-      v.value = at.style == ScalarStyle::kPlain ? number_text(item.inputs.front()) : item.inputs.front();
+      v.value = at.style == ScalarStyle::kPlain ? number_text(item.inputs.back()) : item.inputs.back();
       v.begin = at.begin;
       v.end = at.end;
     } else {

@@ -82,3 +82,27 @@ TEST_CASE("parse_config_text reads .toml as TOML and anything else as YAML") {
   CHECK(toml->root.at({"training", "seq_len"})->value == "4096");
   CHECK_FALSE(parse_config_text("[training]\nseq_len = 4096\n", "x.yaml"));  // a YAML flow sequence left open
 }
+
+TEST_CASE("TOML that repeats a key reads the last one; a header left open is a warning") {
+  const std::string text =
+      "[training]\n"        // 1
+      "seq_len = 4096\n"    // 2
+      "seq_len = 8192\n"    // 3
+      "[model\n"            // 4
+      "name = \"llama3\"\n";  // 5
+  auto doc = parse_toml(text, "job.toml");
+  REQUIRE(doc);
+  const YamlNode* seq = doc->root.at({"training", "seq_len"});
+  REQUIRE(seq != nullptr);
+  CHECK(seq->value == "8192");
+  CHECK(seq->line == 3);
+  CHECK(text.substr(seq->begin, seq->end - seq->begin) == "8192");  // --apply rewrites the one read
+  // The open header, reported first; the repeat; and the lines after the open header, which
+  // CLI11 reads as keys of [training] and which are therefore not read at all.
+  REQUIRE(doc->warnings.size() == 4);
+  CHECK(doc->warnings[0].where->line == 4);
+  CHECK(doc->warnings[1].where->line == 3);
+  CHECK(doc->warnings[1].message.find("more than once") != std::string::npos);
+  CHECK(doc->root.at({"training", "name"}) == nullptr);
+  CHECK(doc->root.at({"model", "name"}) == nullptr);
+}
