@@ -145,7 +145,6 @@ Candidate own_candidate(int segment, const CatVec& v) {
   return k;
 }
 
-
 constexpr Cat kGradientCats[] = {Cat::kGradients};
 
 // LoRA targets as PEFT resolves them: explicit names must match a Linear module of the layers.
@@ -594,7 +593,7 @@ struct TimelineMismatch : std::logic_error {
 // first processed (most activations below it) and the last processed (most gradients above).
 // What every estimator adds (its optimizer's persistent state, the optimizer step's gradients and
 // temporaries) is not in them: the estimators sharing the runs share the extrapolation whatever
-// their optimizer (with_stage_terms() adds it).
+// their optimizer (build_half adds its stage's terms as it copies the survivors).
 std::vector<Candidate> extrapolate(const sim::ProgramResult& r3, const sim::ProgramResult* r4, std::int64_t m) {
   // Totals extrapolate linearly on their own; categories are computed only for a breakdown
   // (categories()).
@@ -671,8 +670,6 @@ CatVec unsharded(const Candidate& k, const CatVec& base) {
   return v;
 }
 
-// Whether two candidates' categories `cats` come from the same inputs (so anything computed from
-// them alone is the same): most events change only activations.
 // Whether two candidates add the same terms to their events' categories (extrapolation, ring
 // buffers) and come from events of the same kind.
 bool same_terms(const Candidate& a, const Candidate& b) {
@@ -680,6 +677,8 @@ bool same_terms(const Candidate& a, const Candidate& b) {
          (a.d == nullptr) == (b.d == nullptr);
 }
 
+// Whether two candidates' categories `cats` come from the same inputs (so anything computed from
+// them alone is the same): most events change only activations.
 bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> cats) {
   if (!same_terms(a, b)) return false;
   for (Cat c : cats) {
@@ -1127,15 +1126,6 @@ void Estimator::Impl::build_half(int half) {
       st.opt_params.push_back(op);
       st.trainable += p.numel * reps;
     }
-    if (deepspeed(config) || (fsdp(config) && config.parallel.fsdp_mixed_precision)) {
-      // DeepSpeed steps the client optimizer on its fp32 master partition; FSDP's
-      // MixedPrecisionPolicy on the fp32 sharded parameters.
-      std::vector<OptParam> master = st.opt_params;
-      for (auto& p : master) p.elem_bytes = 4;
-      st.opt = optimizer_footprint(config.optim, config.device, master);
-    } else {
-      st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
-    }
     std::int64_t tbytes = 0, layer_bytes = 0, expert_bytes = 0, all_bytes = 0, expert_trainable = 0;
     for (const auto& p : st.opt_params) {
       tbytes += p.numel * p.elem_bytes * p.count;
@@ -1148,6 +1138,15 @@ void Estimator::Impl::build_half(int half) {
       all_bytes += p.numel * sim::esize(p.dt) * reps;
     }
     st.shard = make_shard_plan(model, config, st.trainable, tbytes, layer_bytes);
+    if (st.shard.fp32_master) {
+      // DeepSpeed steps the client optimizer on its fp32 master partition; FSDP's
+      // MixedPrecisionPolicy on the fp32 sharded parameters.
+      std::vector<OptParam> master = st.opt_params;
+      for (auto& p : master) p.elem_bytes = 4;
+      st.opt = optimizer_footprint(config.optim, config.device, master);
+    } else {
+      st.opt = optimizer_footprint(config.optim, config.device, st.opt_params);
+    }
     for (const auto& p : r3.params)
       if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
     // Routed experts' share of the stage's parameters: sharded over the expert
@@ -1545,9 +1544,9 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     if (config.parallel.fsdp_mixed_precision)
       impl->assumptions.push_back(fmt::format(
           "FSDP MixedPrecisionPolicy: fp32 sharded parameters, gradients and optimizer states; each layer gathered "
-          "and computed in {} (counted as {} shards, {} gradients and an fp32 master copy: the same bytes after "
+          "and computed in {0} (counted as {0} shards, {0} gradients and an fp32 master copy: the same bytes after "
           "backward, more before)",
-          to_string(config.torch_dtype), to_string(config.torch_dtype), to_string(config.torch_dtype)));
+          to_string(config.torch_dtype)));
     if (model.is_modernbert())
       impl->assumptions.push_back(fmt::format(
           "ModernBERT: {}; {}", sp.attn == AttnImpl::kFlashAttention2

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/sharding.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan {
@@ -242,9 +243,7 @@ Status validate(const TrainingConfig& c) {
   if (c.parallel.nodes < 1 || c.parallel.nodes > 65536) return range_error("nodes", c.parallel.nodes, "1 to 65536");
   if (auto s = validate_parallel(c.parallel); !s) return s;
   if (c.parallel.fsdp_mixed_precision) {
-    const auto sh = c.parallel.sharding;
-    if (sh != ShardingStrategy::kFsdpFullShard && sh != ShardingStrategy::kFsdpHybridShard &&
-        sh != ShardingStrategy::kFsdpShardGradOp)
+    if (!fsdp_family(c.parallel.sharding))
       return make_error(ErrorCode::kConflict, "fsdp-mixed-precision is FSDP's MixedPrecisionPolicy: it needs --fsdp",
                         "add --fsdp full_shard (torchtitan shards fully), or drop --fsdp-mixed-precision");
     if (c.torch_dtype == DType::kFloat32 || c.autocast)

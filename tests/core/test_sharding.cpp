@@ -197,12 +197,24 @@ TEST_CASE("FSDP mixed precision adds the fp32 shards: 4 bytes of master copy and
   CHECK(mixed->peak - plain->peak ==
         Bytes::of((n * 4 + 7) / 8 + (n * 8 + steps + 7) / 8 - (n * 4 + steps + 7) / 8));
   // Only with FSDP, and only computing in 16 bits without autocast.
+  const std::string no_fsdp =
+      "fsdp-mixed-precision is FSDP's MixedPrecisionPolicy: it needs --fsdp; add --fsdp full_shard (torchtitan shards "
+      "fully), or drop --fsdp-mixed-precision";
+  const std::string no_16bit =
+      "fsdp-mixed-precision computes in --torch-dtype (bfloat16 or float16) without autocast; use --torch-dtype "
+      "bfloat16 and drop --bf16/--fp16";
   c.parallel.sharding = ShardingStrategy::kZero3;
-  CHECK_FALSE(estimate(m, c));
+  auto e = estimate(m, c);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().to_string() == no_fsdp);
   c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
   c.torch_dtype = DType::kFloat32;
-  CHECK_FALSE(estimate(m, c));
+  e = estimate(m, c);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().to_string() == no_16bit);
   c.torch_dtype = DType::kBFloat16;
   c.autocast = DType::kBFloat16;
-  CHECK_FALSE(estimate(m, c));
+  e = estimate(m, c);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().to_string() == no_16bit);
 }
