@@ -451,6 +451,17 @@ Result<bool> Mapper::read(std::string_view path, const std::string& input, int& 
   return true;
 }
 
+Result<bool> Mapper::read_degree(std::string_view path, const std::string& input, int& field, std::int64_t min) {
+  MEMPLAN_TRY(auto v, integer(path, min));
+  if (!v || (min == -1 && *v == -1)) return false;
+  const YamlNode& n = *root_.at(split_key_path(path));
+  if (*v < 1 || *v > 65536)
+    return error_at(n, ErrorCode::kInvalidArgument, fmt::format("{} = {} is out of range (1 to 65536)", path, *v));
+  field = static_cast<int>(*v);
+  from_file(input, n, path);
+  return true;
+}
+
 Result<bool> Mapper::read(std::string_view path, const std::string& input, bool& field) {
   MEMPLAN_TRY(auto v, boolean(path));
   if (!v) return false;

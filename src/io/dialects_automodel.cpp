@@ -112,15 +112,7 @@ Status map_automodel(Mapper& m) {
   }
   // Model-parallel sizes (docs/formulas.md#parallelism-layout): tp/pp/cp/ep_size under
   // distributed (older recipes: the same keys beside a FSDP2Manager _target_).
-  const auto size = [&](const char* key, const char* input, int& out) -> Status {
-    MEMPLAN_TRY(auto v, m.integer(key));
-    if (!v) return Ok{};
-    if (*v < 1 || *v > 65536)
-      return m.error_at(*m.node(key), ErrorCode::kInvalidArgument, fmt::format("{} = {} is out of range (1 to 65536)", key, *v));
-    out = static_cast<int>(*v);
-    m.from_file(input, *m.node(key), key);
-    return Ok{};
-  };
+  const auto size = [&](const char* key, const char* input, int& out) { return m.read_degree(key, input, out); };
   MEMPLAN_IO_CHECK(size("distributed.tp_size", "tensor_parallel", c.parallel.tensor_parallel));
   MEMPLAN_IO_CHECK(size("distributed.pp_size", "pipeline_parallel", c.parallel.pipeline_parallel));
   MEMPLAN_IO_CHECK(size("distributed.cp_size", "context_parallel", c.parallel.context_parallel));

@@ -60,6 +60,9 @@ class Mapper {
   Status read_or(std::string_view path, const std::string& input, std::int64_t& field, std::int64_t fallback,
                  std::string note);
   Result<bool> read_dtype(std::string_view path, const std::string& input, DType& field);
+  // A parallelism degree (1 to 65536). With `min` -1, -1 means "the GPUs the other degrees leave"
+  // (torchtitan's data_parallel_shard_degree) and reads as absent.
+  Result<bool> read_degree(std::string_view path, const std::string& input, int& field, std::int64_t min = 1);
   Result<bool> read_optimizer(std::string_view path, const std::string& input, OptimizerKind& field);
   // The FSDP implementation (1 or 2) at `path` into parallel.fsdp_version ("fsdp_version").
   Result<bool> read_fsdp_version(std::string_view path);

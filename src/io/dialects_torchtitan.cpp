@@ -33,6 +33,14 @@ constexpr Flavor kFlavors[] = {
     {"llama2", "70b", "meta-llama/Llama-2-70b-hf"},
 };
 
+// The last folder of a path with at least one '/' (/data/models/Meta-Llama-3.1-8B/ ->
+// Meta-Llama-3.1-8B), or "" for a name without one.
+std::string last_folder(std::string path) {
+  if (path.find('/') == std::string::npos) return {};
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  return path.substr(path.find_last_of('/') + 1);
+}
+
 // The model a checkpoint or tokenizer path names: the folder after torchtitan's `hf` or
 // `tokenizer` asset folder (./assets/hf/Llama-3.1-8B, ./assets/tokenizer/Llama-3.1-8B/); none
 // for a tokenizer file (./assets/tokenizer/original/tokenizer.model) or any other path.
@@ -103,11 +111,9 @@ Status map_torchtitan(Mapper& m) {
       // The transformers backend names a Hugging Face model (`flavor` picks its size: `full`).
       m.out().inputs.model_name = trim(*name);
       m.from_file("model", *m.node("model.name"), "model.name");
-    } else if (flavor && flavor->find('/') != std::string::npos && !model_in_path("hf/" + trim(*flavor)).empty()) {
+    } else if (const std::string dir = flavor ? last_folder(trim(*flavor)) : std::string(); !dir.empty()) {
       // A checkpoint directory given as the flavor (llama3_hf: /data/models/Meta-Llama-3.1-8B).
-      std::string dir = trim(*flavor);
-      while (!dir.empty() && dir.back() == '/') dir.pop_back();
-      m.out().inputs.model_name = dir.substr(dir.find_last_of('/') + 1);
+      m.out().inputs.model_name = dir;
       m.from_file("model", *m.node("model.flavor"), "model.flavor (a checkpoint directory)");
     } else if (!in_path.empty()) {
       m.out().inputs.model_name = in_path;
@@ -155,14 +161,8 @@ Status map_torchtitan(Mapper& m) {
     m.first_of({"parallelism." + name, "training." + name, "experimental." + name}, &key);
     return key.empty() ? "parallelism." + name : key;
   };
-  const auto degree = [&](const std::string& key, const char* input, int& out) -> Result<bool> {
-    MEMPLAN_TRY(auto v, m.integer(key, -1));
-    if (!v || *v == -1) return false;
-    if (*v < 1 || *v > 65536)
-      return m.error_at(*m.node(key), ErrorCode::kInvalidArgument, fmt::format("{} = {} is out of range (1 to 65536)", key, *v));
-    out = static_cast<int>(*v);
-    m.from_file(input, *m.node(key), key);
-    return true;
+  const auto degree = [&](const std::string& key, const char* input, int& out) {
+    return m.read_degree(key, input, out, /*min=*/-1);
   };
   auto& par = c.parallel;
   MEMPLAN_IO_CHECK(degree(where("tensor_parallel_degree"), "tensor_parallel", par.tensor_parallel));

@@ -74,6 +74,9 @@ TEST_CASE("torchtitan: models from flavors, derived flavors and asset paths") {
   // An unknown flavor: the checkpoint folder after assets/hf.
   c = load_toml("[model]\nname = \"qwen3\"\nflavor = \"custom\"\nhf_assets_path = \"./assets/hf/Qwen3-8B/\"\n");
   CHECK(c.inputs.model_name == "Qwen3-8B");
+  // A checkpoint directory given as the flavor (the llama3_hf experiment): its last folder.
+  c = load_toml("[model]\nname = \"llama3_hf\"\nflavor = \"/data/models/Meta-Llama-3.1-8B/\"\n");
+  CHECK(c.inputs.model_name == "Meta-Llama-3.1-8B");
   // A tokenizer file names no model: the flavor is reported instead.
   c = load_toml("[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\ntokenizer_path = \"./tests/assets/tokenizer\"\n");
   CHECK(c.inputs.model_name.empty());
@@ -98,4 +101,21 @@ TEST_CASE("torchtitan: --apply may rewrite the batch and the sequence, never glo
     }
   }
   CHECK(checked == 3);
+}
+
+TEST_CASE("torchtitan and Automodel: a parallelism degree out of range is an error at its line") {
+  MemoryFileSystem fs;
+  fs.files["job.toml"] = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\ntensor_parallel_degree = 0\n";
+  fs.files["recipe.yaml"] =
+      "model:\n  pretrained_model_name_or_path: meta-llama/Llama-3.1-8B\nstep_scheduler:\n  local_batch_size: 1\n"
+      "distributed:\n  tp_size: 70000\n";
+  ConfigRequest req;
+  req.files = {"job.toml"};
+  auto r = load_config(req, fs);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().to_string() == "job.toml:5: parallelism.tensor_parallel_degree = 0 is out of range (1 to 65536)");
+  req.files = {"recipe.yaml"};
+  r = load_config(req, fs);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().to_string() == "recipe.yaml:6: distributed.tp_size = 70000 is out of range (1 to 65536)");
 }
