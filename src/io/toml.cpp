@@ -150,14 +150,14 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
     e.where = SourceLocation{doc.file, line, 0};
     return e;
   };
-  const auto warn = [&](int line, std::string msg) {
-    Error w = make_error(ErrorCode::kParseError, std::move(msg), "memplan reads one-line `key = value` TOML");
+  // A value left out of the tree (`suggestion`: what memplan reads instead).
+  const auto warn = [&](int line, std::string msg,
+                        std::string suggestion = "memplan reads one-line `key = value` TOML") {
+    Error w = make_error(ErrorCode::kParseError, std::move(msg), std::move(suggestion));
     w.where = SourceLocation{doc.file, line, 0};
     doc.warnings.push_back(std::move(w));
   };
-  if (t.size() >= 2 && ((t[0] == '\xff' && t[1] == '\xfe') || (t[0] == '\xfe' && t[1] == '\xff')))
-    return fail(0, "not a UTF-8 file (it starts with a UTF-16 byte-order mark)");
-  if (t.find('\0') != std::string_view::npos) return fail(0, "not a text file (it contains NUL bytes)");
+  if (std::string why = not_config_text(t); !why.empty()) return fail(0, std::move(why));
   std::vector<CLI::ConfigItem> items;
   try {
     std::istringstream in(doc.text);
@@ -227,7 +227,8 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
       continue;
     }
     if (map->get(item.name) != nullptr || at.times > 1) {
-      warn(at.line, fmt::format("'{}' is set more than once in [{}]; the last one is read", item.name, table));
+      warn(at.line, fmt::format("'{}' is set more than once in [{}]; the last one is read", item.name, table),
+           "TOML allows a key once per table: remove the others");
     }
     YamlEntry e;
     e.key.kind = YamlKind::kScalar;

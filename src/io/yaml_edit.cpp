@@ -513,6 +513,13 @@ std::string join_key_path(const std::vector<std::string>& path) {
   return s;
 }
 
+std::string not_config_text(std::string_view t) {
+  if (t.size() >= 2 && ((t[0] == '\xff' && t[1] == '\xfe') || (t[0] == '\xfe' && t[1] == '\xff')))
+    return "not a UTF-8 file (it starts with a UTF-16 byte-order mark)";
+  if (t.find('\0') != std::string_view::npos) return "not a text file (it contains NUL bytes)";
+  return {};
+}
+
 Result<YamlDoc> parse_yaml(std::string text, std::string file) {
   YamlDoc doc;
   doc.file = std::move(file);
@@ -523,9 +530,7 @@ Result<YamlDoc> parse_yaml(std::string text, std::string file) {
     e.where = SourceLocation{doc.file, line, column};
     return e;
   };
-  if (t.size() >= 2 && ((t[0] == '\xff' && t[1] == '\xfe') || (t[0] == '\xfe' && t[1] == '\xff')))
-    return fail(0, 0, "not a UTF-8 file (it starts with a UTF-16 byte-order mark)");
-  if (t.find('\0') != std::string_view::npos) return fail(0, 0, "not a text file (it contains NUL bytes)");
+  if (std::string why = not_config_text(t); !why.empty()) return fail(0, 0, std::move(why));
   const std::size_t bom = t.substr(0, 3) == "\xef\xbb\xbf" ? 3 : 0;
 
   std::istringstream in(doc.text);

@@ -64,6 +64,9 @@ struct YamlDoc {
 // Parses UTF-8 YAML (or JSON). Errors are located ("train.yaml:7: invalid YAML: ...").
 Result<YamlDoc> parse_yaml(std::string text, std::string file);
 
+// Why bytes cannot be a config's text (a UTF-16 byte-order mark, NUL bytes), or "" when they can.
+std::string not_config_text(std::string_view text);
+
 // "a.b.c" -> {"a", "b", "c"}.
 std::vector<std::string> split_key_path(std::string_view dotted);
 std::string join_key_path(const std::vector<std::string>& path);
