@@ -467,18 +467,19 @@ Result<std::optional<Change>> fewest_gpus(const SuggestContext& ctx, const Chang
     ch.description = fmt::format(fmt::runtime(base.description), n);
     changes.push_back(std::move(ch));
   }
-  std::vector<std::optional<bool>> fits(changes.size());  // per count: error (nullopt) or fits
-  const auto try_count = [&](std::size_t i) {
+  // Whether count i fits; nullopt when the engine rejects it.
+  const auto try_count = [&](std::size_t i) -> std::optional<bool> {
     auto p = peak_at(ctx, changes[i].config, ctx.micro_batch, ctx.seq_len);
-    fits[i] = p ? std::optional<bool>(*p <= ctx.budget) : std::nullopt;
-    return fits[i];
+    if (!p) return std::nullopt;
+    return *p <= ctx.budget;
   };
   const auto in_order = [&]() -> std::optional<Change> {
     std::optional<Change> last;
     for (std::size_t i = 0; i < changes.size(); ++i) {
-      if (!try_count(i)) continue;  // a layout the engine rejects is not a suggestion
+      const auto f = try_count(i);
+      if (!f) continue;  // a layout the engine rejects is not a suggestion
       last = changes[i];
-      if (*fits[i]) break;
+      if (*f) break;
     }
     return last;
   };
