@@ -61,13 +61,7 @@ void Bwd::release_grad(int k) {
 
 int Graph::make(Poly numel, DT dt, Cat cat, bool requires_grad) {
   // Built in place: a Tensor assembled on the stack and copied in stalled on the copy.
-  Tensor& t = tensors_.emplace_back();
-  t.numel = numel;
-  t.dt = dt;
-  t.cat = cat;
-  t.refs = 1;
-  t.alive = true;
-  t.requires_grad = requires_grad;
+  const Tensor& t = tensors_.emplace_back(numel, dt, cat, requires_grad);
   buffer_.push_back(-1);
   account<+1>(cat, t.numel, esize(dt));
   record();
@@ -81,15 +75,10 @@ int Graph::param(Poly numel, DT dt, Cat cat, bool trainable) {
 }
 
 int Graph::view(int base, Poly numel) {
-  Tensor t;
-  t.numel = numel;
-  t.dt = at(base).dt;
-  t.cat = at(base).cat;
-  t.refs = 1;
-  t.alive = true;
-  t.base = base;
+  const DT dt = at(base).dt;
+  const Cat cat = at(base).cat;
   hold(base);
-  tensors_.push_back(t);
+  tensors_.emplace_back(numel, dt, cat, false, base);
   buffer_.push_back(-1);
   return static_cast<int>(tensors_.size()) - 1;
 }
@@ -152,31 +141,32 @@ void Graph::flush() {
 
 // ---- autograd
 
-bool Graph::node(const Ids& inputs, const Ids& outputs, const Ids& saved, BackwardFn fn) {
+Node* Graph::open_node(const Ids& inputs, const Ids& outputs, const Ids& saved, bool& recorded) {
+  const auto needs_grad = [this](int i) { return i >= 0 && at(i).requires_grad; };
   if (capture_ != nullptr) {
     // Recomputation under checkpoint's inner pack hook: keep what this op saves, make no node.
-    bool any = false;
-    for (int i : inputs) any = any || (i >= 0 && at(i).requires_grad);
-    if (!any) return false;
+    if (std::none_of(inputs.begin(), inputs.end(), needs_grad)) return nullptr;
+    recorded = true;
     for (int o : outputs) at(o).requires_grad = true;
     for (int s : saved) {
       if (s < 0) continue;
       hold(s);
       capture_->push_back(s);
     }
-    return true;
+    return nullptr;
   }
-  if (!grad_enabled_) return false;
-  Node n;
+  if (!grad_enabled_ || std::none_of(inputs.begin(), inputs.end(), needs_grad)) return nullptr;
+  recorded = true;
+  // Made in place: a Node assembled on the stack and moved in cost a copy of its three lists.
+  Node& n = nodes_.emplace_back();
   for (int i : inputs)
-    if (i >= 0 && at(i).requires_grad) n.inputs.push_back(i);
-  if (n.inputs.empty()) return false;
+    if (needs_grad(i)) n.inputs.push_back(i);
   for (int o : outputs) at(o).requires_grad = true;
   if (open_region_ >= 0) {
     // The outer pack hook stores only an index: nothing stays alive.
     for (int s : saved) n.saved_slots += s >= 0 ? 1 : 0;
     n.group = open_region_;
-    regions_[static_cast<std::size_t>(open_region_)].nodes.push_back(static_cast<int>(nodes_.size()));
+    regions_[static_cast<std::size_t>(open_region_)].nodes.push_back(static_cast<int>(nodes_.size()) - 1);
   } else {
     for (int s : saved) {
       if (s < 0) continue;
@@ -185,11 +175,9 @@ bool Graph::node(const Ids& inputs, const Ids& outputs, const Ids& saved, Backwa
     }
   }
   n.outputs = outputs;
-  n.fn = std::move(fn);
-  nodes_.push_back(std::move(n));
   node_segment_.push_back(segment_);
   node_instance_.push_back(instance_);
-  return true;
+  return &n;
 }
 
 void Graph::deliver(int input, int g) {

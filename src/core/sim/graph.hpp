@@ -74,6 +74,11 @@ inline std::int64_t esize(DT d) {
 using CatVec = std::array<Poly, kNumCats>;
 
 struct Tensor {
+  Tensor() = default;
+  // Every field written once, in order: value-initializing the 88 bytes first compiled to a
+  // `rep stos` that cost a quarter of Graph::make (docs/plan.md#speed).
+  Tensor(const Poly& n, DT d, Cat c, bool rg, int base_of = -1)
+      : numel(n), dt(d), cat(c), refs(1), alive(true), requires_grad(rg), base(base_of) {}
   Poly numel;
   DT dt = DT::kF32;
   Cat cat = Cat::kActivations;
@@ -208,6 +213,12 @@ class BackwardFn {
   BackwardFn(const BackwardFn&) = delete;
   BackwardFn& operator=(const BackwardFn&) = delete;
   ~BackwardFn() { reset(); }
+  // Constructs the callable in place (Graph::node: no temporary to move from).
+  template <class F>
+  void emplace(F&& f) {
+    reset();
+    new (this) BackwardFn(std::forward<F>(f));
+  }
   explicit operator bool() const { return ops_ != nullptr; }
   void operator()(Bwd& ctx) const { ops_->call(const_cast<unsigned char*>(buf_), ctx); }
 
@@ -328,7 +339,12 @@ class Graph {
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
   // Records a node if any of `inputs` requires grad (and grad mode is on); marks the outputs as
   // requiring grad; holds `saved`. Returns false (and saves nothing) otherwise.
-  bool node(const Ids& inputs, const Ids& outputs, const Ids& saved, BackwardFn fn);
+  template <class F>
+  bool node(const Ids& inputs, const Ids& outputs, const Ids& saved, F&& fn) {
+    bool recorded = false;
+    if (Node* n = open_node(inputs, outputs, saved, recorded)) n->fn.emplace(std::forward<F>(fn));
+    return recorded;
+  }
   // Runs backward from `root` (whose gradient is a 4-byte scalar) over the nodes created since
   // `first_node`; used for the whole step and for checkpoint recomputation.
   void backward(int root, int first_node = 0);
@@ -432,6 +448,9 @@ class Graph {
     return static_cast<std::uint16_t>(cats_.layout_.size());
   }
   void run_node(int n);
+  // node() less its backward rule: the new node (made in place in nodes_), or nullptr where no
+  // node is made; `recorded` is node()'s answer.
+  Node* open_node(const Ids& inputs, const Ids& outputs, const Ids& saved, bool& recorded);
 
   std::vector<Tensor> tensors_;
   std::vector<Node> nodes_;
