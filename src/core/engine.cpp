@@ -1495,6 +1495,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.sdpa_full_mask = sp.attn == AttnImpl::kSdpa && model.vision.kind == VisionKind::kSiglip && images.images > 0;
     sp.sdpa_sliding_mask = sp.sdpa_full_mask;
     const bool window_differs = sp.attn == AttnImpl::kSdpa && model.sliding_window > 0 && !sp.sdpa_full_mask;
+    // Where every length has both kinds of mask (eager's two additive masks; SDPA given a mask
+    // for every layer), each layer's checkpoint holds its own kind's: the full mask lives until
+    // the lowest full layer's backward, so the reduced models repeat whole periods there too
+    // (docs/formulas.md#extrapolation).
+    const bool masks_always =
+        model.mixes_attention_kinds() && (sp.attn == AttnImpl::kEager || (sp.sdpa_full_mask && sp.sdpa_sliding_mask));
     if (window_differs) impl->window_from = model.sliding_window;
     // The classes simulated (the others copy one): cls % 2 == 0 is b == 1, cls >= 2 s >= window.
     auto pb = std::make_shared<ProgramBuild>();
@@ -1514,11 +1520,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
       std::array<SimulatedLayers, 2> simulated;
       for (int win = 0; win < (window_differs ? 2 : 1); ++win)
         simulated[static_cast<std::size_t>(win)] =
-            simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer, win == 1);
+            simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer, win == 1 || masks_always);
       std::vector<int> key{rk.embedding, rk.head, std::min(rk.layers, 4)};
       for (int l : simulated[0].r3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
-      if (window_differs) {  // where the full-attention layers fall in the windowed runs
-        for (const auto* layers : {&simulated[1].r3, &simulated[1].r4}) {
+      if (window_differs || masks_always) {  // where the full-attention layers fall in the windowed runs
+        const SimulatedLayers& windowed = simulated[window_differs ? 1 : 0];
+        for (const auto* layers : {&windowed.r3, &windowed.r4}) {
           key.push_back(-static_cast<int>(layers->size()) - 1);
           for (int l : *layers) key.push_back(model.is_sliding_layer(l) ? 1 : 0);
         }

@@ -163,10 +163,12 @@ TEST_CASE("sliding layers: one repeating period extrapolated gives every layer's
   for (const ModelSpec& m : {alternating(12, 64), gemma3})
     for (const bool lora : {false, true})
       for (const bool gc : {false, true})
-        for (const bool reentrant : {false, true}) {
+        for (const bool reentrant : {false, true})
+        for (const bool eager : {false, true}) {
           if (!gc && reentrant) continue;
-          INFO("layers " << m.num_layers << " lora " << lora << " checkpointing " << gc << " reentrant " << reentrant);
+          INFO("layers " << m.num_layers << " lora " << lora << " checkpointing " << gc << " reentrant " << reentrant << " eager " << eager);
           TrainingConfig c = sdpa_config();
+          if (eager) c.attn = AttnImpl::kEager;
           c.lora.enabled = lora;
           c.lora.r = 8;
           c.gradient_checkpointing = gc;
