@@ -102,6 +102,16 @@ struct VisionSpec {
   bool operator==(const VisionSpec&) const = default;
 };
 
+// A sentence-transformers Dense module after the pooling (N_Dense/config.json): Linear(in, out),
+// with its bias if any, then the activation (docs/formulas.md#sentence-transformers-dense).
+struct DenseModule {
+  std::int64_t in_features = 0;
+  std::int64_t out_features = 0;
+  bool bias = true;
+  bool tanh = false;  // activation_function torch.nn.Tanh (the module's default); else Identity
+  bool operator==(const DenseModule&) const = default;
+};
+
 struct ModelSpec {
   std::string name;         // how the user named it: catalog id, short name or path
   std::string model_type;   // HF "model_type": llama, mistral, qwen2, qwen3, gemma2, phi3, gpt2, mixtral...
@@ -154,6 +164,12 @@ struct ModelSpec {
   // sentence-transformers as AutoModel (Qwen3Model, MistralModel: no LM head), pooled; the
   // layers stay causal. Qwen3-Embedding, e5-mistral, gte-Qwen2, or any decoder with --head pooling.
   bool decoder_embedding = false;
+  // Gemma 3 use_bidirectional_attention (EmbeddingGemma): every layer attends both ways, the
+  // sliding ones within sliding_window of each side; transformers then always builds both masks
+  // (docs/formulas.md#embeddinggemma).
+  bool bidirectional = false;
+  // sentence-transformers Dense modules after the pooling, in order (EmbeddingGemma: 768 -> 3072 -> 768).
+  std::vector<DenseModule> st_dense;
   std::int64_t type_vocab_size = 0;    // BERT token_type embeddings (2; RoBERTa/XLM-R 1; ModernBERT 0)
   bool pooler = false;                 // BertPooler (dense + tanh on [CLS]) is part of the model
   int num_labels = 2;                  // sequence classification: classifier outputs
@@ -205,6 +221,8 @@ struct ModelSpec {
   // Both kinds of layer: Gemma 2 and 3 build a full and a sliding mask each forward.
   bool mixes_attention_kinds() const;
   bool is_mla() const { return kv_lora_rank > 0; }
+  // Gemma 3 builds a second pair of rotary tables for its sliding layers (rope_local_base_freq).
+  bool local_rotary_tables() const { return model_type == "gemma3_text"; }
   bool is_modernbert() const { return model_type == "modernbert"; }  // docs/formulas.md#modernbert
   bool is_deberta() const { return model_type == "deberta-v2"; }     // docs/formulas.md#deberta
   bool is_nomic_bert() const { return model_type == "nomic_bert"; }  // docs/formulas.md#nomicbert
@@ -253,8 +271,11 @@ Status validate(const ModelSpec& m);
 // The Linear modules of decoder layer `layer` (0-based), in forward order.
 std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer);
 
-// Exact parameter count as PyTorch's sum(p.numel() for p in model.parameters()).
+// Exact parameter count as PyTorch's sum(p.numel() for p in model.parameters()), with
+// sentence-transformers' Dense modules (in lm_head) for an embedding model that has them.
 ParameterCounts count_parameters(const ModelSpec& m);
+// The parameters of those Dense modules alone.
+std::int64_t dense_module_params(const ModelSpec& m);
 
 // Encoders (src/core/model_encoders.cpp, docs/formulas.md#encoder-parameters): the Linear modules
 // of one encoder layer under the names PEFT matches, and the exact parameter count of the model

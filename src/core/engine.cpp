@@ -1492,7 +1492,10 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     // Sliding-window layers under SDPA: transformers materializes their mask only from s =
     // sliding_window on, so those lengths get programs of their own (docs/formulas.md#sliding-window-attention).
     // Gemma 3 with images keeps every mask at every length: one program.
-    sp.sdpa_full_mask = sp.attn == AttnImpl::kSdpa && model.vision.kind == VisionKind::kSiglip && images.images > 0;
+    // So does a bidirectional Gemma 3 (EmbeddingGemma): its or_mask_function keeps
+    // create_causal_mask from ever skipping the mask (docs/formulas.md#embeddinggemma).
+    sp.sdpa_full_mask = sp.attn == AttnImpl::kSdpa &&
+                        (model.bidirectional || (model.vision.kind == VisionKind::kSiglip && images.images > 0));
     sp.sdpa_sliding_mask = sp.sdpa_full_mask;
     const bool window_differs = sp.attn == AttnImpl::kSdpa && model.sliding_window > 0 && !sp.sdpa_full_mask;
     // Where every length has both kinds of mask (eager's two additive masks; SDPA given a mask
@@ -1632,7 +1635,13 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
       int sliding = 0;
       for (int l = 0; l < model.num_layers; ++l) sliding += model.is_sliding_layer(l) ? 1 : 0;
       impl->assumptions.push_back(
-          sp.sdpa_full_mask
+          sp.sdpa_full_mask && model.bidirectional
+              ? fmt::format("bidirectional attention (use_bidirectional_attention): {} of {} layers attend within {:L} "
+                            "tokens of each side; transformers gives SDPA every layer's (b, 1, s, s) mask at any length, "
+                            "so each layer saves a dense copy of it and full-head K/V for backward "
+                            "(docs/formulas.md#embeddinggemma)",
+                            sliding, model.num_layers, model.sliding_window - 1)
+          : sp.sdpa_full_mask
               ? fmt::format("sdpa with images: the token_type_ids image blocks keep every layer's (b, 1, s, s) mask, "
                             "so each of the {} layers saves a dense copy of it and full-head K/V for backward "
                             "(docs/formulas.md#sliding-window-attention)",
@@ -1646,10 +1655,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     if (model.decoder_embedding) {
       const bool llm2vec = model.embedding_library == EmbeddingLibrary::kLlm2Vec;
       impl->assumptions.push_back(fmt::format(
-          "embedding model: {} loads the decoder as AutoModel (no LM head) and pools ({}); {}; batches without "
+          "embedding model: {} loads the decoder as AutoModel (no LM head) and pools ({}){}; {}; batches without "
           "padding; use_cache off (a K/V cache is a copy the attention keeps anyway under SDPA with GQA; "
           "docs/formulas.md#decoder-embeddings)",
           llm2vec ? "LLM2Vec" : "sentence-transformers", to_string(model.pooling),
+          model.st_dense.empty() ? std::string()
+                                 : fmt::format(", then {} Dense module(s), trained with the model", model.st_dense.size()),
           !config.contrastive.enabled() ? std::string("one text per example")
           : config.contrastive.cached
               ? fmt::format("CachedMultipleNegativesRankingLoss over {} texts per example, embedded in mini-batches of {} "

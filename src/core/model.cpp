@@ -220,7 +220,29 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   return out;
 }
 
+namespace {
+ParameterCounts count_model_parameters(const ModelSpec& m);  // the model alone, below
+}  // namespace
+
+std::int64_t dense_module_params(const ModelSpec& m) {
+  std::int64_t n = 0;
+  for (const DenseModule& d : m.st_dense) n += d.in_features * d.out_features + (d.bias ? d.out_features : 0);
+  return n;
+}
+
 ParameterCounts count_parameters(const ModelSpec& m) {
+  ParameterCounts c = count_model_parameters(m);
+  // sentence-transformers Dense modules after the pooling: counted with the head.
+  const std::int64_t dense = dense_module_params(m);
+  c.lm_head += dense;
+  c.total += dense;
+  c.active_per_token += dense;
+  return c;
+}
+
+namespace {
+
+ParameterCounts count_model_parameters(const ModelSpec& m) {
   if (m.is_encoder()) return count_encoder_parameters(m);
   ParameterCounts c;
   const std::int64_t h = m.hidden_size;
@@ -262,6 +284,8 @@ ParameterCounts count_parameters(const ModelSpec& m) {
   c.active_per_token = active;
   return c;
 }
+
+}  // namespace
 
 std::string to_string(Activation a) {
   switch (a) {

@@ -44,6 +44,9 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   if (c.model.embeds() && t.contains("pooling")) {
     MEMPLAN_TRY(c.model.pooling, parse_pooling_mode(t.value("pooling", std::string("mean"))));
   }
+  if (c.model.embeds() && t.contains("sentence_transformers")) {  // its Dense modules (docs/formulas.md#embeddinggemma)
+    MEMPLAN_TRY(c.model.st_dense, parse_dense_modules(t["sentence_transformers"].dump(), path + ":" + c.id));
+  }
   if (c.model.decoder_embedding && t.value("embedding_library", std::string()) == to_string(EmbeddingLibrary::kLlm2Vec))
     c.model.embedding_library = EmbeddingLibrary::kLlm2Vec;
   TrainingConfig& cfg = c.config;

@@ -516,6 +516,13 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));
   MEMPLAN_TRY(m.attn_logit_softcap, f.number("attn_logit_softcapping"));
   if (auto s = parse_sliding_window(f, m, origin); !s) return s.error();
+  if (t == "gemma3_text") {
+    // Gemma3TextConfig(use_bidirectional_attention=True), EmbeddingGemma: the window becomes a
+    // radius, sliding_window // 2 + 1 ("due to fa we set exclusive bounds", transformers 4.56+).
+    MEMPLAN_TRY(auto bidi, f.boolean("use_bidirectional_attention"));
+    m.bidirectional = bidi.value_or(false);
+    if (m.bidirectional && m.sliding_window > 0) m.sliding_window = m.sliding_window / 2 + 1;
+  }
   if (t == "phi3") m.fused_qkv = m.fused_gate_up = true;
   if (gpt2) {
     m.norm = NormKind::kLayerNorm;
@@ -625,6 +632,52 @@ bool CatalogEntry::matches(std::string_view name) const {
   return std::any_of(aliases.begin(), aliases.end(), [&](const std::string& a) { return to_lower(a) == n; });
 }
 
+namespace {
+
+// sentence-transformers Dense modules (N_Dense/config.json: in_features, out_features, bias,
+// activation_function), listed in order under "dense" of a "sentence_transformers" object.
+Result<std::vector<DenseModule>> parse_dense_modules(const json& st, const std::string& origin) {
+  std::vector<DenseModule> out;
+  const auto it = st.find("dense");
+  if (it == st.end() || it->is_null()) return out;
+  if (!it->is_array())
+    return config_error(origin, fmt::format("\"dense\" must be a list of Dense module configs, got {}", describe(*it)));
+  for (const json& d : *it) {
+    if (!d.is_object())
+      return config_error(origin, fmt::format("each \"dense\" entry must be an object (a Dense module's config.json), got {}",
+                                              describe(d)));
+    Fields f(d, origin);
+    DenseModule m;
+    MEMPLAN_TRY(m.in_features, f.integer({"in_features"}));
+    MEMPLAN_TRY(m.out_features, f.integer({"out_features"}));
+    if (m.in_features == 0 || m.out_features == 0)
+      return config_error(origin, "a Dense module's in_features and out_features must be positive");
+    MEMPLAN_TRY(auto bias, f.boolean("bias"));
+    m.bias = bias.value_or(true);
+    // sentence_transformers.models.Dense: activation_function defaults to nn.Tanh().
+    MEMPLAN_TRY(const std::string act, f.string("activation_function"));
+    if (act.empty() || act.ends_with(".Tanh") || act == "Tanh") {
+      m.tanh = true;
+    } else if (!act.ends_with(".Identity") && act != "Identity") {
+      return config_error(origin, fmt::format("Dense activation_function \"{}\" is not modelled", act),
+                          "memplan models torch.nn.modules.linear.Identity and torch.nn.modules.activation.Tanh");
+    }
+    if (!out.empty() && out.back().out_features != m.in_features)
+      return config_error(origin, fmt::format("Dense module {} takes {} features, but the one before gives {}",
+                                              out.size() + 1, m.in_features, out.back().out_features));
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<DenseModule>> parse_dense_modules(std::string_view json_text, const std::string& origin) {
+  MEMPLAN_TRY(const json j, parse_json(json_text, origin));
+  if (!j.is_object()) return config_error(origin, fmt::format("expected an object, got {}", describe(j)));
+  return parse_dense_modules(j, origin);
+}
+
 Result<CatalogEntry> parse_catalog_entry(std::string_view text, const std::string& origin) {
   MEMPLAN_TRY(json j, parse_json(text, origin));
   if (!j.is_object()) return config_error(origin, "a catalog entry must be a JSON object");
@@ -660,6 +713,7 @@ Result<CatalogEntry> parse_catalog_entry(std::string_view text, const std::strin
     if (!mode) return config_error(origin, mode.error().message);
     c.spec.pooling = *mode;
     if (!c.spec.is_encoder()) c.spec.decoder_embedding = true;
+    MEMPLAN_TRY(c.spec.st_dense, parse_dense_modules(*st, origin));
   }
   return c;
 }

@@ -37,6 +37,10 @@ struct CatalogEntry {
 // name (llama-3.1-8b, llama-3.1-70b, llama-3.1-405b).
 Result<std::vector<CatalogEntry>> load_catalog();
 
+// The "dense" list of a "sentence_transformers" object ({"dense": [N_Dense/config.json, ...]}):
+// the Dense modules after the pooling, checked to chain (docs/formulas.md#embeddinggemma).
+Result<std::vector<DenseModule>> parse_dense_modules(std::string_view json_text, const std::string& origin);
+
 // Parses one catalog file's text; load_catalog() applies it to every embedded file.
 Result<CatalogEntry> parse_catalog_entry(std::string_view json_text, const std::string& origin);
 

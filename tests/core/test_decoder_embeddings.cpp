@@ -149,3 +149,56 @@ TEST_CASE("cached MNRL on a decoder is simulated like every layer run in full") 
   c.gradient_checkpointing = true;
   memplan::testing::same_as_every_layer(toy_embedder(), c, {{1, 64}, {8, 64}, {12, 128}});
 }
+
+TEST_CASE("sentence-transformers Dense modules: trained parameters, counted and stepped like the model's") {
+  // EmbeddingGemma's 2_Dense and 3_Dense at toy scale: 256 -> 1,024 -> 256, bias-free, Identity.
+  // They sit outside the transformers model PEFT wraps, so LoRA leaves them trainable. With SGD
+  // (no state) in fp32: 2 x 256 x 1,024 = 524,288 parameters, 2 MiB of weights; as the
+  // optimizer steps, their 2 MiB of gradients too.
+  ModelSpec plain = toy_embedder(PoolingMode::kMean);
+  ModelSpec dense = plain;
+  dense.st_dense = {DenseModule{256, 1024, false, false}, DenseModule{1024, 256, false, false}};
+  const std::int64_t n = 2 * 256 * 1024;
+  CHECK(count_parameters(dense).total - count_parameters(plain).total == n);
+  CHECK(count_parameters(dense).lm_head == n);
+  for (const bool lora : {false, true}) {
+    INFO("lora " << lora);
+    TrainingConfig c = cfg(4, 128, 2);
+    c.lora.enabled = lora;
+    auto a = Estimator::create(plain, c);
+    auto b = Estimator::create(dense, c);
+    REQUIRE(a.has_value());
+    REQUIRE(b.has_value());
+    auto sa = a->at_phase(4, 128, Phase::kOptimizerStep);
+    auto sb = b->at_phase(4, 128, Phase::kOptimizerStep);
+    REQUIRE(sa.has_value());
+    REQUIRE(sb.has_value());
+    CHECK(sb->params.trainable - sa->params.trainable == n);
+    require_consistent(*sb);
+    CHECK(component(*sb, "weights") - component(*sa, "weights") == 4 * n);
+    CHECK(component(*sb, "gradients") - component(*sa, "gradients") == 4 * n);
+  }
+}
+
+TEST_CASE("a Dense module's output replaces the pooled embedding; Tanh's replaces the Linear's") {
+  // Per text column: Linear(256 -> 1,024) saves the pooled (b, 256) input for its weight's
+  // gradient (alive anyway, as the embedding MNRL would have kept) and its (b, 1,024) fp32 output
+  // becomes the embedding. Tanh saves its output, which replaces the Linear's (saved by nothing,
+  // freed): the same bytes once it returns.
+  ModelSpec plain = toy_embedder(PoolingMode::kMean);
+  ModelSpec identity = plain;
+  identity.st_dense = {DenseModule{256, 1024, false, false}};
+  ModelSpec tanh = identity;
+  tanh.st_dense[0].tanh = true;
+  auto fwd = [](const ModelSpec& m) {
+    auto est = Estimator::create(m, cfg(4, 128, 2));
+    REQUIRE(est.has_value());
+    auto e = est->at_phase(4, 128, Phase::kForward);
+    REQUIRE(e.has_value());
+    return e->peak.count();
+  };
+  // The forward's peak is in the second column's layers: the first column's (b, 1,024)
+  // embedding is alive there, and the Dense weight (256 x 1,024 fp32) always.
+  CHECK(fwd(identity) - fwd(plain) == 4 * 256 * 1024 + 4 * 1024 * 4);
+  CHECK(fwd(tanh) == fwd(identity));
+}

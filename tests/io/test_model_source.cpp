@@ -241,6 +241,50 @@ TEST_CASE("catalog entry files: malformed entries fail with the file named") {
   CHECK(emb->spec.pooling == PoolingMode::kLastToken);
   CHECK(st("3").error().to_string() == "configs/models/x.json: \"sentence_transformers\" must be an object, got 3");
   CHECK(st(R"({"pooling": "max"})").error().to_string() == "configs/models/x.json: unknown pooling mode 'max'");
+  // Its Dense modules, as N_Dense/config.json writes them: chained, Tanh unless Identity is named.
+  auto dense = st(R"({"pooling": "mean", "dense": [{"in_features": 64, "out_features": 256, "bias": false,
+      "activation_function": "torch.nn.modules.linear.Identity"}, {"in_features": 256, "out_features": 64}]})");
+  REQUIRE(dense.has_value());
+  REQUIRE(dense->spec.st_dense.size() == 2);
+  CHECK(dense->spec.st_dense[0] == DenseModule{64, 256, false, false});
+  CHECK(dense->spec.st_dense[1] == DenseModule{256, 64, true, true});
+  CHECK(count_parameters(dense->spec).total - count_parameters(emb->spec).total == 64 * 256 + 256 * 64 + 64);
+  CHECK(st(R"({"pooling": "mean", "dense": [{"in_features": 64, "out_features": 256}, {"in_features": 128,
+      "out_features": 64}]})").error().to_string() ==
+        "configs/models/x.json: Dense module 2 takes 128 features, but the one before gives 256");
+  CHECK(st(R"({"pooling": "mean", "dense": [{"in_features": 64, "out_features": 8, "activation_function":
+      "torch.nn.modules.activation.ReLU"}]})").error().to_string() ==
+        "configs/models/x.json: Dense activation_function \"torch.nn.modules.activation.ReLU\" is not modelled; "
+        "memplan models torch.nn.modules.linear.Identity and torch.nn.modules.activation.Tanh");
+  CHECK(st(R"({"pooling": "mean", "dense": {"in_features": 64}})").error().to_string() ==
+        "configs/models/x.json: \"dense\" must be a list of Dense module configs, got an object");
+}
+
+TEST_CASE("EmbeddingGemma: bidirectional Gemma 3, its window a radius, two Dense modules, 307,581,696 parameters") {
+  auto cat = io::load_catalog();
+  REQUIRE(cat.has_value());
+  const io::CatalogEntry* e = io::find_catalog_entry(*cat, "google/embeddinggemma-300m");
+  REQUIRE(e != nullptr);
+  CHECK(e->spec.decoder_embedding);
+  CHECK(e->spec.bidirectional);
+  CHECK(e->spec.pooling == PoolingMode::kMean);
+  // Gemma3TextConfig: sliding_window 512 // 2 + 1 when use_bidirectional_attention.
+  CHECK(e->spec.sliding_window == 257);
+  CHECK(e->spec.full_attention_layers == std::vector<int>{5, 11, 17, 23});
+  // By hand: embedding 262,144 x 768; per layer q and o 768 x 768, k and v 768 x 256, MLP
+  // 3 x 768 x 1,152, four norms of 768 and q/k norms of 256; the final norm; the Dense modules.
+  const std::int64_t layer = 2 * 768 * 768 + 2 * 768 * 256 + 3 * 768 * 1152 + 4 * 768 + 2 * 256;
+  const std::int64_t dense = 768 * 3072 + 3072 * 768;
+  CHECK(count_parameters(e->spec).total == 262144LL * 768 + 24 * layer + 768 + dense);
+  CHECK(count_parameters(e->spec).lm_head == dense);
+  CHECK(e->published_params == 307581696);
+  // A causal Gemma 3 keeps its window.
+  auto causal = io::parse_hf_config(R"({"model_type": "gemma3_text", "vocab_size": 100, "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 2, "num_key_value_heads": 1,
+      "head_dim": 32, "sliding_window": 512})", "c");
+  REQUIRE(causal.has_value());
+  CHECK_FALSE(causal->bidirectional);
+  CHECK(causal->sliding_window == 512);
 }
 
 // ---------------------------------------------------------------------------------------------

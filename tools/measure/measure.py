@@ -23,6 +23,7 @@ import torch
 
 import hf_bert
 import hf_deberta
+import hf_gemma3
 import hf_llama
 import hf_mllama
 import hf_modernbert
@@ -193,7 +194,35 @@ def build_mllama(case):
     return model, opt, inputs, None
 
 
+def build_gemma3_embedding(case):
+    """EmbeddingGemma's kind of model: Gemma 3's text model (bidirectional as configured) under
+    sentence-transformers' mean pooling, Dense modules and Normalize, trained with MNRL."""
+    torch.manual_seed(0)
+    t = case["training"]
+    cfg = hf_gemma3.Config(case["model"])
+    dense = t.get("sentence_transformers", {}).get("dense", [])
+    model = hf_gemma3.SentenceModel(cfg, dense).to(DTYPES[t.get("torch_dtype", "float32")])
+    lora = t.get("lora")
+    if lora:  # SentenceTransformer.add_adapter wraps the transformers model only
+        peft_lora.apply_lora(model.auto_model, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
+                             lora.get("target_modules"), lora.get("modules_to_save", []))
+    if t.get("gradient_checkpointing"):
+        model.auto_model.gradient_checkpointing_enable(use_reentrant=t.get("checkpoint_reentrant", True))
+        if lora:
+            model.auto_model.enable_input_require_grads()
+    model.train()
+    opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"), model.parameters(), t.get("optim_args"))
+    b, s = t["batch"], t["seq_len"]
+    gen = torch.Generator().manual_seed(1)
+    inputs = {"gemma_columns": [(torch.randint(0, cfg.vocab_size, (b, s), generator=gen),
+                                 torch.ones(b, s, dtype=torch.long))
+                                for _ in range(t.get("texts_per_example", 2))]}
+    return model, opt, inputs, None
+
+
 def build(case):
+    if case["model"].get("model_type") == "gemma3_text" and case["training"].get("head") == "pooling":
+        return build_gemma3_embedding(case)
     if case["model"].get("model_type") in ENCODERS:
         return build_encoder(case)
     if case["model"].get("model_type") == "modernbert":
@@ -298,6 +327,9 @@ def forward_loss(model, inputs, autocast, t=None, ref=None):
     if "decoder_columns" in inputs:
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return hf_bert.decoder_mnrl_loss(model, inputs["decoder_columns"], inputs["pooling"], inputs["library"])
+    if "gemma_columns" in inputs:
+        with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
+            return hf_gemma3.mnrl_loss(model, inputs["gemma_columns"])
     if "modern_columns" in inputs:
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return hf_modernbert.mnrl_loss(model, inputs["modern_columns"])

@@ -198,6 +198,7 @@ class Step {
   // column's embedding output that enable_input_require_grads made a leaf.
   ColumnsLoss embedding_loss(std::vector<int>& leaves);
   Column embed_column(std::vector<int>& leaves);
+  int dense_modules(int emb);
   void cached_embedding_step();
   void release_backward(std::vector<int>& leaves, int first_node);
   std::int64_t texts() const { return sp_.contrastive.texts(); }
@@ -230,6 +231,7 @@ class Step {
   struct Weights {
     int embed = -1, pos_embed = -1, final_norm = -1, final_norm_b = -1, lm_head = -1;
     int embed_copy = -1, lm_head_copy = -1;  // PEFT modules_to_save trainable copies
+    std::vector<std::pair<int, int>> dense;  // sentence-transformers Dense modules: weight, bias (-1: none)
     std::vector<LayerParams> layers;
     VisionWeights vision;
   };
@@ -241,6 +243,7 @@ class Step {
   // get no .grad and no optimizer state, whatever their requires_grad.
   bool no_grad_params_ = false;
   int mask_ = -1, cos_ = -1, sin_ = -1;
+  int cos_local_ = -1, sin_local_ = -1;  // Gemma 3's second rotary tables (rope_local_base_freq)
   // The sliding layers' own mask (docs/formulas.md#sliding-window-attention): eager, when the
   // model also has full layers (a second (b, 1, s, s) float mask); SDPA, the (b, 1, s, s) bool
   // mask once s >= sliding_window. -1: the sliding layers use mask_.
@@ -261,6 +264,7 @@ class Step {
   std::vector<ParamRec> params_;
   std::vector<int> fsdp_retained_;  // layer inputs and their grads the FSDP hooks keep (to backward's end)
   std::vector<int> graph_held_;     // tensors the autograd graph itself keeps (leaves held by AccumulateGrad)
+  std::int64_t graph_held_rng_ = 0;  // bytes of reentrant checkpoints' RNG states among them, ever
   const bool cached_;               // cached MNRL (GradCache) for a decoder embedding model
 };
 
@@ -353,6 +357,13 @@ void Step::make_params() {
   // A last pipeline stage without the embedding keeps its own copy of tied word embeddings
   // (Megatron's shared embedding on the last stage; its gradient is all-reduced with the first).
   // An embedding model (AutoModel) has no lm_head.
+  // sentence-transformers Dense modules (docs/formulas.md#embeddinggemma): outside the
+  // transformers model PEFT wraps, so trained under LoRA too; in the norms' dtype.
+  if (m_.decoder_embedding)
+    for (const DenseModule& d : m_.st_dense)
+      w_->dense.emplace_back(make_param(d.in_features * d.out_features, other_dt(), true, Cat::kWeights, d.out_features,
+                                        d.in_features),
+                             d.bias ? make_param(d.out_features, other_dt(), true) : -1);
   if ((!m_.tie_word_embeddings || !sp_.stage_embedding) && !m_.decoder_embedding) {
     w_->lm_head = make_param(V * h, embed_dt(), trainable("lm_head"), Cat::kWeights, V, h);
     if (contains(sp_.lora.modules_to_save, "lm_head") && sp_.lora.enabled && !making_ref_)
@@ -941,10 +952,19 @@ int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, b
   const int rng = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);
   const std::optional<DT> ac = ops_.autocast();
   if (g_.at(h).cat == Cat::kActivations) g_.retag(h, Cat::kCheckpoints);
-  std::vector<int> saved{h};
-  saved.insert(saved.end(), holds.begin(), holds.end());
-  saved.push_back(rng);
-  const bool made = g_.node({h}, {out}, saved, [this, h, body, ac, fsdp_unit](Bwd& ctx) {
+  // save_for_backward keeps the positional input, released when the node runs. The partial's
+  // kwargs (ctx.run_function) and the RNG state (ctx.fwd_cpu_state) are attributes of ctx, which
+  // lives as long as the graph: until backward has finished (docs/formulas.md#gradient-checkpointing).
+  if (g_.grad_enabled() && g_.rg(h)) {
+    for (const int t : holds) {
+      g_.hold(t);
+      graph_held_.push_back(t);
+    }
+    g_.hold(rng);
+    graph_held_.push_back(rng);
+    graph_held_rng_ += 5056;
+  }
+  const bool made = g_.node({h}, {out}, {h}, [this, h, body, ac, fsdp_unit](Bwd& ctx) {
     Graph& g = ctx.graph();
     const int rng2 = g.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);  // fork_rng
     const int hv = g.view(h, g.at(h).numel);
@@ -1271,6 +1291,8 @@ int Step::trained_vision_blocks(int x, const std::vector<int>& holds, const std:
     last[k] = l;
   }
   std::array<std::optional<CatVec>, 2> delta;  // live bytes one block of each kind leaves behind
+  // Of those, the reentrant checkpoint's RNG state: ctx keeps it until backward has finished.
+  std::array<std::int64_t, 2> rng{0, 0};
   std::array<std::int64_t, 2> pending{0, 0};
   std::vector<int> pending_params;
   const auto flush = [&]() {
@@ -1289,6 +1311,8 @@ int Step::trained_vision_blocks(int x, const std::vector<int>& holds, const std:
         if (pending[k] > 0) bytes += (*delta[k])[static_cast<std::size_t>(c)] * pending[k];
       if (!(bytes == Poly{})) held.push_back(g_.make(bytes, DT::kU8, static_cast<Cat>(c)));
     }
+    if (const std::int64_t r = rng[0] * pending[0] + rng[1] * pending[1]; r > 0)
+      graph_held_.push_back(g_.make(Poly::constant(r), DT::kU8, Cat::kCheckpoints));
     const int out = g_.make(g_.at(x).numel, g_.at(x).dt, Cat::kActivations);
     std::vector<int> inputs{x};
     inputs.insert(inputs.end(), pending_params.begin(), pending_params.end());
@@ -1325,6 +1349,7 @@ int Step::trained_vision_blocks(int x, const std::vector<int>& holds, const std:
     }
     flush();
     const CatVec before = g_.live();
+    const std::int64_t rng_before = graph_held_rng_;
     const Body body = [this, l](int t) { return vision_block(t, l); };
     const int next = layer_forward(x, body, holds, false);
     g_.drop(x);
@@ -1332,6 +1357,8 @@ int Step::trained_vision_blocks(int x, const std::vector<int>& holds, const std:
     if (l == first[k]) {
       CatVec d = g_.live();
       for (int c = 0; c < kNumCats; ++c) d[static_cast<std::size_t>(c)] -= before[static_cast<std::size_t>(c)];
+      rng[k] = graph_held_rng_ - rng_before;
+      d[static_cast<std::size_t>(Cat::kCheckpoints)] -= Poly::constant(rng[k]);
       if (nonnegative(d)) delta[k] = d;  // otherwise every block of this kind is simulated
     }
   }
@@ -1779,24 +1806,30 @@ int Step::embed_and_layers(bool policy) {
     // from get_rope_index's (3, b, s) int64 position ids (a local of the model forward).
     if (m_.mrope) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
     const Poly rot = m_.mrope ? tok(3 * rot_dim) : Poly::mono(kS, rot_dim);
-    const int f = g_.make(m_.mrope ? tok(3 * rot_dim / 2) : Poly::mono(kS, rot_dim / 2), DT::kF32, Cat::kInputs);
-    const int e = g_.make(rot, DT::kF32, Cat::kInputs);
-    g_.drop(f);
-    const int c0 = g_.make(rot, DT::kF32, Cat::kInputs);
-    cos_ = g_.make(rot, DT::kF32, Cat::kInputs);
-    g_.drop(c0);
-    const int s0 = g_.make(rot, DT::kF32, Cat::kInputs);
-    sin_ = g_.make(rot, DT::kF32, Cat::kInputs);
-    g_.drop(s0);
-    g_.drop(e);
-    if (mdt != DT::kF32) {
-      const int c2 = g_.make(rot, mdt, Cat::kInputs);
-      g_.drop(cos_);
-      cos_ = c2;
-      const int s2 = g_.make(rot, mdt, Cat::kInputs);
-      g_.drop(sin_);
-      sin_ = s2;
-    }
+    const auto tables = [&](int& cos, int& sin) {
+      const int f = g_.make(m_.mrope ? tok(3 * rot_dim / 2) : Poly::mono(kS, rot_dim / 2), DT::kF32, Cat::kInputs);
+      const int e = g_.make(rot, DT::kF32, Cat::kInputs);
+      g_.drop(f);
+      const int c0 = g_.make(rot, DT::kF32, Cat::kInputs);
+      cos = g_.make(rot, DT::kF32, Cat::kInputs);
+      g_.drop(c0);
+      const int s0 = g_.make(rot, DT::kF32, Cat::kInputs);
+      sin = g_.make(rot, DT::kF32, Cat::kInputs);
+      g_.drop(s0);
+      g_.drop(e);
+      if (mdt != DT::kF32) {
+        const int c2 = g_.make(rot, mdt, Cat::kInputs);
+        g_.drop(cos);
+        cos = c2;
+        const int s2 = g_.make(rot, mdt, Cat::kInputs);
+        g_.drop(sin);
+        sin = s2;
+      }
+    };
+    tables(cos_, sin_);
+    // Gemma 3 also builds the sliding layers' tables (rotary_emb_local, rope_local_base_freq), and
+    // transformers 4.56-4.57 pass both pairs to every decoder layer (docs/formulas.md#embeddinggemma).
+    if (m_.local_rotary_tables()) tables(cos_local_, sin_local_);
   }
   const int n = static_cast<int>(sp_.model_layers.size());
   const int first = policy ? kSegFwdFirst : kSegRefFirst;
@@ -1823,6 +1856,7 @@ int Step::embed_and_layers(bool policy) {
     };
     const bool sliding = w_->layers[static_cast<std::size_t>(l)].sliding && sliding_mask_ >= 0;
     std::vector<int> holds{sliding ? sliding_mask_ : mask_, cos_, sin_};  // the layer's own mask
+    if (cos_local_ >= 0) holds.insert(holds.end(), {cos_local_, sin_local_});
     if (cross) holds.insert(holds.end(), {cross_states_, cross_mask_, cross_rows_});  // the call's keyword arguments
     const int next = policy ? layer_forward(hcur, body, holds, true) : body(hcur);
     g_.drop(hcur);
@@ -1843,6 +1877,14 @@ void Step::drop_forward_locals() {
   if (sliding_mask_ >= 0) g_.drop(sliding_mask_);
   g_.drop(cos_);
   g_.drop(sin_);
+  for (int* t : {&cos_local_, &sin_local_}) {
+    if (*t < 0) continue;
+    // Without checkpointing the sliding layers' rotary products saved Gemma 3's local tables:
+    // they live until those layers' backward (the last of them, layer 0, ends it).
+    if (g_.grad_enabled() && !sp_.gradient_checkpointing) graph_held_.push_back(*t);
+    else g_.drop(*t);
+    *t = -1;
+  }
 }
 
 // Final norm, hidden_states[:, slice_indices, :] (logits_to_keep) and lm_head. `rows` is the
@@ -1917,7 +1959,23 @@ Column Step::embed_column(std::vector<int>& leaves) {
     g_.drop(hn);
     return Column{rep, -1};
   }
-  return Column{pool(g_, ops_, hn, m_.pooling, shape), hn};
+  return Column{dense_modules(pool(g_, ops_, hn, m_.pooling, shape)), hn};
+}
+
+// sentence-transformers' Dense modules on the pooled (b, in) embedding: Linear, then Tanh or
+// Identity (which returns its input); each module's input goes with its forward.
+int Step::dense_modules(int emb) {
+  for (std::size_t i = 0; i < w_->dense.size(); ++i) {
+    const DenseModule& d = m_.st_dense[i];
+    const int y = ops_.linear(emb, w_->dense[i].first, w_->dense[i].second, per_seq(d.out_features));
+    g_.drop(emb);
+    emb = y;
+    if (d.tanh) {
+      emb = ops_.tanh(y);
+      g_.drop(y);
+    }
+  }
+  return emb;
 }
 
 ColumnsLoss Step::embedding_loss(std::vector<int>& leaves) {

@@ -113,6 +113,23 @@ TEST_CASE("with checkpointing the bool mask is held to the end, the dense copies
   CHECK(at(q, Cat::kActivations, 2, 128) == at(p, Cat::kActivations, 2, 128));
 }
 
+TEST_CASE("reentrant checkpointing keeps the masks it was called with until backward has finished") {
+  // The masks and rotary tables reach a reentrant checkpoint through the functools.partial stored
+  // in ctx.run_function, which lives with the graph. At the run's last event (the embedding's
+  // backward, after every layer) both eager masks (bf16: 2 b s^2 bytes each) and cos/sin (s x 64,
+  // bf16, each) are still alive; non-reentrant checkpointing has freed them with the regions.
+  const auto at_end = [](bool reentrant) {
+    ProgramSpec sp = bf16_program(alternating(6, 64));
+    sp.attn = AttnImpl::kEager;
+    sp.full_finetune = true;
+    sp.gradient_checkpointing = true;
+    sp.checkpoint_reentrant = reentrant;
+    const ProgramResult r = run_step(sp);
+    return r.cats.at(r.events.back(), Cat::kInputs).eval(2, 128);
+  };
+  CHECK(at_end(true) - at_end(false) == 2 * (2 * 2 * 128 * 128) + 2 * (128 * 64 * 2));
+}
+
 TEST_CASE("eager Gemma 2/3: a second (b, 1, s, s) mask, for the sliding layers") {
   // causal_mask_mapping holds a full and a sliding mask, each in the activation dtype; with
   // checkpointing both are held until backward. Every layer sliding (one mask function): one.
@@ -176,6 +193,42 @@ TEST_CASE("sliding layers: one repeating period extrapolated gives every layer's
           c.grad_accum = 2;
           memplan::testing::same_as_every_layer(m, c, {{1, 16}, {2, 63}, {1, 64}, {3, 300}});
         }
+}
+
+TEST_CASE("bidirectional Gemma 3 (EmbeddingGemma): every layer's mask at every length, periods extrapolated") {
+  // use_bidirectional_attention gives create_causal_mask an or_mask_function, so transformers
+  // never skips the mask: under SDPA the engine runs the every-layer-masked program at s = 16,
+  // far below the 64-token window, and both programs agree with simulating every layer (the full
+  // mask held by the full layers' checkpoints until the lowest one's backward).
+  ModelSpec m = memplan::testing::toy_llama(20);
+  m.sliding_window = 64;
+  for (int l = 5; l < 20; l += 6) m.full_attention_layers.push_back(l);
+  ModelSpec bidi = m;
+  bidi.bidirectional = true;
+  TrainingConfig c = sdpa_config();
+  auto causal = Estimator::create(m, c);
+  auto both = Estimator::create(bidi, c);
+  REQUIRE(causal.has_value());
+  REQUIRE(both.has_value());
+  // At the forward's peak (the loss, after the model's forward has returned) without
+  // checkpointing: the two (b, 1, s, s) bool masks were forward locals, gone; each of the 20
+  // layers keeps SDPA's bf16 copy of its mask (2 b s^2) and K/V repeated to 4 heads from 2
+  // (2 x b s x 2 x 64 x 2 more bytes): 20 x (1,024 + 16,384) = 348,160 bytes at b = 2, s = 16.
+  const auto fwd_c = causal->at_phase(2, 16, Phase::kForward);
+  const auto fwd_b = both->at_phase(2, 16, Phase::kForward);
+  REQUIRE(fwd_c.has_value());
+  REQUIRE(fwd_b.has_value());
+  const std::int64_t b = 2, s = 16;
+  CHECK(fwd_b->peak.count() - fwd_c->peak.count() == 20 * (2 * b * s * s + 2 * b * s * 2 * 64 * 2));
+  for (const bool gc : {false, true})
+    for (const bool reentrant : {false, true}) {
+      if (!gc && reentrant) continue;
+      INFO("checkpointing " << gc << " reentrant " << reentrant);
+      TrainingConfig g = c;
+      g.gradient_checkpointing = gc;
+      g.checkpoint_reentrant = reentrant;
+      memplan::testing::same_as_every_layer(bidi, g, {{1, 16}, {2, 63}, {3, 300}});
+    }
 }
 
 TEST_CASE("the programs past the window are built when first asked, and answer as ones built at create") {
