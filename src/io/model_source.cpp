@@ -914,6 +914,64 @@ void read_quantization(std::string_view text, ResolvedModel& r) {
 
 Result<ResolvedModel> resolve_impl(const std::string& name, const ModelSearchEnv& env, int depth);
 
+// A sentence-transformers model directory (modules.json beside config.json): the Pooling
+// module's mode and every Dense module (docs/formulas.md#embeddinggemma). The model is then
+// trained as an embedding model. Returns a sentence for ResolvedModel::via, empty without
+// modules.json.
+Result<std::string> read_sentence_transformers_modules(const fs::path& dir, ModelSpec& m) {
+  std::error_code ec;
+  const fs::path list = dir / "modules.json";
+  if (!fs::is_regular_file(list, ec)) return std::string();
+  MEMPLAN_TRY(const std::string text, read_file(list));
+  MEMPLAN_TRY(const json mods, parse_json(text, list.string()));
+  if (!mods.is_array())
+    return config_error(list.string(), fmt::format("modules.json must be a list of modules, got {}", describe(mods)));
+  std::vector<DenseModule> dense;
+  std::string pooling = "mean";
+  for (const json& mod : mods) {
+    if (!mod.is_object() || !mod.contains("type") || !mod["type"].is_string()) continue;
+    const std::string type = mod["type"].get<std::string>();
+    const bool is_pool = type.ends_with("models.Pooling"), is_dense = type.ends_with("models.Dense");
+    if (!is_pool && !is_dense) continue;
+    const std::string rel = mod.value("path", std::string());
+    const fs::path sub(rel);
+    // Only folders inside the model directory: a modules.json is the user's file, but memplan
+    // reads nothing it does not name as part of the model.
+    if (sub.is_absolute() || std::any_of(sub.begin(), sub.end(), [](const fs::path& c) { return c == ".."; }))
+      return config_error(list.string(), fmt::format("module path \"{}\" leaves the model directory", rel));
+    const fs::path conf = dir / sub / "config.json";
+    if (!fs::is_regular_file(conf, ec)) {
+      if (is_pool) continue;  // sentence-transformers' own default: mean
+      return config_error(list.string(), fmt::format("the Dense module in \"{}\" has no config.json", rel),
+                          "download the module's folder with the model (its in_features and out_features size it)");
+    }
+    MEMPLAN_TRY(const std::string ctext, read_file(conf));
+    MEMPLAN_TRY(const json c, parse_json(ctext, conf.string()));
+    if (!c.is_object()) return config_error(conf.string(), fmt::format("expected an object, got {}", describe(c)));
+    if (is_dense) {
+      MEMPLAN_TRY(std::vector<DenseModule> one, parse_dense_modules(json{{"dense", json::array({c})}}, conf.string()));
+      if (!dense.empty() && dense.back().out_features != one[0].in_features)
+        return config_error(conf.string(), fmt::format("Dense module {} takes {} features, but the one before gives {}",
+                                                       dense.size() + 1, one[0].in_features, dense.back().out_features));
+      dense.push_back(one[0]);
+      continue;
+    }
+    const auto flag = [&c](const char* k) { return c.contains(k) && c[k].is_boolean() && c[k].get<bool>(); };
+    if (flag("pooling_mode_cls_token")) pooling = "cls";
+    else if (flag("pooling_mode_lasttoken")) pooling = "lasttoken";
+    else if (flag("pooling_mode_mean_tokens")) pooling = "mean";
+    else if (flag("pooling_mode_max_tokens") || flag("pooling_mode_mean_sqrt_len_tokens") ||
+             flag("pooling_mode_weightedmean_tokens"))
+      return config_error(conf.string(), "this Pooling mode is not modelled",
+                          "memplan models pooling_mode_mean_tokens, pooling_mode_cls_token and pooling_mode_lasttoken");
+  }
+  MEMPLAN_TRY(m.pooling, parse_pooling_mode(pooling));
+  m.st_dense = std::move(dense);
+  if (!m.is_encoder()) m.decoder_embedding = true;
+  return fmt::format("{}: a sentence-transformers model (pooling {}{})", list.string(), pooling,
+                     m.st_dense.empty() ? std::string() : fmt::format(", {} Dense module(s)", m.st_dense.size()));
+}
+
 // A config.json, or a PEFT adapter_config.json: an adapter has no architecture of its own
 // (no model_type) but names its base model, which is resolved in turn.
 Result<ResolvedModel> load_model_file(const fs::path& cfg, const std::string& name, const ModelSearchEnv& env,
@@ -954,6 +1012,8 @@ Result<ResolvedModel> load_model_file(const fs::path& cfg, const std::string& na
   ResolvedModel r;
   r.spec = std::move(m);
   read_quantization(text, r);
+  MEMPLAN_TRY(const std::string st, read_sentence_transformers_modules(cfg.parent_path(), r.spec));
+  if (!st.empty()) r.via = st;
   return r;
 }
 

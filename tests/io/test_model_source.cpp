@@ -680,6 +680,41 @@ TEST_CASE("resolve_model: catalog names in any case") {
   CHECK(io::resolve_model("meta-llama/llama-3.1-8b-instruct", empty_env())->name == "meta-llama/Llama-3.1-8B");
 }
 
+TEST_CASE("resolve_model: a sentence-transformers directory brings its pooling and Dense modules") {
+  // EmbeddingGemma's layout: modules.json names the Transformer, 1_Pooling, 2_Dense, 3_Dense
+  // and 4_Normalize folders.
+  TempDir tmp;
+  const fs::path d = tmp.path() / "st";
+  write(d / "config.json", tiny_llama());
+  write(d / "modules.json", R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+      {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+      {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+      {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"},
+      {"idx": 4, "name": "4", "path": "4_Normalize", "type": "sentence_transformers.models.Normalize"}])");
+  write(d / "1_Pooling" / "config.json", R"({"word_embedding_dimension": 64, "pooling_mode_cls_token": false,
+      "pooling_mode_mean_tokens": false, "pooling_mode_lasttoken": true})");
+  write(d / "2_Dense" / "config.json", R"({"in_features": 64, "out_features": 256, "bias": false,
+      "activation_function": "torch.nn.modules.linear.Identity"})");
+  write(d / "3_Dense" / "config.json", R"({"in_features": 256, "out_features": 64, "bias": false,
+      "activation_function": "torch.nn.modules.linear.Identity"})");
+  auto r = io::resolve_model_source(d.string(), empty_env());
+  REQUIRE(r.has_value());
+  CHECK(r->spec.decoder_embedding);
+  CHECK(r->spec.pooling == PoolingMode::kLastToken);
+  REQUIRE(r->spec.st_dense.size() == 2);
+  // Loaded as AutoModel: no lm_head (100 x 64); the two bias-free Dense modules added.
+  CHECK(count_parameters(r->spec).total == kTinyLlamaParams - 100 * 64 + 2 * 64 * 256);
+  CHECK(r->via == (d / "modules.json").string() + ": a sentence-transformers model (pooling lasttoken, 2 Dense module(s))");
+  // A Dense folder without its config, and a path out of the directory, are errors at modules.json.
+  fs::remove(d / "3_Dense" / "config.json");
+  CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
+        (d / "modules.json").string() + ": the Dense module in \"3_Dense\" has no config.json; download the module's "
+        "folder with the model (its in_features and out_features size it)");
+  write(d / "modules.json", R"([{"path": "../x", "type": "sentence_transformers.models.Dense"}])");
+  CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
+        (d / "modules.json").string() + ": module path \"../x\" leaves the model directory");
+}
+
 TEST_CASE("resolve_model: a path to a config.json or to its directory") {
   TempDir tmp;
   write(tmp.path() / "my-model" / "config.json", tiny_llama());
