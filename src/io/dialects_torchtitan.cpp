@@ -144,12 +144,11 @@ Status map_torchtitan(Mapper& m) {
   m.site(Knob::kSeqLen, "training.seq_len", "", "torchtitan's TOML has no place memplan writes a new key to");
   m.site(Knob::kGradAccum, "training.gradient_accumulation_steps", "",
          "torchtitan derives the accumulation from training.global_batch_size; set it there");
-  if (const YamlNode* g = m.node("training.global_batch_size"); g != nullptr) {
-    MEMPLAN_TRY(auto global, m.integer("training.global_batch_size", -1));
-    if (global && *global > 0)
-      m.from_default("grad_accum", fmt::format("global_batch_size {} at {} / (local_batch_size x data-parallel "
-                                               "GPUs): pass --grad-accum for the step's accumulation",
-                                               *global, m.where_text(*g)));
+  const YamlNode* global_node = m.node("training.global_batch_size");
+  std::int64_t global = -1;
+  if (global_node != nullptr) {
+    MEMPLAN_TRY(auto g, m.integer("training.global_batch_size", -1));
+    global = g.value_or(-1);
   }
 
   // Parallelism: FSDP2 over the data-parallel shard ranks (-1: every GPU the other degrees leave),
@@ -197,6 +196,26 @@ Status map_torchtitan(Mapper& m) {
       m.from_file("sharding", *at, shard_key + " (FSDP2)");
     } else {
       m.from_default("sharding", "parallelism.data_parallel_shard_degree not set: -1, FSDP2 over every data-parallel GPU");
+    }
+  }
+  // The accumulation torchtitan derives (train.py): global_batch_size / (local_batch_size x
+  // data-parallel degree), which it requires to divide. Known where the data-parallel degree is
+  // (an explicit shard degree); under pipeline parallelism memplan's accumulation counts the
+  // pipeline micro-batches instead (below).
+  if (global > 0) {
+    const std::int64_t per_step = c.micro_batch * static_cast<std::int64_t>(replicate) * shard;
+    if (!shard_given || shard < 1 || par.pipeline_parallel > 1) {
+      m.from_default("grad_accum", fmt::format("global_batch_size {} at {} / (local_batch_size x data-parallel "
+                                               "GPUs): pass --grad-accum for the step's accumulation",
+                                               global, m.where_text(*global_node)));
+    } else if (per_step > 0 && global % per_step == 0) {
+      c.grad_accum = static_cast<int>(std::min<std::int64_t>(global / per_step, 1 << 20));
+      m.derived("grad_accum", fmt::format("global_batch_size {} / (local_batch_size {} x data-parallel degree {})",
+                                          global, c.micro_batch, per_step / c.micro_batch));
+    } else {
+      m.warn_at(*global_node, fmt::format("global_batch_size {} is not a multiple of local_batch_size x data-parallel "
+                                          "degree ({}): torchtitan refuses it; estimated without accumulation",
+                                          global, per_step));
     }
   }
   if (replicate > 1 && par.sharding == ShardingStrategy::kNone) {

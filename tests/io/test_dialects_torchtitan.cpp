@@ -103,6 +103,25 @@ TEST_CASE("torchtitan: --apply may rewrite the batch and the sequence, never glo
   CHECK(checked == 3);
 }
 
+TEST_CASE("torchtitan: the accumulation from global_batch_size, where the data-parallel degree is known") {
+  // train.py: global_batch_size / (local_batch_size x dp degree) = 128 / (4 x 2 x 8) = 2.
+  const std::string head = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 4\n";
+  LoadedConfig c = load_toml(head + "global_batch_size = 128\n[parallelism]\ndata_parallel_replicate_degree = 2\n"
+                                    "data_parallel_shard_degree = 8\n");
+  CHECK(c.inputs.config.grad_accum == 2);
+  // Not a multiple: torchtitan refuses it; memplan warns at the line and plans without accumulation.
+  c = load_toml(head + "global_batch_size = 100\n[parallelism]\ndata_parallel_shard_degree = 8\n");
+  CHECK(c.inputs.config.grad_accum == 1);
+  bool warned = false;
+  for (const auto& w : c.inputs.warnings)
+    warned = warned || w.find("global_batch_size 100 is not a multiple of local_batch_size x data-parallel degree "
+                              "(32): torchtitan refuses it; estimated without accumulation") != std::string::npos;
+  CHECK(warned);
+  // The shard degree left at -1 (every GPU the other degrees leave): unknown until the GPU count is.
+  c = load_toml(head + "global_batch_size = 128\n");
+  CHECK(c.inputs.config.grad_accum == 1);
+}
+
 TEST_CASE("torchtitan and Automodel: a parallelism degree out of range is an error at its line") {
   MemoryFileSystem fs;
   fs.files["job.toml"] = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\ntensor_parallel_degree = 0\n";
