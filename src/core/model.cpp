@@ -233,7 +233,7 @@ std::int64_t dense_module_params(const ModelSpec& m) {
 ParameterCounts count_parameters(const ModelSpec& m) {
   ParameterCounts c = count_model_parameters(m);
   // sentence-transformers Dense modules after the pooling: counted with the head.
-  const std::int64_t dense = dense_module_params(m);
+  const std::int64_t dense = m.embeds() ? dense_module_params(m) : 0;
   c.lm_head += dense;
   c.total += dense;
   c.active_per_token += dense;

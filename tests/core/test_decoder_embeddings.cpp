@@ -202,3 +202,38 @@ TEST_CASE("a Dense module's output replaces the pooled embedding; Tanh's replace
   CHECK(fwd(identity) - fwd(plain) == 4 * 256 * 1024 + 4 * 1024 * 4);
   CHECK(fwd(tanh) == fwd(identity));
 }
+
+TEST_CASE("an encoder's Dense modules (LaBSE's 768 -> 768 Tanh) are simulated and trained as a decoder's") {
+  // BERT-base with one Dense(768, 768, bias, Tanh) after CLS pooling: 768 x 768 + 768 = 590,592
+  // more parameters, trained under LoRA as well; in fp32 with SGD the optimizer step holds their
+  // weights and gradients, 4 bytes each.
+  ModelSpec plain = memplan::testing::bert_base_uncased();
+  plain.pooling = PoolingMode::kCls;
+  ModelSpec dense = plain;
+  dense.st_dense = {DenseModule{768, 768, true, true}};
+  const std::int64_t n = 768 * 768 + 768;
+  CHECK(count_parameters(dense).total - count_parameters(plain).total == n);
+  ModelSpec mlm = dense;  // the Dense modules belong to the pooling head only
+  mlm.head = EncoderHead::kMaskedLm;
+  ModelSpec mlm_plain = plain;
+  mlm_plain.head = EncoderHead::kMaskedLm;
+  CHECK(count_parameters(mlm).total == count_parameters(mlm_plain).total);
+  for (const bool lora : {false, true}) {
+    INFO("lora " << lora);
+    TrainingConfig c = cfg(8, 128, 2);
+    c.lora.enabled = lora;
+    auto a = Estimator::create(plain, c);
+    auto b = Estimator::create(dense, c);
+    REQUIRE(a.has_value());
+    REQUIRE(b.has_value());
+    auto sa = a->at_phase(8, 128, Phase::kOptimizerStep);
+    auto sb = b->at_phase(8, 128, Phase::kOptimizerStep);
+    REQUIRE(sa.has_value());
+    REQUIRE(sb.has_value());
+    require_consistent(*sb);
+    CHECK(sb->params.total - sa->params.total == n);
+    CHECK(sb->params.trainable - sa->params.trainable == n);
+    CHECK(component(*sb, "weights") - component(*sa, "weights") == 4 * n);
+    CHECK(component(*sb, "gradients") - component(*sa, "gradients") == 4 * n);
+  }
+}

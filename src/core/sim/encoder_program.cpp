@@ -126,7 +126,11 @@ class EncoderStep {
   // there (DeBERTa's output_hidden_states=True tuple) until the caller drops it.
   int layers(int cur, std::vector<int>* keep = nullptr);
   // sentence-transformers' Pooling on the last hidden state (sentence.hpp).
-  int pool_tokens(int h) { return pool(g_, ops_, h, m_.pooling, {tok(1), seqs(1), m_.hidden_size}); }
+  // The Pooling module, then any Dense modules after it.
+  int pool_tokens(int h) {
+    const int pooled = pool(g_, ops_, h, m_.pooling, {tok(1), seqs(1), m_.hidden_size});
+    return dense_modules(g_, ops_, pooled, m_.st_dense, dense_, seqs(1));
+  }
   int mlm_loss(int h);
   // The MLM / classification prediction head's dense, GELU and LayerNorm (head_* parameters).
   int prediction_head(int x, const Poly& numel, const Poly& rows);
@@ -147,6 +151,7 @@ class EncoderStep {
   int head_dense_w_ = -1, head_dense_b_ = -1, head_ln_w_ = -1, head_ln_b_ = -1, head_bias_ = -1;
   int cls_w_ = -1, cls_b_ = -1, cls_dense_w_ = -1, cls_dense_b_ = -1;
   Lin context_pooler_;               // DeBERTa's ContextPooler.dense (a LoRA "dense" target)
+  std::vector<std::pair<int, int>> dense_;  // sentence-transformers Dense modules: weight, bias (-1: none)
   int rel_ = -1, rel_ln_w_ = -1, rel_ln_b_ = -1;  // DeBERTa rel_embeddings and its LayerNorm
   std::vector<EncLayer> layers_;
   int ids_ = -1, types_ = -1, amask_ = -1, mask_ = -1;
@@ -228,6 +233,12 @@ void EncoderStep::make_params() {
     // Full fine-tuning leaves it requires_grad: autocast caches its casts once per region.
     g_.at(pool_w_).cast_cached = g_.at(pool_b_).cast_cached = ft;
   }
+  // sentence-transformers Dense modules after the pooling: outside the model PEFT wraps, trained
+  // under LoRA too (docs/formulas.md#embeddinggemma).
+  if (m_.head == EncoderHead::kPooling)
+    for (const DenseModule& d : m_.st_dense)
+      dense_.emplace_back(param(d.in_features * d.out_features, true, Cat::kWeights, d.out_features, d.in_features),
+                          d.bias ? param(d.out_features, true) : -1);
   // Heads are created by AutoModelFor*: new modules PEFT's task types save in full
   // (modules_to_save for SEQ_CLS), so they train under LoRA too.
   const bool head_train = true;

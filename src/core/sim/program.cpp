@@ -198,7 +198,6 @@ class Step {
   // column's embedding output that enable_input_require_grads made a leaf.
   ColumnsLoss embedding_loss(std::vector<int>& leaves);
   Column embed_column(std::vector<int>& leaves);
-  int dense_modules(int emb);
   void cached_embedding_step();
   void release_backward(std::vector<int>& leaves, int first_node);
   std::int64_t texts() const { return sp_.contrastive.texts(); }
@@ -354,9 +353,6 @@ void Step::make_params() {
   if (!sp_.stage_head) return;
   w_->final_norm = make_param(h, other_dt(), sp_.full_finetune);
   if (m_.norm == NormKind::kLayerNorm && m_.norm_bias) w_->final_norm_b = make_param(h, other_dt(), sp_.full_finetune);
-  // A last pipeline stage without the embedding keeps its own copy of tied word embeddings
-  // (Megatron's shared embedding on the last stage; its gradient is all-reduced with the first).
-  // An embedding model (AutoModel) has no lm_head.
   // sentence-transformers Dense modules (docs/formulas.md#embeddinggemma): outside the
   // transformers model PEFT wraps, so trained under LoRA too; in the norms' dtype.
   if (m_.decoder_embedding)
@@ -364,6 +360,9 @@ void Step::make_params() {
       w_->dense.emplace_back(make_param(d.in_features * d.out_features, other_dt(), true, Cat::kWeights, d.out_features,
                                         d.in_features),
                              d.bias ? make_param(d.out_features, other_dt(), true) : -1);
+  // A last pipeline stage without the embedding keeps its own copy of tied word embeddings
+  // (Megatron's shared embedding on the last stage; its gradient is all-reduced with the first).
+  // An embedding model (AutoModel) has no lm_head.
   if ((!m_.tie_word_embeddings || !sp_.stage_embedding) && !m_.decoder_embedding) {
     w_->lm_head = make_param(V * h, embed_dt(), trainable("lm_head"), Cat::kWeights, V, h);
     if (contains(sp_.lora.modules_to_save, "lm_head") && sp_.lora.enabled && !making_ref_)
@@ -1959,23 +1958,8 @@ Column Step::embed_column(std::vector<int>& leaves) {
     g_.drop(hn);
     return Column{rep, -1};
   }
-  return Column{dense_modules(pool(g_, ops_, hn, m_.pooling, shape)), hn};
-}
-
-// sentence-transformers' Dense modules on the pooled (b, in) embedding: Linear, then Tanh or
-// Identity (which returns its input); each module's input goes with its forward.
-int Step::dense_modules(int emb) {
-  for (std::size_t i = 0; i < w_->dense.size(); ++i) {
-    const DenseModule& d = m_.st_dense[i];
-    const int y = ops_.linear(emb, w_->dense[i].first, w_->dense[i].second, per_seq(d.out_features));
-    g_.drop(emb);
-    emb = y;
-    if (d.tanh) {
-      emb = ops_.tanh(y);
-      g_.drop(y);
-    }
-  }
-  return emb;
+  const int pooled = pool(g_, ops_, hn, m_.pooling, shape);
+  return Column{dense_modules(g_, ops_, pooled, m_.st_dense, w_->dense, per_seq(1)), hn};
 }
 
 ColumnsLoss Step::embedding_loss(std::vector<int>& leaves) {

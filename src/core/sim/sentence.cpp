@@ -9,6 +9,20 @@
 
 namespace memplan::sim {
 
+int dense_modules(Graph& g, Ops& ops, int emb, const std::vector<DenseModule>& modules,
+                  const std::vector<std::pair<int, int>>& weights, const Poly& seqs) {
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const int y = ops.linear(emb, weights[i].first, weights[i].second, seqs * modules[i].out_features);
+    g.drop(emb);
+    emb = y;
+    if (modules[i].tanh) {
+      emb = ops.tanh(y);
+      g.drop(y);
+    }
+  }
+  return emb;
+}
+
 int pool(Graph& g, Ops& ops, int h, PoolingMode mode, const PoolShape& shape) {
   const std::int64_t hs = shape.hidden;
   const DT dt = g.at(h).dt;

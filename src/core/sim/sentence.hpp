@@ -43,6 +43,13 @@ int mnrl_loss(Graph& g, Ops& ops, std::int64_t hidden, int anchor_src, int candi
 // been computed: they are dropped here, before backward. Columns are alike: the first and the
 // last are simulated and the ones between stand as `block` (what the first left alive, per
 // category), which the caller drops after backward. One text: a loss on the embeddings alone.
+// sentence-transformers' Dense modules on the pooled (b, in) embedding `emb` (whose reference
+// passes in): Linear, then Tanh or Identity (which returns its input); each module's output
+// replaces the embedding (docs/formulas.md#embeddinggemma). `weights` holds each module's
+// weight and bias (-1: none); `seqs` is the number of texts, as a polynomial.
+int dense_modules(Graph& g, Ops& ops, int emb, const std::vector<DenseModule>& modules,
+                  const std::vector<std::pair<int, int>>& weights, const Poly& seqs);
+
 struct Column {
   int embedding = -1;
   int token_embeddings = -1;  // -1: nothing keeps them (LLM2Vec's trainer)
