@@ -28,6 +28,31 @@ TrainingConfig cfg(std::int64_t b, std::int64_t s, int texts) {
   return c;
 }
 
+// With and without Dense modules of `n` parameters, full fine-tuning and LoRA, fp32 with SGD (no
+// state): the Dense parameters are counted, trained, and at the optimizer step hold their
+// weights and gradients, 4 bytes each.
+void check_dense_trained(const ModelSpec& plain, const ModelSpec& dense, std::int64_t b, std::int64_t s,
+                         std::int64_t n) {
+  for (const bool lora : {false, true}) {
+    INFO("lora " << lora);
+    TrainingConfig c = cfg(b, s, 2);
+    c.lora.enabled = lora;
+    auto ea = Estimator::create(plain, c);
+    auto eb = Estimator::create(dense, c);
+    REQUIRE(ea.has_value());
+    REQUIRE(eb.has_value());
+    auto sa = ea->at_phase(b, s, Phase::kOptimizerStep);
+    auto sb = eb->at_phase(b, s, Phase::kOptimizerStep);
+    REQUIRE(sa.has_value());
+    REQUIRE(sb.has_value());
+    require_consistent(*sb);
+    CHECK(sb->params.total - sa->params.total == n);
+    CHECK(sb->params.trainable - sa->params.trainable == n);
+    CHECK(component(*sb, "weights") - component(*sa, "weights") == 4 * n);
+    CHECK(component(*sb, "gradients") - component(*sa, "gradients") == 4 * n);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("an embedding decoder has no lm_head and no vocabulary-sized logits") {
@@ -152,32 +177,15 @@ TEST_CASE("cached MNRL on a decoder is simulated like every layer run in full") 
 
 TEST_CASE("sentence-transformers Dense modules: trained parameters, counted and stepped like the model's") {
   // EmbeddingGemma's 2_Dense and 3_Dense at toy scale: 256 -> 1,024 -> 256, bias-free, Identity.
-  // They sit outside the transformers model PEFT wraps, so LoRA leaves them trainable. With SGD
-  // (no state) in fp32: 2 x 256 x 1,024 = 524,288 parameters, 2 MiB of weights; as the
-  // optimizer steps, their 2 MiB of gradients too.
+  // They sit outside the transformers model PEFT wraps, so LoRA leaves them trainable:
+  // 2 x 256 x 1,024 = 524,288 parameters.
   ModelSpec plain = toy_embedder(PoolingMode::kMean);
   ModelSpec dense = plain;
   dense.st_dense = {DenseModule{256, 1024, false, false}, DenseModule{1024, 256, false, false}};
   const std::int64_t n = 2 * 256 * 1024;
   CHECK(count_parameters(dense).total - count_parameters(plain).total == n);
   CHECK(count_parameters(dense).lm_head == n);
-  for (const bool lora : {false, true}) {
-    INFO("lora " << lora);
-    TrainingConfig c = cfg(4, 128, 2);
-    c.lora.enabled = lora;
-    auto a = Estimator::create(plain, c);
-    auto b = Estimator::create(dense, c);
-    REQUIRE(a.has_value());
-    REQUIRE(b.has_value());
-    auto sa = a->at_phase(4, 128, Phase::kOptimizerStep);
-    auto sb = b->at_phase(4, 128, Phase::kOptimizerStep);
-    REQUIRE(sa.has_value());
-    REQUIRE(sb.has_value());
-    CHECK(sb->params.trainable - sa->params.trainable == n);
-    require_consistent(*sb);
-    CHECK(component(*sb, "weights") - component(*sa, "weights") == 4 * n);
-    CHECK(component(*sb, "gradients") - component(*sa, "gradients") == 4 * n);
-  }
+  check_dense_trained(plain, dense, 4, 128, n);
 }
 
 TEST_CASE("a Dense module's output replaces the pooled embedding; Tanh's replaces the Linear's") {
@@ -205,8 +213,7 @@ TEST_CASE("a Dense module's output replaces the pooled embedding; Tanh's replace
 
 TEST_CASE("an encoder's Dense modules (LaBSE's 768 -> 768 Tanh) are simulated and trained as a decoder's") {
   // BERT-base with one Dense(768, 768, bias, Tanh) after CLS pooling: 768 x 768 + 768 = 590,592
-  // more parameters, trained under LoRA as well; in fp32 with SGD the optimizer step holds their
-  // weights and gradients, 4 bytes each.
+  // more parameters, trained under LoRA as well.
   ModelSpec plain = memplan::testing::bert_base_uncased();
   plain.pooling = PoolingMode::kCls;
   ModelSpec dense = plain;
@@ -218,22 +225,5 @@ TEST_CASE("an encoder's Dense modules (LaBSE's 768 -> 768 Tanh) are simulated an
   ModelSpec mlm_plain = plain;
   mlm_plain.head = EncoderHead::kMaskedLm;
   CHECK(count_parameters(mlm).total == count_parameters(mlm_plain).total);
-  for (const bool lora : {false, true}) {
-    INFO("lora " << lora);
-    TrainingConfig c = cfg(8, 128, 2);
-    c.lora.enabled = lora;
-    auto a = Estimator::create(plain, c);
-    auto b = Estimator::create(dense, c);
-    REQUIRE(a.has_value());
-    REQUIRE(b.has_value());
-    auto sa = a->at_phase(8, 128, Phase::kOptimizerStep);
-    auto sb = b->at_phase(8, 128, Phase::kOptimizerStep);
-    REQUIRE(sa.has_value());
-    REQUIRE(sb.has_value());
-    require_consistent(*sb);
-    CHECK(sb->params.total - sa->params.total == n);
-    CHECK(sb->params.trainable - sa->params.trainable == n);
-    CHECK(component(*sb, "weights") - component(*sa, "weights") == 4 * n);
-    CHECK(component(*sb, "gradients") - component(*sa, "gradients") == 4 * n);
-  }
+  check_dense_trained(plain, dense, 8, 128, n);
 }

@@ -14,12 +14,9 @@ use_bidirectional_attention: the full mask is the padding mask alone, the slidin
 Gradient checkpointing follows GradientCheckpointingLayer (hidden_states positional, the rest
 bound with functools.partial), reentrant by default as transformers' gradient_checkpointing_enable.
 """
-import functools
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint
 
 import hf_bert
 import hf_llama
@@ -122,10 +119,7 @@ class Gemma3MLP(nn.Module):
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
 
 
-class Gemma3DecoderLayer(nn.Module):
-    gradient_checkpointing = False
-    use_reentrant = True
-
+class Gemma3DecoderLayer(hf_llama.GradientCheckpointingLayer):
     def __init__(self, config, layer_idx):
         super().__init__()
         self.self_attn = Gemma3Attention(config, layer_idx)
@@ -135,12 +129,6 @@ class Gemma3DecoderLayer(nn.Module):
         self.post_attention_layernorm = Gemma3RMSNorm(h, eps)
         self.pre_feedforward_layernorm = Gemma3RMSNorm(h, eps)
         self.post_feedforward_layernorm = Gemma3RMSNorm(h, eps)
-
-    def __call__(self, *args, **kwargs):
-        if self.gradient_checkpointing and self.training:
-            return torch.utils.checkpoint.checkpoint(functools.partial(super().__call__, **kwargs), *args,
-                                                     use_reentrant=self.use_reentrant)
-        return super().__call__(*args, **kwargs)
 
     def forward(self, hidden_states, position_embeddings_global=None, position_embeddings_local=None,
                 attention_mask=None):
@@ -184,7 +172,7 @@ def eager_masks(attention_mask_2d, dtype, window, bidirectional):
     return masks[0], masks[1]
 
 
-class Gemma3TextModel(nn.Module):
+class Gemma3TextModel(hf_llama.CheckpointableModel):
     """AutoModel (no LM head): what sentence-transformers loads for EmbeddingGemma."""
 
     def __init__(self, config):
@@ -196,15 +184,6 @@ class Gemma3TextModel(nn.Module):
         self.norm = Gemma3RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = hf_llama.LlamaRotaryEmbedding(RotaryConfig(config.head_dim, config.rope_theta))
         self.rotary_emb_local = hf_llama.LlamaRotaryEmbedding(RotaryConfig(config.head_dim, config.rope_local_base_freq))
-
-    def gradient_checkpointing_enable(self, use_reentrant=True):
-        for layer in self.layers:
-            layer.gradient_checkpointing = True
-            layer.use_reentrant = use_reentrant
-
-    def enable_input_require_grads(self):
-        self._require_grads_hook = self.embed_tokens.register_forward_hook(
-            lambda module, inp, out: out.requires_grad_(True))
 
     def forward(self, input_ids, attention_mask):
         inputs_embeds = self.embed_tokens(input_ids)

@@ -150,23 +150,40 @@ class LlamaMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
-class LlamaDecoderLayer(nn.Module):
+class GradientCheckpointingLayer(nn.Module):
+    """transformers.modeling_layers.GradientCheckpointingLayer.__call__: the positional
+    hidden_states checkpointed, everything else bound in a functools.partial."""
     gradient_checkpointing = False
     use_reentrant = True
 
+    def __call__(self, *args, **kwargs):
+        if self.gradient_checkpointing and self.training:
+            return torch.utils.checkpoint.checkpoint(functools.partial(super().__call__, **kwargs), *args,
+                                                     use_reentrant=self.use_reentrant)
+        return super().__call__(*args, **kwargs)
+
+
+class CheckpointableModel(nn.Module):
+    """gradient_checkpointing_enable() and enable_input_require_grads() of a model with `layers`
+    and `embed_tokens`."""
+
+    def gradient_checkpointing_enable(self, use_reentrant=True):
+        for layer in self.layers:
+            layer.gradient_checkpointing = True
+            layer.use_reentrant = use_reentrant
+
+    def enable_input_require_grads(self):
+        self._require_grads_hook = self.embed_tokens.register_forward_hook(
+            lambda module, inp, out: out.requires_grad_(True))
+
+
+class LlamaDecoderLayer(GradientCheckpointingLayer):
     def __init__(self, config, layer_idx):
         super().__init__()
         self.self_attn = LlamaAttention(config, layer_idx)
         self.mlp = LlamaMLP(config)
         self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
-
-    def __call__(self, *args, **kwargs):
-        # transformers.modeling_layers.GradientCheckpointingLayer.__call__
-        if self.gradient_checkpointing and self.training:
-            return torch.utils.checkpoint.checkpoint(functools.partial(super().__call__, **kwargs), *args,
-                                                     use_reentrant=self.use_reentrant)
-        return super().__call__(*args, **kwargs)
 
     def forward(self, hidden_states, attention_mask=None, position_embeddings=None):
         residual = hidden_states
@@ -196,7 +213,7 @@ def make_causal_mask(attention_mask_2d, dtype, device):
     return causal
 
 
-class LlamaModel(nn.Module):
+class LlamaModel(CheckpointableModel):
     """AutoModel (no LM head): what sentence-transformers loads for a decoder embedding model."""
 
     def __init__(self, config):
@@ -206,15 +223,6 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = LlamaRotaryEmbedding(config)
-
-    def gradient_checkpointing_enable(self, use_reentrant=True):
-        for layer in self.layers:
-            layer.gradient_checkpointing = True
-            layer.use_reentrant = use_reentrant
-
-    def enable_input_require_grads(self):
-        self._require_grads_hook = self.embed_tokens.register_forward_hook(
-            lambda module, inp, out: out.requires_grad_(True))
 
     def forward(self, input_ids, attention_mask):
         inputs_embeds = self.embed_tokens(input_ids)
