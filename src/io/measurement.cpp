@@ -46,6 +46,7 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   }
   if (c.model.embeds() && t.contains("sentence_transformers")) {  // its Dense modules (docs/formulas.md#embeddinggemma)
     MEMPLAN_TRY(c.model.st_dense, parse_dense_modules(t["sentence_transformers"].dump(), path + ":" + c.id));
+    if (auto ok = check_dense_width(c.model, path + ":" + c.id); !ok) return ok.error();
   }
   if (c.model.decoder_embedding && t.value("embedding_library", std::string()) == to_string(EmbeddingLibrary::kLlm2Vec))
     c.model.embedding_library = EmbeddingLibrary::kLlm2Vec;

@@ -652,6 +652,12 @@ Result<std::vector<DenseModule>> parse_dense_modules(const json& st, const std::
     MEMPLAN_TRY(m.out_features, f.integer({"out_features"}));
     if (m.in_features == 0 || m.out_features == 0)
       return config_error(origin, "a Dense module's in_features and out_features must be positive");
+    // Real ones are a few thousand wide; the bounds keep every product of them inside int64.
+    constexpr std::int64_t kMaxFeatures = std::int64_t{1} << 24;
+    if (m.in_features > kMaxFeatures || m.out_features > kMaxFeatures)
+      return config_error(origin, fmt::format("a Dense module of {} x {} features is out of range (at most {} each)",
+                                              m.in_features, m.out_features, kMaxFeatures));
+    if (out.size() >= 16) return config_error(origin, "more than 16 Dense modules: not a sentence-transformers model");
     MEMPLAN_TRY(auto bias, f.boolean("bias"));
     m.bias = bias.value_or(true);
     // sentence_transformers.models.Dense: activation_function defaults to nn.Tanh().
@@ -671,6 +677,14 @@ Result<std::vector<DenseModule>> parse_dense_modules(const json& st, const std::
 }
 
 }  // namespace
+
+Status check_dense_width(const ModelSpec& m, const std::string& origin) {
+  if (!m.st_dense.empty() && m.st_dense.front().in_features != m.hidden_size)
+    return config_error(origin, fmt::format("the first Dense module takes {} features, but the model's embeddings have "
+                                            "{} (hidden_size)",
+                                            m.st_dense.front().in_features, m.hidden_size));
+  return Ok{};
+}
 
 Result<std::vector<DenseModule>> parse_dense_modules(std::string_view json_text, const std::string& origin) {
   MEMPLAN_TRY(const json j, parse_json(json_text, origin));
@@ -714,6 +728,7 @@ Result<CatalogEntry> parse_catalog_entry(std::string_view text, const std::strin
     c.spec.pooling = *mode;
     if (!c.spec.is_encoder()) c.spec.decoder_embedding = true;
     MEMPLAN_TRY(c.spec.st_dense, parse_dense_modules(*st, origin));
+    if (auto ok = check_dense_width(c.spec, origin); !ok) return ok.error();
   }
   return c;
 }
@@ -926,7 +941,7 @@ Result<std::string> read_sentence_transformers_modules(const fs::path& dir, Mode
   MEMPLAN_TRY(const json mods, parse_json(text, list.string()));
   if (!mods.is_array())
     return config_error(list.string(), fmt::format("modules.json must be a list of modules, got {}", describe(mods)));
-  std::vector<DenseModule> dense;
+  json dense = json::array();  // each Dense module's config.json, checked at its file, then chained
   std::string pooling = "mean";
   for (const json& mod : mods) {
     if (!mod.is_object() || !mod.contains("type") || !mod["type"].is_string()) continue;
@@ -949,11 +964,9 @@ Result<std::string> read_sentence_transformers_modules(const fs::path& dir, Mode
     MEMPLAN_TRY(const json c, parse_json(ctext, conf.string()));
     if (!c.is_object()) return config_error(conf.string(), fmt::format("expected an object, got {}", describe(c)));
     if (is_dense) {
-      MEMPLAN_TRY(std::vector<DenseModule> one, parse_dense_modules(json{{"dense", json::array({c})}}, conf.string()));
-      if (!dense.empty() && dense.back().out_features != one[0].in_features)
-        return config_error(conf.string(), fmt::format("Dense module {} takes {} features, but the one before gives {}",
-                                                       dense.size() + 1, one[0].in_features, dense.back().out_features));
-      dense.push_back(one[0]);
+      MEMPLAN_TRY(const auto one, parse_dense_modules(json{{"dense", json::array({c})}}, conf.string()));
+      (void)one;
+      dense.push_back(c);
       continue;
     }
     const auto flag = [&c](const char* k) { return c.contains(k) && c[k].is_boolean() && c[k].get<bool>(); };
@@ -966,7 +979,8 @@ Result<std::string> read_sentence_transformers_modules(const fs::path& dir, Mode
                           "memplan models pooling_mode_mean_tokens, pooling_mode_cls_token and pooling_mode_lasttoken");
   }
   MEMPLAN_TRY(m.pooling, parse_pooling_mode(pooling));
-  m.st_dense = std::move(dense);
+  MEMPLAN_TRY(m.st_dense, parse_dense_modules(json{{"dense", dense}}, list.string()));
+  if (auto ok = check_dense_width(m, list.string()); !ok) return ok.error();
   if (!m.is_encoder()) m.decoder_embedding = true;
   return fmt::format("{}: a sentence-transformers model (pooling {}{})", list.string(), pooling,
                      m.st_dense.empty() ? std::string() : fmt::format(", {} Dense module(s)", m.st_dense.size()));

@@ -40,6 +40,8 @@ Result<std::vector<CatalogEntry>> load_catalog();
 // The "dense" list of a "sentence_transformers" object ({"dense": [N_Dense/config.json, ...]}):
 // the Dense modules after the pooling, checked to chain (docs/formulas.md#embeddinggemma).
 Result<std::vector<DenseModule>> parse_dense_modules(std::string_view json_text, const std::string& origin);
+// The first Dense module must take the pooled embedding: the model's hidden size.
+Status check_dense_width(const ModelSpec& m, const std::string& origin);
 
 // Parses one catalog file's text; load_catalog() applies it to every embedded file.
 Result<CatalogEntry> parse_catalog_entry(std::string_view json_text, const std::string& origin);

@@ -256,6 +256,13 @@ TEST_CASE("catalog entry files: malformed entries fail with the file named") {
       "torch.nn.modules.activation.ReLU"}]})").error().to_string() ==
         "configs/models/x.json: Dense activation_function \"torch.nn.modules.activation.ReLU\" is not modelled; "
         "memplan models torch.nn.modules.linear.Identity and torch.nn.modules.activation.Tanh");
+  CHECK(st(R"({"pooling": "mean", "dense": [{"in_features": 1099511627776, "out_features": 1099511627776}]})")
+            .error()
+            .to_string() == "configs/models/x.json: a Dense module of 1099511627776 x 1099511627776 features is out of "
+                            "range (at most 16777216 each)");
+  CHECK(st(R"({"pooling": "mean", "dense": [{"in_features": 96, "out_features": 64}]})").error().to_string() ==
+        "configs/models/x.json: the first Dense module takes 96 features, but the model's embeddings have 64 "
+        "(hidden_size)");
   CHECK(st(R"({"pooling": "mean", "dense": {"in_features": 64}})").error().to_string() ==
         "configs/models/x.json: \"dense\" must be a list of Dense module configs, got an object");
 }
