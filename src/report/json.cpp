@@ -54,7 +54,17 @@ json to_json(const ModelSpec& m) {
   if (m.embeds()) {  // sentence embeddings: how they are pooled, and by which library
     j["pooling"] = to_string(m.pooling);
     j["embedding_library"] = to_string(m.embedding_library);
+    if (!m.st_dense.empty()) {  // sentence-transformers Dense modules after the pooling
+      json dense = json::array();
+      for (const DenseModule& d : m.st_dense)
+        dense.push_back({{"in_features", d.in_features},
+                         {"out_features", d.out_features},
+                         {"bias", d.bias},
+                         {"activation", d.tanh ? "tanh" : "identity"}});
+      j["dense_modules"] = std::move(dense);
+    }
   }
+  if (m.bidirectional) j["bidirectional"] = true;  // Gemma 3 use_bidirectional_attention
   if (!m.cross_attention_layers.empty()) {  // mllama: its global layers, tiles and cross-attention layers
     j["vision"]["global_depth"] = m.vision.global_depth;
     j["vision"]["max_num_tiles"] = m.vision.max_num_tiles;

@@ -236,6 +236,17 @@ TEST_CASE("decoder embedding models: from the catalog, or any decoder with --hea
   CHECK(model["pooling"] == "lasttoken");
   CHECK(model["embedding_library"] == "sentence-transformers");
   CHECK(model["parameters"] == 595776512);
+  CHECK_FALSE(model.contains("dense_modules"));
+  // EmbeddingGemma: bidirectional, with its two Dense modules.
+  const CliRun gj = run_cli({"estimate", "--model", "google/embeddinggemma-300m", "--format", "json"});
+  REQUIRE(gj.code == memplan::cli::kExitOk);
+  const auto gm = nlohmann::json::parse(gj.out)["inputs"]["model"];
+  CHECK(gm["bidirectional"] == true);
+  CHECK(gm["sliding_window"] == 257);
+  CHECK(gm["parameters"] == 307581696);
+  CHECK(gm["dense_modules"] == nlohmann::json::parse(R"([
+      {"in_features": 768, "out_features": 3072, "bias": false, "activation": "identity"},
+      {"in_features": 3072, "out_features": 768, "bias": false, "activation": "identity"}])"));
 
   // A decoder LLM trained as an embedding model: the same model without its untied lm_head.
   const CliRun lm = run_cli({"estimate", "--model", "llama-3.2-1b", "--format", "json"});
