@@ -36,6 +36,8 @@ class Config:
         self.rope_local_base_freq = d.get("rope_local_base_freq", 10000.0)
         self.query_pre_attn_scalar = d.get("query_pre_attn_scalar", 256)
         self.pad_token_id = d.get("pad_token_id", 0)
+        self.tie_word_embeddings = d.get("tie_word_embeddings", True)
+        self.final_logit_softcapping = d.get("final_logit_softcapping")
         self.use_bidirectional_attention = d.get("use_bidirectional_attention", False)
         self.sliding_window = d.get("sliding_window", 4096)
         if self.use_bidirectional_attention:
@@ -199,6 +201,38 @@ class Gemma3TextModel(hf_llama.CheckpointableModel):
                                           position_embeddings_local=position_embeddings_local, attention_mask=mask)
         hidden_states = self.norm(hidden_states)
         return hidden_states
+
+
+class Gemma3ForCausalLM(nn.Module):
+    """Gemma3ForCausalLM: the text model, lm_head (tied by default), optional final logit
+    softcapping, transformers' ForCausalLMLoss."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.model = Gemma3TextModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def gradient_checkpointing_enable(self, use_reentrant=True):
+        self.model.gradient_checkpointing_enable(use_reentrant)
+
+    def enable_input_require_grads(self):
+        self.model.enable_input_require_grads()
+
+    def forward(self, input_ids, attention_mask, labels=None, logits_to_keep=0):
+        hidden_states = self.model(input_ids, attention_mask)
+        slice_indices = slice(-logits_to_keep, None)
+        logits = self.lm_head(hidden_states[:, slice_indices, :])
+        if self.config.final_logit_softcapping is not None:
+            logits = logits / self.config.final_logit_softcapping
+            logits = torch.tanh(logits)
+            logits = logits * self.config.final_logit_softcapping
+        loss = None
+        if labels is not None:
+            loss = hf_llama.for_causal_lm_loss(logits, labels, self.config.vocab_size)
+        return {"loss": loss, "logits": logits}
 
 
 class SentenceModel(nn.Module):

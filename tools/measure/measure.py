@@ -233,10 +233,13 @@ def build(case):
         return build_vlm(case)
     torch.manual_seed(0)
     t = case["training"]
-    cfg = hf_llama.Config(case["model"])
+    # Gemma 3's text model (hf_gemma3) or the Llama family (hf_llama).
+    gemma = case["model"].get("model_type") == "gemma3_text"
+    cfg = (hf_gemma3.Config if gemma else hf_llama.Config)(case["model"])
+    causal_lm = hf_gemma3.Gemma3ForCausalLM if gemma else hf_llama.LlamaForCausalLM
     # A decoder embedding model (head pooling): sentence-transformers loads AutoModel, no LM head.
     embedding = t.get("head") == "pooling"
-    model = (hf_llama.LlamaModel(cfg) if embedding else hf_llama.LlamaForCausalLM(cfg)).to(
+    model = (hf_llama.LlamaModel(cfg) if embedding else causal_lm(cfg)).to(
         DTYPES[t.get("torch_dtype", "float32")])
     lora = t.get("lora")
     if lora:
@@ -258,7 +261,7 @@ def build(case):
             method == "grpo" and t.get("beta", 0.0) != 0.0
         if needs_ref:  # TRL loads a separate frozen copy of the model
             torch.manual_seed(0)
-            ref = hf_llama.LlamaForCausalLM(cfg).to(DTYPES[t.get("torch_dtype", "float32")])
+            ref = causal_lm(cfg).to(DTYPES[t.get("torch_dtype", "float32")])
             for p in ref.parameters():
                 p.requires_grad_(False)
             ref.eval()
