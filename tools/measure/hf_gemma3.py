@@ -38,11 +38,15 @@ class Config:
         self.pad_token_id = d.get("pad_token_id", 0)
         self.tie_word_embeddings = d.get("tie_word_embeddings", True)
         self.final_logit_softcapping = d.get("final_logit_softcapping")
+        # Gemma 2 (modeling_gemma2.py): no q/k norms, one rotary table, attention logit softcapping,
+        # every other layer sliding.
+        self.gemma2 = d.get("model_type") == "gemma2"
+        self.attn_logit_softcapping = d.get("attn_logit_softcapping") if self.gemma2 else None
         self.use_bidirectional_attention = d.get("use_bidirectional_attention", False)
         self.sliding_window = d.get("sliding_window", 4096)
         if self.use_bidirectional_attention:
             self.sliding_window = self.sliding_window // 2 + 1  # Gemma3TextConfig.__init__
-        pattern = d.get("sliding_window_pattern", d.get("_sliding_window_pattern", 6))
+        pattern = d.get("sliding_window_pattern", d.get("_sliding_window_pattern", 2 if self.gemma2 else 6))
         self.layer_types = d.get("layer_types") or [
             "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(self.num_hidden_layers)]
 
@@ -89,8 +93,9 @@ class Gemma3Attention(nn.Module):
         self.k_proj = nn.Linear(h, config.num_key_value_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(h, config.num_key_value_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, h, bias=False)
-        self.q_norm = Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
-        self.k_norm = Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.softcap = config.attn_logit_softcapping
+        self.q_norm = None if config.gemma2 else Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = None if config.gemma2 else Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
 
     def forward(self, hidden_states, position_embeddings, attention_mask):
         input_shape = hidden_states.shape[:-1]
@@ -98,12 +103,14 @@ class Gemma3Attention(nn.Module):
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        query_states = self.q_norm(query_states)
-        key_states = self.k_norm(key_states)
+        if self.q_norm is not None:
+            query_states = self.q_norm(query_states)
+            key_states = self.k_norm(key_states)
         cos, sin = position_embeddings
         query_states, key_states = hf_llama.apply_rotary_pos_emb(query_states, key_states, cos, sin)
         attn_output, attn_weights = hf_llama.eager_attention_forward(
-            self, query_states, key_states, value_states, attention_mask, self.scaling, dropout=0.0)
+            self, query_states, key_states, value_states, attention_mask, self.scaling, dropout=0.0,
+            softcap=self.softcap)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         attn_output = self.o_proj(attn_output)
         return attn_output, attn_weights
@@ -185,7 +192,8 @@ class Gemma3TextModel(hf_llama.CheckpointableModel):
         self.layers = nn.ModuleList([Gemma3DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = Gemma3RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = hf_llama.LlamaRotaryEmbedding(RotaryConfig(config.head_dim, config.rope_theta))
-        self.rotary_emb_local = hf_llama.LlamaRotaryEmbedding(RotaryConfig(config.head_dim, config.rope_local_base_freq))
+        self.rotary_emb_local = None if config.gemma2 else hf_llama.LlamaRotaryEmbedding(
+            RotaryConfig(config.head_dim, config.rope_local_base_freq))
 
     def forward(self, input_ids, attention_mask):
         inputs_embeds = self.embed_tokens(input_ids)
@@ -194,7 +202,8 @@ class Gemma3TextModel(hf_llama.CheckpointableModel):
                                               self.config.use_bidirectional_attention)
         hidden_states = inputs_embeds
         position_embeddings_global = self.rotary_emb(hidden_states, position_ids)
-        position_embeddings_local = self.rotary_emb_local(hidden_states, position_ids)
+        position_embeddings_local = (position_embeddings_global if self.rotary_emb_local is None
+                                     else self.rotary_emb_local(hidden_states, position_ids))
         for decoder_layer in self.layers:
             mask = sliding_mask if decoder_layer.self_attn.is_sliding else full_mask
             hidden_states = decoder_layer(hidden_states, position_embeddings_global=position_embeddings_global,

@@ -234,7 +234,7 @@ def build(case):
     torch.manual_seed(0)
     t = case["training"]
     # Gemma 3's text model (hf_gemma3) or the Llama family (hf_llama).
-    gemma = case["model"].get("model_type") == "gemma3_text"
+    gemma = case["model"].get("model_type") in ("gemma3_text", "gemma2")
     cfg = (hf_gemma3.Config if gemma else hf_llama.Config)(case["model"])
     causal_lm = hf_gemma3.Gemma3ForCausalLM if gemma else hf_llama.LlamaForCausalLM
     # A decoder embedding model (head pooling): sentence-transformers loads AutoModel, no LM head.
