@@ -948,7 +948,11 @@ Result<std::string> read_sentence_transformers_modules(const fs::path& dir, Mode
     const std::string type = mod["type"].get<std::string>();
     const bool is_pool = type.ends_with("models.Pooling"), is_dense = type.ends_with("models.Dense");
     if (!is_pool && !is_dense) continue;
-    const std::string rel = mod.value("path", std::string());
+    // json::value() throws on a non-string: read the type first, as everywhere in this file.
+    const auto path_it = mod.find("path");
+    const std::string rel = path_it != mod.end() && path_it->is_string() ? path_it->get<std::string>() : std::string();
+    if (is_dense && rel.empty())
+      return config_error(list.string(), "a Dense module without a \"path\" naming its folder");
     const fs::path sub(rel);
     // Only folders inside the model directory: a modules.json is the user's file, but memplan
     // reads nothing it does not name as part of the model.

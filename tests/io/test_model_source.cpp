@@ -717,6 +717,9 @@ TEST_CASE("resolve_model: a sentence-transformers directory brings its pooling a
   CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
         (d / "modules.json").string() + ": the Dense module in \"3_Dense\" has no config.json; download the module's "
         "folder with the model (its in_features and out_features size it)");
+  write(d / "modules.json", R"([{"path": 7, "type": "sentence_transformers.models.Dense"}])");
+  CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
+        (d / "modules.json").string() + ": a Dense module without a \"path\" naming its folder");
   write(d / "modules.json", R"([{"path": "../x", "type": "sentence_transformers.models.Dense"}])");
   CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
         (d / "modules.json").string() + ": module path \"../x\" leaves the model directory");
