@@ -36,6 +36,8 @@ class Config:
         self.rope_local_base_freq = d.get("rope_local_base_freq", 10000.0)
         self.query_pre_attn_scalar = d.get("query_pre_attn_scalar", 256)
         self.pad_token_id = d.get("pad_token_id", 0)
+        self.attention_bias = False  # Gemma's projections and MLP carry no biases
+        self.mlp_bias = False
         self.tie_word_embeddings = d.get("tie_word_embeddings", True)
         self.final_logit_softcapping = d.get("final_logit_softcapping")
         # Gemma 2 (modeling_gemma2.py): no q/k norms, one rotary table, attention logit softcapping,
@@ -81,51 +83,26 @@ class Gemma3TextScaledWordEmbedding(nn.Embedding):
         return super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)
 
 
-class Gemma3Attention(nn.Module):
+class Gemma3Attention(hf_llama.LlamaAttention):
+    """LlamaAttention's projections, rotary embedding and eager attention, with Gemma's
+    query_pre_attn_scalar scaling, q/k norms (Gemma 3) or attention logit softcapping (Gemma 2)."""
+
     def __init__(self, config, layer_idx):
-        super().__init__()
-        self.head_dim = config.head_dim
-        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        super().__init__(config, layer_idx)
         self.scaling = config.query_pre_attn_scalar ** -0.5
         self.is_sliding = config.layer_types[layer_idx] == "sliding_attention"
-        h = config.hidden_size
-        self.q_proj = nn.Linear(h, config.num_attention_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(h, config.num_key_value_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(h, config.num_key_value_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, h, bias=False)
         self.softcap = config.attn_logit_softcapping
-        self.q_norm = None if config.gemma2 else Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
-        self.k_norm = None if config.gemma2 else Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
-
-    def forward(self, hidden_states, position_embeddings, attention_mask):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        if self.q_norm is not None:
-            query_states = self.q_norm(query_states)
-            key_states = self.k_norm(key_states)
-        cos, sin = position_embeddings
-        query_states, key_states = hf_llama.apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        attn_output, attn_weights = hf_llama.eager_attention_forward(
-            self, query_states, key_states, value_states, attention_mask, self.scaling, dropout=0.0,
-            softcap=self.softcap)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.o_proj(attn_output)
-        return attn_output, attn_weights
+        if not config.gemma2:
+            self.q_norm = Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
 
 
-class Gemma3MLP(nn.Module):
+class Gemma3MLP(hf_llama.LlamaMLP):
+    """LlamaMLP's gated MLP with GELU-tanh (gelu_pytorch_tanh)."""
+
     def __init__(self, config):
-        super().__init__()
-        h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+        super().__init__(config)
+        self.act_fn = nn.GELU(approximate="tanh")
 
 
 class Gemma3DecoderLayer(hf_llama.GradientCheckpointingLayer):

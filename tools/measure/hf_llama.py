@@ -124,6 +124,10 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(h, nkv * self.head_dim, bias=config.attention_bias)
         self.v_proj = nn.Linear(h, nkv * self.head_dim, bias=config.attention_bias)
         self.o_proj = nn.Linear(nh * self.head_dim, h, bias=config.attention_bias)
+        # Gemma's additions (hf_gemma3.Gemma3Attention sets them): q/k norms over head_dim before
+        # the rotary embedding, and Gemma 2's attention logit softcapping.
+        self.q_norm = self.k_norm = None
+        self.softcap = None
 
     def forward(self, hidden_states, position_embeddings, attention_mask):
         input_shape = hidden_states.shape[:-1]
@@ -131,11 +135,15 @@ class LlamaAttention(nn.Module):
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        if self.q_norm is not None:
+            query_states = self.q_norm(query_states)
+            key_states = self.k_norm(key_states)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         attn_output, attn_weights = eager_attention_forward(
             self, query_states, key_states, value_states, attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling)
+            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling,
+            softcap=self.softcap)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         attn_output = self.o_proj(attn_output)
         return attn_output, attn_weights
