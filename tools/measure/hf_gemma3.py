@@ -189,36 +189,10 @@ class Gemma3TextModel(hf_llama.CheckpointableModel):
         return hidden_states
 
 
-class Gemma3ForCausalLM(nn.Module):
-    """Gemma3ForCausalLM: the text model, lm_head (tied by default), optional final logit
-    softcapping, transformers' ForCausalLMLoss."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.model = Gemma3TextModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
-    def gradient_checkpointing_enable(self, use_reentrant=True):
-        self.model.gradient_checkpointing_enable(use_reentrant)
-
-    def enable_input_require_grads(self):
-        self.model.enable_input_require_grads()
-
-    def forward(self, input_ids, attention_mask, labels=None, logits_to_keep=0):
-        hidden_states = self.model(input_ids, attention_mask)
-        slice_indices = slice(-logits_to_keep, None)
-        logits = self.lm_head(hidden_states[:, slice_indices, :])
-        if self.config.final_logit_softcapping is not None:
-            logits = logits / self.config.final_logit_softcapping
-            logits = torch.tanh(logits)
-            logits = logits * self.config.final_logit_softcapping
-        loss = None
-        if labels is not None:
-            loss = hf_llama.for_causal_lm_loss(logits, labels, self.config.vocab_size)
-        return {"loss": loss, "logits": logits}
+class Gemma3ForCausalLM(hf_llama.LlamaForCausalLM):
+    """Gemma3ForCausalLM (and Gemma2ForCausalLM): the text model, lm_head tied by default, the
+    optional final logit softcapping, transformers' ForCausalLMLoss."""
+    base_model_class = Gemma3TextModel
 
 
 class SentenceModel(nn.Module):

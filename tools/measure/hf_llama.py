@@ -261,30 +261,35 @@ def for_causal_lm_loss(logits, labels, vocab_size, ignore_index=-100):
 
 
 class LlamaForCausalLM(nn.Module):
+    """*ForCausalLM: the decoder (`base_model_class`), lm_head (tied when the config says so), the
+    final logit softcapping of configs that have one (Gemma 2, Gemma 3), ForCausalLMLoss."""
+    base_model_class = LlamaModel
+
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config)
+        self.model = self.base_model_class(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def gradient_checkpointing_enable(self, use_reentrant=True):
-        for layer in self.model.layers:
-            layer.gradient_checkpointing = True
-            layer.use_reentrant = use_reentrant
+        self.model.gradient_checkpointing_enable(use_reentrant)
 
     def enable_input_require_grads(self):
         """transformers PreTrainedModel.enable_input_require_grads: a forward hook that makes the
         embedding output require grad, so reentrant checkpointing propagates gradients to adapters."""
-        def make_inputs_require_grads(module, input, output):
-            output.requires_grad_(True)
-        self._require_grads_hook = self.model.embed_tokens.register_forward_hook(make_inputs_require_grads)
+        self.model.enable_input_require_grads()
 
     def forward(self, input_ids, attention_mask, labels=None, logits_to_keep=0):
         hidden_states = self.model(input_ids, attention_mask)
         slice_indices = slice(-logits_to_keep, None)
         logits = self.lm_head(hidden_states[:, slice_indices, :])
+        softcap = getattr(self.config, "final_logit_softcapping", None)
+        if softcap is not None:
+            logits = logits / softcap
+            logits = torch.tanh(logits)
+            logits = logits * softcap
         loss = None
         if labels is not None:
             loss = for_causal_lm_loss(logits, labels, self.config.vocab_size)
