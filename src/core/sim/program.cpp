@@ -263,7 +263,6 @@ class Step {
   std::vector<ParamRec> params_;
   std::vector<int> fsdp_retained_;  // layer inputs and their grads the FSDP hooks keep (to backward's end)
   std::vector<int> graph_held_;     // tensors the autograd graph itself keeps (leaves held by AccumulateGrad)
-  std::int64_t graph_held_rng_ = 0;  // bytes of reentrant checkpoints' RNG states among them, ever
   const bool cached_;               // cached MNRL (GradCache) for a decoder embedding model
 };
 
@@ -961,7 +960,6 @@ int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, b
     }
     g_.hold(rng);
     graph_held_.push_back(rng);
-    graph_held_rng_ += 5056;
   }
   const bool made = g_.node({h}, {out}, {h}, [this, h, body, ac, fsdp_unit](Bwd& ctx) {
     Graph& g = ctx.graph();
@@ -1348,7 +1346,7 @@ int Step::trained_vision_blocks(int x, const std::vector<int>& holds, const std:
     }
     flush();
     const CatVec before = g_.live();
-    const std::int64_t rng_before = graph_held_rng_;
+    const std::size_t held_before = graph_held_.size();
     const Body body = [this, l](int t) { return vision_block(t, l); };
     const int next = layer_forward(x, body, holds, false);
     g_.drop(x);
@@ -1356,7 +1354,10 @@ int Step::trained_vision_blocks(int x, const std::vector<int>& holds, const std:
     if (l == first[k]) {
       CatVec d = g_.live();
       for (int c = 0; c < kNumCats; ++c) d[static_cast<std::size_t>(c)] -= before[static_cast<std::size_t>(c)];
-      rng[k] = graph_held_rng_ - rng_before;
+      // What the block's reentrant checkpoint handed the graph: its RNG state (the kwargs it
+      // also holds are the forward's masks and tables, already counted).
+      for (std::size_t i = held_before; i < graph_held_.size(); ++i)
+        if (g_.at(graph_held_[i]).cat == Cat::kCheckpoints) rng[k] += g_.at(graph_held_[i]).bytes().eval(1, 1);
       d[static_cast<std::size_t>(Cat::kCheckpoints)] -= Poly::constant(rng[k]);
       if (nonnegative(d)) delta[k] = d;  // otherwise every block of this kind is simulated
     }
