@@ -263,6 +263,14 @@ TEST_CASE("catalog entry files: malformed entries fail with the file named") {
   CHECK(st(R"({"pooling": "mean", "dense": [{"in_features": 96, "out_features": 64}]})").error().to_string() ==
         "configs/models/x.json: the first Dense module takes 96 features, but the model's embeddings have 64 "
         "(hidden_size)");
+  CHECK(st(R"({"pooling": "mean", "dense": [{"in_features": 64, "out_features": 0}]})").error().to_string() ==
+        "configs/models/x.json: a Dense module's in_features and out_features must be positive");
+  CHECK(st(R"({"pooling": "mean", "dense": [64]})").error().to_string() ==
+        "configs/models/x.json: each \"dense\" entry must be an object (a Dense module's config.json), got 64");
+  std::string seventeen;
+  for (int i = 0; i < 17; ++i) seventeen += std::string(i ? ", " : "") + R"({"in_features": 64, "out_features": 64})";
+  CHECK(st(R"({"pooling": "mean", "dense": [)" + seventeen + "]}").error().to_string() ==
+        "configs/models/x.json: more than 16 Dense modules: not a sentence-transformers model");
   CHECK(st(R"({"pooling": "mean", "dense": {"in_features": 64}})").error().to_string() ==
         "configs/models/x.json: \"dense\" must be a list of Dense module configs, got an object");
 }
@@ -717,6 +725,14 @@ TEST_CASE("resolve_model: a sentence-transformers directory brings its pooling a
   CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
         (d / "modules.json").string() + ": the Dense module in \"3_Dense\" has no config.json; download the module's "
         "folder with the model (its in_features and out_features size it)");
+  write(d / "modules.json", R"({"0": "Transformer"})");
+  CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
+        (d / "modules.json").string() + ": modules.json must be a list of modules, got an object");
+  write(d / "modules.json", R"([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
+  write(d / "1_Pooling" / "config.json", R"({"pooling_mode_max_tokens": true})");
+  CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
+        (d / "1_Pooling" / "config.json").string() + ": this Pooling mode is not modelled; memplan models "
+        "pooling_mode_mean_tokens, pooling_mode_cls_token and pooling_mode_lasttoken");
   write(d / "modules.json", R"([{"path": 7, "type": "sentence_transformers.models.Dense"}])");
   CHECK(io::resolve_model_source(d.string(), empty_env()).error().to_string() ==
         (d / "modules.json").string() + ": a Dense module without a \"path\" naming its folder");
