@@ -184,6 +184,11 @@ struct ParallelConfig {
   // Expert parallelism (docs/formulas.md#expert-parallelism): routed experts split over ep GPUs
   // of the data-parallel group; capacity factor 0 = dropless (balanced routing assumed).
   int expert_parallel = 1;
+  // Megatron-Core's expert_tensor_parallel_size: how many ways each routed expert's matrices are
+  // split (0: as the dense layers, tensor_parallel, Megatron's default). The expert groups are
+  // carved out of tp x cp x dp: each expert-parallel x expert-tensor group holds one copy of the
+  // experts, and the expert data-parallel size is tp x cp x dp / (ep x etp).
+  int expert_tensor_parallel = 0;
   double moe_capacity_factor = 0.0;
   // Megatron sequence parallelism (docs/formulas.md#sequence-parallelism): with tensor
   // parallelism, norms, dropouts and the residual stream hold seq_len / tp tokens per GPU.
@@ -204,6 +209,7 @@ struct ParallelConfig {
     return std::max(1, tensor_parallel) * std::max(1, pipeline_parallel) * std::max(1, context_parallel);
   }
   int data_parallel_size() const { return std::max(1, world_size() / model_parallel_size()); }
+  int expert_tensor_parallel_size() const { return expert_tensor_parallel > 0 ? expert_tensor_parallel : std::max(1, tensor_parallel); }
 
   bool operator==(const ParallelConfig&) const = default;
 };

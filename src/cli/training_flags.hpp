@@ -85,6 +85,7 @@ struct TrainingFlags {
   int pp_layers_per_stage = 0;
   int context_parallel = 0;
   int expert_parallel = 0;
+  int expert_tensor_parallel = 0;
   double moe_capacity_factor = 0;
   bool sequence_parallel = false;
   bool megatron_core = false;

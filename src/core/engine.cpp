@@ -287,13 +287,19 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
 
 Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
   const ParallelConfig& p = c.parallel;
-  if (p.expert_parallel > 1 || p.moe_capacity_factor > 0) {
+  if (p.expert_parallel > 1 || p.moe_capacity_factor > 0 || p.expert_tensor_parallel > 0) {
+    const char* what = p.expert_parallel > 1           ? "expert-parallel"
+                       : p.expert_tensor_parallel > 0 ? "expert-tensor-parallel"
+                                                      : "moe-capacity-factor";
     if (!m.moe.enabled())
       return make_error(ErrorCode::kConflict,
-                        fmt::format("{} needs a mixture-of-experts model; {} has no routed experts",
-                                    p.expert_parallel > 1 ? "expert-parallel" : "moe-capacity-factor",
+                        fmt::format("{} needs a mixture-of-experts model; {} has no routed experts", what,
                                     m.name.empty() ? "this model" : m.name),
-                        "drop --expert-parallel / --moe-capacity-factor");
+                        "drop --expert-parallel / --expert-tensor-parallel / --moe-capacity-factor");
+    if (p.expert_tensor_parallel > 0 && m.moe.expert_intermediate_size % p.expert_tensor_parallel != 0)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("expert-tensor-parallel = {} must divide the experts' intermediate size ({})",
+                                    p.expert_tensor_parallel, m.moe.expert_intermediate_size));
     if (m.moe.num_experts % p.expert_parallel != 0)
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("expert-parallel = {} must divide the number of routed experts ({})",
@@ -1393,13 +1399,15 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
   try {
     sim::ProgramSpec sp;
     // Each tensor-parallel rank computes a slice of every layer.
-    sp.model = tensor_parallel_rank(model, config.parallel.tensor_parallel, config.parallel.megatron_core);
+    sp.model = tensor_parallel_rank(model, config.parallel.tensor_parallel, config.parallel.megatron_core,
+                                    config.parallel.expert_tensor_parallel_size());
     // Each expert-parallel rank holds num_experts / ep routed experts and computes every token
     // routed to them (docs/formulas.md#expert-parallelism).
     if (config.parallel.expert_parallel > 1) sp.model.moe.local_experts = model.moe.num_experts / config.parallel.expert_parallel;
     sp.expert_parallel = config.parallel.expert_parallel;
     if (config.parallel.sequence_parallel && config.parallel.tensor_parallel > 1)
       sp.sequence_parallel = config.parallel.tensor_parallel;
+    sp.moe_gather = config.parallel.expert_tensor_parallel_size() > 1;
     if (config.parallel.moe_capacity_factor > 0)
       sp.moe_tokens_per_mille = static_cast<std::int64_t>(std::ceil(config.parallel.moe_capacity_factor * 1000 - 1e-9));
     sp.weight_dt = to_dt(config.torch_dtype);

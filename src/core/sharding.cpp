@@ -53,7 +53,9 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
   p.offload_optimizer = par.offload_optimizer;
   p.offload_params = par.offload_params;
   switch (par.sharding) {
-    case ShardingStrategy::kNone: p.ddp = p.shard_over > 1; break;  // gradients all-reduced over dp x cp
+    // Gradients all-reduced over dp x cp: by DistributedDataParallel from buckets of its own, or by
+    // Megatron's DDP from the contiguous main_grad buffer itself (no second copy).
+    case ShardingStrategy::kNone: p.ddp = p.shard_over > 1 && !par.megatron_core; break;
     case ShardingStrategy::kZero1:
     case ShardingStrategy::kZero2:
     case ShardingStrategy::kZero3:
@@ -79,21 +81,29 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
       p.fsdp = p.shard_grads = p.shard_optim = true;
       break;
   }
-  p.expert_shard_over = std::max(1, p.shard_over / std::max(1, par.expert_parallel));
+  // The expert data-parallel group: tp x cp x dp / (ep x etp) (dp x cp / ep when etp = tp).
+  p.expert_shard_over = std::max<int>(1, static_cast<int>(static_cast<std::int64_t>(p.shard_over) * std::max(1, par.tensor_parallel) /
+                                                          (static_cast<std::int64_t>(std::max(1, par.expert_parallel)) *
+                                                           par.expert_tensor_parallel_size())));
   p.megatron = par.megatron_core;
-  p.fp32_master = p.deepspeed || (p.fsdp && par.fsdp_mixed_precision);
+  // Megatron's Float16OptimizerWithFloat16Params (16-bit parameters without the distributed
+  // optimizer) keeps fp32 main parameters too, whole on every rank.
+  p.fp32_master = p.deepspeed || (p.fsdp && par.fsdp_mixed_precision) ||
+                  (p.megatron && c.torch_dtype != DType::kFloat32);
   return p;
 }
 
-ModelSpec tensor_parallel_rank(const ModelSpec& m, int t, bool vocab_parallel) {
-  if (t <= 1) return m;
+ModelSpec tensor_parallel_rank(const ModelSpec& m, int t, bool vocab_parallel, int expert_t) {
+  if (expert_t <= 0) expert_t = t;
+  if (t <= 1 && expert_t <= 1) return m;
   ModelSpec r = m;
   // Megatron / HF tp_plan: q/k/v and gate/up column-parallel, o/down row-parallel: each rank
   // holds heads/t and intermediate/t; norms, embeddings and the gathered logits stay whole.
   r.num_heads = std::max(1, m.num_heads / t);
   r.num_kv_heads = std::max(1, m.num_kv_heads / t);
   r.intermediate_size = std::max<std::int64_t>(1, m.intermediate_size / t);
-  if (m.moe.enabled()) r.moe.expert_intermediate_size = std::max<std::int64_t>(1, m.moe.expert_intermediate_size / t);
+  // Routed experts split expert_t ways (Megatron-Core's expert_tensor_parallel_size).
+  if (m.moe.enabled()) r.moe.expert_intermediate_size = std::max<std::int64_t>(1, m.moe.expert_intermediate_size / expert_t);
   // Megatron-Core: VocabParallelEmbedding, a column-parallel output layer and the vocab-parallel
   // cross-entropy hold V / t rows and logits per rank (the vocabulary padded to a multiple of t).
   if (vocab_parallel) r.vocab_size = (m.vocab_size + t - 1) / t;
@@ -155,7 +165,8 @@ ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_ste
   // same bytes once backward has reduced every gradient and never fewer before
   // (docs/formulas.md#fsdp-mixed-precision).
   if (p.fp32_master && !p.offload_optimizer)
-    at(v, Cat::kMasterWeights) += shard(p, Poly::constant(p.trainable_params * 4), n);
+    at(v, Cat::kMasterWeights) +=
+        p.shard_optim ? shard(p, Poly::constant(p.trainable_params * 4), n) : Poly::constant(p.trainable_params * 4);
   if (p.deepspeed) {
     at(v, Cat::kBuckets) += Poly::constant(p.bucket_bytes);
     // ZeRO-1/2 upcast the gradient partition to fp32 for the step.

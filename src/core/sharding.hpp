@@ -59,7 +59,7 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
 
 // The model as one tensor-parallel rank sees it (heads and MLP width divided by t; with
 // `vocab_parallel`, Megatron's, the vocabulary too).
-ModelSpec tensor_parallel_rank(const ModelSpec& m, int t, bool vocab_parallel = false);
+ModelSpec tensor_parallel_rank(const ModelSpec& m, int t, bool vocab_parallel = false, int expert_t = 0);
 
 // The categories apply_sharding() changes, each on its own; it leaves the others as they are.
 inline constexpr sim::Cat kShardedCats[] = {

@@ -184,11 +184,23 @@ Status validate_parallel(const ParallelConfig& p) {
                                   p.nodes, p.num_gpus),
                       "the GPUs left over form the data-parallel groups; use a multiple of the product");
   const std::int64_t dp_cp = static_cast<std::int64_t>(p.data_parallel_size()) * p.context_parallel;
-  if (p.expert_parallel > 1 && dp_cp % p.expert_parallel != 0)
+  if (p.expert_tensor_parallel != 0) {
+    if (auto s = degree("expert-tensor-parallel", p.expert_tensor_parallel); !s) return s;
+    // Megatron-Core (parallel_state.initialize_model_parallel): the expert groups tile the
+    // tp x cp x dp ranks of a pipeline stage.
+    const std::int64_t group = static_cast<std::int64_t>(p.expert_parallel) * p.expert_tensor_parallel;
+    if ((dp_cp * p.tensor_parallel) % group != 0)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("expert-parallel x expert-tensor-parallel = {} x {} must divide tensor x "
+                                    "data-parallel x context-parallel = {}",
+                                    p.expert_parallel, p.expert_tensor_parallel, dp_cp * p.tensor_parallel),
+                        "the expert groups tile the GPUs of a pipeline stage (Megatron-Core's rule)");
+  } else if (p.expert_parallel > 1 && dp_cp % p.expert_parallel != 0) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("expert-parallel = {} must divide data-parallel x context-parallel = {}",
                                   p.expert_parallel, dp_cp),
                       "experts are split over the GPUs that hold the same layers (Megatron-Core's rule)");
+  }
   if (p.virtual_stages > 1 && p.pp_schedule != PipelineSchedule::kInterleaved1F1B)
     return make_error(ErrorCode::kConflict,
                       fmt::format("virtual-stages = {} needs the interleaved_1f1b schedule (got {})", p.virtual_stages,

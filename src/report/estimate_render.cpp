@@ -189,6 +189,8 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
   }
   if (p.context_parallel != 1) v.push_back({"context_parallel", std::to_string(p.context_parallel)});
   if (p.expert_parallel != 1) v.push_back({"expert_parallel", std::to_string(p.expert_parallel)});
+  if (p.expert_tensor_parallel > 0 && p.expert_tensor_parallel != std::max(1, p.tensor_parallel))
+    v.push_back({"expert_tensor_parallel", std::to_string(p.expert_tensor_parallel)});
   if (p.moe_capacity_factor > 0) v.push_back({"moe_capacity_factor", fmt::format("{:g}", p.moe_capacity_factor)});
   return v;
 }

@@ -125,6 +125,7 @@ json to_json(const TrainingConfig& c) {
                    {"virtual_stages", p.virtual_stages},
                    {"context_parallel", p.context_parallel},
                    {"expert_parallel", p.expert_parallel},
+                   {"expert_tensor_parallel", p.expert_tensor_parallel_size()},
                    {"moe_capacity_factor", p.moe_capacity_factor},
                    {"data_parallel", p.data_parallel_size()},
                    {"sharding", to_string(p.sharding)},

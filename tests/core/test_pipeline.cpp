@@ -323,6 +323,68 @@ TEST_CASE("Megatron-Core keeps every gradient in a persistent fp32 buffer") {
   CHECK(component(*step, "gradients") == step->params.total * 4);
 }
 
+TEST_CASE("Megatron's DDP without the distributed optimizer: fp32 main parameters, no second gradient copy") {
+  // Float16OptimizerWithFloat16Params keeps fp32 main parameters (4 bytes each, whole on every
+  // rank) beside the bf16 ones; Megatron's DDP reduces the main_grad buffer itself, so there are
+  // no DistributedDataParallel buckets.
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c = bf16_cfg(1, 32);
+  c.parallel.num_gpus = 2;
+  c.parallel.megatron_core = true;
+  auto step = estimate(m, c);
+  REQUIRE(step);
+  require_consistent(*step);
+  CHECK(component(*step, "master_weights") == step->params.total * 4);
+  CHECK(component(*step, "communication_buckets") == 0);
+  // Hugging Face's Trainer under DDP: buckets of every gradient, no fp32 copy.
+  c.parallel.megatron_core = false;
+  auto hf = estimate(m, c);
+  REQUIRE(hf);
+  CHECK(component(*hf, "master_weights") == 0);
+  CHECK(component(*hf, "communication_buckets") == hf->params.total * 2);
+}
+
+TEST_CASE("expert tensor parallelism: the routed experts split etp ways, the expert groups tile the stage") {
+  // toy_mixtral: 4 MoE layers of 8 experts, each w1, w3 (256 x 128) and w2 (128 x 256), bf16.
+  // Tensor parallelism 2 splits them in two (Megatron's default, etp = tp); etp 1 keeps them
+  // whole: 4 x 8 x 3 x 256 x 64 x 2 bytes more on each GPU.
+  const ModelSpec m = memplan::testing::toy_mixtral(4);
+  TrainingConfig c = bf16_cfg(1, 32);
+  c.parallel.num_gpus = 2;
+  c.parallel.tensor_parallel = 2;
+  auto split = estimate(m, c);
+  c.parallel.expert_tensor_parallel = 1;
+  auto whole = estimate(m, c);
+  REQUIRE(split);
+  REQUIRE(whole);
+  require_consistent(*whole);
+  CHECK(component(*whole, "weights") - component(*split, "weights") == 4LL * 8 * 3 * 256 * 64 * 2);
+  // Under sequence parallelism each rank then routes its own s / t tokens (no gather over the
+  // tensor-parallel group): less MoE activation than with the experts split and the sequence
+  // gathered.
+  c.parallel.sequence_parallel = true;
+  auto own = Estimator::create(m, c);
+  c.parallel.expert_tensor_parallel = 2;
+  auto gathered = Estimator::create(m, c);
+  REQUIRE(own);
+  REQUIRE(gathered);
+  auto a = own->at_phase(1, 32, Phase::kForward), b = gathered->at_phase(1, 32, Phase::kForward);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(component(*a, "activations") < component(*b, "activations"));
+  // Expert parallelism 2 x expert tensor parallelism 2 = 4 GPUs per expert group: not 2.
+  c.parallel.expert_parallel = 2;
+  auto e = estimate(m, c);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().to_string() ==
+        "expert-parallel x expert-tensor-parallel = 2 x 2 must divide tensor x data-parallel x context-parallel = 2; "
+        "the expert groups tile the GPUs of a pipeline stage (Megatron-Core's rule)");
+  c.parallel.expert_parallel = 1;
+  c.parallel.expert_tensor_parallel = 3;  // 128 / 3
+  e = estimate(m, c);
+  REQUIRE_FALSE(e);
+}
+
 TEST_CASE("parallel layout errors say what is wrong and what to do") {
   const auto message = [](const ModelSpec& m, const TrainingConfig& c) {
     auto e = estimate(m, c);
@@ -363,7 +425,7 @@ TEST_CASE("parallel layout errors say what is wrong and what to do") {
   c.parallel.expert_parallel = 4;
   CHECK(message(m, c) ==
         "expert-parallel needs a mixture-of-experts model; toy has no routed experts; drop --expert-parallel / "
-        "--moe-capacity-factor");
+        "--expert-tensor-parallel / --moe-capacity-factor");
   c = bf16_cfg(1, 64);
   c.parallel.num_gpus = 8;
   c.parallel.nodes = 2;

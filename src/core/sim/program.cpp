@@ -813,6 +813,10 @@ int Step::moe(int x, LayerParams& lp) {
   // expert runs on the tokens routed to it (balanced routing: tokens * k in all), scaled by its
   // routing weight and index_add_-ed into a zero-initialised output.
   const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts, k = m_.moe.experts_per_token;
+  // The tokens this rank routes: all of them, or its s / t share when the sequence is not
+  // gathered for the experts (ProgramSpec::moe_gather).
+  const std::int64_t div = seq_par() && !sp_.moe_gather ? sp_.sequence_parallel : 1;
+  const auto tok = [&](std::int64_t w) { return Poly::mono(tok_mono(), (w * seqs_per_forward() + div - 1) / div); };
   const int logits = lin(x, lp.lin.at("gate"), tok(E));
   const int probs = ops_.softmax_f32(logits);
   g_.drop(logits);
@@ -826,7 +830,9 @@ int Step::moe(int x, LayerParams& lp) {
   // Token-expert pairs this GPU's experts compute: tokens x k with balanced dropless routing;
   // with a capacity factor, every expert padded to its capacity (docs/formulas.md#expert-parallelism).
   const auto routed = [&](std::int64_t width) {
-    return Poly::mono(tok_mono(), (checked_mul(checked_mul(width * k, seqs_per_forward()), sp_.moe_tokens_per_mille) + 999) / 1000);
+    return Poly::mono(tok_mono(), (checked_mul(checked_mul(width * k, seqs_per_forward()), sp_.moe_tokens_per_mille) +
+                                   1000 * div - 1) /
+                                      (1000 * div));
   };
   // hidden_states[top_x] for every expert: tokens * k gathered rows; backward scatters them back.
   const int xs = g_.make(routed(h), g_.at(x).dt, ops_.cat);
@@ -908,7 +914,7 @@ int Step::decoder_layer(int h, int layer) {
   if (lp.moe) {
     // MoE layers route every token of the sequence: gathered (and kept by the router) under
     // sequence parallelism.
-    const int in = seq_par() ? sp_region(n2, tok(hs)) : n2;
+    const int in = seq_par() && sp_.moe_gather ? sp_region(n2, tok(hs)) : n2;
     m = moe(in, lp);
     if (in != n2) g_.drop(in);
   } else {
@@ -916,7 +922,7 @@ int Step::decoder_layer(int h, int layer) {
     m = mlp(n2, lp, "", m_.intermediate_size, tok(1), gpt2);
   }
   g_.drop(n2);
-  if (seq_par()) {
+  if (seq_par() && (!lp.moe || sp_.moe_gather)) {  // reduce-scatter back to the rank's share
     const int r = sp_region(m, H);
     g_.drop(m);
     m = r;

@@ -128,6 +128,11 @@ struct ProgramSpec {
   // Megatron sequence parallelism with tensor parallelism t (docs/formulas.md#sequence-parallelism):
   // the residual stream, norms and dropouts hold s / t tokens per rank; 1 = off.
   int sequence_parallel = 1;
+  // Under sequence parallelism, whether the MoE layers gather the sequence over the tensor-parallel
+  // group (experts split with it: expert_tensor_parallel_size = tp) or route each rank's s / t
+  // tokens on their own (expert_tensor_parallel_size 1: Megatron-Core's dispatcher gathers over
+  // the expert-tensor group only).
+  bool moe_gather = true;
   // Vision-language models (docs/formulas.md#vision-language-models): images per sequence, the
   // patches one image is cut into for the tower and the tokens it becomes in the sequence; whether
   // the tower and the projector are trained (LoRA reaches the tower only when it is).
