@@ -201,6 +201,9 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
       ->group("Multi-GPU");
   app.add_option("--expert-parallel", f.expert_parallel, "Expert-parallel degree: GPUs that split the routed experts (default 1)")
       ->group("Multi-GPU");
+  app.add_option("--expert-tensor-parallel", f.expert_tensor_parallel,
+                 "Ways each routed expert is split (Megatron's expert_tensor_parallel_size; default: as --tensor-parallel)")
+      ->group("Multi-GPU");
   app.add_option("--moe-capacity-factor", f.moe_capacity_factor,
                  "Expert capacity factor with token dropping and padding (default: dropless)")
       ->group("Multi-GPU");
@@ -514,6 +517,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     mark("vllm_gpu_memory_utilization", "--vllm-gpu-memory-utilization");
   }
   // Multi-GPU
+  if (given("--num-gpus") || given("--nodes")) {
+    for (const auto& w : in.gpu_count_warnings) std::erase(in.warnings, w);
+    in.gpu_count_warnings.clear();
+  }
   if (given("--num-gpus")) {
     c.parallel.num_gpus = f.num_gpus;
     mark("num_gpus", "--num-gpus");
@@ -611,6 +618,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (given("--expert-parallel")) {
     c.parallel.expert_parallel = f.expert_parallel;
     mark("expert_parallel", "--expert-parallel");
+  }
+  if (given("--expert-tensor-parallel")) {
+    c.parallel.expert_tensor_parallel = f.expert_tensor_parallel;
+    mark("expert_tensor_parallel", "--expert-tensor-parallel");
   }
   if (given("--moe-capacity-factor")) {
     c.parallel.moe_capacity_factor = f.moe_capacity_factor;
@@ -870,6 +881,16 @@ Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string
   }
   MEMPLAN_TRY(io::LoadedConfig loaded, io::load_config(req, fs));
   MEMPLAN_TRY(out.resolved, apply_training_flags(f, loaded.inputs));
+  // A global batch the config fixes: the accumulation follows --num-gpus / --nodes / --batch, and
+  // --apply keeps the global batch at micro-batch x accumulation x the data-parallel size in use.
+  if (out.resolved.global_batch) {
+    io::apply_global_batch(out.resolved);
+    const ParallelConfig& p = out.resolved.config.parallel;
+    const std::int64_t world = static_cast<std::int64_t>(std::max(1, p.num_gpus)) * std::max(1, p.nodes);
+    for (auto& s : loaded.sites)
+      if (s.knob == io::Knob::kGlobalBatch && s.world_size >= 1 && world % p.model_parallel_size() == 0)
+        s.world_size = world / p.model_parallel_size();
+  }
   // A file warning the resolution withdrew (TRL's defaults for an encoder, LoRA keys that
   // --use-peft turned on) is gone from the located diagnostics too (memplan check prints those).
   std::erase_if(loaded.diagnostics, [&](const Error& d) {

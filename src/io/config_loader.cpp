@@ -157,6 +157,7 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kLlmFoundry: return map_llm_foundry(m);
     case Dialect::kMegatron: return map_megatron(m);
     case Dialect::kTorchtitan: return map_torchtitan(m);
+    case Dialect::kMegatronLm: return map_megatron_lm(m);
     case Dialect::kKeyMap: return Ok{};
   }
   return Ok{};
@@ -507,15 +508,26 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
                                    "unless --num-gpus/--nodes say otherwise",
                                    par.tensor_parallel, par.pipeline_parallel, par.context_parallel, par.expert_parallel,
                                    *world));
+        out.inputs.gpu_count_warnings.push_back(out.inputs.warnings.back());
       }
     }
   }
+  apply_global_batch(out.inputs);
+  if (out.inputs.global_batch && !out.inputs.global_batch->warning.empty()) {
+    // The located form `memplan check` annotates (the message without its "file:line: " prefix).
+    const auto& g = *out.inputs.global_batch;
+    Error w = make_error(ErrorCode::kInvalidConfig, g.warning.substr(g.loc.to_string().size() + 2));
+    w.where = g.loc;
+    out.diagnostics.push_back(std::move(w));
+  }
   // Not world_size(): the product of two unvalidated file values may overflow int.
   if (out.inputs.config.parallel.sharding != ShardingStrategy::kNone && out.inputs.config.parallel.num_gpus == 1 &&
-      out.inputs.config.parallel.nodes == 1)
+      out.inputs.config.parallel.nodes == 1) {
     m.warn_file(0, fmt::format("{} shards across GPUs, but the config does not say how many; memplan assumes 1 "
                                "unless --num-gpus says otherwise",
                                to_string(out.inputs.config.parallel.sharding)));
+    out.inputs.gpu_count_warnings.push_back(out.inputs.warnings.back());
+  }
   for (const auto& f : out.files)
     if (!f.deepspeed) read_directives(f, out);
   return out;

@@ -27,6 +27,7 @@ enum class Dialect {
   kLlmFoundry,    // LLM Foundry / Composer YAML (device_train_microbatch_size)
   kMegatron,      // NeMo 1.x / launcher Megatron configs (model.tensor_model_parallel_size, model.micro_batch_size)
   kTorchtitan,    // torchtitan TOML job configs (model.flavor, training.local_batch_size, parallelism.*_degree)
+  kMegatronLm,    // Megatron-LM arguments as YAML (ARGS:, MODEL_ARGS: --flags, or --yaml-cfg names)
   kKeyMap,        // only what --keys maps
 };
 

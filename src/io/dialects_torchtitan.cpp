@@ -199,25 +199,12 @@ Status map_torchtitan(Mapper& m) {
     }
   }
   // The accumulation torchtitan derives (train.py): global_batch_size / (local_batch_size x
-  // data-parallel degree), which it requires to divide. Known where the data-parallel degree is
-  // (an explicit shard degree); under pipeline parallelism memplan's accumulation counts the
-  // pipeline micro-batches instead (below).
-  if (global > 0) {
-    const std::int64_t per_step = c.micro_batch * static_cast<std::int64_t>(replicate) * shard;
-    if (!shard_given || shard < 1 || par.pipeline_parallel > 1) {
-      m.from_default("grad_accum", fmt::format("global_batch_size {} at {} / (local_batch_size x data-parallel "
-                                               "GPUs): pass --grad-accum for the step's accumulation",
-                                               global, m.where_text(*global_node)));
-    } else if (per_step > 0 && global % per_step == 0) {
-      c.grad_accum = static_cast<int>(std::min<std::int64_t>(global / per_step, 1 << 20));
-      m.derived("grad_accum", fmt::format("global_batch_size {} / (local_batch_size {} x data-parallel degree {})",
-                                          global, c.micro_batch, per_step / c.micro_batch));
-    } else {
-      m.warn_at(*global_node, fmt::format("global_batch_size {} is not a multiple of local_batch_size x data-parallel "
-                                          "degree ({}): torchtitan refuses it; estimated without accumulation",
-                                          global, per_step));
-    }
-  }
+  // data-parallel degree), which it requires to divide: derived once the GPU count is known
+  // (ResolvedInputs::global_batch; the shard degree -1 leaves it to the launch: --num-gpus).
+  // Under pipeline parallelism memplan's accumulation counts the pipeline micro-batches instead
+  // (below).
+  if (global > 0 && par.pipeline_parallel <= 1)
+    m.out().inputs.global_batch = ResolvedInputs::GlobalBatch{global, "training.global_batch_size", m.where(*global_node), {}};
   if (replicate > 1 && par.sharding == ShardingStrategy::kNone) {
     m.warn_at(*m.node(replicate_key),
               "data_parallel_replicate_degree without sharding is DDP: the replicas hold whole copies");

@@ -85,4 +85,35 @@ Status check_inputs(const ResolvedInputs& in) {
   return Ok{};
 }
 
+void apply_global_batch(ResolvedInputs& in) {
+  if (!in.global_batch) return;
+  ResolvedInputs::GlobalBatch& g = *in.global_batch;
+  if (!g.warning.empty()) std::erase(in.warnings, g.warning);
+  g.warning.clear();
+  const auto accum = in.origins.find("grad_accum");
+  if (accum != in.origins.end() && accum->second.kind == OriginKind::kFlag) return;
+  TrainingConfig& c = in.config;
+  const ParallelConfig& p = c.parallel;
+  // Not world_size(): GPUs and nodes are range-checked later, and their product may overflow int.
+  const std::int64_t world = static_cast<std::int64_t>(std::max(1, p.num_gpus)) * std::max(1, p.nodes);
+  const std::int64_t mp = static_cast<std::int64_t>(std::max(1, p.tensor_parallel)) * std::max(1, p.pipeline_parallel) *
+                          std::max(1, p.context_parallel);
+  // A GPU count the model-parallel sizes do not divide is the layout's error, reported by its check.
+  if (world % mp != 0) return;
+  const std::int64_t dp = world / mp;
+  const std::int64_t per_step = c.micro_batch > 0 && c.micro_batch <= (std::int64_t{1} << 32) ? c.micro_batch * dp : 0;
+  const std::string where = g.loc.to_string();
+  if (per_step > 0 && g.value % per_step == 0 && g.value / per_step <= (1 << 24)) {
+    c.grad_accum = g.value / per_step;
+    in.set_origin("grad_accum", Origin{OriginKind::kDerived, {},
+                                       fmt::format("{} {} at {} / (micro-batch {} x data-parallel {})", g.key, g.value,
+                                                   where, c.micro_batch, dp)});
+    return;
+  }
+  g.warning = fmt::format("{}: {} = {} is not a multiple of micro-batch {} x data-parallel {} ({} GPU(s) / tensor x "
+                          "pipeline x context {}); memplan estimates {} micro-batch(es) per step",
+                          where, g.key, g.value, c.micro_batch, dp, world, mp, c.grad_accum);
+  in.warnings.push_back(g.warning);
+}
+
 }  // namespace memplan::io

@@ -73,6 +73,22 @@ struct ResolvedInputs {
   std::string allocator_conf;
   std::string allocator_conf_source;
 
+  // A config that fixes the step's global batch and leaves the accumulation to the trainer
+  // (Megatron's global_batch_size, torchtitan's training.global_batch_size): grad_accum =
+  // global / (micro-batch x data-parallel size). Derived by apply_global_batch once the GPU count
+  // and the micro-batch are final (after --num-gpus / --nodes / --batch), unless --grad-accum
+  // says otherwise.
+  struct GlobalBatch {
+    std::int64_t value = 0;
+    std::string key;      // "ARGS.global_batch_size"
+    SourceLocation loc;   // where it is written
+    std::string warning;  // the warning the last derivation gave ("" if none)
+  };
+  std::optional<GlobalBatch> global_batch;
+  // The warnings that say the GPU count was assumed (the config has none): withdrawn when
+  // --num-gpus or --nodes gives it.
+  std::vector<std::string> gpu_count_warnings;
+
   void set_origin(const std::string& key, Origin o) { origins[key] = std::move(o); }
   // Whether input `key` still has its default (no flag, file or derivation set it).
   bool is_default(const std::string& key) const {
@@ -87,5 +103,11 @@ struct ResolvedInputs {
 // (0 <= p < 1)") or the key with its file:line ("train.yaml:7: lora_dropout = nan is out of
 // range (0 <= p < 1)").
 Status check_inputs(const ResolvedInputs& in);
+
+// Derives grad_accum from in.global_batch (when there is one and no flag set the accumulation):
+// global / (micro-batch x data-parallel size), where that divides; otherwise a warning at the
+// key, and the accumulation stays as it is. Called when a config is loaded and again after the
+// flags are applied; each call replaces the previous call's warning.
+void apply_global_batch(ResolvedInputs& in);
 
 }  // namespace memplan::io

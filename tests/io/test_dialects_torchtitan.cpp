@@ -1,5 +1,7 @@
 // Tests for src/io/dialects_torchtitan.cpp: torchtitan's TOML job configs, current and older
 // layouts, as a person reads them.
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "io/config_loader.hpp"
@@ -112,14 +114,16 @@ TEST_CASE("torchtitan: the accumulation from global_batch_size, where the data-p
   // Not a multiple: torchtitan refuses it; memplan warns at the line and plans without accumulation.
   c = load_toml(head + "global_batch_size = 100\n[parallelism]\ndata_parallel_shard_degree = 8\n");
   CHECK(c.inputs.config.grad_accum == 1);
-  bool warned = false;
-  for (const auto& w : c.inputs.warnings)
-    warned = warned || w.find("global_batch_size 100 is not a multiple of local_batch_size x data-parallel degree "
-                              "(32): torchtitan refuses it; estimated without accumulation") != std::string::npos;
-  CHECK(warned);
-  // The shard degree left at -1 (every GPU the other degrees leave): unknown until the GPU count is.
+  CHECK(std::count(c.inputs.warnings.begin(), c.inputs.warnings.end(),
+                   "job.toml:6: training.global_batch_size = 100 is not a multiple of micro-batch 4 x data-parallel 8 "
+                   "(8 GPU(s) / tensor x pipeline x context 1); memplan estimates 1 micro-batch(es) per step") == 1);
+  // The shard degree left at -1 (every GPU the other degrees leave): the GPU count is the launch's.
+  // On the one GPU memplan assumes, 128 / 4 = 32; on the 8 that --num-gpus gives, 128 / (4 x 8) = 4.
   c = load_toml(head + "global_batch_size = 128\n");
-  CHECK(c.inputs.config.grad_accum == 1);
+  CHECK(c.inputs.config.grad_accum == 32);
+  c.inputs.config.parallel.num_gpus = 8;
+  apply_global_batch(c.inputs);
+  CHECK(c.inputs.config.grad_accum == 4);
 }
 
 TEST_CASE("torchtitan and Automodel: a parallelism degree out of range is an error at its line") {
