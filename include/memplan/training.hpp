@@ -167,6 +167,11 @@ struct ParallelConfig {
   // parameters, gradients and optimizer states stored in fp32 and sharded; the layers gathered
   // and computed in the weight dtype (torch_dtype: bfloat16), without autocast.
   bool fsdp_mixed_precision = false;
+  // FSDP2's reshard_after_forward (default true: a layer's gathered parameters are freed after its
+  // forward). false, as torchtitan's "default" policy sets it under pipeline parallelism: every
+  // layer stays gathered from its forward until the backward that syncs gradients, as FSDP1's
+  // SHARD_GRAD_OP (docs/formulas.md#reshard-after-forward). Needs fsdp_version 2.
+  bool fsdp_reshard_after_forward = true;
   // Pipeline parallelism (docs/formulas.md#pipeline-parallelism): stages, the schedule, model
   // chunks per GPU (interleaved 1F1B: virtual stages) and explicit first/last stage layer counts
   // (Megatron's decoder_first/last_pipeline_num_layers; 0: split evenly).
@@ -198,6 +203,11 @@ struct ParallelConfig {
   // outputs freed after their send (deallocate_output_tensor). Otherwise Hugging Face's tp_plan
   // (whole vocabulary on every rank) and torch.distributed.pipelining (outputs kept).
   bool megatron_core = false;
+  // Loss parallelism (torchtitan's default with tensor parallelism, `loss_parallel()`; always on
+  // in Megatron-Core): the embedding, the output layer and the cross-entropy hold V / t of the
+  // vocabulary per tensor-parallel rank, the logits are never gathered
+  // (docs/formulas.md#loss-parallel). Needs tensor_parallel > 1.
+  bool loss_parallel = false;
   // HSDP (hybrid_shard) replica groups: the data-parallel x context ranks split into this many
   // replicas, each sharding over the rest (torchtitan data_parallel_replicate_degree, Automodel
   // dp_replicate_size). 0: one replica per node, each sharding over its node's GPUs.

@@ -190,6 +190,14 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
                "FSDP2 MixedPrecisionPolicy (torchtitan): fp32 sharded parameters, gradients and states, layers computed "
                "in --torch-dtype")
       ->group("Multi-GPU");
+  app.add_option("--fsdp-reshard-after-forward", f.fsdp_reshard_after_forward,
+                 "FSDP2's reshard_after_forward: true (default) or false (every layer stays gathered until its "
+                 "backward, torchtitan's default under pipeline parallelism)")
+      ->group("Multi-GPU");
+  app.add_flag("--loss-parallel", f.loss_parallel,
+               "Loss parallelism with --tensor-parallel (torchtitan's default): embedding, output layer and "
+               "cross-entropy hold vocab / tp per GPU")
+      ->group("Multi-GPU");
   app.add_flag("--megatron-core", f.megatron_core,
                "Megatron-Core layouts: vocabulary-parallel embedding/output/loss, pipeline outputs freed after the send")
       ->group("Multi-GPU");
@@ -607,6 +615,20 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     c.parallel.fsdp_mixed_precision = true;
     mark("fsdp_mixed_precision", "--fsdp-mixed-precision");
   }
+  if (given("--fsdp-reshard-after-forward")) {
+    // torchtitan's policy names are accepted too ("default" depends on the pipeline: not here).
+    const std::string v = to_lower(trim(f.fsdp_reshard_after_forward));
+    if (v != "true" && v != "false" && v != "always" && v != "never")
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("--fsdp-reshard-after-forward = '{}' must be true or false",
+                                    f.fsdp_reshard_after_forward));
+    c.parallel.fsdp_reshard_after_forward = v == "true" || v == "always";
+    mark("fsdp_reshard_after_forward", "--fsdp-reshard-after-forward");
+  }
+  if (f.loss_parallel) {
+    c.parallel.loss_parallel = true;
+    mark("loss_parallel", "--loss-parallel");
+  }
   if (given("--dp-replicate")) {
     c.parallel.dp_replicate = f.dp_replicate;
     mark("dp_replicate", "--dp-replicate");
@@ -847,6 +869,23 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
                                 "gradient_checkpointing", "attn_implementation", "use_peft", "device"};
   for (const char* k : kKeys)
     if (!in.origins.count(k)) in.set_origin(k, io::Origin{});
+  // FSDP2's option, given as a flag: the layout it applies to must be FSDP2 sharding parameters
+  // (a config's own derived value is ignored where a flag changes the layout).
+  if (given("--fsdp-reshard-after-forward") && !c.parallel.fsdp_reshard_after_forward) {
+    if (c.parallel.sharding != ShardingStrategy::kFsdpFullShard && c.parallel.sharding != ShardingStrategy::kFsdpHybridShard)
+      return make_error(ErrorCode::kConflict,
+                        "--fsdp-reshard-after-forward false is an option of FSDP2 sharding parameters: it needs --fsdp "
+                        "full_shard or hybrid_shard",
+                        "add --fsdp full_shard --fsdp-version 2");
+    if (c.parallel.fsdp_version != 2)
+      return make_error(ErrorCode::kConflict,
+                        "--fsdp-reshard-after-forward is FSDP2's fully_shard option; FSDP1 spells it --fsdp shard_grad_op",
+                        "add --fsdp-version 2, or use --fsdp shard_grad_op");
+  }
+  if (f.loss_parallel && c.parallel.tensor_parallel < 2)
+    return make_error(ErrorCode::kConflict,
+                      "--loss-parallel splits the vocabulary over tensor-parallel ranks: it needs --tensor-parallel > 1",
+                      "add --tensor-parallel N, or drop --loss-parallel");
   if (auto s = io::check_inputs(in); !s) return s.error();
   if (auto s = validate(c); !s) return s.error();
   return in;

@@ -90,6 +90,8 @@ struct TrainingFlags {
   bool sequence_parallel = false;
   bool megatron_core = false;
   bool fsdp_mixed_precision = false;
+  std::string fsdp_reshard_after_forward;  // --fsdp-reshard-after-forward true|false
+  bool loss_parallel = false;
   int dp_replicate = 0;
   // Loss kernels, encoders and contrastive training (docs/formulas.md#fused-cross-entropy, #encoders)
   std::string loss_kernel;       // --loss-kernel eager|liger|chunked|cce

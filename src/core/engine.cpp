@@ -1168,6 +1168,8 @@ void Estimator::Impl::build_half(int half) {
     }
     for (const auto& p : r3.params)
       if (p.sim_layer < 0) st.shard.root_param_bytes += p.numel * sim::esize(p.dt);
+    // docs/formulas.md#reshard-after-forward: the stage's decoder layers, all unsharded.
+    if (st.shard.keep_gathered) st.shard.kept_gathered_bytes = all_bytes - st.shard.root_param_bytes;
     // Routed experts' share of the stage's parameters: sharded over the expert
     // data-parallel group (docs/formulas.md#expert-parallelism).
     st.shard.expert_share_per_mille = all_bytes > 0 ? expert_bytes * 1000 / all_bytes : 0;
@@ -1399,7 +1401,8 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
   try {
     sim::ProgramSpec sp;
     // Each tensor-parallel rank computes a slice of every layer.
-    sp.model = tensor_parallel_rank(model, config.parallel.tensor_parallel, config.parallel.megatron_core,
+    sp.model = tensor_parallel_rank(model, config.parallel.tensor_parallel,
+                                    config.parallel.megatron_core || config.parallel.loss_parallel,
                                     config.parallel.expert_tensor_parallel_size());
     // Each expert-parallel rank holds num_experts / ep routed experts and computes every token
     // routed to them (docs/formulas.md#expert-parallelism).

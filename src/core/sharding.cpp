@@ -78,9 +78,14 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
                            : std::max(1, par.num_gpus / std::max(1, par.tensor_parallel * par.pipeline_parallel));
       break;
     case ShardingStrategy::kFsdpShardGradOp:
-      p.fsdp = p.shard_grads = p.shard_optim = true;
+      // Parameters are sharded at rest too: SHARD_GRAD_OP frees the unsharded ones in the
+      // post-backward that syncs gradients (torch _should_free_in_backward), so the optimizer
+      // steps on shards; until then every layer stays gathered (keep_gathered below).
+      p.fsdp = p.shard_params = p.shard_grads = p.shard_optim = true;
       break;
   }
+  p.keep_gathered = par.sharding == ShardingStrategy::kFsdpShardGradOp ||
+                    (p.fsdp && p.shard_params && par.fsdp_version == 2 && !par.fsdp_reshard_after_forward);
   // The expert data-parallel group: tp x cp x dp / (ep x etp) (dp x cp / ep when etp = tp).
   p.expert_shard_over = std::max<int>(1, static_cast<int>(static_cast<std::int64_t>(p.shard_over) * std::max(1, par.tensor_parallel) /
                                                           (static_cast<std::int64_t>(std::max(1, par.expert_parallel)) *
@@ -138,7 +143,8 @@ ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_ste
       }
     }
     if (!optimizer_step) {
-      at(v, Cat::kGathered) += Poly::constant(gathered_layers * p.layer_param_bytes);
+      at(v, Cat::kGathered) +=
+          Poly::constant(p.keep_gathered ? p.kept_gathered_bytes : gathered_layers * p.layer_param_bytes);
       // FSDP's _post_forward_reshard keeps the root unit (embeddings, final norm, lm_head)
       // unsharded from its forward until the end of backward.
       if (p.fsdp && !p.offload_params)

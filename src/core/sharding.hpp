@@ -32,6 +32,12 @@ struct ShardPlan {
   // Parameters outside the decoder layers (embeddings, final norm, lm_head): FSDP's root unit,
   // which FULL_SHARD does not reshard after the forward (docs/formulas.md#fsdp-and-lora).
   std::int64_t root_param_bytes = 0;
+  // FSDP1 SHARD_GRAD_OP and FSDP2 reshard_after_forward=False (docs/formulas.md#reshard-after-forward):
+  // a layer stays unsharded from its forward until the backward that syncs gradients, so every
+  // decoder layer of the stage is gathered outside the optimizer step. keep_gathered says so;
+  // kept_gathered_bytes is what those layers hold unsharded (set with the stage's parameters).
+  bool keep_gathered = false;
+  std::int64_t kept_gathered_bytes = 0;
   // bitsandbytes quant state (absmax, nested absmax, code tables) of every 4-bit weight: not a
   // parameter, so FSDP neither flattens nor shards it; each GPU keeps all of it.
   std::int64_t quant_state_bytes = 0;

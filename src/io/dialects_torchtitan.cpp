@@ -210,6 +210,49 @@ Status map_torchtitan(Mapper& m) {
               "data_parallel_replicate_degree without sharding is DDP: the replicas hold whole copies");
     par.dp_replicate = 0;
   }
+  // torchtitan's tensor-parallel plans (parallelize_llama, _qwen3, _deepseekv3) run the norms
+  // SequenceParallel, shard the embedding over the vocabulary, and keep the output layer's logits
+  // sharded for loss_parallel() unless disable_loss_parallel (docs/formulas.md#loss-parallel).
+  if (par.tensor_parallel > 1) {
+    par.sequence_parallel = true;
+    m.derived("sequence_parallel", "torchtitan's tensor parallelism runs the norms SequenceParallel");
+    const std::string key = where("disable_loss_parallel");
+    MEMPLAN_TRY(auto off, m.boolean(key));
+    par.loss_parallel = !off.value_or(false);
+    if (off) {
+      m.from_file("loss_parallel", *m.node(key), key);
+    } else {
+      m.from_default("loss_parallel", key + " not set: false, loss parallelism with tensor parallelism");
+    }
+  }
+  // Routed experts split expert_tensor_parallel_degree ways (1, its default, or the tensor degree)
+  // when there is expert parallelism; without it they follow the tensor degree.
+  if (par.expert_parallel > 1 && par.tensor_parallel > 1) {
+    const std::string key = where("expert_tensor_parallel_degree");
+    par.expert_tensor_parallel = 1;
+    MEMPLAN_TRY(bool etp_given, m.read_degree(key, "expert_tensor_parallel", par.expert_tensor_parallel, /*min=*/1));
+    if (!etp_given) m.from_default("expert_tensor_parallel", key + " not set: 1, experts not split by tensor parallelism");
+  }
+  // FSDP2's reshard_after_forward policy: "default" keeps the layers gathered under pipeline
+  // parallelism (torchtitan's get_fsdp_reshard_after_forward_policy), "always" / "never".
+  if (par.sharding != ShardingStrategy::kNone) {
+    const std::string key = where("fsdp_reshard_after_forward");
+    MEMPLAN_TRY(auto policy, m.text(key));
+    const std::string pol = to_lower(trim(policy.value_or("default")));
+    if (pol == "always" || pol == "never") {
+      par.fsdp_reshard_after_forward = pol == "always";
+      m.from_file("fsdp_reshard_after_forward", *m.node(key), key);
+    } else {
+      if (pol != "default")
+        m.warn_at(*m.node(key), fmt::format("fsdp_reshard_after_forward '{}' is not a torchtitan policy (default, "
+                                            "always, never); read as default",
+                                            *policy));
+      par.fsdp_reshard_after_forward = par.pipeline_parallel <= 1;
+      if (par.pipeline_parallel > 1)
+        m.derived("fsdp_reshard_after_forward", "torchtitan's default policy under pipeline parallelism: the layers "
+                                                "stay gathered until their last backward");
+    }
+  }
   {
     DType param = DType::kBFloat16;
     MEMPLAN_TRY(bool given, m.read_dtype("training.mixed_precision_param", "torch_dtype", param));

@@ -178,6 +178,8 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
   if (p.tensor_parallel != 1) v.push_back({"tensor_parallel", std::to_string(p.tensor_parallel)});
   if (p.sequence_parallel) v.push_back({"sequence_parallel", b(true)});
   if (p.megatron_core) v.push_back({"megatron_core", b(true)});
+  if (p.loss_parallel) v.push_back({"loss_parallel", b(true)});
+  if (!p.fsdp_reshard_after_forward) v.push_back({"fsdp_reshard_after_forward", b(false)});
   if (p.dp_replicate > 0) v.push_back({"dp_replicate", std::to_string(p.dp_replicate)});
   if (p.pipeline_parallel != 1) {
     v.push_back({"pipeline_parallel", std::to_string(p.pipeline_parallel)});

@@ -119,6 +119,7 @@ json to_json(const TrainingConfig& c) {
                    {"tensor_parallel", p.tensor_parallel},
                    {"sequence_parallel", p.sequence_parallel},
                    {"megatron_core", p.megatron_core},
+                   {"loss_parallel", p.loss_parallel},
                    {"dp_replicate", p.dp_replicate},
                    {"pipeline_parallel", p.pipeline_parallel},
                    {"pp_schedule", to_string(p.pp_schedule)},
@@ -130,6 +131,7 @@ json to_json(const TrainingConfig& c) {
                    {"data_parallel", p.data_parallel_size()},
                    {"sharding", to_string(p.sharding)},
                    {"fsdp_version", p.fsdp_version},
+                   {"fsdp_reshard_after_forward", p.fsdp_reshard_after_forward},
                    {"offload_optimizer", p.offload_optimizer},
                    {"offload_params", p.offload_params}};
   if (p.fsdp_mixed_precision) j["parallel"]["fsdp_mixed_precision"] = true;  // FSDP MixedPrecisionPolicy

@@ -100,3 +100,36 @@ TEST_CASE("--fsdp-version 2 selects fully_shard's rules; anything but 1 or 2 is 
   CHECK(r.code != 0);
   CHECK(r.err.find("--fsdp-version = 3 must be 1 or 2") != std::string::npos);
 }
+
+TEST_CASE("--fsdp-reshard-after-forward and --loss-parallel: accepted where they apply, refused with the fix elsewhere") {
+  const std::vector<std::string> base{"estimate", "--model-params", "1B", "--torch-dtype", "bfloat16",
+                                      "--num-gpus", "4", "--batch", "2", "--seq-len", "512"};
+  const auto with = [&](std::vector<std::string> extra) {
+    auto v = base;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return run_cli(v);
+  };
+  auto ok = with({"--fsdp", "full_shard", "--fsdp-version", "2", "--fsdp-reshard-after-forward", "never",
+                  "--tensor-parallel", "2", "--loss-parallel", "--show-config"});
+  INFO(ok.err);
+  REQUIRE(ok.code == 0);
+  CHECK(ok.out.find("--fsdp-reshard-after-forward") != std::string::npos);
+  CHECK(ok.out.find("--loss-parallel") != std::string::npos);
+
+  auto word = with({"--fsdp", "full_shard", "--fsdp-version", "2", "--fsdp-reshard-after-forward", "maybe"});
+  CHECK(word.code == 2);
+  CHECK(word.err == "memplan: error: --fsdp-reshard-after-forward = 'maybe' must be true or false\n");
+  auto fsdp1 = with({"--fsdp", "full_shard", "--fsdp-reshard-after-forward", "false"});
+  CHECK(fsdp1.code == 2);
+  CHECK(fsdp1.err.find("--fsdp-reshard-after-forward is FSDP2's fully_shard option; FSDP1 spells it --fsdp "
+                       "shard_grad_op") != std::string::npos);
+  auto none = with({"--fsdp-reshard-after-forward", "false"});
+  CHECK(none.code == 2);
+  CHECK(none.err.find("it needs --fsdp full_shard or hybrid_shard") != std::string::npos);
+  // true is FSDP's default: nothing to refuse.
+  CHECK(with({"--fsdp-reshard-after-forward", "true"}).code == 0);
+  auto no_tp = with({"--loss-parallel"});
+  CHECK(no_tp.code == 2);
+  CHECK(no_tp.err.find("--loss-parallel splits the vocabulary over tensor-parallel ranks: it needs "
+                       "--tensor-parallel > 1") != std::string::npos);
+}

@@ -306,6 +306,42 @@ TEST_CASE("Megatron-Core: vocabulary-parallel embedding and output layer; stage 
   CHECK(component(*bwd, "in_flight_activations") == 2 * (64128 - 16384));
 }
 
+// torchtitan's loss parallelism (docs/formulas.md#loss-parallel): the embedding and the output
+// layer hold V / t rows per rank, as Megatron-Core's, and the logits and the loss's temporaries
+// V / t columns; nothing of Megatron's own (main_grad buffer, no DDP buckets) comes with it.
+TEST_CASE("loss parallelism splits the vocabulary of the embedding, the output layer and the logits") {
+  ModelSpec m = toy_llama(4);
+  m.vocab_size = 64000;  // the loss sets the backward peak
+  TrainingConfig c = bf16_cfg(2, 256);
+  c.parallel.num_gpus = 4;  // 2 data-parallel ranks of 2
+  c.parallel.tensor_parallel = 2;
+  const auto backward = [&m](const TrainingConfig& cfg) {
+    auto est = Estimator::create(m, cfg);
+    REQUIRE(est);
+    auto e = est->at_phase(2, 256, Phase::kBackward);
+    REQUIRE(e);
+    require_consistent(*e);
+    return *e;
+  };
+  const Estimate whole = backward(c);
+  c.parallel.loss_parallel = true;
+  const Estimate lp = backward(c);
+  c.parallel.loss_parallel = false;
+  c.parallel.megatron_core = true;
+  const Estimate mc = backward(c);
+  // 32000 of the 64000 rows of the embedding and of lm_head, bf16.
+  CHECK(component(whole, "weights") - component(lp, "weights") == 2LL * 32000 * 256 * 2);
+  CHECK(component(lp, "weights") == component(mc, "weights"));
+  CHECK(component(lp, "logits_and_loss") == component(mc, "logits_and_loss"));
+  // Everything but the fp32 loss scalar (4 bytes) scales with the vocabulary: 2 x 256 tokens x
+  // 32000 columns x 12 bytes per rank at the head's backward.
+  CHECK(component(lp, "logits_and_loss") == 2LL * 256 * 32000 * 12 + 4);
+  CHECK(component(whole, "logits_and_loss") == 2LL * 256 * 64000 * 12 + 4);
+  // DDP's buckets: a copy of every gradient, the split ones included; Megatron's DDP has none.
+  CHECK(component(whole, "communication_buckets") - component(lp, "communication_buckets") == 2LL * 32000 * 256 * 2);
+  CHECK(component(mc, "communication_buckets") == 0);
+}
+
 TEST_CASE("Megatron-Core keeps every gradient in a persistent fp32 buffer") {
   // bf16 parameters, one micro-batch per step: in the forward Hugging Face's Trainer holds no
   // gradient yet; Megatron's main_grad buffer holds 4 bytes per parameter from the start.

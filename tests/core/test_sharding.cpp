@@ -218,3 +218,81 @@ TEST_CASE("FSDP mixed precision adds the fp32 shards: 4 bytes of master copy and
   REQUIRE_FALSE(e);
   CHECK(e.error().to_string() == no_16bit);
 }
+
+// docs/formulas.md#reshard-after-forward. toy_llama(4) in bf16 on 8 GPUs: a decoder layer is
+// q, o (256 x 256), k, v (256 x 128), gate, up, down (256 x 688) and two norms: 725,504
+// parameters, 1,451,008 bytes. SHARD_GRAD_OP (FSDP1) and FSDP2 without reshard_after_forward keep
+// all four layers and the root unit unsharded outside the optimizer step, and only shards at it.
+TEST_CASE("SHARD_GRAD_OP and reshard_after_forward=False: every layer gathered until the step, shards at it") {
+  const ModelSpec m = memplan::testing::toy_llama(4);
+  constexpr std::int64_t kLayer = 725'504 * 2;
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.micro_batch = 2;
+  c.seq_len = 64;
+  c.parallel.num_gpus = 8;
+  c.optim.kind = OptimizerKind::kAdamWTorchFused;
+  const auto check = [&](const TrainingConfig& cfg) {
+    auto est = Estimator::create(m, cfg);
+    REQUIRE(est);
+    auto step = est->at_phase(2, 64, Phase::kOptimizerStep);
+    REQUIRE(step);
+    require_consistent(*step);
+    const std::int64_t total = step->params.total;
+    const std::int64_t root = (total - 4 * 725'504) * 2;  // embedding, final norm, lm_head
+    CHECK(component(*step, "weights") == (total * 2 + 7) / 8);
+    CHECK(component(*step, "gathered_parameters") == 0);
+    for (const Phase ph : {Phase::kForward, Phase::kBackward}) {
+      auto e = est->at_phase(2, 64, ph);
+      REQUIRE(e);
+      require_consistent(*e);
+      CHECK(component(*e, "weights") == (total * 2 + 7) / 8);
+      CHECK(component(*e, "gathered_parameters") == 4 * kLayer + root - (root + 7) / 8);
+    }
+  };
+  SECTION("FSDP1 shard_grad_op") {
+    c.parallel.sharding = ShardingStrategy::kFsdpShardGradOp;
+    check(c);
+  }
+  SECTION("FSDP2 full_shard, reshard_after_forward false") {
+    c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+    c.parallel.fsdp_version = 2;
+    c.parallel.fsdp_reshard_after_forward = false;
+    check(c);
+  }
+  SECTION("FSDP1 ignores the FSDP2 option: the same as FULL_SHARD") {
+    c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+    auto full = estimate(m, c);
+    c.parallel.fsdp_reshard_after_forward = false;
+    auto ignored = estimate(m, c);
+    REQUIRE(full);
+    REQUIRE(ignored);
+    CHECK(ignored->peak == full->peak);
+    CHECK(component(*ignored, "gathered_parameters") == component(*full, "gathered_parameters"));
+  }
+}
+
+// Under a pipeline, torchtitan's default policy: each GPU keeps its own stage's layers gathered.
+// 8 layers on 2 stages over 4 GPUs (2 data-parallel ranks): 4 layers, and the stage's part of the
+// root unit (stage 0 the embedding, stage 1 the final norm and lm_head) less its half shard.
+TEST_CASE("reshard_after_forward=False under a pipeline keeps the stage's layers gathered") {
+  const ModelSpec m = memplan::testing::toy_llama(8);
+  constexpr std::int64_t kLayer = 725'504 * 2;
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.micro_batch = 1;
+  c.seq_len = 64;
+  c.grad_accum = 4;
+  c.parallel.num_gpus = 4;
+  c.parallel.pipeline_parallel = 2;
+  c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  c.parallel.fsdp_version = 2;
+  c.parallel.fsdp_reshard_after_forward = false;
+  auto est = Estimator::create(m, c);
+  REQUIRE(est);
+  auto bwd = est->at_phase(1, 64, Phase::kBackward);
+  REQUIRE(bwd);
+  require_consistent(*bwd);
+  const std::int64_t root = bwd->pipeline_rank == 0 ? 8000LL * 256 * 2 : (8000LL * 256 + 256) * 2;
+  CHECK(component(*bwd, "gathered_parameters") == 4 * kLayer + root - (root + 1) / 2);
+}

@@ -142,3 +142,44 @@ TEST_CASE("torchtitan and Automodel: a parallelism degree out of range is an err
   REQUIRE_FALSE(r);
   CHECK(r.error().to_string() == "recipe.yaml:6: distributed.tp_size = 70000 is out of range (1 to 65536)");
 }
+
+TEST_CASE("torchtitan: tensor parallelism brings sequence and loss parallelism; the reshard policy follows the pipeline") {
+  // TP 2 x PP 2 over FSDP2: torchtitan's tensor-parallel plan runs the norms SequenceParallel and
+  // keeps the logits sharded; the "default" reshard policy keeps layers gathered under a pipeline.
+  LoadedConfig c = load_toml(
+      "[model]\nname = \"qwen3\"\nflavor = \"30B-A3B\"\n"
+      "[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\npipeline_parallel_degree = 2\n"
+      "expert_parallel_degree = 2\n");
+  const ParallelConfig* p = &c.inputs.config.parallel;
+  CHECK(p->sequence_parallel);
+  CHECK(p->loss_parallel);
+  CHECK_FALSE(p->fsdp_reshard_after_forward);
+  CHECK(p->expert_tensor_parallel == 1);  // torchtitan's default with expert parallelism
+  CHECK(c.inputs.origins.at("fsdp_reshard_after_forward").kind == OriginKind::kDerived);
+
+  // disable_loss_parallel, an explicit policy, and expert_tensor_parallel_degree = tp.
+  c = load_toml(
+      "[model]\nname = \"qwen3\"\nflavor = \"30B-A3B\"\n"
+      "[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\npipeline_parallel_degree = 2\n"
+      "expert_parallel_degree = 2\nexpert_tensor_parallel_degree = 2\ndisable_loss_parallel = true\n"
+      "fsdp_reshard_after_forward = \"always\"\n");
+  p = &c.inputs.config.parallel;
+  CHECK(p->sequence_parallel);
+  CHECK_FALSE(p->loss_parallel);
+  CHECK(p->fsdp_reshard_after_forward);
+  CHECK(p->expert_tensor_parallel == 2);
+  CHECK(c.inputs.origins.at("loss_parallel").to_string() == "job.toml:10");
+
+  // No pipeline: "default" reshards; "never" does not; an unknown word is warned and read as default.
+  c = load_toml("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\ndata_parallel_shard_degree = 8\n");
+  CHECK(c.inputs.config.parallel.fsdp_reshard_after_forward);
+  CHECK_FALSE(c.inputs.config.parallel.sequence_parallel);
+  CHECK_FALSE(c.inputs.config.parallel.loss_parallel);
+  c = load_toml("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\nfsdp_reshard_after_forward = \"never\"\n");
+  CHECK_FALSE(c.inputs.config.parallel.fsdp_reshard_after_forward);
+  c = load_toml("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\nfsdp_reshard_after_forward = \"sometimes\"\n");
+  CHECK(c.inputs.config.parallel.fsdp_reshard_after_forward);
+  CHECK(std::count(c.inputs.warnings.begin(), c.inputs.warnings.end(),
+                   "job.toml:5: fsdp_reshard_after_forward 'sometimes' is not a torchtitan policy (default, always, "
+                   "never); read as default") == 1);
+}

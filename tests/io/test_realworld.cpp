@@ -170,6 +170,8 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
   if (key == "tensor_parallel") return as_int(c.parallel.tensor_parallel);
   if (key == "sequence_parallel") return as_bool(c.parallel.sequence_parallel);
   if (key == "megatron_core") return as_bool(c.parallel.megatron_core);
+  if (key == "loss_parallel") return as_bool(c.parallel.loss_parallel);
+  if (key == "fsdp_reshard_after_forward") return as_bool(c.parallel.fsdp_reshard_after_forward);
   if (key == "pipeline_parallel") return as_int(c.parallel.pipeline_parallel);
   if (key == "virtual_stages") return as_int(c.parallel.virtual_stages);
   if (key == "pp_schedule") return {to_string(c.parallel.pp_schedule) == w, to_string(c.parallel.pp_schedule)};
