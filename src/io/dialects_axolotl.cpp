@@ -141,7 +141,7 @@ Status read_rl(Mapper& m) {
   return Ok{};
 }
 
-Status read_fsdp(Mapper& m) {
+Status read_axolotl_fsdp(Mapper& m) {
   TrainingConfig& c = m.config();
   const YamlNode* fsdp = m.node("fsdp");
   const YamlNode* fsdp_config = m.node("fsdp_config");
@@ -331,7 +331,7 @@ Status map_axolotl(Mapper& m) {
   }
   MEMPLAN_IO_CHECK(read_checkpoint_kwargs(m));
   MEMPLAN_IO_CHECK(read_attention(m));
-  MEMPLAN_IO_CHECK(read_fsdp(m));
+  MEMPLAN_IO_CHECK(read_axolotl_fsdp(m));
   m.set_deepspeed_ref(m.node("deepspeed"));
   MEMPLAN_IO_CHECK(warn_unmodelled_axolotl(m));
 

@@ -158,7 +158,7 @@ Status read_peft(Mapper& m) {
 
 // `fsdp: "full_shard auto_wrap"` or a list of the same options; `fsdp_config.version` (transformers'
 // name) or `fsdp_config.fsdp_version` (accelerate's) selects FSDP2.
-Status read_fsdp(Mapper& m) {
+Status read_hf_fsdp(Mapper& m) {
   if (m.node("fsdp_config") != nullptr && m.node("fsdp_config")->is_map()) {
     MEMPLAN_TRY(bool v, m.read_fsdp_version("fsdp_config.version"));
     if (!v) MEMPLAN_IO_CHECK(m.read_fsdp_version("fsdp_config.fsdp_version"));
@@ -478,7 +478,7 @@ Status map_hf_trl(Mapper& m) {
     c.device = Device::kCpu;
     m.from_file("device", *m.first_of({"use_cpu", "no_cuda"}), "use_cpu");
   }
-  MEMPLAN_IO_CHECK(read_fsdp(m));
+  MEMPLAN_IO_CHECK(read_hf_fsdp(m));
   m.set_deepspeed_ref(m.node("deepspeed"));
 
   MEMPLAN_IO_CHECK(warn_unmodelled_hf(m));

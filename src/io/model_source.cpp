@@ -177,10 +177,6 @@ class Fields {
   const std::string& origin_;
 };
 
-// Narrows a count already bounded by Fields (<= 2^40) to int, clamping: validate() rejects the
-// clamped value by name.
-int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); }
-
 Result<Activation> parse_activation(const std::string& s, const std::string& origin) {
   if (s.empty() || s == "silu" || s == "swish") return Activation::kSilu;
   // Names as transformers' ACT2FN spells them: exact GELU, or one of its tanh approximations.
@@ -288,7 +284,7 @@ Status parse_mla_fields(const Fields& f, ModelSpec& m, const std::string& origin
   // The heads' q/k width; hidden_size / num_attention_heads plays no part in MLA.
   m.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
   MEMPLAN_TRY(std::int64_t mtp, f.integer({"num_nextn_predict_layers"}, 0));
-  m.mtp_layers = narrow(mtp);
+  m.mtp_layers = narrow_count(mtp);
   // DeepSeek-V3's router carries e_score_correction_bias (one value per routed expert; a buffer
   // in transformers, a Parameter in DeepSeek's own code, stored in the checkpoint): counted
   // like a router bias. V2's softmax router has none.
@@ -333,10 +329,10 @@ Result<VisionSpec> parse_vision_config(const json& top, const std::string& type,
     MEMPLAN_TRY(std::string act, f.string("hidden_act"));
     if (!act.empty() && act != "gelu")
       return config_error(origin, fmt::format("vision_config \"hidden_act\" '{}' is not modelled (mllama uses gelu)", act));
-    v.depth = narrow(depth);
-    v.global_depth = narrow(global);
-    v.num_heads = narrow(heads);
-    v.max_num_tiles = narrow(tiles);
+    v.depth = narrow_count(depth);
+    v.global_depth = narrow_count(global);
+    v.num_heads = narrow_count(heads);
+    v.max_num_tiles = narrow_count(tiles);
     MEMPLAN_TRY(std::int64_t out_dim, f.integer({"vision_output_dim"}, 0));
     const std::int64_t concat = v.hidden_size * (1 + static_cast<std::int64_t>(v.intermediate_layers.size()));
     if (out_dim != 0 && out_dim != concat)
@@ -356,8 +352,8 @@ Result<VisionSpec> parse_vision_config(const json& top, const std::string& type,
     if (head.value_or(false))
       return config_error(origin, "vision_config \"vision_use_head\": true is not modelled (Gemma 3 has no pooling head)");
     MEMPLAN_TRY(v.tokens_per_image, Fields(top, origin).integer({"mm_tokens_per_image"}, 256));
-    v.depth = narrow(depth);
-    v.num_heads = narrow(heads);
+    v.depth = narrow_count(depth);
+    v.num_heads = narrow_count(heads);
   } else {
     const bool v25 = type == "qwen2_5_vl";
     v.kind = v25 ? VisionKind::kQwen25Vl : VisionKind::kQwen2Vl;
@@ -384,10 +380,10 @@ Result<VisionSpec> parse_vision_config(const json& top, const std::string& type,
     MEMPLAN_TRY(std::int64_t merge, f.integer({"spatial_merge_size"}, 2));
     MEMPLAN_TRY(std::int64_t chans, f.integer({"in_chans", "in_channels"}, 3));
     if (chans != 3) return config_error(origin, fmt::format("vision_config \"in_chans\" = {} is not modelled (3)", chans));
-    v.depth = narrow(depth);
-    v.num_heads = narrow(heads);
-    v.temporal_patch_size = narrow(tps);
-    v.spatial_merge_size = narrow(merge);
+    v.depth = narrow_count(depth);
+    v.num_heads = narrow_count(heads);
+    v.temporal_patch_size = narrow_count(tps);
+    v.spatial_merge_size = narrow_count(merge);
   }
   if (v.depth <= 0) return config_error(origin, fmt::format("vision_config depth = {} must be positive", v.depth));
   return v;
@@ -471,9 +467,9 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   if (layers > 4096)  // before narrowing, so the message quotes the value written
     return config_error(origin, fmt::format("\"num_hidden_layers\" = {} must be at most 4096", layers),
                         "check the config");
-  m.num_layers = narrow(layers);
-  m.num_heads = narrow(heads);
-  m.num_kv_heads = narrow(kv);
+  m.num_layers = narrow_count(layers);
+  m.num_heads = narrow_count(heads);
+  m.num_kv_heads = narrow_count(kv);
   if (heads > 0 && !f.has("head_dim") && !mla_type && m.hidden_size % heads != 0)
     return config_error(origin,
                         fmt::format("\"hidden_size\" {} is not divisible by \"num_attention_heads\" {}",
@@ -537,8 +533,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
     MEMPLAN_TRY(std::int64_t experts, f.integer({"num_local_experts", "num_experts", "n_routed_experts"}, 0));
     MEMPLAN_TRY(std::int64_t top_k, f.integer({"num_experts_per_tok"}, experts > 0 ? std::nullopt
                                                                                       : std::optional<std::int64_t>(0)));
-    m.moe.num_experts = narrow(experts);
-    m.moe.experts_per_token = narrow(top_k);
+    m.moe.num_experts = narrow_count(experts);
+    m.moe.experts_per_token = narrow_count(top_k);
     if (t == "mixtral") {
       m.moe.expert_intermediate_size = m.intermediate_size;
     } else if (experts > 0) {
@@ -554,18 +550,18 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
     }
     if (t == "qwen2_moe" || t == "qwen3_moe") {
       MEMPLAN_TRY(std::int64_t step, f.integer({"decoder_sparse_step"}, 1));
-      m.moe.layer_freq = narrow(step);
+      m.moe.layer_freq = narrow_count(step);
       m.moe.layer_freq_offset = 1;
       MEMPLAN_TRY(m.moe.dense_layers, f.int_list("mlp_only_layers"));
     }
     if (deepseek_moe) {
       MEMPLAN_TRY(std::int64_t shared, f.integer({"n_shared_experts"}, 0));
-      m.moe.num_shared_experts = narrow(shared);
+      m.moe.num_shared_experts = narrow_count(shared);
       m.moe.shared_intermediate_size = m.moe.expert_intermediate_size;
       MEMPLAN_TRY(std::int64_t first_dense, f.integer({"first_k_dense_replace"}, 0));
       MEMPLAN_TRY(std::int64_t freq, f.integer({"moe_layer_freq"}, 1));
-      m.moe.first_dense_layers = narrow(first_dense);
-      m.moe.layer_freq = narrow(freq);
+      m.moe.first_dense_layers = narrow_count(first_dense);
+      m.moe.layer_freq = narrow_count(freq);
     }
   }
   if (mla_type)

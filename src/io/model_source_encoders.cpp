@@ -48,7 +48,6 @@ Result<bool> boolean(const json& j, const char* key, bool fallback, const std::s
   return it->get<bool>();
 }
 
-int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); }
 
 // An integer field where a negative value means "unset" (DeBERTa's -1), or `fallback`.
 Result<std::int64_t> signed_integer(const json& j, const char* key, std::int64_t fallback, const std::string& origin) {
@@ -170,8 +169,8 @@ Result<ModelSpec> parse_nomic_bert(const json& j, const std::string& origin) {
   MEMPLAN_TRY(const std::int64_t heads, integer(j, "n_head", 12, origin));
   MEMPLAN_TRY(const std::int64_t pad, integer(j, "pad_vocab_size_multiple", 1, origin));
   if (pad > 1 && m.vocab_size % pad != 0) m.vocab_size += pad - m.vocab_size % pad;  // NomicBertModel pads it
-  m.num_layers = narrow(layers);
-  m.num_heads = m.num_kv_heads = narrow(heads);
+  m.num_layers = narrow_count(layers);
+  m.num_heads = m.num_kv_heads = narrow_count(heads);
   if (heads < 1 || m.hidden_size % heads != 0)
     return field_error(origin, fmt::format("\"n_embd\" {} is not divisible by \"n_head\" {}", m.hidden_size, heads));
   m.head_dim = m.hidden_size / heads;
@@ -231,7 +230,7 @@ Result<ModelSpec> finish_encoder(const json& j, const std::string& origin, Model
     }
   }
   if (auto l = j.find("id2label"); l != j.end() && l->is_object() && !l->empty())
-    m.num_labels = narrow(static_cast<std::int64_t>(l->size()));
+    m.num_labels = narrow_count(static_cast<std::int64_t>(l->size()));
   if (auto d = j.find("torch_dtype"); d != j.end() && d->is_string()) m.torch_dtype = d->get<std::string>();
   if (auto s = validate(m); !s) {
     Error e = s.error();
@@ -264,8 +263,8 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
   MEMPLAN_TRY(std::int64_t layers, integer(j, "num_hidden_layers", -1, origin));
   MEMPLAN_TRY(std::int64_t heads, integer(j, "num_attention_heads", -1, origin));
   MEMPLAN_TRY(m.intermediate_size, integer(j, "intermediate_size", -1, origin));
-  m.num_layers = narrow(layers);
-  m.num_heads = narrow(heads);
+  m.num_layers = narrow_count(layers);
+  m.num_heads = narrow_count(heads);
   m.num_kv_heads = m.num_heads;
   if (heads > 0 && m.hidden_size % heads != 0)
     return field_error(origin, fmt::format("\"hidden_size\" {} is not divisible by \"num_attention_heads\" {}",
@@ -286,7 +285,7 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
     if (every < 1)  // ModernBertAttention takes layer_id % global_attn_every_n_layers
       return field_error(origin, fmt::format("\"global_attn_every_n_layers\" is {}: ModernBERT needs at least 1 "
                                              "(every layer global)", every));
-    m.global_attn_every_n_layers = narrow(every);
+    m.global_attn_every_n_layers = narrow_count(every);
     if (auto p = j.find("classifier_pooling"); p != j.end() && !p->is_null()) {
       if (!p->is_string() || (*p != "cls" && *p != "mean"))
         return field_error(origin, fmt::format("\"classifier_pooling\" is {}: ModernBertConfig accepts \"cls\" or \"mean\"",

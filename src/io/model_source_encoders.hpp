@@ -2,6 +2,8 @@
 // docs/formulas.md#encoder-parameters says which keys decide what.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,10 @@
 #include "memplan/result.hpp"
 
 namespace memplan::io {
+
+// A count read from config.json as int64, capped at 2^30 for an int field (the range checks
+// that follow report anything that large).
+inline int narrow_count(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); }
 
 bool is_encoder_model_type(const std::string& model_type);
 // The ModelSpec of an encoder config.json; `origin` prefixes error messages. The head is

@@ -101,7 +101,10 @@ TEST_CASE("megatron-lm: the accumulation follows the GPU count and the micro-bat
   CHECK(in.config.grad_accum == 2);
   CHECK(std::count(in.warnings.begin(), in.warnings.end(), w) == 0);
   // --grad-accum wins: the rule leaves a flag's accumulation alone.
-  in.set_origin("grad_accum", Origin{OriginKind::kFlag, {}, "--grad-accum"});
+  Origin flag;  // built field by field: GCC 12 warns (maybe-uninitialized) on the braced temporary
+  flag.kind = OriginKind::kFlag;
+  flag.note = "--grad-accum";
+  in.set_origin("grad_accum", flag);
   in.config.grad_accum = 7;
   apply_global_batch(in);
   CHECK(in.config.grad_accum == 7);
