@@ -1466,7 +1466,11 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.attn = model.eager_attention_only() ? AttnImpl::kEager : config.attn_impl();
     // No vocabulary head to fuse for an embedding model; sentence-transformers applies no Liger kernel.
     const bool lm_head = !model.is_encoder() && !model.decoder_embedding;
-    sp.loss_kernel = !lm_head || config.method != Method::kSft ? LossKernel::kEager : config.loss_kernel;
+    // DPO and GRPO have TRL's Liger losses (docs/formulas.md#liger-dpo-grpo); the other kernels
+    // are SFT's only.
+    const bool kernel_applies =
+        config.method == Method::kSft || (config.loss_kernel == LossKernel::kLiger && !config.contrastive.enabled());
+    sp.loss_kernel = lm_head && kernel_applies ? config.loss_kernel : LossKernel::kEager;
     sp.liger_kernels = config.liger_kernels && lm_head;
     // LLM2Vec's scripts wrap the model in PEFT themselves and checkpoint without reentrancy: no
     // enable_input_require_grads (docs/formulas.md#pooling).
@@ -1600,8 +1604,8 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
           "bnb_4bit_quant_storage = torch_dtype (the FSDP-QLoRA setup), which shards the 4-bit weights");
     if (config.loss_kernel != LossKernel::kEager && sp.loss_kernel == LossKernel::kEager)
       impl->warnings.push_back(fmt::format(
-          "loss kernel '{}' is modelled for SFT of decoders with their LM head only; the {} loss is estimated as "
-          "eager (TRL's Liger DPO/GRPO losses are not modelled)",
+          "loss kernel '{}' is modelled for decoders with their LM head only (SFT; Liger also for DPO and GRPO); the "
+          "{} loss is estimated as eager",
           to_string(config.loss_kernel),
           model.is_encoder() ? "encoder" : model.decoder_embedding ? "embedding model's" : to_string(config.method)));
     if (!model.vision.enabled() && (config.vision.image_height > 0 || config.vision.train_vision_tower ||

@@ -218,20 +218,26 @@ std::string method_from_path(const std::string& path) {
 }
 
 Status warn_unmodelled_hf(Mapper& m) {
-  // transformers' use_liger_kernel (TRL's older use_liger) patches the model with Liger's fused
-  // linear cross-entropy, RMSNorm, SwiGLU and RoPE: modelled for SFT. TRL's DPO/GRPO trainers use
-  // Liger's own preference/GRPO losses instead, which are not.
+  // transformers' use_liger_kernel (TRL's older use_liger) patches the model with Liger's RMSNorm,
+  // SwiGLU and RoPE, and SFT's loss with its fused linear cross-entropy. TRL's DPO and GRPO
+  // trainers use Liger's chunked DPO/GRPO losses instead: with use_liger_loss (TRL 0.17/0.19 to
+  // 0.27, the model not patched) or use_liger_kernel (TRL >= 0.25, the model patched too).
+  // docs/formulas.md#liger-dpo-grpo.
   const Method method = m.config().method;
   for (const char* k : {"use_liger_kernel", "use_liger", "use_liger_loss"}) {
     MEMPLAN_TRY(auto on, m.boolean(k));
     if (!on.value_or(false)) continue;
-    if (method == Method::kSft && std::string_view(k) != "use_liger_loss") {
-      m.set_loss_kernel(*m.node(k), k, LossKernel::kLiger, /*liger_kernels=*/true);
+    const bool loss_only = std::string_view(k) == "use_liger_loss";
+    if (method == Method::kSft && loss_only) {
+      m.warn_at(*m.node(k), "use_liger_loss is a DPO/GRPO option of TRL; an SFT loss is not changed by it");
       continue;
     }
-    m.warn_at(*m.node(k), fmt::format("{}: TRL's Liger {} loss is not modelled; the loss is estimated as eager "
-                                      "(the full logits), so the estimate is too high by about the logits",
-                                      k, to_string(method)));
+    m.set_loss_kernel(*m.node(k), k, LossKernel::kLiger, /*liger_kernels=*/!loss_only);
+    if (!loss_only && method != Method::kSft)
+      m.warn_at(*m.node(k), fmt::format("{}: read as TRL >= 0.25 does, Liger's {} loss and module kernels; TRL "
+                                        "0.17 to 0.24 patch only the modules with it (use_liger_loss selects the "
+                                        "loss), and their eager loss holds the full logits",
+                                        k, to_string(method)));
   }
   MEMPLAN_TRY(auto offload, m.boolean("activation_offloading"));
   if (offload.value_or(false))

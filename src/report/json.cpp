@@ -86,6 +86,8 @@ json to_json(const TrainingConfig& c) {
             {"gradient_checkpointing", c.gradient_checkpointing},
             {"use_reentrant", c.gradient_checkpointing ? json(c.reentrant_checkpointing()) : json(nullptr)},
             {"attn_implementation", to_string(c.attn_impl())},
+            {"loss_kernel", to_string(c.loss_kernel)},
+            {"liger_kernels", c.liger_kernels},
             {"device", to_string(c.device)}};
   if (c.lora.enabled) {
     j["peft"] = {{"lora_r", c.lora.r},

@@ -182,8 +182,9 @@ std::string why_text(const io::ResolvedInputs& in, const Plan& p) {
                      g.micro_batch, gen.processes, gen.steps_per_generation, gen.generation_batch, gen.prompts,
                      gen.prompts == 1 ? "" : "s", gen.num_generations);
     if (r.choice == BatchChoice::kGrpoDivisible && r.largest)
-      s += fmt::format(" (micro-batch {} fits but would need grad-accum {})", r.largest->micro_batch,
-                       r.largest->grad_accum);
+      s += fmt::format(" (micro-batch {} fits on its own, but TRL would need grad-accum {} with it, "
+                       "which does not fit)",
+                       r.largest->micro_batch, r.largest->grad_accum);
   }
   return s;
 }

@@ -133,3 +133,22 @@ TEST_CASE("--fsdp-reshard-after-forward and --loss-parallel: accepted where they
   CHECK(no_tp.err.find("--loss-parallel splits the vocabulary over tensor-parallel ranks: it needs "
                        "--tensor-parallel > 1") != std::string::npos);
 }
+
+TEST_CASE("a loss kernel shows in the summary line and in the JSON inputs") {
+  const std::vector<std::string> base{"estimate", "--model-params", "1B", "--method", "dpo", "--use-peft",
+                                      "--torch-dtype", "bfloat16", "--batch", "2", "--seq-len", "512"};
+  auto with = base;
+  with.insert(with.end(), {"--loss-kernel", "liger"});
+  auto text = run_cli(with);
+  INFO(text.err);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find(" · LoRA r=16 · liger loss · sdpa attention · ") != std::string::npos);
+  with.insert(with.end(), {"--format", "json", "--liger"});
+  auto js = run_cli(with);
+  REQUIRE(js.code == 0);
+  CHECK(js.out.find("\"loss_kernel\": \"liger\"") != std::string::npos);
+  CHECK(js.out.find("\"liger_kernels\": true") != std::string::npos);
+  auto plain = run_cli(base);
+  REQUIRE(plain.code == 0);
+  CHECK(plain.out.find(" loss · ") == std::string::npos);
+}

@@ -279,3 +279,39 @@ TEST_CASE("LoRA on o_proj only: estimated (every layer simulated when the reduce
     CHECK(peaks[2] - peaks[1] == peaks[1] - peaks[0]);
   }
 }
+
+// TRL's Liger DPO loss in the step (docs/formulas.md#liger-dpo-grpo): the logit buffers are one
+// chosen/rejected pair's, 2(s - 1) rows, whatever the batch; the eager loss holds all 2b(s - 1).
+// toy_llama with a 64,000-token vocabulary so that the loss sets the forward's peak: at s = 65 a
+// pair is 128 rows x 64,000 = 8,192,000 logits, 10 bytes each while the reference's are computed
+// beside the policy's fp32 log-probs, plus the pair's cat copies (2 x 128 x 256 x 2) and labels
+// (128 x 8) in the same category.
+TEST_CASE("Liger DPO holds one pair's logits whatever the batch") {
+  ModelSpec m = memplan::testing::toy_llama(4);
+  m.vocab_size = 64000;
+  TrainingConfig c;
+  c.method = Method::kDpo;
+  c.torch_dtype = DType::kBFloat16;
+  c.seq_len = 65;
+  c.loss_kernel = LossKernel::kLiger;
+  auto est = Estimator::create(m, c);
+  REQUIRE(est);
+  for (const std::int64_t b : {1, 2, 4}) {
+    INFO("b = " << b);
+    auto fwd = est->at_phase(b, 65, Phase::kForward);
+    REQUIRE(fwd);
+    require_consistent(*fwd);
+    CHECK(component(*fwd, "logits_and_loss") == 8'192'000LL * 10 + 2 * 128 * 256 * 2 + 128 * 8);
+  }
+  // The eager loss at b = 4: the policy's 4 x 2 x 64 x 64,000 bf16 logits alone are 65.5 MB.
+  c.loss_kernel = LossKernel::kEager;
+  auto eager = Estimator::create(m, c);
+  REQUIRE(eager);
+  auto eager_fwd = eager->at_phase(4, 65, Phase::kForward);
+  REQUIRE(eager_fwd);
+  CHECK(component(*eager_fwd, "logits_and_loss") > 4LL * 2 * 64 * 64000 * 2);
+  auto liger_fwd = est->at_phase(4, 65, Phase::kForward);
+  REQUIRE(liger_fwd);
+  CHECK(liger_fwd->peak < eager_fwd->peak);
+  CHECK(liger_fwd->warnings.empty());  // modelled: no "estimated as eager" warning
+}

@@ -1168,13 +1168,26 @@ TEST_CASE("memory features memplan does not model are located warnings") {
   CHECK(h.inputs.config.loss_kernel == LossKernel::kLiger);
   CHECK(h.inputs.config.liger_kernels);
   CHECK(origin(h, "loss_kernel") == "h.yaml:4");
-  // GRPO: TRL's Liger GRPO loss is not modelled.
+  // GRPO: TRL's Liger GRPO loss and the module kernels, as TRL >= 0.25 reads use_liger_kernel,
+  // with a warning naming the older meaning.
   fs.files["r.yaml"] = "model_name_or_path: m\nbf16: true\ngradient_checkpointing: true\nnum_generations: 8\nuse_liger_kernel: true\n";
   const LoadedConfig r = load_ok(fs, {"r.yaml"});
-  CHECK(r.inputs.config.loss_kernel == LossKernel::kEager);
-  CHECK(warnings(r) == std::vector<std::string>{"r.yaml:5: use_liger_kernel: TRL's Liger grpo loss is not modelled; "
-                                                "the loss is estimated as eager (the full logits), so the estimate is "
-                                                "too high by about the logits"});
+  CHECK(r.inputs.config.loss_kernel == LossKernel::kLiger);
+  CHECK(r.inputs.config.liger_kernels);
+  CHECK(warnings(r) == std::vector<std::string>{"r.yaml:5: use_liger_kernel: read as TRL >= 0.25 does, Liger's grpo "
+                                                "loss and module kernels; TRL 0.17 to 0.24 patch only the modules "
+                                                "with it (use_liger_loss selects the loss), and their eager loss holds "
+                                                "the full logits"});
+  // use_liger_loss (TRL 0.17/0.19 to 0.27): the loss alone, the model unpatched; in SFT a warning.
+  fs.files["l.yaml"] = "model_name_or_path: m\nbf16: true\ngradient_checkpointing: true\nbeta: 0.1\nmax_prompt_length: 8\nuse_liger_loss: true\n";
+  const LoadedConfig l = load_ok(fs, {"l.yaml"});
+  CHECK(l.inputs.config.method == Method::kDpo);
+  CHECK(l.inputs.config.loss_kernel == LossKernel::kLiger);
+  CHECK_FALSE(l.inputs.config.liger_kernels);
+  CHECK(warnings(l).empty());
+  fs.files["s.yaml"] = "model_name_or_path: m\nbf16: true\ngradient_checkpointing: true\nuse_liger_loss: true\n";
+  CHECK(warnings(load_ok(fs, {"s.yaml"})) ==
+        std::vector<std::string>{"s.yaml:4: use_liger_loss is a DPO/GRPO option of TRL; an SFT loss is not changed by it"});
   fs.files["a.yaml"] = "base_model: m\nsequence_len: 512\ncontext_parallel_size: 4\nunfrozen_parameters:\n  - a\n";
   CHECK(warnings(load_ok(fs, {"a.yaml"})) ==
         std::vector<std::string>{"a.yaml:3: context_parallel_size = 4 is not modelled: each GPU holds 1/4 of every "

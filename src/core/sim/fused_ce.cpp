@@ -1,6 +1,8 @@
 #include "core/sim/fused_ce.hpp"
 
 #include <algorithm>
+#include <initializer_list>
+#include <vector>
 
 namespace memplan::sim {
 
@@ -141,6 +143,136 @@ int liger_fused_linear_cross_entropy(Graph& g, Ops& ops, const LossHead& h) {
   g.drop(target);
   g.drop(padded);
   return loss;
+}
+
+// ---- TRL's Liger DPO and GRPO losses (Liger-Kernel chunked_loss/)
+
+namespace {
+
+// What both bases do after the chunk loop: the chunks' input gradients (kept in a list, as views
+// of each chunk's gradient) concatenated, the list released, and the autograd node whose
+// backward returns the saved gradients, scaled into new tensors when grad_output != 1.
+int finish_chunked(Graph& g, const ChunkedLossHead& h, std::initializer_list<int> grads_list, int grad_weight) {
+  const DT xdt = g.at(h.hidden).dt;
+  const int grad_input = g.make(h.rows * h.hidden_size, xdt, Cat::kActivationGrads);  // torch.cat(grad_inputs)
+  for (const int t : grads_list) g.drop(t);
+  const bool scaled = h.scaled_grad;
+  const int loss = scalar_node(g, {h.hidden, h.weight}, {grad_input, grad_weight},
+                               [x = h.hidden, w = h.weight, gi = grad_input, gw = grad_weight, scaled](Bwd& c) {
+                                 if (c.needs(x)) {
+                                   if (scaled) c.give(x, c.like(gi)); else c.pass(x, gi);
+                                 }
+                                 // A frozen head (LoRA) gets no gradient: the computed one is dropped.
+                                 if (c.needs(w)) {
+                                   if (scaled) c.give(w, c.like(gw, Cat::kGradients)); else c.pass(w, gw);
+                                 }
+                               });
+  g.drop(grad_input);
+  g.drop(grad_weight);
+  return loss;
+}
+
+}  // namespace
+
+int liger_fused_linear_preference(Graph& g, Ops& ops, const ChunkedLossHead& h) {
+  const DT xdt = g.at(h.hidden).dt, wdt = g.at(h.weight).dt;
+  const std::int64_t V = h.vocab, H = h.hidden_size;
+  const std::optional<DT> ac = ops.autocast();
+  const DT logit_dt = ac ? *ac : xdt;  // input_chunk @ weight.t()
+  const bool prev = g.grad_enabled();
+  g.set_grad_enabled(false);  // an autograd.Function's forward
+  // grad_weight = zeros_like(weight): always, since grad_and_value differentiates the weight
+  // (argnums 0 and 1) whether it trains or not.
+  const int grad_weight = g.make(g.at(h.weight).numel, wdt, Cat::kGradients);
+  // The earlier chunks' input gradients, alive in the list when the last chunk runs.
+  const int earlier = g.make((h.rows - h.chunk_rows) * H, xdt, Cat::kActivationGrads);
+  // The last chunk: torch.cat of its chosen and rejected rows (a copy, policy and reference) and
+  // of their labels.
+  const int xc = g.make(h.chunk_rows * H, xdt, Cat::kLogits);
+  const int rc = h.ref_hidden >= 0 ? g.make(h.chunk_rows * H, g.at(h.ref_hidden).dt, Cat::kLogits) : -1;
+  const int tc = g.make(h.chunk_rows, DT::kI64, Cat::kLogits);
+  // torch.compile(grad_and_value(compute_loss)): Inductor decides which (chunk x V) buffers
+  // exist. memplan keeps the policy's fp32 log-probs for the gradient, the reference's logits and
+  // fp32 log-probs beside them, then the log-probs' fp32 gradient: 8 bytes per logit without a
+  // reference, as Liger's published compiled benchmark grows (docs/formulas.md#liger-dpo-grpo).
+  const Poly cv = h.chunk_rows * V;
+  const int logits = g.make(cv, logit_dt, Cat::kLogits);
+  const int logp = g.make(cv, DT::kF32, Cat::kLogits);
+  g.drop(logits);
+  if (rc >= 0) {
+    const int rl = g.make(cv, logit_dt, Cat::kLogits);
+    const int rlp = g.make(cv, DT::kF32, Cat::kLogits);
+    g.drop(rl);
+    g.drop(rlp);
+  }
+  const int dlogp = g.make(cv, DT::kF32, Cat::kLogits);
+  g.drop(logp);
+  g.drop(dlogp);
+  const int dlogits = g.make(cv, logit_dt, Cat::kLogits);
+  // chunk_grad_input (kept in the list) and chunk_grad_weight (a V x H temporary, add_-ed).
+  const int chunk_gi = g.make(h.chunk_rows * H, xdt, Cat::kActivationGrads);
+  const int chunk_gw = g.make(g.at(h.weight).numel, wdt, Cat::kGradients);
+  g.drop(dlogits);
+  g.drop(chunk_gw);
+  g.drop(xc);
+  if (rc >= 0) g.drop(rc);
+  g.drop(tc);
+  g.set_grad_enabled(prev);
+  return finish_chunked(g, h, {earlier, chunk_gi}, grad_weight);
+}
+
+int liger_fused_linear_grpo(Graph& g, Ops& ops, const ChunkedLossHead& h) {
+  const DT xdt = g.at(h.hidden).dt, wdt = g.at(h.weight).dt;
+  const std::int64_t V = h.vocab, H = h.hidden_size;
+  const std::optional<DT> ac = ops.autocast();
+  const DT logit_dt = ac ? *ac : xdt;
+  const bool prev = g.grad_enabled();
+  g.set_grad_enabled(false);
+  // zeros_like(weight), always: the base detaches the weight and requires its gradient.
+  const int grad_weight = g.make(g.at(h.weight).numel, wdt, Cat::kGradients);
+  const int earlier = g.make((h.rows - h.chunk_rows) * H, xdt, Cat::kActivationGrads);
+  // The last sequence. _selective_logprob_forward: per tile (at most 2048 rows x 4096 vocabulary
+  // entries) the logits in the input dtype, their fp32 copy and exp(logits - max); the (C) fp32
+  // log-probs and log-normalizer (saved) survive. The tile is bounded by a constant: it is
+  // min(C, 2048) rows, not a polynomial.
+  const Poly tile = Poly::constant(kLigerTileRows * std::min(V, kLigerTileVocab));
+  const int logz = g.make(h.chunk_rows, DT::kF32, Cat::kLogits);
+  const int logps = g.make(h.chunk_rows, DT::kF32, Cat::kLogits);
+  {
+    const int t1 = g.make(tile, logit_dt, Cat::kLogits);
+    const int t2 = g.make(tile, DT::kF32, Cat::kLogits);
+    const int t3 = g.make(tile, DT::kF32, Cat::kLogits);
+    g.drop(t1);
+    g.drop(t2);
+    g.drop(t3);
+  }
+  // _selective_logprob_backward, run in the forward by torch.autograd.grad: fp32 zeros for the
+  // sequence's input gradient and for the whole weight gradient; per tile the logits again (input
+  // dtype, fp32), the probabilities and their gradient (fp32), the weight tile and the input rows
+  // in fp32 and their products.
+  const int gh32 = g.make(h.chunk_rows * H, DT::kF32, Cat::kActivationGrads);
+  const int gw32 = g.make(g.at(h.weight).numel, DT::kF32, Cat::kGradients);
+  {
+    const std::int64_t vt = std::min(V, kLigerTileVocab);
+    std::vector<int> t{g.make(tile, logit_dt, Cat::kLogits), g.make(tile, DT::kF32, Cat::kLogits),
+                       g.make(tile, DT::kF32, Cat::kLogits), g.make(tile, DT::kF32, Cat::kLogits),
+                       g.make(Poly::constant(vt * H), DT::kF32, Cat::kLogits),
+                       g.make(Poly::constant(kLigerTileRows * H), DT::kF32, Cat::kLogits),
+                       g.make(Poly::constant(kLigerTileRows * H), DT::kF32, Cat::kLogits),
+                       g.make(Poly::constant(vt * H), DT::kF32, Cat::kLogits)};
+    for (const int x : t) g.drop(x);
+  }
+  // Returned in the input's and the weight's dtypes (.to(): copies beside the fp32 ones, unless
+  // that dtype is fp32).
+  const int chunk_gi = xdt == DT::kF32 ? gh32 : g.make(h.chunk_rows * H, xdt, Cat::kActivationGrads);
+  const int chunk_gw = wdt == DT::kF32 ? gw32 : g.make(g.at(h.weight).numel, wdt, Cat::kGradients);
+  if (chunk_gi != gh32) g.drop(gh32);
+  if (chunk_gw != gw32) g.drop(gw32);
+  g.drop(logz);
+  g.drop(logps);
+  g.drop(chunk_gw);  // grad_weight.add_(chunk_grad_weight)
+  g.set_grad_enabled(prev);
+  return finish_chunked(g, h, {earlier, chunk_gi}, grad_weight);
 }
 
 // ---- torchtune LinearCrossEntropyLoss (torchtune/modules/loss/cross_entropy_loss.py)

@@ -39,6 +39,32 @@ int chunked_linear_cross_entropy(Graph& g, Ops& ops, const LossHead& h, int chun
 // Apple's cut cross-entropy (linear_cross_entropy, impl "cce"): LSE forward, blockwise backward.
 int cut_cross_entropy(Graph& g, Ops& ops, const LossHead& h);
 
+// TRL's Liger losses for preference and RL training (docs/formulas.md#liger-dpo-grpo). Both
+// compute the gradients of every chunk inside their forward, keep the input's gradient chunk by
+// chunk, and save (grad_input, grad_weight) for a backward that only scales them.
+struct ChunkedLossHead {
+  int hidden = -1;      // (rows x H): the policy's hidden states (the final norm's output)
+  int weight = -1;      // lm_head.weight (V x H)
+  int ref_hidden = -1;  // DPO: the reference model's hidden states (no grad), or -1
+  int ref_weight = -1;  // DPO: the reference lm_head.weight
+  Poly rows;            // rows the loss covers
+  Poly chunk_rows;      // rows of one chunk (chunk_size 1: a chosen/rejected pair; one sequence)
+  std::int64_t vocab = 0;
+  std::int64_t hidden_size = 0;
+  // grad_output != 1 (the Trainer divides the loss by the accumulation steps): backward makes
+  // scaled copies of both saved gradients.
+  bool scaled_grad = true;
+};
+// LigerFusedLinearDPOLoss (Liger-Kernel chunked_loss/fused_linear_preference.py, >= 0.5.10), as
+// TRL's DPOTrainer._compute_loss_liger calls it (TRL >= 0.29).
+int liger_fused_linear_preference(Graph& g, Ops& ops, const ChunkedLossHead& h);
+// LigerFusedLinearGRPOLoss on LigerFusedLinearPPOBase (chunked_loss/fused_linear_ppo.py,
+// >= 0.8: the vocabulary streamed in tiles), as TRL's GRPOTrainer.compute_liger_loss calls it.
+int liger_fused_linear_grpo(Graph& g, Ops& ops, const ChunkedLossHead& h);
+// Liger >= 0.8's selective log-prob tiles: up to 2048 rows by 4096 vocabulary entries.
+inline constexpr std::int64_t kLigerTileRows = 2048;
+inline constexpr std::int64_t kLigerTileVocab = 4096;
+
 // Liger RMSNorm (ops/rms_norm.py, in_place=True): y and an fp32 rstd per row; saves x, w, rstd;
 // backward writes dx into dy and reduces an (sm_count x H) fp32 partial dW.
 int liger_rms_norm(Graph& g, Ops& ops, int x, int w, const Poly& numel, const Poly& rows);

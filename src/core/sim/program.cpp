@@ -204,6 +204,15 @@ class Step {
   int to_output_dtype(int logits);
   int sft_loss(int logits);
   int fused_sft_loss(int h);  // final norm, then a loss kernel on the hidden states (fused_ce.cpp)
+  // The backbone's last_hidden_state: the final norm's output (gathered under sequence
+  // parallelism), after the model's forward locals are gone.
+  int final_hidden(int h);
+  int head_weight() const;  // lm_head's weight, or the tied embedding's
+  // A Liger chunked loss on x (rows x H) with the policy's head, `chunk_rows` per chunk.
+  ChunkedLossHead chunked_head(int x, const Poly& rows, const Poly& chunk_rows) const;
+  int reference_hidden();   // the reference backbone's last_hidden_state, without grad
+  int dpo_liger_loss();
+  int grpo_liger_loss(int ref_logps);
   int selective_log_softmax(int logits, const Poly& rows, std::int64_t rows_per_seq_offset);
   int entropy_no_grad(int logits, const Poly& rows);
   // The no-grad reference forward (frozen copy, or the policy with adapters disabled) up to the
@@ -1897,14 +1906,9 @@ void Step::drop_forward_locals() {
 // number of positions kept (tokens); fewer than all makes the middle slice a real one.
 int Step::head_logits(int h, const Poly& rows) {
   const std::int64_t hs = m_.hidden_size, V = m_.vocab_size;
-  ops_.cat = Cat::kActivations;
-  int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, htok());
-  if (seq_par()) {  // the output layer's input is gathered over the sequence
-    const int g = sp_region(hn, tok(hs));
-    g_.drop(hn);
-    hn = g;
-  }
-  drop_forward_locals();  // LlamaModel.forward returns: its locals (mask, rotary tables) go
+  // The output layer's input is gathered over the sequence; LlamaModel.forward returns, so its
+  // locals (mask, rotary tables) go.
+  const int hn = final_hidden(h);
   const bool all = rows == tok(1);
   const int s1 = ops_.slice(hn, tok(hs), true);
   const int s2 = ops_.slice(s1, rows * hs, all);
@@ -1913,11 +1917,7 @@ int Step::head_logits(int h, const Poly& rows) {
   g_.drop(s1);
   g_.drop(s2);
   ops_.cat = Cat::kLogits;
-  const int head = w_->lm_head_copy >= 0 ? w_->lm_head_copy
-                   : w_->lm_head >= 0    ? w_->lm_head
-                   : w_->embed_copy >= 0 ? w_->embed_copy
-                                         : w_->embed;
-  int logits = ops_.linear(s3, head, -1, rows * V);
+  int logits = ops_.linear(s3, head_weight(), -1, rows * V);
   g_.drop(s3);
   if (m_.final_logit_softcap > 0) {  // Gemma 2: logits / cap, tanh, * cap
     const int a = ops_.scalar_op(logits);
@@ -2049,7 +2049,7 @@ int Step::sft_loss(int logits) {
 
 // The final norm and a loss kernel that takes the hidden states and the output weight instead
 // of logits (docs/formulas.md#fused-cross-entropy).
-int Step::fused_sft_loss(int h) {
+int Step::final_hidden(int h) {
   const std::int64_t hs = m_.hidden_size;
   ops_.cat = Cat::kActivations;
   int hn = norm(h, w_->final_norm, w_->final_norm_b, hs, htok());
@@ -2059,11 +2059,31 @@ int Step::fused_sft_loss(int h) {
     hn = g;
   }
   drop_forward_locals();
-  const int head = w_->lm_head_copy >= 0 ? w_->lm_head_copy
-                   : w_->lm_head >= 0    ? w_->lm_head
-                   : w_->embed_copy >= 0 ? w_->embed_copy
-                                         : w_->embed;
-  const LossHead lh{hn, head, tok(1), per_seq(1), m_.vocab_size, hs, sp_.ops.cuda};
+  return hn;
+}
+
+ChunkedLossHead Step::chunked_head(int x, const Poly& rows, const Poly& chunk_rows) const {
+  ChunkedLossHead lh;
+  lh.hidden = x;
+  lh.weight = head_weight();
+  lh.rows = rows;
+  lh.chunk_rows = chunk_rows;
+  lh.vocab = m_.vocab_size;
+  lh.hidden_size = m_.hidden_size;
+  return lh;
+}
+
+int Step::head_weight() const {
+  return w_->lm_head_copy >= 0 ? w_->lm_head_copy
+         : w_->lm_head >= 0    ? w_->lm_head
+         : w_->embed_copy >= 0 ? w_->embed_copy
+                               : w_->embed;
+}
+
+int Step::fused_sft_loss(int h) {
+  const std::int64_t hs = m_.hidden_size;
+  const int hn = final_hidden(h);
+  const LossHead lh{hn, head_weight(), tok(1), per_seq(1), m_.vocab_size, hs, sp_.ops.cuda};
   int loss = -1;
   switch (sp_.loss_kernel) {
     case LossKernel::kLiger: loss = liger_fused_linear_cross_entropy(g_, ops_, lh); break;
@@ -2210,7 +2230,73 @@ int small_from(Graph& g, int x, const Poly& numel) {
   return y;
 }
 
+// The reference backbone (ref_model.base_model, or the policy with its adapters disabled) under
+// no_grad: its last_hidden_state, no output layer.
+int Step::reference_hidden() {
+  Weights* saved_w = w_;
+  if (sp_.ref == RefKind::kCopy) w_ = &ref_;
+  adapters_off_ = sp_.ref == RefKind::kAdaptersDisabled;
+  const bool prev = g_.grad_enabled();
+  g_.set_grad_enabled(false);
+  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+  g_.set_segment(kSegRefPre);
+  const int h = embed_and_layers(false);
+  g_.set_segment(kSegRefHead);
+  const int hn = final_hidden(h);
+  g_.drop(h);
+  if (sp_.autocast) ops_.exit_autocast();
+  g_.set_grad_enabled(prev);
+  adapters_off_ = false;
+  w_ = saved_w;
+  return hn;
+}
+
+// TRL >= 0.29 DPOTrainer._compute_loss_liger (docs/formulas.md#liger-dpo-grpo): the backbone
+// without lm_head on [2b, s], the hidden states shifted into a contiguous copy, the reference's
+// likewise, and LigerFusedLinearDPOLoss on them with both output weights.
+int Step::dpo_liger_loss() {
+  const std::int64_t hs = m_.hidden_size;
+  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+  const int h = embed_and_layers(true);
+  g_.set_segment(kSegHead);
+  const int hn = final_hidden(h);  // outputs.last_hidden_state: alive until the loss returns
+  g_.drop(h);
+  const Poly rows = tok(1) - per_seq(1);
+  const int sl = ops_.slice(hn, rows * hs, false);  // [:, :-1]
+  const int x = ops_.clone(sl);                     // .contiguous()
+  g_.drop(sl);
+  const int labels = g_.make(rows, DT::kI64, Cat::kInputs);  // input_ids[:, 1:].clone()
+  int rx = -1, rhn = -1;
+  if (sp_.ref != RefKind::kNone) {
+    rhn = reference_hidden();
+    g_.set_segment(kSegHead);
+    const bool prev = g_.grad_enabled();
+    g_.set_grad_enabled(false);
+    rx = g_.make(rows * hs, g_.at(rhn).dt, Cat::kActivations);
+    g_.set_grad_enabled(prev);
+  }
+  // chunk_size 1: one pair of s - 1 rows.
+  ChunkedLossHead lh = chunked_head(x, rows, Poly::mono(kS, 2) - Poly::constant(2));
+  lh.ref_hidden = rx;
+  if (rx >= 0) {
+    Weights* saved_w = w_;
+    if (sp_.ref == RefKind::kCopy) w_ = &ref_;
+    lh.ref_weight = head_weight();
+    w_ = saved_w;
+  }
+  const int loss = liger_fused_linear_preference(g_, ops_, lh);
+  if (sp_.autocast) ops_.exit_autocast();
+  // _compute_loss_liger returns: the outputs, the copies and the labels go.
+  g_.drop(x);
+  g_.drop(hn);
+  g_.drop(labels);
+  if (rx >= 0) g_.drop(rx);
+  if (rhn >= 0) g_.drop(rhn);
+  return loss;
+}
+
 int Step::dpo_loss() {
+  if (sp_.loss_kernel == LossKernel::kLiger) return dpo_liger_loss();
   // DPOTrainer._compute_loss: one policy forward on [2b, s] (chosen, then rejected).
   const std::int64_t V = m_.vocab_size;
   if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
@@ -2262,7 +2348,33 @@ int Step::dpo_loss() {
   return loss;
 }
 
+// TRL >= 1.5 GRPOTrainer.compute_liger_loss with Liger >= 0.8 (docs/formulas.md#liger-dpo-grpo):
+// the backbone's last_hidden_state on [b, P + C], sliced to the completion ([:, :-1] then
+// [:, -C:]: views of it), and LigerFusedLinearGRPOLoss one sequence at a time. The reference
+// log-probs come from the scoring pass, as for the eager loss.
+int Step::grpo_liger_loss(int ref_logps) {
+  const std::int64_t hs = m_.hidden_size;
+  const Poly rows = tok(1) - per_seq(sp_.prompt_len);  // b * C
+  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
+  const int h = embed_and_layers(true);
+  g_.set_segment(kSegHead);
+  const int hn = final_hidden(h);
+  g_.drop(h);
+  const int s1 = ops_.slice(hn, (tok(1) - per_seq(1)) * hs, false);
+  const int x = ops_.slice(s1, rows * hs, false);
+  g_.drop(s1);
+  // chunk_size 1: one completion of C rows.
+  const int loss =
+      liger_fused_linear_grpo(g_, ops_, chunked_head(x, rows, Poly::mono(kS, 1) - Poly::constant(sp_.prompt_len)));
+  if (sp_.autocast) ops_.exit_autocast();
+  g_.drop(x);
+  g_.drop(hn);
+  if (ref_logps >= 0) g_.drop(ref_logps);
+  return loss;
+}
+
 int Step::grpo_loss(int ref_logps) {
+  if (sp_.loss_kernel == LossKernel::kLiger) return grpo_liger_loss(ref_logps);
   // GRPOTrainer._compute_loss on b completions of P + C tokens: logits_to_keep = C + 1.
   const std::int64_t V = m_.vocab_size;
   const Poly keep = tok(1) - per_seq(sp_.prompt_len - 1);  // b * (C + 1)

@@ -111,3 +111,74 @@ TEST_CASE("torchtune's chunked loss keeps fp32 log-probs of every chunk, never t
   g.drop(hidden);
   g.drop(loss);
 }
+
+// TRL's Liger DPO loss (docs/formulas.md#liger-dpo-grpo). bf16, no autocast, V = 64, H = 16; b = 2
+// pairs of s = 9 tokens: rows = 2b(s - 1) = 32, a chunk is one pair, 2(s - 1) = 16 rows of
+// 16 x 64 = 1024 logits.
+TEST_CASE("Liger DPO: one pair's logits at a time, the input gradient kept chunk by chunk, V x H twice") {
+  const std::int64_t V = 64, H = 16;
+  for (const bool ref : {true, false}) {
+    INFO("reference " << ref);
+    Graph g;
+    Ops ops(g, OpsBehaviour{true, false, false, true});
+    const Poly rows = Poly::mono(kBS, 2) - Poly::mono(kB, 2);
+    ChunkedLossHead h;
+    h.hidden = g.make(rows * H, DT::kBF16, Cat::kActivations, true);
+    h.weight = g.param(Poly::constant(V * H), DT::kBF16, Cat::kWeights, true);
+    if (ref) {
+      h.ref_hidden = g.make(rows * H, DT::kBF16, Cat::kActivations);
+      h.ref_weight = g.param(Poly::constant(V * H), DT::kBF16, Cat::kReference, false);
+    }
+    h.rows = rows;
+    h.chunk_rows = Poly::mono(kS, 2) - Poly::constant(2);
+    h.vocab = V;
+    h.hidden_size = H;
+    const int loss = liger_fused_linear_preference(g, ops, h);
+    // Inputs: hidden 32 x 16 x 2 = 1024 and weight 64 x 16 x 2 = 2048 (and the reference's the
+    // same). Through the chunk: grad_weight 2048, the other chunk's input gradient 16 x 16 x 2 =
+    // 512, the cat copies of the pair (512, and 512 for the reference) and its labels 16 x 8.
+    const std::int64_t inputs = ref ? 6144 : 3072;
+    const std::int64_t resident = inputs + 2048 + 512 + 512 + (ref ? 512 : 0) + 128;
+    // Logit buffers (1024 elements): with a reference, the policy's fp32 log-probs (4096) beside
+    // the reference's bf16 logits (2048) and fp32 log-probs (4096); without, the log-probs and
+    // their fp32 gradient (4096 + 4096).
+    CHECK(graph_peak(g, 2, 9) == resident + (ref ? 10240 : 8192));
+    // After the forward: the inputs, the saved grad_input (1024) and grad_weight (2048), the loss.
+    CHECK(g.live_total().eval(2, 9) == inputs + 1024 + 2048 + 4);
+    g.backward(loss, 0);
+    // The scaled copies (1024 + 2048) come after the forward's peak; the policy head gets its
+    // gradient, the reference's none.
+    CHECK(graph_peak(g, 2, 9) == resident + (ref ? 10240 : 8192));
+    REQUIRE(g.at(h.weight).grad >= 0);
+    CHECK(g.at(g.at(h.weight).grad).numel.eval(2, 9) == V * H);
+    if (ref) CHECK(g.at(h.ref_weight).grad < 0);
+  }
+}
+
+// TRL's Liger GRPO loss on Liger >= 0.8: no (C x V) logits, but every sequence's backward makes an
+// fp32 V x H weight gradient and its bf16 copy beside the persistent one. V = 64, H = 16, P = 4;
+// b = 2 sequences of s = 12: C = 8, rows 16. A tile is 2048 x 64 elements.
+TEST_CASE("Liger GRPO (>= 0.8): vocabulary tiles, an fp32 V x H gradient per sequence") {
+  const std::int64_t V = 64, H = 16;
+  Graph g;
+  Ops ops(g, OpsBehaviour{true, false, false, true});
+  ChunkedLossHead h;
+  h.rows = Poly::mono(kBS, 1) - Poly::mono(kB, 4);
+  h.chunk_rows = Poly::mono(kS, 1) - Poly::constant(4);
+  h.hidden = g.make(h.rows * H, DT::kBF16, Cat::kActivations, true);
+  h.weight = g.param(Poly::constant(V * H), DT::kBF16, Cat::kWeights, false);  // a frozen head (LoRA)
+  h.vocab = V;
+  h.hidden_size = H;
+  const int loss = liger_fused_linear_grpo(g, ops, h);
+  // Inputs 512 + 2048; grad_weight 2048 (allocated for a frozen head too); the other sequence's
+  // input gradient 8 x 16 x 2 = 256; log_z and log-probs 8 x 4 each; the backward's fp32 zeros for
+  // the sequence (8 x 16 x 4 = 512) and the weight (64 x 16 x 4 = 4096); its tiles: logits bf16
+  // and three fp32 (131072 x (2 + 12)), the weight tile and its product in fp32 (64 x 16 x 4 x 2)
+  // and two fp32 (2048 x 16) row blocks.
+  const std::int64_t resident = 512 + 2048 + 2048 + 256 + 64 + 512 + 4096;
+  const std::int64_t tiles = 131072 * 14 + 4096 * 2 + 131072 * 2;
+  CHECK(graph_peak(g, 2, 12) == resident + tiles);
+  CHECK(g.live_total().eval(2, 12) == 512 + 2048 + 512 + 2048 + 4);
+  g.backward(loss, 0);
+  CHECK(g.at(h.weight).grad < 0);  // computed, then dropped: the head is frozen
+}
