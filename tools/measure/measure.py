@@ -22,6 +22,7 @@ import time
 import torch
 
 import hf_bert
+import hf_deepseek
 import hf_deberta
 import hf_gemma3
 import hf_llama
@@ -32,6 +33,7 @@ import hf_qwen_vl
 import memtrace
 import optimizers
 import peft_lora
+import torchtune_loss
 import trl_steps
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -233,10 +235,13 @@ def build(case):
         return build_vlm(case)
     torch.manual_seed(0)
     t = case["training"]
-    # Gemma 3's text model (hf_gemma3) or the Llama family (hf_llama).
-    gemma = case["model"].get("model_type") in ("gemma3_text", "gemma2")
-    cfg = (hf_gemma3.Config if gemma else hf_llama.Config)(case["model"])
-    causal_lm = hf_gemma3.Gemma3ForCausalLM if gemma else hf_llama.LlamaForCausalLM
+    # Gemma 3's text model (hf_gemma3), DeepSeek-V3 (hf_deepseek) or the Llama family (hf_llama).
+    model_type = case["model"].get("model_type")
+    family = hf_gemma3 if model_type in ("gemma3_text", "gemma2") else hf_deepseek if model_type == "deepseek_v3" \
+        else hf_llama
+    cfg = family.Config(case["model"])
+    causal_lm = {hf_gemma3: hf_gemma3.Gemma3ForCausalLM, hf_deepseek: hf_deepseek.DeepseekV3ForCausalLM,
+                 hf_llama: hf_llama.LlamaForCausalLM}[family]
     # A decoder embedding model (head pooling): sentence-transformers loads AutoModel, no LM head.
     embedding = t.get("head") == "pooling"
     model = (hf_llama.LlamaModel(cfg) if embedding else causal_lm(cfg)).to(
@@ -297,7 +302,10 @@ def build(case):
             "input_ids": torch.randint(0, cfg.vocab_size, (b, s), generator=gen),
             "attention_mask": torch.ones(b, s, dtype=torch.long),
         }
-        inputs["labels"] = inputs["input_ids"].clone()
+        if t.get("loss_kernel") == "chunked":  # torchtune's recipe: the loss takes the hidden states
+            inputs["torchtune_labels"] = inputs["input_ids"].clone()
+        else:
+            inputs["labels"] = inputs["input_ids"].clone()
     return model, opt, inputs, ref
 
 
@@ -339,6 +347,11 @@ def forward_loss(model, inputs, autocast, t=None, ref=None):
     if isinstance(model, (hf_bert.Bert, hf_deberta.Deberta, hf_nomic.NomicBert, hf_modernbert.ModernBert)):
         with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
             return model(**inputs)
+    if "torchtune_labels" in inputs:
+        with memtrace.phase("forward"), torch.autocast("cpu", dtype=ac or torch.bfloat16, enabled=ac is not None):
+            hidden = model.model(inputs["input_ids"], inputs["attention_mask"])
+            targets = torchtune_loss.shifted_labels(inputs["torchtune_labels"])
+            return torchtune_loss.linear_cross_entropy(model.lm_head, hidden, targets)
     with memtrace.phase("forward"):
         if autocast:
             with torch.autocast("cpu", dtype=DTYPES[autocast]):

@@ -98,10 +98,13 @@ std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
   int out = -1, probs = -1;
   if (st.attn == AttnImpl::kEager) {
     // eager_attention_forward with one KV group: repeat_kv returns its input. query and key are
-    // contiguous cat outputs, so matmul folds them into bmm without a copy.
+    // contiguous cat outputs, so matmul folds them into bmm without a copy. value_states is a
+    // split of the transposed kv_b_proj output: with b > 1 matmul's reshape to (b * heads, s, v)
+    // copies it, bmm saves the copy, and the kv_b_proj output dies when the forward returns
+    // (measured: docs/accuracy.md#mla).
     probs = ops.eager_probs(query, ops.view(key), st.mask, st.scores, false, false);
     g.hold(probs);  // returned to the caller as well
-    out = ops.attention_output(probs, value, tok(nh * vd), false);
+    out = ops.attention_output(probs, value, tok(nh * vd), !st.one_sequence);
   } else {
     // SDPA (q/k and v head dims differ: the memory-efficient kernel) or flash_attention_2,
     // which needs one head dim: value is zero-padded to qk_head_dim (F.pad: a new tensor) and

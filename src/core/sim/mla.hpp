@@ -24,6 +24,7 @@ struct MlaStep {
   Poly heads_rows;     // tokens x num_heads: one fp32 logsumexp per row and head
   Poly scores;         // (b, heads, s, s) elements of the eager score matrix
   AttnImpl attn = AttnImpl::kEager;
+  bool one_sequence = false;  // b == 1: matmul folds the value view into bmm without a copy
   int mask = -1;       // additive causal mask (eager)
   int cos = -1;        // rotary tables (no grad)
   std::function<int(int x, const std::string& module, Poly out_numel)> linear;

@@ -641,7 +641,7 @@ int Step::rope(int x, Poly numel) { return ops_.rotary(x, cos_, sin_, numel); }
 
 std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   if (m_.is_mla()) {  // DeepSeek-V2/V3, Kimi K2: src/core/sim/mla.cpp
-    MlaStep st{g_, ops_, m_, tok(1), tok(m_.num_heads), scores(m_.num_heads), sp_.attn, mask_, cos_,
+    MlaStep st{g_, ops_, m_, tok(1), tok(m_.num_heads), scores(m_.num_heads), sp_.attn, one_sequence(), mask_, cos_,
                [this, &lp](int in, const std::string& name, Poly n) { return lin(in, lp.lin.at(name), n); },
                [this](int in, int w, std::int64_t width, Poly n) { return norm(in, w, -1, width, n); },
                [this](int in, Poly n) { return rope(in, n); }};
@@ -818,24 +818,67 @@ int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t wi
 }
 
 int Step::moe(int x, LayerParams& lp) {
-  // Routed experts, as transformers' eager MoE blocks: router logits, fp32 softmax, top-k; each
-  // expert runs on the tokens routed to it (balanced routing: tokens * k in all), scaled by its
-  // routing weight and index_add_-ed into a zero-initialised output.
+  // Routed experts, as transformers' eager MoE blocks (docs/formulas.md#the-model-forward): the router, top-k;
+  // each expert runs on the tokens routed to it (balanced routing: tokens * k in all), scaled by
+  // its routing weight and index_add_-ed into a zero-initialised output.
   const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts, k = m_.moe.experts_per_token;
+  const DT xdt = g_.at(x).dt;
+  // DeepseekV3MoE (DeepSeek-V3, Kimi K2): a sigmoid router on fp32 copies, its weights kept in
+  // fp32, so the weighted expert outputs and the output they are added into are fp32 too.
+  const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2";
   // The tokens this rank routes: all of them, or its s / t share when the sequence is not
   // gathered for the experts (ProgramSpec::moe_gather).
   const std::int64_t div = seq_par() && !sp_.moe_gather ? sp_.sequence_parallel : 1;
   const auto tok = [&](std::int64_t w) { return Poly::mono(tok_mono(), (w * seqs_per_forward() + div - 1) / div); };
-  const int logits = lin(x, lp.lin.at("gate"), tok(E));
-  const int probs = ops_.softmax_f32(logits);
-  g_.drop(logits);
-  const int topw = g_.make(tok(k), DT::kF32, ops_.cat);   // topk values (saved by the gather)
-  g_.node({probs}, {topw}, {}, [probs](Bwd& ctx) { ctx.give(probs, ctx.like(probs)); });
-  const int topi = g_.make(tok(k), DT::kI64, ops_.cat);
-  g_.drop(probs);
-  const int rw = ops_.to(topw, g_.at(x).dt);
-  g_.drop(topw);
-  const int out = g_.make(tok(h), g_.at(x).dt, ops_.cat);  // zeros, then index_add_
+  int topw = -1, topi = -1;
+  DT weights_dt = DT::kF32;
+  if (ds3) {
+    // DeepseekV3TopkRouter: F.linear(hidden.float(), weight.float()), sigmoid (saves its result),
+    // top-k under no_grad, scores.gather (saves the indices), topk_weights /= (sum + eps) in place
+    // (saves a copy of the weights before and the denominator), * routed_scaling_factor.
+    const LinearParams& gate = lp.lin.at("gate");
+    const int xf = ops_.to(x, DT::kF32);
+    const int wf = ops_.to(gate.w, DT::kF32);
+    const int logits = ops_.linear(xf, wf, -1, tok(E));
+    g_.drop(xf);
+    g_.drop(wf);
+    // Under autocast F.linear computes in the autocast dtype whatever the .float() casts did: the
+    // scores, weights and everything weighted by them follow the logits' dtype.
+    weights_dt = g_.at(logits).dt;
+    const int scores = ops_.tanh(logits);  // sigmoid: saves its result, as tanh does
+    g_.drop(logits);
+    topi = g_.make(tok(k), DT::kI64, ops_.cat);
+    const int gathered = g_.make(tok(k), weights_dt, ops_.cat);
+    g_.node({scores}, {gathered}, {topi}, [scores](Bwd& ctx) { ctx.give(scores, ctx.like(scores)); });
+    g_.drop(scores);
+    const int denom = g_.make(tok(1), weights_dt, ops_.cat);
+    g_.node({gathered}, {denom}, {}, [gathered](Bwd& ctx) { ctx.give(gathered, ctx.like(gathered)); });
+    const int before = g_.make(tok(k), weights_dt, ops_.cat);  // the in-place division's saved original
+    const int normed = g_.make(tok(k), weights_dt, ops_.cat);
+    g_.node({gathered, denom}, {normed}, {before, denom}, [gathered, denom](Bwd& ctx) {
+      ctx.give(gathered, ctx.like(gathered));
+      ctx.give(denom, ctx.like(denom));
+    });
+    g_.drop(before);
+    g_.drop(denom);
+    g_.drop(gathered);
+    topw = ops_.scalar_op(normed);
+    g_.drop(normed);
+  } else {
+    // Mixtral / Qwen-MoE: fp32 softmax, torch.topk (saves its indices).
+    const int logits = lin(x, lp.lin.at("gate"), tok(E));
+    const int probs = ops_.softmax_f32(logits);
+    g_.drop(logits);
+    topi = g_.make(tok(k), DT::kI64, ops_.cat);
+    topw = g_.make(tok(k), DT::kF32, ops_.cat);
+    g_.node({probs}, {topw}, {topi}, [probs](Bwd& ctx) { ctx.give(probs, ctx.like(probs)); });
+    g_.drop(probs);
+  }
+  // Mixtral casts the routing weights to the hidden dtype; DeepSeek keeps them fp32.
+  const int weights = ds3 ? topw : ops_.to(topw, xdt);
+  if (!ds3) g_.drop(topw);
+  const DT out_dt = ds3 ? weights_dt : xdt;
+  const int out = g_.make(tok(h), out_dt, ops_.cat);  // zeros (zeros_like(..., dtype=topk_weights.dtype))
   // Token-expert pairs this GPU's experts compute: tokens x k with balanced dropless routing;
   // with a capacity factor, every expert padded to its capacity (docs/formulas.md#expert-parallelism).
   const auto routed = [&](std::int64_t width) {
@@ -843,9 +886,20 @@ int Step::moe(int x, LayerParams& lp) {
                                    1000 * div - 1) /
                                       (1000 * div));
   };
-  // hidden_states[top_x] for every expert: tokens * k gathered rows; backward scatters them back.
-  const int xs = g_.make(routed(h), g_.at(x).dt, ops_.cat);
-  g_.node({x}, {xs}, {}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
+  // one_hot(topk_indices, num_experts) (int64), alive through the expert loop.
+  const int onehot = g_.make(tok(checked_mul(k, E)), DT::kI64, ops_.cat);
+  // torch.where(expert_mask[e]) per expert: the token and top-k slot of each pair (int64), kept by
+  // the gather of the rows, the routing weights' indexing and index_add_.
+  const int token_idx = g_.make(routed(1), DT::kI64, ops_.cat);
+  const int slot_idx = g_.make(routed(1), DT::kI64, ops_.cat);
+  // hidden_states[token_idx] for every expert: tokens * k gathered rows; backward scatters them back.
+  const int xs = g_.make(routed(h), xdt, ops_.cat);
+  g_.node({x}, {xs}, {token_idx}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
+  // routing_weights[token_idx, slot_idx]: the pairs' weights.
+  const int rw = g_.make(routed(1), g_.at(weights).dt, ops_.cat);
+  g_.node({weights}, {rw}, {token_idx, slot_idx}, [weights](Bwd& ctx) { ctx.give(weights, ctx.like(weights)); });
+  g_.drop(weights);
+  g_.drop(slot_idx);
   // Expert parallelism: an all-to-all sends the permuted tokens to the experts' GPUs and one
   // brings the outputs back; neither saves anything for backward, whose all-to-alls allocate
   // the same buffers for the gradients.
@@ -862,10 +916,23 @@ int Step::moe(int x, LayerParams& lp) {
   const int scaled = ops_.mul(e, rw, routed(h));
   g_.drop(e);
   g_.drop(rw);
-  const int summed = ops_.add(out, scaled, tok(h));
+  g_.drop(onehot);
+  // final_hidden_states.index_add_(0, token_idx, scaled): its backward
+  // (grad.index_select(dim, index).expand_as(source)) saves the source and the index.
+  int summed = g_.make(tok(h), out_dt, ops_.cat);
+  g_.node({out, scaled}, {summed}, {scaled, token_idx}, [out, scaled](Bwd& ctx) {
+    ctx.pass(out, ctx.grad());
+    ctx.give(scaled, ctx.like(scaled));
+  });
   g_.drop(out);
   g_.drop(scaled);
+  g_.drop(token_idx);
   g_.drop(topi);
+  if (out_dt != xdt) {  // final_hidden_states.type(hidden_states.dtype)
+    const int c = ops_.to(summed, xdt);
+    g_.drop(summed);
+    summed = c;
+  }
   int result = summed;
   if (m_.moe.num_shared_experts > 0) {
     const int sh = mlp(x, lp, "shared.", m_.moe.shared_intermediate_size * m_.moe.num_shared_experts, tok(1), false);

@@ -50,6 +50,7 @@ Run run(AttnImpl impl) {
              Poly::mono(kBS, 2),
              Poly::mono(kBSS, 2),
              impl,
+             false,
              mask,
              cos,
              [&](int in, const std::string& name, Poly n) {
@@ -75,13 +76,14 @@ Run run(AttnImpl impl) {
 TEST_CASE("MLA eager: the latent path's saved tensors, q/k at qk_head_dim, and the scores") {
   // Per token, bf16 (2 bytes): q_a_proj output 8 (saved by the norm), normed q 8 (saved by
   // q_b_proj), compressed_kv 10 (the latent view saved by kv_a_layernorm keeps it), normed latent
-  // 8 (saved by kv_b_proj), kv_b_proj output 16 (value_states, a view of it, saved by probs @ v),
+  // 8 (saved by kv_b_proj), value_states copied by matmul's reshape into bmm's batch (2 heads x
+  // 4 = 8, saved by probs @ v: the kv_b_proj output it is a view of dies with the forward),
   // query_states 12 and key_states 12 (saved by q @ k^T), the contiguous attention output 8
-  // (saved by o_proj) and o_proj's output 16: 98 values = 196 bytes. q_b_proj's output (12) and
+  // (saved by o_proj) and o_proj's output 16: 90 values = 180 bytes. q_b_proj's output (12) and
   // the rotary copies die with the forward. Scores: 2 heads x (fp32 softmax 4 + bf16 probs 2)
   // = 12 bytes per (b, s, s).
   const Run r = run(AttnImpl::kEager);
-  CHECK(r.saved_per_token == 196);
+  CHECK(r.saved_per_token == 180);
   CHECK(r.saved_per_bss == 12);
   CHECK(r.grads);
 }
