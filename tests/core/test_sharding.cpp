@@ -219,13 +219,15 @@ TEST_CASE("FSDP mixed precision adds the fp32 shards: 4 bytes of master copy and
   CHECK(e.error().to_string() == no_16bit);
 }
 
-// docs/formulas.md#reshard-after-forward. toy_llama(4) in bf16 on 8 GPUs: a decoder layer is
-// q, o (256 x 256), k, v (256 x 128), gate, up, down (256 x 688) and two norms: 725,504
-// parameters, 1,451,008 bytes. SHARD_GRAD_OP (FSDP1) and FSDP2 without reshard_after_forward keep
+// toy_llama's decoder layer: q, o (256 x 256), k, v (256 x 128), gate, up, down (256 x 688) and
+// two norms, 725,504 parameters; 1,451,008 bytes in bf16.
+constexpr std::int64_t kToyLayerParams = 725'504;
+constexpr std::int64_t kToyLayerBytes = kToyLayerParams * 2;
+
+// docs/formulas.md#reshard-after-forward. toy_llama(4) in bf16 on 8 GPUs. SHARD_GRAD_OP (FSDP1) and FSDP2 without reshard_after_forward keep
 // all four layers and the root unit unsharded outside the optimizer step, and only shards at it.
 TEST_CASE("SHARD_GRAD_OP and reshard_after_forward=False: every layer gathered until the step, shards at it") {
   const ModelSpec m = memplan::testing::toy_llama(4);
-  constexpr std::int64_t kLayer = 725'504 * 2;
   TrainingConfig c;
   c.torch_dtype = DType::kBFloat16;
   c.micro_batch = 2;
@@ -239,7 +241,7 @@ TEST_CASE("SHARD_GRAD_OP and reshard_after_forward=False: every layer gathered u
     REQUIRE(step);
     require_consistent(*step);
     const std::int64_t total = step->params.total;
-    const std::int64_t root = (total - 4 * 725'504) * 2;  // embedding, final norm, lm_head
+    const std::int64_t root = (total - 4 * kToyLayerParams) * 2;  // embedding, final norm, lm_head
     CHECK(component(*step, "weights") == (total * 2 + 7) / 8);
     CHECK(component(*step, "gathered_parameters") == 0);
     for (const Phase ph : {Phase::kForward, Phase::kBackward}) {
@@ -247,7 +249,7 @@ TEST_CASE("SHARD_GRAD_OP and reshard_after_forward=False: every layer gathered u
       REQUIRE(e);
       require_consistent(*e);
       CHECK(component(*e, "weights") == (total * 2 + 7) / 8);
-      CHECK(component(*e, "gathered_parameters") == 4 * kLayer + root - (root + 7) / 8);
+      CHECK(component(*e, "gathered_parameters") == 4 * kToyLayerBytes + root - (root + 7) / 8);
     }
   };
   SECTION("FSDP1 shard_grad_op") {
@@ -277,7 +279,6 @@ TEST_CASE("SHARD_GRAD_OP and reshard_after_forward=False: every layer gathered u
 // root unit (stage 0 the embedding, stage 1 the final norm and lm_head) less its half shard.
 TEST_CASE("reshard_after_forward=False under a pipeline keeps the stage's layers gathered") {
   const ModelSpec m = memplan::testing::toy_llama(8);
-  constexpr std::int64_t kLayer = 725'504 * 2;
   TrainingConfig c;
   c.torch_dtype = DType::kBFloat16;
   c.micro_batch = 1;
@@ -294,5 +295,5 @@ TEST_CASE("reshard_after_forward=False under a pipeline keeps the stage's layers
   REQUIRE(bwd);
   require_consistent(*bwd);
   const std::int64_t root = bwd->pipeline_rank == 0 ? 8000LL * 256 * 2 : (8000LL * 256 + 256) * 2;
-  CHECK(component(*bwd, "gathered_parameters") == 4 * kLayer + root - (root + 1) / 2);
+  CHECK(component(*bwd, "gathered_parameters") == 4 * kToyLayerBytes + root - (root + 1) / 2);
 }

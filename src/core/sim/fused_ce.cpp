@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <initializer_list>
-#include <vector>
 
 namespace memplan::sim {
 
@@ -151,21 +150,17 @@ namespace {
 
 // What both bases do after the chunk loop: the chunks' input gradients (kept in a list, as views
 // of each chunk's gradient) concatenated, the list released, and the autograd node whose
-// backward returns the saved gradients, scaled into new tensors when grad_output != 1.
+// backward returns the saved gradients scaled by grad_output into new tensors (an over-count of
+// the copies at --grad-accum 1, where grad_output is 1: docs/formulas.md#liger-dpo-grpo).
 int finish_chunked(Graph& g, const ChunkedLossHead& h, std::initializer_list<int> grads_list, int grad_weight) {
   const DT xdt = g.at(h.hidden).dt;
   const int grad_input = g.make(h.rows * h.hidden_size, xdt, Cat::kActivationGrads);  // torch.cat(grad_inputs)
   for (const int t : grads_list) g.drop(t);
-  const bool scaled = h.scaled_grad;
   const int loss = scalar_node(g, {h.hidden, h.weight}, {grad_input, grad_weight},
-                               [x = h.hidden, w = h.weight, gi = grad_input, gw = grad_weight, scaled](Bwd& c) {
-                                 if (c.needs(x)) {
-                                   if (scaled) c.give(x, c.like(gi)); else c.pass(x, gi);
-                                 }
+                               [x = h.hidden, w = h.weight, gi = grad_input, gw = grad_weight](Bwd& c) {
+                                 if (c.needs(x)) c.give(x, c.like(gi));
                                  // A frozen head (LoRA) gets no gradient: the computed one is dropped.
-                                 if (c.needs(w)) {
-                                   if (scaled) c.give(w, c.like(gw, Cat::kGradients)); else c.pass(w, gw);
-                                 }
+                                 if (c.needs(w)) c.give(w, c.like(gw, Cat::kGradients));
                                });
   g.drop(grad_input);
   g.drop(grad_weight);
@@ -254,12 +249,14 @@ int liger_fused_linear_grpo(Graph& g, Ops& ops, const ChunkedLossHead& h) {
   const int gw32 = g.make(g.at(h.weight).numel, DT::kF32, Cat::kGradients);
   {
     const std::int64_t vt = std::min(V, kLigerTileVocab);
-    std::vector<int> t{g.make(tile, logit_dt, Cat::kLogits), g.make(tile, DT::kF32, Cat::kLogits),
-                       g.make(tile, DT::kF32, Cat::kLogits), g.make(tile, DT::kF32, Cat::kLogits),
-                       g.make(Poly::constant(vt * H), DT::kF32, Cat::kLogits),
-                       g.make(Poly::constant(kLigerTileRows * H), DT::kF32, Cat::kLogits),
-                       g.make(Poly::constant(kLigerTileRows * H), DT::kF32, Cat::kLogits),
-                       g.make(Poly::constant(vt * H), DT::kF32, Cat::kLogits)};
+    const int t[] = {g.make(tile, logit_dt, Cat::kLogits),
+                     g.make(tile, DT::kF32, Cat::kLogits),
+                     g.make(tile, DT::kF32, Cat::kLogits),
+                     g.make(tile, DT::kF32, Cat::kLogits),
+                     g.make(Poly::constant(vt * H), DT::kF32, Cat::kLogits),
+                     g.make(Poly::constant(kLigerTileRows * H), DT::kF32, Cat::kLogits),
+                     g.make(Poly::constant(kLigerTileRows * H), DT::kF32, Cat::kLogits),
+                     g.make(Poly::constant(vt * H), DT::kF32, Cat::kLogits)};
     for (const int x : t) g.drop(x);
   }
   // Returned in the input's and the weight's dtypes (.to(): copies beside the fp32 ones, unless

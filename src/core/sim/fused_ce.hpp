@@ -41,19 +41,16 @@ int cut_cross_entropy(Graph& g, Ops& ops, const LossHead& h);
 
 // TRL's Liger losses for preference and RL training (docs/formulas.md#liger-dpo-grpo). Both
 // compute the gradients of every chunk inside their forward, keep the input's gradient chunk by
-// chunk, and save (grad_input, grad_weight) for a backward that only scales them.
+// chunk, and save (grad_input, grad_weight) for a backward that only scales them: into new
+// tensors, since TRL's trainers divide the loss by the accumulation steps (grad_output != 1).
 struct ChunkedLossHead {
   int hidden = -1;      // (rows x H): the policy's hidden states (the final norm's output)
   int weight = -1;      // lm_head.weight (V x H)
   int ref_hidden = -1;  // DPO: the reference model's hidden states (no grad), or -1
-  int ref_weight = -1;  // DPO: the reference lm_head.weight
   Poly rows;            // rows the loss covers
   Poly chunk_rows;      // rows of one chunk (chunk_size 1: a chosen/rejected pair; one sequence)
   std::int64_t vocab = 0;
   std::int64_t hidden_size = 0;
-  // grad_output != 1 (the Trainer divides the loss by the accumulation steps): backward makes
-  // scaled copies of both saved gradients.
-  bool scaled_grad = true;
 };
 // LigerFusedLinearDPOLoss (Liger-Kernel chunked_loss/fused_linear_preference.py, >= 0.5.10), as
 // TRL's DPOTrainer._compute_loss_liger calls it (TRL >= 0.29).

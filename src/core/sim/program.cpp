@@ -210,14 +210,14 @@ class Step {
   int head_weight() const;  // lm_head's weight, or the tied embedding's
   // A Liger chunked loss on x (rows x H) with the policy's head, `chunk_rows` per chunk.
   ChunkedLossHead chunked_head(int x, const Poly& rows, const Poly& chunk_rows) const;
-  int reference_hidden();   // the reference backbone's last_hidden_state, without grad
   int dpo_liger_loss();
   int grpo_liger_loss(int ref_logps);
   int selective_log_softmax(int logits, const Poly& rows, std::int64_t rows_per_seq_offset);
   int entropy_no_grad(int logits, const Poly& rows);
-  // The no-grad reference forward (frozen copy, or the policy with adapters disabled) up to the
-  // logits the wrapped forward returns; the caller disables grad around it.
-  int reference_logits(const Poly& rows);
+  // The no-grad reference forward (frozen copy, or the policy with adapters disabled): up to the
+  // logits of `logit_rows` the wrapped forward returns, or, with nullptr, the backbone's
+  // last_hidden_state (TRL's Liger DPO); the caller disables grad around it.
+  int reference_forward(const Poly* logit_rows);
   int reference_logps(const Poly& rows, std::int64_t per_seq_offset, std::int64_t keep_offset);
   int dpo_loss();
   int grpo_loss(int ref_logps);
@@ -2261,7 +2261,7 @@ int Step::entropy_no_grad(int logits, const Poly& rows) {
 
 // The reference model's per-token log-probs: a no-grad forward of the frozen copy, or of the
 // policy with its adapters disabled; TRL keeps the returned outputs until the loss returns.
-int Step::reference_logits(const Poly& rows) {
+int Step::reference_forward(const Poly* logit_rows) {
   Weights* saved_w = w_;
   if (sp_.ref == RefKind::kCopy) w_ = &ref_;
   adapters_off_ = sp_.ref == RefKind::kAdaptersDisabled;
@@ -2269,19 +2269,20 @@ int Step::reference_logits(const Poly& rows) {
   g_.set_segment(kSegRefPre);
   const int h = embed_and_layers(false);
   g_.set_segment(kSegRefHead);
-  int logits = head_logits(h, rows);
+  int out = logit_rows != nullptr ? head_logits(h, *logit_rows) : final_hidden(h);
   g_.drop(h);
   if (sp_.autocast) ops_.exit_autocast();
-  logits = to_output_dtype(logits);
+  if (logit_rows != nullptr) out = to_output_dtype(out);
   adapters_off_ = false;
   w_ = saved_w;
-  return logits;
+  return out;
 }
 
 int Step::reference_logps(const Poly& rows, std::int64_t, std::int64_t) {
   const bool prev = g_.grad_enabled();
   g_.set_grad_enabled(false);
-  const int logits = reference_logits(tok(1));
+  const Poly all = tok(1);
+  const int logits = reference_forward(&all);
   ref_logits_ = logits;  // ref_outputs: alive until _compute_loss returns
   const int v = g_.view(logits, rows * m_.vocab_size);  // ref_shift_logits
   const int lp = selective_log_softmax(v, rows, 0);
@@ -2295,27 +2296,6 @@ int small_from(Graph& g, int x, const Poly& numel) {
   const int y = g.make(numel, DT::kF32, Cat::kLogits);
   g.node({x}, {y}, {}, [x](Bwd& c) { c.give(x, c.like(x, Cat::kLogits)); });
   return y;
-}
-
-// The reference backbone (ref_model.base_model, or the policy with its adapters disabled) under
-// no_grad: its last_hidden_state, no output layer.
-int Step::reference_hidden() {
-  Weights* saved_w = w_;
-  if (sp_.ref == RefKind::kCopy) w_ = &ref_;
-  adapters_off_ = sp_.ref == RefKind::kAdaptersDisabled;
-  const bool prev = g_.grad_enabled();
-  g_.set_grad_enabled(false);
-  if (sp_.autocast) ops_.enter_autocast(*sp_.autocast);
-  g_.set_segment(kSegRefPre);
-  const int h = embed_and_layers(false);
-  g_.set_segment(kSegRefHead);
-  const int hn = final_hidden(h);
-  g_.drop(h);
-  if (sp_.autocast) ops_.exit_autocast();
-  g_.set_grad_enabled(prev);
-  adapters_off_ = false;
-  w_ = saved_w;
-  return hn;
 }
 
 // TRL >= 0.29 DPOTrainer._compute_loss_liger (docs/formulas.md#liger-dpo-grpo): the backbone
@@ -2334,23 +2314,17 @@ int Step::dpo_liger_loss() {
   g_.drop(sl);
   const int labels = g_.make(rows, DT::kI64, Cat::kInputs);  // input_ids[:, 1:].clone()
   int rx = -1, rhn = -1;
-  if (sp_.ref != RefKind::kNone) {
-    rhn = reference_hidden();
-    g_.set_segment(kSegHead);
+  if (sp_.ref != RefKind::kNone) {  // the reference backbone under no_grad, and its shifted copy
     const bool prev = g_.grad_enabled();
     g_.set_grad_enabled(false);
+    rhn = reference_forward(nullptr);
+    g_.set_segment(kSegHead);
     rx = g_.make(rows * hs, g_.at(rhn).dt, Cat::kActivations);
     g_.set_grad_enabled(prev);
   }
   // chunk_size 1: one pair of s - 1 rows.
   ChunkedLossHead lh = chunked_head(x, rows, Poly::mono(kS, 2) - Poly::constant(2));
   lh.ref_hidden = rx;
-  if (rx >= 0) {
-    Weights* saved_w = w_;
-    if (sp_.ref == RefKind::kCopy) w_ = &ref_;
-    lh.ref_weight = head_weight();
-    w_ = saved_w;
-  }
   const int loss = liger_fused_linear_preference(g_, ops_, lh);
   if (sp_.autocast) ops_.exit_autocast();
   // _compute_loss_liger returns: the outputs, the copies and the labels go.
@@ -2583,7 +2557,7 @@ ProgramResult Step::run() {
         const Poly rows = tok(1) - per_seq(sp_.prompt_len);
         const bool prev = g_.grad_enabled();
         g_.set_grad_enabled(false);
-        const int logits = reference_logits(keep);
+        const int logits = reference_forward(&keep);
         const int v = g_.view(logits, rows * m_.vocab_size);  // slices and in-place div_: views
         ref_lp = selective_log_softmax(v, rows, 0);
         g_.drop(v);
