@@ -121,17 +121,18 @@ TEST_CASE("--fsdp-reshard-after-forward and --loss-parallel: accepted where they
   CHECK(word.err == "memplan: error: --fsdp-reshard-after-forward = 'maybe' must be true or false\n");
   auto fsdp1 = with({"--fsdp", "full_shard", "--fsdp-reshard-after-forward", "false"});
   CHECK(fsdp1.code == 2);
-  CHECK(fsdp1.err.find("--fsdp-reshard-after-forward is FSDP2's fully_shard option; FSDP1 spells it --fsdp "
-                       "shard_grad_op") != std::string::npos);
+  CHECK(fsdp1.err == "memplan: error: --fsdp-reshard-after-forward is FSDP2's fully_shard option; FSDP1 spells it "
+                     "--fsdp shard_grad_op; add --fsdp-version 2, or use --fsdp shard_grad_op\n");
   auto none = with({"--fsdp-reshard-after-forward", "false"});
   CHECK(none.code == 2);
-  CHECK(none.err.find("it needs --fsdp full_shard or hybrid_shard") != std::string::npos);
+  CHECK(none.err == "memplan: error: --fsdp-reshard-after-forward false is an option of FSDP2 sharding parameters: "
+                    "it needs --fsdp full_shard or hybrid_shard; add --fsdp full_shard --fsdp-version 2\n");
   // true is FSDP's default: nothing to refuse.
   CHECK(with({"--fsdp-reshard-after-forward", "true"}).code == 0);
   auto no_tp = with({"--loss-parallel"});
   CHECK(no_tp.code == 2);
-  CHECK(no_tp.err.find("--loss-parallel splits the vocabulary over tensor-parallel ranks: it needs "
-                       "--tensor-parallel > 1") != std::string::npos);
+  CHECK(no_tp.err == "memplan: error: --loss-parallel splits the vocabulary over tensor-parallel ranks: it needs "
+                     "--tensor-parallel > 1; add --tensor-parallel N, or drop --loss-parallel\n");
 }
 
 TEST_CASE("a loss kernel shows in the summary line and in the JSON inputs") {
