@@ -229,6 +229,9 @@ struct PlanRequest {
   double global_batch_tolerance = 0;
   // The search never goes above this micro-batch (nor above ceil(target / data-parallel)).
   std::int64_t max_micro_batch = 65536;
+  // Where the target comes from, one phrase for the output's global-batch line ("--target-global-
+  // batch 256", "the config's 4 x 8 x 1 GPU"); empty without a target.
+  std::string target_source;
 };
 
 enum class PlanLimit {
@@ -258,10 +261,19 @@ struct Plan {
   Recommendation recommendation;
   std::int64_t max_micro_batch = 0;  // the largest micro-batch that fits (within the cap); 0: none
   PlanLimit limited_by = PlanLimit::kBudget;
+  // The largest micro-batch that fits the budget whatever the target global batch (a fact the
+  // output always states; equal to max_micro_batch unless the target caps the search), and the
+  // peak the next one would need.
+  std::int64_t fits_largest = 0;
+  std::optional<Bytes> fits_next_peak;
+  std::string target_source;  // PlanRequest::target_source
   FitSearch search;                  // the micro-batch search: next_peak, evaluations, monotonicity
   std::optional<GenerationBatch> generation;  // GRPO: TRL's generation batch at the recommendation
   Bytes fixed;                       // memory that does not grow with the micro-batch (tiers)
   std::vector<Tier> tiers;
+  // When the target global batch makes every tier the same micro-batch: the tiers without a
+  // target (--target-global-batch free), the choices there are. Empty otherwise.
+  std::vector<Tier> free_tiers;
   std::vector<Suggestion> suggestions;  // only when nothing fits; ranked by saved, descending
   std::optional<Combination> combination;
 };

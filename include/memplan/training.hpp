@@ -291,6 +291,15 @@ std::string to_string(ShardingStrategy s);
 std::string to_string(LossKernel k);
 std::string to_string(PipelineSchedule s);
 std::int64_t dtype_size(DType d);
+// The k-bit preparation and the loss variant by the names flags and --show-config use:
+// freeze_only | peft_upcast | trl_legacy; pad_labels | shift_contiguous | upcast_in_model.
+std::string to_string(QuantConfig::KbitPrepare k);
+Result<QuantConfig::KbitPrepare> parse_kbit_prepare(const std::string& s);
+std::string to_string(TrainingConfig::LossShift l);
+// The dtype the LoRA adapters are trained in: adapter_dtype when set, else bf16 for a 4-bit model
+// that is only frozen (current TRL casts its trainable parameters), else fp32 (PEFT's
+// autocast_adapter_dtype) (docs/formulas.md#qlora).
+DType effective_adapter_dtype(const TrainingConfig& c);
 
 // Range and consistency checks on a config (batch >= 1, lora r >= 1, 4-bit needs LoRA...).
 Status validate(const TrainingConfig& c);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <iterator>
+#include <optional>
 #include <utility>
 #include <ostream>
 #include <string>
@@ -20,7 +21,59 @@ namespace memplan::cli {
 
 namespace {
 constexpr const char* kVersion = "memplan 0.1.0";
+
+// `--per_device_train_batch_size 4`, `--num_gpus=8`: the spellings of Hugging Face's argument
+// parsers and of Python scripts name memplan's own flags with '_' for '-'.
+void dashes_for_underscores(std::vector<std::string>& argv) {
+  for (auto& a : argv) {
+    if (a == "--") break;  // what follows is another program's command line (memplan profile)
+    if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
+    const std::size_t eq = a.find('=');
+    std::replace(a.begin() + 2, eq == std::string::npos ? a.end() : a.begin() + static_cast<std::ptrdiff_t>(eq), '_',
+                 '-');
+  }
 }
+
+// The long option names an app (and, without a subcommand, every command) takes.
+std::vector<std::string> long_names(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (const CLI::Option* o : app.get_options())
+    for (const auto& n : o->get_lnames()) out.push_back("--" + n);
+  return out;
+}
+
+// Flags of other memory calculators and of training scripts, and the memplan flag that says the
+// same thing (a did-you-mean that edit distance cannot find).
+std::string foreign_flag_hint(const std::string& flag) {
+  static const std::pair<const char*, const char*> kSynonyms[] = {
+      {"--model-size-gb", "--model ID|PATH, or --model-params N (a parameter count such as 7B)"},
+      {"--model-size", "--model-params N (a parameter count such as 7B)"},
+      {"--gpu-memory-gb", "--gpu-memory 80 (a card's label) or --gpu-memory 80GB"},
+      {"--optimizer", "--optim adamw_torch (Hugging Face's optim names)"},
+      {"--batch-size", "--batch N (per-device micro-batch)"},
+      {"--micro-batch-size", "--batch N"},
+      {"--accumulate-grad-batches", "--grad-accum N"},
+      {"--max-seq-len", "--seq-len N"},
+      {"--precision", "--bf16 or --fp16 (autocast) and --torch-dtype"},
+      {"--devices", "--num-gpus N"},
+      {"--nproc-per-node", "--num-gpus N"},
+  };
+  for (const auto& [from, to] : kSynonyms)
+    if (flag == from) return fmt::format("use {}", to);
+  return {};
+}
+
+// The first `--flag` in argv (before any `--` separator) that `app` does not take, when there is one.
+std::optional<std::string> first_unknown_flag(const std::vector<std::string>& argv, const std::vector<std::string>& known) {
+  for (const auto& a : argv) {
+    if (a == "--") break;
+    if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
+    const std::string name = a.substr(0, a.find('='));
+    if (std::find(known.begin(), known.end(), name) == known.end()) return name;
+  }
+  return std::nullopt;
+}
+}  // namespace
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Context ctx{out, err};
@@ -30,6 +83,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     app.set_version_flag("--version", kVersion);
     app.require_subcommand(0, 1);
     std::vector<std::string> argv = args;
+    dashes_for_underscores(argv);
     if (is_top_level_auto(argv)) {
       std::erase(argv, std::string("--auto"));
       argv.insert(argv.begin(), "auto");
@@ -67,6 +121,23 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       out << kVersion << "\n";
       return kExitOk;
     } catch (const CLI::ParseError& e) {
+      // An unknown flag: named as the user wrote it, with the flag that does what it asks.
+      std::vector<std::string> known = long_names(app);
+      for (const auto& c : commands) {
+        const auto more = long_names(*c.app);
+        known.insert(known.end(), more.begin(), more.end());
+      }
+      const std::vector<std::string> scanned(argv.begin() + (named ? 1 : 0), argv.end());
+      if (const auto unknown = first_unknown_flag(scanned, known)) {
+        std::string hint = foreign_flag_hint(*unknown);
+        if (hint.empty()) hint = did_you_mean(*unknown, known);
+        err << "memplan: error: unknown flag '" << escape_control(*unknown) << "'"
+            << (named ? fmt::format(" for memplan {}", argv[0]) : std::string()) << (hint.empty() ? "" : "; " + hint)
+            << "\n";
+        if (!named) err << "memplan takes a command first: memplan estimate|plan|check|... FLAGS (memplan --help)\n";
+        else err << "Run with --help for more information.\n";
+        return kExitInvalidInput;
+      }
       if (!named && !argv.empty() && !argv[0].empty() && argv[0][0] != '-') {
         // A first word that is no subcommand is most likely a misspelled one.
         std::vector<std::string> names;
@@ -78,7 +149,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         err << "memplan: error: " << escape_control(e.what()) << "\n";
       }
       err << "Run with --help for more information.\n";
-      return e.get_exit_code();
+      return kExitInvalidInput;  // CLI11's own 1xx codes are never shown (STYLE.md habit 4)
     }
     for (auto& c : commands) {
       if (c.app->parsed()) {

@@ -54,7 +54,8 @@ Command register_sweep(CLI::App& root) {
             } else {
               req.seq_lens = {inputs.config.seq_len};
             }
-            req.target_global_batch = resolve_target_global_batch(opts->budget, inputs);
+            MEMPLAN_TRY(TargetGlobalBatch target, resolve_target_global_batch(opts->budget, inputs));
+            req.target_global_batch = target.value;
             MEMPLAN_TRY(auto s, sweep(inputs.model, inputs.config, req));
             ctx.out << report::render_sweep(inputs, s, format);
             return kExitOk;

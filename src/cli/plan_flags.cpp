@@ -1,5 +1,10 @@
 #include "cli/plan_flags.hpp"
 
+#include <cmath>
+
+#include "memplan/model.hpp"
+#include "memplan/stack.hpp"
+
 #include <cstdlib>
 #include <ostream>
 
@@ -43,15 +48,36 @@ bool bare_number(const std::string& t) {
 Result<Bytes> parse_gpu_memory(const std::string& text) {
   const std::string t = trim(text);
   if (bare_number(t)) {
-    // nvidia-smi's product names and every vendor say "24 GB": decimal gigabytes.
     auto v = parse_double(t, "--gpu-memory");
     if (!v) return v.error();
     if (*v > 1e9)
       return make_error(ErrorCode::kInvalidArgument, fmt::format("GPU memory \"{}\" is out of range", t),
-                        "give the GPU's memory, e.g. --gpu-memory 24 (GB) or 24GiB");
-    return Bytes::gb(*v);
+                        "give the GPU's memory, e.g. --gpu-memory 24 (a 24 GB card) or 24GiB");
+    return card_label_memory(*v).memory;
   }
   return parse_size(t);
+}
+
+CardLabel card_label_memory(double label_gb) {
+  // A card sold as "24 GB" holds 24 GiB of memory chips; nvidia-smi shows memory.total a little
+  // under that (24564 MiB on an RTX 4090, 81559 MiB on an H100 80GB): the driver's reserve. The
+  // label reads as the smallest memory.total among the profiled cards within 1% below the label's
+  // GiB, else the GiB themselves (docs/gpus.md#gpu-memory).
+  CardLabel out;
+  const Bytes full = Bytes::gib(label_gb);
+  out.memory = full;
+  auto profiles = io::load_gpu_profiles();
+  if (!profiles) return out;
+  for (const GpuProfile& p : *profiles) {
+    if (p.unified || p.memory > full || static_cast<double>(p.memory.count()) < 0.99 * static_cast<double>(full.count()))
+      continue;
+    if (out.cards.empty() || p.memory < out.memory) {
+      if (p.memory < out.memory) out.cards.clear();
+      out.memory = p.memory;
+    }
+    if (p.memory == out.memory) out.cards.push_back(p.name);
+  }
+  return out;
 }
 
 Result<Bytes> parse_headroom(const std::string& text, Bytes capacity) {
@@ -73,28 +99,37 @@ Result<Bytes> parse_headroom(const std::string& text, Bytes capacity) {
 
 Result<AllocatorMargin> allocator_margin(Bytes capacity, const io::ResolvedInputs* in) {
   AllocatorMargin out;
-  if (in && !in->allocator_conf_source.empty()) {
-    out.source = in->allocator_conf_source;
-    auto c = parse_allocator_conf(in->allocator_conf);
+  // Each variable from the run's files (a launch script, .env or config sets it for the run),
+  // else from the environment memplan runs in.
+  io::AllocatorSettings set = in ? in->allocator : io::AllocatorSettings{};
+  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}) {
+    auto& slot = std::string(name) == "PYTORCH_ALLOC_CONF" ? set.alloc_conf : set.cuda_alloc_conf;
+    if (slot) continue;
+    if (const char* env = std::getenv(name); env != nullptr && *env != '\0')
+      slot = io::AllocatorSetting{env, "the environment"};
+  }
+  const Version& torch = in ? in->stack.of(Library::kTorch) : newest_modelled(Library::kTorch);
+  const auto value = [](const std::optional<io::AllocatorSetting>& s) {
+    return s ? std::optional<std::string>(s->value) : std::nullopt;
+  };
+  const AllocatorChoice choice = choose_allocator_conf(torch, value(set.alloc_conf), value(set.cuda_alloc_conf));
+  if (choice.value) {
+    const auto& from = choice.variable == "PYTORCH_ALLOC_CONF" ? set.alloc_conf : set.cuda_alloc_conf;
+    out.source = from->source;
+    auto c = parse_allocator_conf(*choice.value);
     if (!c) {
       Error e = c.error();
-      e.message = out.source + ": " + e.message;
-      return e;
-    }
-    out.conf = *c;
-  } else if (const char* env = std::getenv("PYTORCH_CUDA_ALLOC_CONF"); env != nullptr && *env != '\0') {
-    out.source = "the environment";
-    auto c = parse_allocator_conf(env);
-    if (!c) {
-      Error e = c.error();
-      e.message = "environment: " + e.message;
+      e.message = (out.source == "the environment" ? std::string("environment") : out.source) + ": " + e.message;
       return e;
     }
     out.conf = *c;
   }
   out.margin = safety_margin_for(capacity, out.conf);
-  if (out.source.empty()) return out;
-  const std::string what = fmt::format("PYTORCH_CUDA_ALLOC_CONF={} ({})", out.conf.text, out.source);
+  if (!choice.value) {
+    out.note = choice.note;
+    return out;
+  }
+  const std::string what = fmt::format("{}={} ({})", choice.variable, out.conf.text, out.source);
   if (out.conf.expandable_segments)
     out.note = fmt::format("safety margin 1 GiB + 2% = {:.2f} GiB: {} lets freed pages be re-mapped, so "
                            "fragmentation no longer needs the default 10%",
@@ -103,6 +138,7 @@ Result<AllocatorMargin> allocator_margin(Bytes capacity, const io::ResolvedInput
     out.note = fmt::format("{}: the default safety margin is kept (1 GiB + 10% = {:.2f} GiB); only "
                            "expandable_segments:True lowers it",
                            what, out.margin.as_gib());
+  if (!choice.note.empty()) out.note += "; " + choice.note;
   return out;
 }
 
@@ -113,7 +149,8 @@ void add_gpu_flags(CLI::App& app, BudgetFlags& f) {
   app.add_flag("--auto", f.auto_detect, "Detect the GPU and its free memory (NVML, nvidia-smi, rocm-smi, /proc/meminfo)")
       ->group("Budget");
   app.add_option("--gpu-memory", f.gpu_memory,
-                 "GPU memory: a bare number is GB as vendors state it (24 = 24 GB = 22.35 GiB); or 24GiB, 24564MiB")
+                 "GPU memory: a bare number is the card's label (24: a 24 GB card, 24564 MiB as nvidia-smi shows "
+                 "it); with a unit it is exact: 24GB, 24GiB, 24564MiB")
       ->group("Budget");
   app.add_option("--safety-margin", f.safety_margin,
                  "Memory kept free for the CUDA context and allocator fragmentation: a size (2GiB) or a "
@@ -129,8 +166,8 @@ void add_gpu_flags(CLI::App& app, BudgetFlags& f) {
 void add_budget_flags(CLI::App& app, BudgetFlags& f) {
   add_gpu_flags(app, f);
   app.add_option("--target-global-batch", f.target_global_batch,
-                 "Global batch to keep (micro-batch x grad-accum x data-parallel GPUs); default: the config's, "
-                 "when --batch or --grad-accum is given")
+                 "Global batch to keep (micro-batch x grad-accum x data-parallel GPUs): N, keep (the config's) or "
+                 "free (none: the largest micro-batch); default keep when the config or a flag sets the batch")
       ->group("Budget");
 }
 
@@ -166,8 +203,17 @@ Result<std::optional<GpuTarget>> resolve_gpu(const BudgetFlags& f, bool detect_b
     auto c = parse_gpu_memory(f.gpu_memory);
     if (!c) return flag_error("--gpu-memory", c.error());
     const std::string t = trim(f.gpu_memory);
-    return std::optional<GpuTarget>(
-        gpu_target(*c, bare_number(t) ? fmt::format("--gpu-memory {} = {} GB", t, t) : "--gpu-memory"));
+    std::string source = "--gpu-memory";
+    if (bare_number(t)) {
+      const CardLabel label = card_label_memory(*parse_double(t, "--gpu-memory"));
+      source = label.cards.empty()
+                   ? fmt::format("--gpu-memory {} read as a {} GB card's {:.0f} MiB; write {}GB for decimal gigabytes",
+                                 t, t, label.memory.as_mib(), t)
+                   : fmt::format("--gpu-memory {} read as a {} GB card: {:.0f} MiB, as nvidia-smi shows {}; write "
+                                 "{}GB for decimal gigabytes, or --gpu NAME for another card",
+                                 t, t, label.memory.as_mib(), fmt::join(label.cards, ", "), t);
+    }
+    return std::optional<GpuTarget>(gpu_target(*c, source));
   }
   if (!f.auto_detect && !detect_by_default) return std::optional<GpuTarget>();
   GpuTarget t;
@@ -217,9 +263,28 @@ Result<Budget> budget_for(const GpuTarget& gpu, const BudgetFlags& f, const Trai
                                                            c.grpo.vllm_gpu_memory_utilization));
     headroom += vllm;
     vllm_reserve = vllm;
-    if (in)
+    if (in) {
       in->notes.push_back(fmt::format("vLLM colocate reserves {:.2f} GiB ({:g} of the GPU) for generation",
-                                   vllm.as_gib(), c.grpo.vllm_gpu_memory_utilization));
+                                      vllm.as_gib(), c.grpo.vllm_gpu_memory_utilization));
+      // vLLM loads the policy's weights into its share (in the checkpoint's 16-bit dtype) before
+      // its KV cache: a share that cannot hold them fails at startup (docs/formulas.md#grpo-generation).
+      const std::int64_t params = count_parameters(in->model).total;
+      const Bytes weights = Bytes::of(params * (c.torch_dtype == DType::kFloat32 ? 2 : dtype_size(c.torch_dtype)));
+      if (params > 0 && weights >= vllm) {
+        const double need = static_cast<double>(weights.count()) / static_cast<double>(gpu.capacity.count());
+        const double at_least = std::ceil(need * 100.0 + 1.0) / 100.0;
+        return make_error(ErrorCode::kInvalidConfig,
+                          fmt::format("vLLM's colocated share, {:.2f} GiB ({:g} of {:.2f} GiB), cannot hold the "
+                                      "policy's {:.2f} GiB of weights: vLLM fails at startup before any KV cache",
+                                      vllm.as_gib(), c.grpo.vllm_gpu_memory_utilization, gpu.capacity.as_gib(),
+                                      weights.as_gib()),
+                          at_least < 1.0
+                              ? fmt::format("raise --vllm-gpu-memory-utilization (vllm_gpu_memory_utilization) to "
+                                            "at least {:.2f}, or use --vllm-mode server",
+                                            at_least)
+                              : "use --vllm-mode server: generation on another GPU");
+      }
+    }
   }
   if (in && gpu.profile) {
     const bool bf16 = c.torch_dtype == DType::kBFloat16 || (c.autocast && *c.autocast == DType::kBFloat16);
@@ -251,10 +316,29 @@ Result<Budget> resolve_budget(const BudgetFlags& f, io::ResolvedInputs& in) {
   return budget_for(*gpu, f, in.config, &in);
 }
 
-std::optional<std::int64_t> resolve_target_global_batch(const BudgetFlags& f, const io::ResolvedInputs& in) {
-  if (given(f, "--target-global-batch")) return f.target_global_batch;
-  if (!in.is_default("batch") || !in.is_default("grad_accum")) return current_global_batch(in.config);
-  return std::nullopt;
+Result<TargetGlobalBatch> resolve_target_global_batch(const BudgetFlags& f, const io::ResolvedInputs& in) {
+  const TrainingConfig& c = in.config;
+  const int dp = c.parallel.data_parallel_size();
+  const auto config_target = [&]() {
+    return TargetGlobalBatch{current_global_batch(c),
+                             fmt::format("the config's {} x {} x {} GPU{}", c.micro_batch, c.grad_accum, dp,
+                                         dp == 1 ? "" : "s")};
+  };
+  if (given(f, "--target-global-batch")) {
+    const std::string v = to_lower(trim(f.target_global_batch));
+    if (v == "free" || v == "none") return TargetGlobalBatch{};
+    if (v == "keep") return config_target();
+    const bool digits = !v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos;
+    const std::int64_t n = digits ? std::stoll(v) : 0;
+    if (n < 1)
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("--target-global-batch = '{}' must be a positive integer, keep or free",
+                                    escape_control(f.target_global_batch)),
+                        "e.g. --target-global-batch 256; keep holds the config's global batch, free drops the target");
+    return TargetGlobalBatch{n, fmt::format("--target-global-batch {}", n)};
+  }
+  if (!in.is_default("batch") || !in.is_default("grad_accum")) return config_target();
+  return TargetGlobalBatch{};
 }
 
 void add_search_flags(CLI::App& app, SearchFlags& f) {
@@ -273,7 +357,9 @@ Result<PlanRequest> plan_request(const Budget& budget, const BudgetFlags& bf, co
                                  const io::ResolvedInputs& in) {
   PlanRequest req;
   req.budget = budget;
-  req.target_global_batch = resolve_target_global_batch(bf, in);
+  MEMPLAN_TRY(TargetGlobalBatch target, resolve_target_global_batch(bf, in));
+  req.target_global_batch = target.value;
+  req.target_source = target.source;
   std::string tol = trim(sf.tolerance);
   if (!tol.empty() && tol.back() == '%') tol.pop_back();
   auto v = parse_double(tol, "--global-batch-tolerance");

@@ -28,7 +28,7 @@ struct BudgetFlags {
   std::string gpu_memory;     // --gpu-memory SIZE
   std::string safety_margin;  // --safety-margin SIZE|PCT (default: 1 GiB + 5% of GPU memory)
   std::string headroom;       // --headroom SIZE (default 0)
-  std::int64_t target_global_batch = 0;  // --target-global-batch N
+  std::string target_global_batch;  // --target-global-batch N|keep|free
 
   CLI::App* app = nullptr;
 };
@@ -48,9 +48,18 @@ struct GpuTarget {
   std::string description;
 };
 
-// --gpu-memory: a bare number is GB (10^9 bytes), as vendors and nvidia-smi's product names
-// state it ("24" = 22.35 GiB); with a unit, parse_size ("24GiB", "24564MiB").
+// --gpu-memory: a bare number is the card's label ("24": a 24 GB card, which nvidia-smi shows
+// as 24564 MiB); with a unit it is exact, parse_size ("24GB", "24GiB", "24564MiB").
 Result<Bytes> parse_gpu_memory(const std::string& text);
+
+// What a card labelled `label_gb` GB holds as nvidia-smi shows it: the smallest memory.total of
+// the profiled cards within 1% below label_gb GiB, and which cards those are; label_gb GiB when
+// none is.
+struct CardLabel {
+  Bytes memory;
+  std::vector<std::string> cards;
+};
+CardLabel card_label_memory(double label_gb);
 
 // --headroom: a size with a unit or a percentage of `capacity`; a bare number other than 0 is an
 // error that suggests both spellings.
@@ -88,7 +97,12 @@ Result<Budget> resolve_budget(const BudgetFlags& flags, io::ResolvedInputs& inpu
 // --target-global-batch when given; else the config's current global batch (micro-batch x
 // grad-accum x data-parallel) when --batch or --grad-accum was set (on the command line or in a
 // config file); else none: plan then maximizes the micro-batch. docs/plan.md#global-batch
-std::optional<std::int64_t> resolve_target_global_batch(const BudgetFlags& flags, const io::ResolvedInputs& in);
+// `--target-global-batch keep` is that default said aloud; `free` drops the target.
+struct TargetGlobalBatch {
+  std::optional<std::int64_t> value;
+  std::string source;  // "--target-global-batch 256", "the config's 4 x 8 x 1 GPU"; "" without a target
+};
+Result<TargetGlobalBatch> resolve_target_global_batch(const BudgetFlags& flags, const io::ResolvedInputs& in);
 
 // The batch search's own flags (memplan plan and memplan --auto).
 struct SearchFlags {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
+#include <set>
 #include <tuple>
 
 #include <CLI/CLI.hpp>
@@ -9,7 +11,10 @@
 
 #include "cli/exit_codes.hpp"
 #include "io/allocator_env.hpp"
+#include "io/fs.hpp"
 #include "io/model_source.hpp"
+#include "io/stack_source.hpp"
+#include "memplan/stack.hpp"
 #include "memplan/text.hpp"
 #include "report/estimate_render.hpp"
 
@@ -139,7 +144,32 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_option("--bnb-4bit-quant-type", f.bnb_quant_type, "nf4 (default) or fp4")->group("PEFT");
   app.add_flag("--use-bnb-nested-quant,--bnb-4bit-use-double-quant", f.double_quant, "4-bit double quantization")
       ->group("PEFT");
+  app.add_option("--bnb-4bit-quant-storage,--quant-storage", f.quant_storage,
+                 "dtype the 4-bit weights are packed in: uint8 (default) or the weights' 16-bit dtype, which lets "
+                 "FSDP shard them (FSDP-QLoRA)")
+      ->group("PEFT");
+  app.add_option("--kbit-prepare", f.kbit_prepare,
+                 "How a quantized model is prepared: freeze_only (current TRL, fms-acceleration), peft_upcast "
+                 "(prepare_model_for_kbit_training), trl_legacy (TRL < 0.15); default: from --stack's TRL")
+      ->group("PEFT");
+  app.add_option("--adapter-dtype", f.adapter_dtype,
+                 "dtype of the LoRA adapters: float32 (PEFT's autocast_adapter_dtype), bfloat16, float16 (default: "
+                 "what the stack's PEFT/TRL do)")
+      ->group("PEFT");
   app.add_option("--device", f.device, "cuda (default) or cpu")->group("Training");
+  app.add_option("--stack", f.stack,
+                 "Library versions the run uses, NAME==VERSION[,...] (torch, transformers, peft, trl, accelerate, "
+                 "bitsandbytes, deepspeed, liger-kernel, vllm, flash-attn, torchao); default: read from the active "
+                 "Python environment, then the lock/requirements file beside the config")
+      ->group("Stack");
+  app.add_option("--launch", f.launch,
+                 "The launch script or .env file the run starts from: the allocator settings it exports "
+                 "(PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF) apply to the run; a .env beside the config is read too")
+      ->group("Stack");
+  app.add_option("--python", f.python,
+                 "The Python environment the run uses (its python, its folder or its site-packages): its installed "
+                 "library versions are read (default: $VIRTUAL_ENV, $CONDA_PREFIX, else python3 on $PATH)")
+      ->group("Stack");
   // DPO / GRPO
   app.add_option("--ref-model", f.ref_model, "DPO/GRPO reference: auto (default), copy, none")->group("DPO/GRPO");
   app.add_flag("--precompute-ref-log-probs", f.precompute_ref, "DPO: reference log-probs computed beforehand")
@@ -315,6 +345,53 @@ void apply_encoder_defaults(io::ResolvedInputs& in) {
   }
 }
 
+// The library versions of the run (--stack, then the active environment, then the lock files
+// beside the config) and the inputs they decide where nothing else did
+// (docs/formulas.md#versions).
+Result<io::ResolvedInputs> apply_stack_inputs(const TrainingFlags& f, io::ResolvedInputs in) {
+  io::StackSources found;
+  if (flag_given(f, "--stack")) {
+    MEMPLAN_TRY(found, io::parse_stack_flag(f.stack));
+  }
+  io::StackSearchEnv env = io::StackSearchEnv::from_process();
+  env.python = f.python;
+  MEMPLAN_TRY(io::StackSources installed, io::find_environment_stack(env));
+  found.fill_from(installed);
+  found.environment = installed.environment;
+  found.fill_from(io::find_locked_stack(in.config_files));
+  in.stack = found.stack;
+  in.stack_origins = found.origins;
+  in.stack_environment = found.environment;
+  for (const auto& w : found.warnings) in.warnings.push_back(w);
+  std::set<std::string> fixed;
+  for (const auto& [key, o] : in.origins)
+    if (o.kind != io::OriginKind::kDefault) fixed.insert(key);
+  const StackApplied applied = apply_stack(in.stack, in.config, fixed);
+  for (const auto& e : applied.effects) {
+    io::Origin o;
+    o.kind = io::OriginKind::kDerived;
+    o.note = e.why;
+    in.set_origin(e.key, std::move(o));
+  }
+  for (const auto& w : applied.warnings) in.warnings.push_back(w);
+
+  // The launch environment: a .env beside a config, then the files --launch names (later win).
+  io::AllocatorSettings launch;
+  for (const auto& cfg : in.config_files) {
+    const std::string env_file = (std::filesystem::path(cfg).parent_path() / ".env").string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(env_file, ec)) continue;
+    if (auto text = io::real_file_system().read_file(env_file)) launch = io::layer(launch, io::parse_launch_file(*text, env_file));
+  }
+  for (const auto& path : f.launch) {
+    auto text = io::real_file_system().read_file(path);
+    if (!text) return flag_error("--launch", text.error());
+    launch = io::layer(launch, io::parse_launch_file(*text, path));
+  }
+  in.allocator = io::layer(in.allocator, launch);
+  return in;
+}
+
 }  // namespace
 
 Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::ResolvedInputs in) {
@@ -460,6 +537,29 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (f.double_quant) {
     c.quant.double_quant = true;
     mark("bnb_4bit_use_double_quant", "--use-bnb-nested-quant");
+  }
+  if (given("--bnb-4bit-quant-storage")) {
+    const std::string q = to_lower(trim(f.quant_storage));
+    if (q == "uint8") {
+      c.quant.quant_storage.reset();
+    } else {
+      auto d = parse_dtype(q);
+      if (!d) return flag_error("--bnb-4bit-quant-storage", d.error());
+      c.quant.quant_storage = *d;
+    }
+    mark("bnb_4bit_quant_storage", "--bnb-4bit-quant-storage");
+  }
+  if (given("--kbit-prepare")) {
+    auto k = parse_kbit_prepare(f.kbit_prepare);
+    if (!k) return flag_error("--kbit-prepare", k.error());
+    c.quant.kbit_prepare = *k;
+    mark("kbit_prepare", "--kbit-prepare");
+  }
+  if (given("--adapter-dtype")) {
+    auto d = parse_dtype(f.adapter_dtype);
+    if (!d) return flag_error("--adapter-dtype", d.error());
+    c.lora.adapter_dtype = *d;
+    mark("adapter_dtype", "--adapter-dtype");
   }
   if (given("--device")) {
     auto d = parse_device(f.device);
@@ -700,7 +800,17 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     return make_error(ErrorCode::kInvalidArgument, "--cached-mnrl needs --texts-per-example N",
                       "an anchor and its positives/negatives: N = 1 + positives + negatives");
 
-  // The model last: a flag beats a name read from a config file.
+  // The model last: a flag beats a name read from a config file, and says so.
+  if ((given("--model") || given("--model-params")) && !in.is_default("model")) {
+    const io::Origin& from = in.origins["model"];
+    if (from.kind == io::OriginKind::kFile && !(given("--model") && f.model == in.model_name))
+      in.warnings.push_back(fmt::format("{} {} replaces the model the config gives at {} ({})",
+                                        given("--model") ? "--model" : "--model-params",
+                                        given("--model") ? f.model : f.model_params, from.to_string(),
+                                        in.custom_model ? in.custom_model->name
+                                                        : (in.model_name.empty() ? std::string("its model")
+                                                                                 : in.model_name)));
+  }
   if (given("--model") && given("--model-params"))
     return make_error(ErrorCode::kConflict, "--model and --model-params are mutually exclusive");
   static const char* kArchFlags[] = {"--hidden-size", "--num-hidden-layers", "--num-attention-heads",
@@ -865,6 +975,7 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     mark("pooling", "--pooling");
   }
   if (in.model.is_encoder() || in.model.decoder_embedding) apply_encoder_defaults(in);
+  MEMPLAN_TRY(in, apply_stack_inputs(f, std::move(in)));
   static const char* kKeys[] = {"method", "batch", "seq_len", "grad_accum", "torch_dtype", "autocast", "optim",
                                 "gradient_checkpointing", "attn_implementation", "use_peft", "device"};
   for (const char* k : kKeys)
@@ -936,12 +1047,24 @@ Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string
     return std::find(out.resolved.warnings.begin(), out.resolved.warnings.end(), d.to_string()) ==
            out.resolved.warnings.end();
   });
-  if (auto a = io::find_allocator_conf(loaded.files)) {
-    out.resolved.allocator_conf = a->value;
-    out.resolved.allocator_conf_source = a->source;
-  }
+  out.resolved.allocator = io::layer(io::find_allocator_settings(loaded.files), out.resolved.allocator);
   out.loaded = std::move(loaded);
   return out;
+}
+
+Result<io::ResolvedInputs> resolve_training_args(const std::vector<std::string>& args) {
+  CLI::App app{"training flags"};
+  TrainingFlags f;
+  add_training_flags(app, f);
+  read_integers_as_decimal(app);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes argv back to front
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("{}: {}", fmt::join(args, " "), e.what()));
+  }
+  MEMPLAN_TRY(Inputs in, load_inputs(f));
+  return std::move(in.resolved);
 }
 
 Result<int> show_config(std::ostream& out, const TrainingFlags& f, report::Format format,

@@ -55,6 +55,12 @@ struct TrainingFlags {
   bool load_in_8bit = false;
   std::string bnb_quant_type;
   bool double_quant = false;
+  std::string quant_storage;     // --bnb-4bit-quant-storage uint8|bfloat16|float16|float32
+  std::string kbit_prepare;      // --kbit-prepare freeze_only|peft_upcast|trl_legacy
+  std::string adapter_dtype;     // --adapter-dtype float32|bfloat16|float16
+  std::string stack;             // --stack transformers==4.48.1,trl==0.13.0
+  std::string python;            // --python PATH: the environment whose libraries are read
+  std::vector<std::string> launch;  // --launch FILE: launch scripts / .env files of the run
   std::string device;
   // DPO / GRPO
   std::string ref_model;
@@ -139,6 +145,11 @@ struct Inputs {
 };
 Result<Inputs> load_inputs(const TrainingFlags& flags, const std::vector<std::string>& more_files = {},
                            io::FileSystem& fs = io::real_file_system());
+
+// The inputs a command line of training flags describes ("--model", "llama-3.1-8b", "--batch",
+// "4", ..., "--stack", "transformers==4.48.1"), resolved as `memplan estimate` resolves them: for
+// tools that replay recorded runs through the same door a user has (memplan-accuracy).
+Result<io::ResolvedInputs> resolve_training_args(const std::vector<std::string>& args);
 
 // --show-config: prints every input with its value and source. When the flags cannot be applied
 // (no model yet), prints what the files say and returns the error.

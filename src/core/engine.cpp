@@ -1437,8 +1437,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     if (quantized && config.quant.kbit_prepare == KP::kTrlLegacy) sp.norm_dt = DT::kF32;
     // Adapters: PEFT's autocast_adapter_dtype makes them fp32; current TRL casts the trainable
     // parameters of quantized models to bf16 (QLoRA paper). An explicit dtype wins.
-    sp.adapter_dt = quantized && config.quant.kbit_prepare == KP::kFreezeOnly ? DT::kBF16 : DT::kF32;
-    if (config.lora.adapter_dtype) sp.adapter_dt = to_dt(*config.lora.adapter_dtype);
+    sp.adapter_dt = to_dt(effective_adapter_dtype(config));
     sp.loss_shift_copy = config.loss_shift != TrainingConfig::LossShift::kPadLabels;
     sp.loss_upcast_in_model = config.loss_shift == TrainingConfig::LossShift::kUpcastInModel;
     switch (config.method) {

@@ -987,6 +987,15 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   out.limited_by = !out.search.hit_cap ? PlanLimit::kBudget
                     : target_caps        ? PlanLimit::kTargetGlobalBatch
                                          : PlanLimit::kMaxMicroBatch;
+  out.target_source = req.target_source;
+  out.fits_largest = out.search.largest;
+  out.fits_next_peak = out.search.next_peak;
+  if (target_caps && out.search.hit_cap) {
+    // The target stopped the search: how far the budget alone reaches, stated whatever the policy.
+    MEMPLAN_TRY(auto free_search, find_largest_fitting(at_batch, budget, req.max_micro_batch));
+    out.fits_largest = free_search.largest;
+    out.fits_next_peak = free_search.next_peak;
+  }
   if (out.max_micro_batch < out.search.largest) {
     // GRPO: the larger micro-batches fit only at an accumulation TRL rejects or that misses
     // the target; the next one's peak is what it needs at its accumulation.
@@ -1025,29 +1034,47 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   // Tiers: the same choice under lower limits, on the room above the fixed memory.
   MEMPLAN_TRY(out.fixed, fixed_memory(peaks, rec.batch.grad_accum));
   const Bytes room = budget > out.fixed ? budget - out.fixed : Bytes::zero();
-  for (const TierSpec& spec : default_tiers()) {
-    Tier t;
-    t.name = spec.name;
-    t.room_fraction = spec.percent / 100.0;
-    // floor(room x percent / 100) without overflow
-    const std::int64_t r = room.count();
-    t.limit = std::min(budget, out.fixed + Bytes::of(r / 100 * spec.percent + r % 100 * spec.percent / 100));
-    Choice tc;
-    if (out.search.largest > 0) {
-      MEMPLAN_TRY(auto fr, find_largest_fitting(at_batch, t.limit, out.search.largest));
-      MEMPLAN_TRY(tc, choose_batch(c, req, peaks, t.limit, fr.largest));
+  const auto make_tiers = [&](const PlanRequest& tr, std::int64_t largest) -> Result<std::vector<Tier>> {
+    std::vector<Tier> tiers;
+    for (const TierSpec& spec : default_tiers()) {
+      Tier t;
+      t.name = spec.name;
+      t.room_fraction = spec.percent / 100.0;
+      // floor(room x percent / 100) without overflow
+      const std::int64_t r = room.count();
+      t.limit = std::min(budget, out.fixed + Bytes::of(r / 100 * spec.percent + r % 100 * spec.percent / 100));
+      Choice tc;
+      if (largest > 0) {
+        MEMPLAN_TRY(auto fr, find_largest_fitting(at_batch, t.limit, largest));
+        MEMPLAN_TRY(tc, choose_batch(c, tr, peaks, t.limit, fr.largest));
+      }
+      t.fits = tc.fits;
+      if (t.fits) {
+        t.batch = tc.batch;
+        t.peak = tc.peak;
+      } else {
+        t.batch = rec.batch;
+        t.batch.micro_batch = 1;
+        MEMPLAN_TRY(t.peak, peaks(1, t.batch.grad_accum));
+      }
+      t.utilization = utilization(t.peak, req.budget.capacity);
+      tiers.push_back(std::move(t));
     }
-    t.fits = tc.fits;
-    if (t.fits) {
-      t.batch = tc.batch;
-      t.peak = tc.peak;
-    } else {
-      t.batch = rec.batch;
-      t.batch.micro_batch = 1;
-      MEMPLAN_TRY(t.peak, peaks(1, t.batch.grad_accum));
-    }
-    t.utilization = utilization(t.peak, req.budget.capacity);
-    out.tiers.push_back(std::move(t));
+    return tiers;
+  };
+  MEMPLAN_TRY(out.tiers, make_tiers(req, out.search.largest));
+  // Tiers that all pick one micro-batch because the target global batch leaves no other choice
+  // (docs/plan.md#tiers): the tiers without a target are the choices a person has.
+  const auto same = [](const std::vector<Tier>& ts) {
+    for (const Tier& t : ts)
+      if (t.fits != ts.front().fits || t.batch.micro_batch != ts.front().batch.micro_batch) return false;
+    return true;
+  };
+  if (rec.fits && req.target_global_batch && same(out.tiers) && out.fits_largest > out.tiers.front().batch.micro_batch) {
+    PlanRequest free_req = req;
+    free_req.target_global_batch.reset();
+    MEMPLAN_TRY(auto free_tiers, make_tiers(free_req, out.fits_largest));
+    if (!same(free_tiers)) out.free_tiers = std::move(free_tiers);
   }
 
   if (!rec.fits) {

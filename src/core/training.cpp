@@ -137,6 +137,36 @@ Result<OptimizerKind> parse_optimizer(const std::string& s) { return optimizers(
 Result<Device> parse_device(const std::string& s) { return devices().parse(s, "device"); }
 Result<ShardingStrategy> parse_fsdp(const std::string& s) { return fsdp_strategies().parse(s, "fsdp strategy"); }
 
+const NameTable<QuantConfig::KbitPrepare>& kbit_prepares() {
+  using KP = QuantConfig::KbitPrepare;
+  static const NameTable<KP> t{{{"freeze_only", KP::kFreezeOnly},
+                                {"peft_upcast", KP::kPeftUpcast},
+                                {"trl_legacy", KP::kTrlLegacy},
+                                {"freeze", KP::kFreezeOnly},
+                                {"prepare_model_for_kbit_training", KP::kPeftUpcast}}};
+  return t;
+}
+
+Result<QuantConfig::KbitPrepare> parse_kbit_prepare(const std::string& s) {
+  return kbit_prepares().parse(s, "k-bit preparation");
+}
+std::string to_string(QuantConfig::KbitPrepare k) { return kbit_prepares().name(k); }
+
+std::string to_string(TrainingConfig::LossShift l) {
+  switch (l) {
+    case TrainingConfig::LossShift::kPadLabels: return "pad_labels";
+    case TrainingConfig::LossShift::kShiftLogitsCopy: return "shift_contiguous";
+    case TrainingConfig::LossShift::kUpcastInModel: return "upcast_in_model";
+  }
+  return "?";
+}
+
+DType effective_adapter_dtype(const TrainingConfig& c) {
+  if (c.lora.adapter_dtype) return *c.lora.adapter_dtype;
+  const bool quantized = c.quant.load_in_4bit || c.quant.load_in_8bit;
+  return quantized && c.quant.kbit_prepare == QuantConfig::KbitPrepare::kFreezeOnly ? DType::kBFloat16 : DType::kFloat32;
+}
+
 Result<LossKernel> parse_loss_kernel(const std::string& s) { return loss_kernels().parse(s, "loss kernel"); }
 std::string to_string(LossKernel k) { return loss_kernels().name(k); }
 

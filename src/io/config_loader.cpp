@@ -530,6 +530,7 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   }
   for (const auto& f : out.files)
     if (!f.deepspeed) read_directives(f, out);
+  for (const auto& f : out.files) out.inputs.config_files.push_back(f.path);
   return out;
 }
 

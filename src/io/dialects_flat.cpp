@@ -1,6 +1,7 @@
 // Flat in-house configs like seed 001's: micro_batch_size, gradient_accumulation_steps,
 // max_seq_len, gradient_checkpointing, precision at the top level, often with the project's own
 // model description (model: {n_layers: ...}) that no catalog knows.
+#include <set>
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
@@ -109,6 +110,28 @@ Status read_custom_model(Mapper& m, std::string_view section) {
   }
   MEMPLAN_TRY(auto name, m.text(p + "name"));
   if (name && to_lower(*name).find("mpt") != std::string::npos) cm.family = "mpt";
+  // What the section says that the shape above does not capture: named, so that a custom block
+  // (seed 001's gsa attention with its k_base / k_max) is never dropped without a word.
+  static const std::set<std::string> kShape = {
+      "n_layers", "num_layers", "num_hidden_layers", "n_layer", "depth", "d_model", "hidden_size", "n_embd", "dim",
+      "hidden_dim", "embed_dim", "n_heads", "num_attention_heads", "n_head", "num_heads", "n_kv_heads",
+      "num_key_value_heads", "n_kv_head", "num_kv_heads", "kv_n_heads", "num_query_groups", "d_ffn",
+      "intermediate_size", "ffn_dim", "d_ff", "ffn_hidden_size", "n_inner", "mlp_dim", "vocab_size", "n_vocab",
+      "padded_vocab_size", "head_dim", "kv_channels", "max_seq_len", "max_position_embeddings", "n_positions",
+      "block_size", "context_length", "expansion_ratio", "mlp_ratio", "tie_word_embeddings", "tie_embeddings",
+      "weight_tying", "name",
+      // Regularization and initialization: no memory of their own beyond what dropout is modelled as.
+      "dropout", "attn_dropout", "resid_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop", "init_std",
+      "initializer_range", "layer_norm_eps", "rms_norm_eps", "norm_eps", "bias", "rope_theta"};
+  std::vector<std::string> unmodelled;
+  for (const auto& e : sec->entries)
+    if (!kShape.count(e.key.value)) unmodelled.push_back(e.key.value);
+  if (!unmodelled.empty())
+    m.warn_at(*sec->get(unmodelled.front()),
+              fmt::format("{} in {}: not modelled; the custom model is estimated as a standard decoder (attention, "
+                          "MLP) of the shape it gives, so memory these settings add or remove is not in the estimate",
+                          fmt::join(unmodelled, ", "), section),
+              "check the breakdown against one measured step (memplan profile)");
   cm.name = fmt::format("custom model ({})", m.where_text(*sec));
   // Not built here: --hidden-size and friends may still override parts of it.
   m.out().inputs.custom_model = cm;

@@ -11,6 +11,7 @@
 #include "io/custom_model.hpp"
 #include "memplan/model.hpp"
 #include "memplan/result.hpp"
+#include "memplan/stack.hpp"
 #include "memplan/training.hpp"
 
 namespace memplan::io {
@@ -22,6 +23,18 @@ struct Origin {
   SourceLocation loc;  // for kFile: file and line of the key
   std::string note;    // for kDerived/kDetected: how ("from nvidia-smi", "from config.json")
   std::string to_string() const;  // "default", "flag --batch", "train.yaml:12", "detected (nvidia-smi)"
+};
+
+// The CUDA caching allocator's settings as a run's files set them (io/allocator_env.hpp).
+struct AllocatorSetting {
+  std::string value;   // "expandable_segments:True,max_split_size_mb:128"
+  std::string source;  // "train.yaml:12", "start.sh:4" or "the environment"
+};
+
+// What a run's files set, each variable on its own (the last file that sets it wins).
+struct AllocatorSettings {
+  std::optional<AllocatorSetting> alloc_conf;       // PYTORCH_ALLOC_CONF
+  std::optional<AllocatorSetting> cuda_alloc_conf;  // PYTORCH_CUDA_ALLOC_CONF
 };
 
 struct ResolvedInputs {
@@ -69,9 +82,18 @@ struct ResolvedInputs {
   // --use-peft (or --method lora) turns LoRA on after all.
   std::string lora_ignored_warning;
 
-  // PYTORCH_CUDA_ALLOC_CONF as a config file sets it for the run ("" when none does) and where.
-  std::string allocator_conf;
-  std::string allocator_conf_source;
+  // The config files read, in order (the stack's lock files are looked for beside them).
+  std::vector<std::string> config_files;
+  // The library versions the run uses (docs/formulas.md#versions) and where each came from
+  // (--stack, the active environment, a lock file); a library absent here is taken as the newest
+  // release memplan models. `stack_environment` names the environment read ("" when none).
+  Stack stack;
+  std::map<Library, Origin> stack_origins;
+  std::string stack_environment;
+
+  // PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF as the run's config files, launch script or .env
+  // file set them (unset when none does), and where.
+  AllocatorSettings allocator;
 
   // A config that fixes the step's global batch and leaves the accumulation to the trainer
   // (Megatron's global_batch_size, torchtitan's training.global_batch_size): grad_accum =

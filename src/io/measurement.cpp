@@ -134,6 +134,9 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   c.peak_bytes = m.value("peak_bytes", std::int64_t{0});
   c.peak_phase = m.value("peak_phase", std::string());
   c.known_gap = j.value("known_gap", std::string());
+  if (j.contains("flags") && j["flags"].is_array())
+    for (const auto& f : j["flags"]) c.flags.push_back(f.get<std::string>());
+  c.stack = j.value("stack", std::string());
   if (m.contains("phases"))
     for (const auto& [k, v] : m["phases"].items())
       if (v.is_number()) c.phase_peaks[k] = v.get<std::int64_t>();

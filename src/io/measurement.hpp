@@ -23,6 +23,11 @@ struct MeasuredCase {
   // Published cases only: why memplan is known to miss this case (docs/accuracy.md#published);
   // memplan-accuracy reports it but keeps it out of the thresholds.
   std::string known_gap;
+  // Published cases: the command line a user types for the run ("flags") and the library versions
+  // it ran with (--stack); memplan-accuracy evaluates those, so every published case reaches the
+  // engine through the door a user has (docs/accuracy.md#published).
+  std::vector<std::string> flags;
+  std::string stack;
 };
 
 // Reads a JSON list of cases; errors name the file and the case.

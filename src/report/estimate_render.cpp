@@ -150,8 +150,13 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
     if (c.quant.load_in_4bit) {
       v.push_back({"bnb_4bit_quant_type", c.quant.quant_type});
       v.push_back({"bnb_4bit_use_double_quant", b(c.quant.double_quant)});
+      v.push_back({"bnb_4bit_quant_storage", c.quant.quant_storage ? to_string(*c.quant.quant_storage) : "uint8"});
+      v.push_back({"kbit_prepare", to_string(c.quant.kbit_prepare)});
     }
   }
+  if (c.lora.enabled) v.push_back({"adapter_dtype", to_string(effective_adapter_dtype(c))});
+  if (!in.model.is_encoder() && !in.model.embeds())
+    v.push_back({"transformers_loss", to_string(c.loss_shift)});
   if (c.method == Method::kDpo) {
     const char* ref = c.dpo.ref_model == RefModel::kCopy ? "copy" : c.dpo.ref_model == RefModel::kNone ? "none" : "auto";
     v.push_back({"ref_model", ref});
@@ -223,6 +228,7 @@ std::string render_sources(const io::ResolvedInputs& in, const io::LoadedConfig*
       j["files"] = files;
     }
     j["inputs"] = inputs;
+    j["stack"] = stack_json(in);
     j["warnings"] = in.warnings;
     return j.dump(2) + "\n";
   }
@@ -235,6 +241,10 @@ std::string render_sources(const io::ResolvedInputs& in, const io::LoadedConfig*
   TextTable t({"input", "value", "source"}, {Align::kLeft, Align::kLeft, Align::kLeft});
   for (const auto& [k, v] : values) t.add_row({k, v, source_of(in, k)});
   out += t.render();
+  out += "\n";
+  TextTable libs({"library", "version", "source"}, {Align::kLeft, Align::kLeft, Align::kLeft});
+  for (const auto& row : stack_rows(in)) libs.add_row({row.library, row.version, row.source});
+  out += libs.render();
   for (const auto& w : in.warnings) out += "warning: " + w + "\n";
   return out;
 }

@@ -170,10 +170,29 @@ json to_json(const Estimate& e) {
   return out;
 }
 
+std::vector<StackRow> stack_rows(const io::ResolvedInputs& in) {
+  std::vector<StackRow> rows;
+  for (Library l : all_libraries()) {
+    const auto it = in.stack_origins.find(l);
+    rows.push_back({std::string(library_name(l)), in.stack.of(l).text,
+                    it != in.stack_origins.end() ? it->second.to_string()
+                                                 : "default (the newest release memplan models)"});
+  }
+  return rows;
+}
+
+nlohmann::ordered_json stack_json(const io::ResolvedInputs& in) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& r : stack_rows(in))
+    out.push_back({{"library", r.library}, {"version", r.version}, {"source", r.source}});
+  return out;
+}
+
 json inputs_json(const io::ResolvedInputs& in) {
   json sources = json::object();
   for (const auto& [k, o] : in.origins) sources[k] = o.to_string();
   json j = {{"model", to_json(in.model)}, {"training", to_json(in.config)}, {"sources", sources}};
+  j["stack"] = stack_json(in);
   if (in.model_from_param_count) j["model"]["assumed_shape"] = true;
   j["assumptions"] = in.assumptions;
   if (!in.notes.empty()) j["notes"] = in.notes;

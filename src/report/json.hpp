@@ -18,4 +18,14 @@ nlohmann::ordered_json to_json(const Estimate& e);
 // {"model": ..., "training": ..., "sources": {key: origin}}
 nlohmann::ordered_json inputs_json(const io::ResolvedInputs& in);
 
+// The library versions an estimate used (docs/formulas.md#versions): each library, the version
+// it was taken as and where that came from.
+struct StackRow {
+  std::string library;
+  std::string version;
+  std::string source;
+};
+std::vector<StackRow> stack_rows(const io::ResolvedInputs& in);
+nlohmann::ordered_json stack_json(const io::ResolvedInputs& in);
+
 }  // namespace memplan::report

@@ -33,9 +33,14 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 std::string budget_line(const Budget& b) {
   // A unified device has no GPU memory of its own: name what the capacity is.
-  return fmt::format("budget: {} {} - {} safety margin - {} {} = {}", gib(b.capacity),
+  // The colocated vLLM share is in the headroom: shown on its own, so every figure on the line is
+  // one the notes name too.
+  const Bytes vllm = b.vllm_reserve;
+  const std::string vllm_part = vllm > Bytes::zero() ? fmt::format(" - {} vLLM share", gib(vllm)) : std::string();
+  return fmt::format("budget: {} {} - {} safety margin - {} {}{} = {}", gib(b.capacity),
                      b.unified ? "system memory (shared by CPU and GPU)" : "GPU memory", gib(b.safety_margin),
-                     gib(b.headroom), b.unified ? "OS reserve and headroom" : "headroom", gib(b.budget()));
+                     gib(b.headroom - vllm), b.unified ? "OS reserve and headroom" : "headroom", vllm_part,
+                     gib(b.budget()));
 }
 
 // "global batch 36 (target 32, +4)" / "global batch 36".
@@ -56,6 +61,34 @@ std::string limit_text(const Plan& p) {
   return {};
 }
 
+// The largest micro-batch that fits the budget, stated whatever the global-batch policy (issue 32).
+std::string largest_text(const Plan& p) {
+  const std::int64_t n = p.fits_largest;
+  std::string next;
+  if (p.limited_by == PlanLimit::kMaxMicroBatch && n == p.max_micro_batch)
+    next = "the search stopped at --max-micro-batch";
+  else if (p.fits_next_peak)
+    next = fmt::format("micro-batch {} would need {}", n + 1, gib(*p.fits_next_peak));
+  else
+    next = fmt::format("micro-batch {} would overflow", n + 1);
+  if (n <= p.max_micro_batch || p.limited_by != PlanLimit::kTargetGlobalBatch)
+    return fmt::format("largest micro-batch that fits: {}; {}", std::max(n, p.max_micro_batch),
+                       n > p.max_micro_batch ? next : limit_text(p));
+  return fmt::format("largest micro-batch that fits: {}; {} (the target global batch keeps the recommendation at {})",
+                     n, next, p.max_micro_batch);
+}
+
+// One line on the global batch the recommendation keeps, and how to change the policy.
+std::string policy_text(const Plan& p, const GlobalBatch& g) {
+  if (!g.target)
+    return "global batch: free (no target: the largest micro-batch with the config's grad-accum); "
+           "--target-global-batch N keeps one";
+  const std::string from = p.target_source.empty() ? std::string() : " (" + p.target_source + ")";
+  return fmt::format("global batch: keep {}{}; --target-global-batch N sets another, --target-global-batch free "
+                     "drops it",
+                     *g.target, from);
+}
+
 std::string violation_text(const std::optional<MonotoneViolation>& v, const char* what) {
   if (!v) return {};
   return fmt::format("warning: predicted peak is not monotone in {} ({} {}: {}, {} {}: {}); searched linearly\n",
@@ -71,10 +104,10 @@ bool tiers_coincide(const Plan& p) {
   return true;
 }
 
-TextTable tiers_table(const Plan& p) {
+TextTable tiers_table(const std::vector<Tier>& tiers) {
   TextTable t({"tier", "limit", "micro-batch", "grad-accum", "global batch", "peak", "of GPU"},
               {Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
-  for (const Tier& tier : p.tiers) {
+  for (const Tier& tier : tiers) {
     const std::string limit = fmt::format("{:.0f}% of room ({})", 100 * tier.room_fraction, gib(tier.limit));
     if (!tier.fits) {
       t.add_row({tier.name, limit, "-", "-", "-", "does not fit", ""});
@@ -246,20 +279,36 @@ std::string render_plan_text(const io::ResolvedInputs& in, const Plan& p, bool m
                       gpus(g.data_parallel), global_text(g), is_grpo(in) ? " completions" : ""));
     l.add(fmt::format("predicted peak {} of the {} budget ({} of GPU memory)", gib(r.peak), gib(r.budget),
                       pct(r.utilization)));
-    l.add(fmt::format("largest micro-batch that fits: {}; {}", p.max_micro_batch, limit_text(p)));
+    l.add(largest_text(p));
+    l.add(policy_text(p, g));
     if (const std::string why = why_text(in, p); !why.empty()) l.add(why);
     if (const std::string neg = contrastive_text(in, g); !neg.empty()) l.add(neg);
     l.add("flags: " + code(fmt::format("--batch {} --grad-accum {}", g.micro_batch, g.grad_accum), markdown));
     l.blank();
-    if (tiers_coincide(p)) {
-      l.add(fmt::format("tiers: safe, balanced and aggressive are all micro-batch {} (the room above the {} that "
-                        "does not grow with the batch holds no second size)",
-                        p.tiers.front().batch.micro_batch, gib(p.fixed)));
+    if (tiers_coincide(p) && !p.free_tiers.empty()) {
+      l.add(fmt::format("tiers: safe, balanced and aggressive all keep micro-batch {}: no other micro-batch keeps "
+                        "the global batch {} under their limits; without that target (--target-global-batch free) "
+                        "the tiers are:",
+                        p.tiers.front().batch.micro_batch, g.target ? *g.target : g.global_batch));
+      if (markdown) l.blank();
+      const TextTable t = tiers_table(p.free_tiers);
+      l.raw(markdown ? t.render_markdown() : t.render());
+    } else if (tiers_coincide(p)) {
+      const Tier& first = p.tiers.front();
+      const std::string why =
+          p.limited_by == PlanLimit::kTargetGlobalBatch
+              ? fmt::format("the target global batch {} allows no larger micro-batch", g.target ? *g.target : 0)
+              : fmt::format("half of the {} of room above the {} that does not grow with the batch already holds "
+                            "micro-batch {}, and all of it no larger one",
+                            gib(r.budget > p.fixed ? r.budget - p.fixed : Bytes::zero()), gib(p.fixed),
+                            first.batch.micro_batch);
+      l.add(fmt::format("tiers: safe, balanced and aggressive are all micro-batch {} ({})", first.batch.micro_batch,
+                        why));
     } else {
       l.add(fmt::format("tiers divide the {} of room above the {} that does not grow with the micro-batch:",
                         gib(r.budget > p.fixed ? r.budget - p.fixed : Bytes::zero()), gib(p.fixed)));
       if (markdown) l.blank();
-      const TextTable t = tiers_table(p);
+      const TextTable t = tiers_table(p.tiers);
       l.raw(markdown ? t.render_markdown() : t.render());
     }
   }
@@ -377,22 +426,29 @@ json plan_json(const Plan& p) {
                   {"generation_batch", p.generation->generation_batch},
                   {"prompts", p.generation->prompts},
                   {"valid", p.generation->valid()}};
-  json tiers = json::array();
-  for (const Tier& t : p.tiers)
-    tiers.push_back({{"name", t.name},
-                     {"room_fraction", t.room_fraction},
-                     {"limit_bytes", t.limit.count()},
-                     {"fits", t.fits},
-                     {"micro_batch", t.batch.micro_batch},
-                     {"grad_accum", t.batch.grad_accum},
-                     {"global_batch", t.batch.global_batch},
-                     {"peak_bytes", t.peak.count()},
-                     {"utilization", t.utilization}});
+  const auto tiers_json = [](const std::vector<Tier>& ts) {
+    json tiers = json::array();
+    for (const Tier& t : ts)
+      tiers.push_back({{"name", t.name},
+                       {"room_fraction", t.room_fraction},
+                       {"limit_bytes", t.limit.count()},
+                       {"fits", t.fits},
+                       {"micro_batch", t.batch.micro_batch},
+                       {"grad_accum", t.batch.grad_accum},
+                       {"global_batch", t.batch.global_batch},
+                       {"peak_bytes", t.peak.count()},
+                       {"utilization", t.utilization}});
+    return tiers;
+  };
+  rec["fits_largest"] = p.fits_largest;
+  rec["fits_next_peak_bytes"] = optional_bytes(p.fits_next_peak);
+  rec["target_source"] = p.target_source.empty() ? json(nullptr) : json(p.target_source);
   return {{"recommendation", rec},
           {"search", search_json(p.search)},
           {"generation", generation},
           {"fixed_bytes", p.fixed.count()},
-          {"tiers", tiers},
+          {"tiers", tiers_json(p.tiers)},
+          {"free_tiers", tiers_json(p.free_tiers)},
           {"suggestions", suggestions_json(p.suggestions, "max_micro_batch")},
           {"combination", combination_json(p.combination, "max_micro_batch")}};
 }
@@ -418,6 +474,15 @@ json seq_len_plan_json(const SeqLenPlan& p) {
           {"combination", combination_json(p.combination, "max_seq_len")}};
 }
 
+namespace {
+// What the device has left at a point: its memory less the peak and less what a colocated vLLM
+// holds for generation (seed 000's "headroom = 128GB - peak", with vLLM's share in use).
+Bytes sweep_headroom(const Sweep& s, const SweepPoint& p) {
+  return Bytes::of(s.budget.capacity.count() - s.budget.vllm_reserve.count() - p.peak.count());
+}
+
+}  // namespace
+
 json sweep_json(const Sweep& s) {
   json points = json::array();
   for (const SweepPoint& p : s.points)
@@ -425,7 +490,7 @@ json sweep_json(const Sweep& s) {
                       {"grad_accum", p.grad_accum},
                       {"seq_len", p.seq_len},
                       {"peak_bytes", p.peak.count()},
-                      {"headroom_bytes", unbounded(p.peak) ? json(nullptr) : json((s.budget.capacity - p.peak).count())},
+                      {"headroom_bytes", unbounded(p.peak) ? json(nullptr) : json(sweep_headroom(s, p).count())},
                       {"status", to_string(p.status)}});
   return {{"micro_batches", s.micro_batches}, {"seq_lens", s.seq_lens}, {"points", points}};
 }
@@ -508,7 +573,7 @@ TextTable sweep_table(const Sweep& s, bool marginal) {
     const SweepPoint& p = s.points[k];
     std::vector<std::string> row = {std::to_string(p.micro_batch), std::to_string(p.grad_accum),
                                     std::to_string(p.seq_len),     gib(p.peak),
-                                    unbounded(p.peak) ? "-" : gib(s.budget.capacity - p.peak), status_text(p.status)};
+                                    unbounded(p.peak) ? "-" : gib(sweep_headroom(s, p)), status_text(p.status)};
     if (marginal) {
       std::string m;
       if (k % nb != 0 && !unbounded(p.peak) && !unbounded(s.points[k - 1].peak)) {

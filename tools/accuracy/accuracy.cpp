@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/training_flags.hpp"
 #include "io/measurement.hpp"
 #include "memplan/engine.hpp"
 #include "memplan/plan.hpp"
@@ -92,7 +93,23 @@ int main(int argc, char** argv) {
       return 2;
     }
     for (const auto& c : *cases) {
-      auto est = memplan::estimate(c.model, c.config);  // GRPO: prompt + completion tokens
+      // A published case with its command line goes through the CLI's flags and --stack, as a
+      // user's run would; measured cases carry the engine's inputs directly.
+      memplan::ModelSpec model = c.model;
+      memplan::TrainingConfig config = c.config;
+      if (!c.flags.empty()) {
+        std::vector<std::string> args = c.flags;
+        if (!c.stack.empty()) args.insert(args.end(), {"--stack", c.stack});
+        auto in = memplan::cli::resolve_training_args(args);
+        if (!in) {
+          std::cerr << fmt::format("{}: flags error: {}\n", c.id, in.error().to_string());
+          ++failures;
+          continue;
+        }
+        model = in->model;
+        config = in->config;
+      }
+      auto est = memplan::estimate(model, config);  // GRPO: prompt + completion tokens
       if (!est) {
         std::cerr << fmt::format("{}: engine error: {}\n", c.id, est.error().to_string());
         ++failures;

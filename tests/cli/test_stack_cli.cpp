@@ -1,0 +1,172 @@
+// The software stack as an input, end to end (issue 35): --stack, a fake environment's dist-info
+// folders, a lock file beside the config, a launch script's allocator settings, and the published
+// runs evaluated through the flags their sources state.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/exit_codes.hpp"
+#include "cli/training_flags.hpp"
+#include "cli_harness.hpp"
+#include "io/measurement.hpp"
+#include "memplan/engine.hpp"
+
+using namespace memplan;
+using json = nlohmann::json;
+using memplan::testing::CliRun;
+using memplan::testing::run_cli;
+using memplan::testing::ScopedEnv;
+using memplan::testing::TempDir;
+
+namespace {
+
+json run_json(std::vector<std::string> args) {
+  args.insert(args.end(), {"--format", "json"});
+  const CliRun r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == cli::kExitOk);
+  return json::parse(r.out);
+}
+
+std::int64_t peak(const std::vector<std::string>& args) {
+  std::vector<std::string> a = {"estimate"};
+  a.insert(a.end(), args.begin(), args.end());
+  return run_json(a)["estimate"]["peak_bytes"].get<std::int64_t>();
+}
+
+std::string source_of(const json& stack, const std::string& library) {
+  for (const auto& row : stack)
+    if (row["library"] == library) return row["source"].get<std::string>() + " = " + row["version"].get<std::string>();
+  return "(missing)";
+}
+
+// Mistral-7B LoRA at 4 x 4096 tokens, eager loss: the loss variant decides the logits' copies.
+const std::vector<std::string> kLora = {"--model",      "mistralai/Mistral-7B-v0.1", "--torch-dtype", "bfloat16",
+                                        "--bf16",       "--use-peft",                "--batch",       "4",
+                                        "--seq-len",    "4096",                      "--gradient-checkpointing",
+                                        "--attn-implementation", "flash_attention_2"};
+
+void write(const std::filesystem::path& p, const std::string& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+}  // namespace
+
+TEST_CASE("--stack moves the figures the versions decide, and says which version did") {
+  std::vector<std::string> old = kLora, now = kLora;
+  old.insert(old.end(), {"--stack", "transformers==4.48.1"});
+  now.insert(now.end(), {"--stack", "transformers==4.49.0"});
+  // transformers 4.46-4.48 keep a contiguous fp32 copy of the shifted logits next to the fp32 logits
+  // (docs/formulas.md#logits-and-loss): 4 bytes x b x (s - 1) x V more at the end of the forward,
+  // where this LoRA run peaks.
+  const std::int64_t copy = 4LL * 4 * (4096 - 1) * 32000;
+  CHECK(peak(old) - peak(now) == copy);
+  const json shown = run_json({"estimate", "--show-config", "--stack", "transformers==4.48.1", "--model",
+                               "mistralai/Mistral-7B-v0.1"});
+  CHECK(source_of(shown["stack"], "transformers") == "flag --stack = 4.48.1");
+  CHECK(source_of(shown["stack"], "trl") == "default (the newest release memplan models) = 1.9.0");
+  bool found = false;
+  for (const auto& row : shown["inputs"])
+    if (row["input"] == "transformers_loss") {
+      found = true;
+      CHECK(row["value"] == "shift_contiguous");
+      CHECK(row["source"] == "derived (shift_contiguous: transformers 4.48.1 shifts a contiguous fp32 copy of the "
+                             "logits in ForCausalLMLoss (4.46-4.48))");
+    }
+  CHECK(found);
+}
+
+TEST_CASE("a fake environment's dist-info folders and a uv.lock beside the config give the versions") {
+  TempDir dir;
+  const std::filesystem::path root(dir.path());
+  const auto site = root / "venv" / "lib" / "python3.11" / "site-packages";
+  write(site / "transformers-4.48.1.dist-info" / "METADATA", "Name: transformers\nVersion: 4.48.1\n\n");
+  write(site / "trl-0.13.0.dist-info" / "METADATA", "Name: trl\nVersion: 0.13.0\n\n");
+  write(root / "project" / "sft.yaml",
+        "model_name_or_path: mistralai/Mistral-7B-v0.1\nper_device_train_batch_size: 4\nmax_length: 4096\n"
+        "use_peft: true\nload_in_4bit: true\nbf16: true\ntorch_dtype: bfloat16\ngradient_checkpointing: true\n"
+        "attn_implementation: flash_attention_2\n");
+  const std::string cfg = (root / "project" / "sft.yaml").string();
+
+  SECTION("the environment: TRL 0.13's QLoRA preparation and transformers 4.48's loss") {
+    ScopedEnv venv("VIRTUAL_ENV", (root / "venv").string());
+    const json j = run_json({"estimate", "--config", cfg, "--show-config"});
+    CHECK(source_of(j["stack"], "trl") == "detected ($VIRTUAL_ENV " + (root / "venv").string() +
+                                              ": trl-0.13.0.dist-info) = 0.13.0");
+    std::map<std::string, std::string> v;
+    for (const auto& row : j["inputs"]) v[row["input"]] = row["value"];
+    CHECK(v["kbit_prepare"] == "trl_legacy");
+    CHECK(v["adapter_dtype"] == "float32");
+    CHECK(v["transformers_loss"] == "shift_contiguous");
+    CHECK(v["use_reentrant"] == "true");
+    // The figure is the one those inputs give as flags, with today's loss and these preparations.
+    CHECK(peak({"--config", cfg}) == peak({"--config", cfg, "--stack", "transformers==4.48.1,trl==1.9.0",
+                                           "--kbit-prepare", "trl_legacy", "--adapter-dtype", "float32",
+                                           "--use-reentrant", "true"}));
+  }
+  SECTION("no environment: the uv.lock beside the config") {
+    write(root / "project" / "uv.lock",
+          "version = 1\n\n[[package]]\nname = \"trl\"\nversion = \"0.13.0\"\n\n[[package]]\nname = \"transformers\"\n"
+          "version = \"4.48.1\"\n");
+    const json j = run_json({"estimate", "--config", cfg, "--show-config"});
+    CHECK(source_of(j["stack"], "trl") == (root / "project" / "uv.lock").string() + ":5 = 0.13.0");
+    const std::int64_t locked = peak({"--config", cfg});
+    const std::int64_t current = peak({"--config", cfg, "--stack", "trl==1.9.0,transformers==5.17.0"});
+    // TRL 0.13 keeps fp32 norms (recomputed layer outputs in fp32) and fp32 adapters, transformers
+    // 4.48 the fp32 logits copy: more memory than today's stack, never less.
+    CHECK(locked > current);
+    // --stack beats the lock file.
+    CHECK(peak({"--config", cfg, "--stack", "trl==1.9.0,transformers==5.17.0"}) == current);
+  }
+}
+
+TEST_CASE("a launch script's allocator settings, with torch deciding which variable counts") {
+  TempDir dir;
+  ScopedEnv a("PYTORCH_ALLOC_CONF", std::nullopt);
+  ScopedEnv c("PYTORCH_CUDA_ALLOC_CONF", std::nullopt);
+  const std::string script = dir.write("start.sh",
+                                       "#!/bin/bash\n# start training\nexport PYTORCH_ALLOC_CONF=expandable_segments:True\n"
+                                       "torchrun train.py\n");
+  const std::vector<std::string> base = {"plan", "--model-params", "1B", "--torch-dtype", "bfloat16", "--bf16",
+                                         "--gpu-memory", "24GB", "--launch", script};
+  std::vector<std::string> t211 = base, t291 = base;
+  t211.insert(t211.end(), {"--stack", "torch==2.11.0"});
+  t291.insert(t291.end(), {"--stack", "torch==2.9.1"});
+  const CliRun r211 = run_cli(t211);
+  CHECK(r211.code == cli::kExitOk);
+  CHECK_THAT(r211.out, Catch::Contains("PYTORCH_ALLOC_CONF=expandable_segments:True (" + script + ":3) lets freed pages"));
+  const CliRun r291 = run_cli(t291);
+  CHECK(r291.code == cli::kExitOk);
+  CHECK_THAT(r291.out, Catch::Contains("torch 2.9.1 ignores expandable_segments in PYTORCH_ALLOC_CONF on CUDA"));
+  // The margin the ignored setting would have lowered stays the default: the budget is smaller.
+  const json j211 = run_json(t211), j291 = run_json(t291);
+  CHECK(j211["budget"]["safety_margin_bytes"].get<std::int64_t>() <
+        j291["budget"]["safety_margin_bytes"].get<std::int64_t>());
+  // The shell's own setting does not flip the answer when the launch script sets it.
+  ScopedEnv shell("PYTORCH_ALLOC_CONF", "max_split_size_mb:64");
+  CHECK(run_json(t211)["budget"]["safety_margin_bytes"] == j211["budget"]["safety_margin_bytes"]);
+}
+
+TEST_CASE("the published runs through their stated flags and --stack give the recorded inputs' estimates") {
+  for (const char* file : {"fms_acceleration_a100.json", "fms_acceleration_a100_2024-11.json"}) {
+    auto cases = io::load_measurements(std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/published/" + file);
+    REQUIRE(cases);
+    for (const auto& c : *cases) {
+      INFO(c.id);
+      REQUIRE_FALSE(c.flags.empty());
+      std::vector<std::string> args = c.flags;
+      args.insert(args.end(), {"--stack", c.stack});
+      auto in = cli::resolve_training_args(args);
+      REQUIRE(in);
+      auto by_flags = estimate(in->model, in->config);
+      auto recorded = estimate(c.model, c.config);
+      REQUIRE(by_flags);
+      REQUIRE(recorded);
+      CHECK(by_flags->peak.count() == recorded->peak.count());
+    }
+  }
+}

@@ -1,0 +1,224 @@
+// Library versions and the rules they decide (src/core/stack.cpp, docs/formulas.md#versions).
+#include <catch2/catch.hpp>
+
+#include "memplan/stack.hpp"
+
+using namespace memplan;
+
+namespace {
+
+Stack stack_of(std::initializer_list<std::pair<Library, const char*>> v) {
+  Stack s;
+  for (const auto& [lib, text] : v) s.versions[lib] = version(text);
+  return s;
+}
+
+const StackEffect* effect(const StackApplied& a, const std::string& key) {
+  for (const auto& e : a.effects)
+    if (e.key == key) return &e;
+  return nullptr;
+}
+
+TrainingConfig qlora() {
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.autocast = DType::kBFloat16;
+  c.lora.enabled = true;
+  c.quant.load_in_4bit = true;
+  c.gradient_checkpointing = true;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("versions parse as pip writes them and compare by release") {
+  CHECK(version("4.48.1") < version("4.49"));
+  CHECK(version("4.49") == version("4.49.0"));
+  CHECK(version("4.49.0.dev0") < version("4.49.0"));
+  CHECK(version("4.49.0rc1") < version("4.49.0"));
+  CHECK(version("4.48.9") < version("4.49.0rc1"));
+  CHECK(version("2.4.1+cu121") == version("2.4.1"));
+  CHECK(version("1.0.0.post1") == version("1.0.0"));
+  CHECK(version("v0.13.0") == version("0.13"));
+  CHECK(version("2!1.0") == version("1.0"));
+  CHECK(version("10.0") > version("9.99"));
+  CHECK(version("0.8.2").major() == 0);
+  CHECK(version("0.8.2").minor() == 8);
+  for (const char* bad : {"", "abc", "4..8", "4.48-", "1.2.3.4.5.6.7", "4.48.x", "1234567890.1"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_version(bad));
+  }
+  CHECK(parse_version("x4.48").error().to_string() ==
+        "'x4.48' is not a version; write a release number as pip shows it, e.g. 4.48.1");
+}
+
+TEST_CASE("library names are read as pip normalizes them") {
+  CHECK(library_from_name("Liger_Kernel") == Library::kLiger);
+  CHECK(library_from_name("flash_attn") == Library::kFlashAttn);
+  CHECK(library_from_name("pytorch") == Library::kTorch);
+  CHECK(library_from_name("Transformers") == Library::kTransformers);
+  CHECK_FALSE(library_from_name("numpy"));
+  CHECK(all_libraries().size() == 11);
+  for (Library l : all_libraries()) CHECK(oldest_modelled(l) < newest_modelled(l));
+}
+
+TEST_CASE("transformers' loss variant follows its version (PR #35646 in 4.49)") {
+  using LS = TrainingConfig::LossShift;
+  for (const auto& [v, want] : {std::pair{"4.45.2", LS::kUpcastInModel}, {"4.46.0", LS::kShiftLogitsCopy},
+                                {"4.48.1", LS::kShiftLogitsCopy}, {"4.49.0", LS::kPadLabels},
+                                {"5.17.0", LS::kPadLabels}}) {
+    INFO(v);
+    TrainingConfig c;
+    const auto a = apply_stack(stack_of({{Library::kTransformers, v}}), c, {});
+    CHECK(c.loss_shift == want);
+    REQUIRE(effect(a, "transformers_loss"));
+  }
+  // Nothing said: the newest release's behaviour, and no effect reported.
+  TrainingConfig c;
+  c.loss_shift = LS::kUpcastInModel;
+  const auto a = apply_stack(Stack{}, c, {});
+  CHECK(c.loss_shift == LS::kPadLabels);
+  CHECK_FALSE(effect(a, "transformers_loss"));
+  // A value a flag or a file set is kept.
+  TrainingConfig fixed;
+  fixed.loss_shift = LS::kUpcastInModel;
+  apply_stack(stack_of({{Library::kTransformers, "4.49"}}), fixed, {"transformers_loss"});
+  CHECK(fixed.loss_shift == LS::kUpcastInModel);
+}
+
+TEST_CASE("checkpointing's use_reentrant follows transformers and TRL") {
+  auto reentrant = [](std::initializer_list<std::pair<Library, const char*>> v, bool lora = false,
+                      ShardingStrategy sh = ShardingStrategy::kNone) {
+    TrainingConfig c;
+    c.gradient_checkpointing = true;
+    c.lora.enabled = lora;
+    c.parallel.sharding = sh;
+    c.parallel.num_gpus = 2;
+    apply_stack(stack_of(v), c, {});
+    return c.checkpoint_reentrant;
+  };
+  CHECK(reentrant({{Library::kTransformers, "4.48.1"}}) == true);
+  CHECK(reentrant({{Library::kTransformers, "5.0.0"}}) == false);
+  CHECK(reentrant({{Library::kTransformers, "4.48.1"}, {Library::kTrl, "0.13.0"}}) == true);
+  CHECK(reentrant({{Library::kTransformers, "4.57.0"}, {Library::kTrl, "0.27.0"}}) == false);
+  CHECK(reentrant({{Library::kTrl, "0.13.0"}}) == true);
+  // TRL 0.28+: PEFT under ZeRO-3 forces reentrant checkpoints back on.
+  CHECK(reentrant({{Library::kTrl, "0.28.0"}, {Library::kTransformers, "4.57.0"}}, true, ShardingStrategy::kZero3) ==
+        true);
+  CHECK(reentrant({{Library::kTrl, "0.28.0"}, {Library::kTransformers, "4.57.0"}}, true) == false);
+  // Without versions the engine's own default stands.
+  CHECK(reentrant({}) == std::nullopt);
+}
+
+TEST_CASE("TRL's QLoRA preparation follows its version") {
+  using KP = QuantConfig::KbitPrepare;
+  struct Row {
+    const char* trl;
+    bool bf16;
+    ShardingStrategy sharding;
+    KP want;
+    DType adapters;
+  };
+  const Row rows[] = {
+      {"0.13.0", true, ShardingStrategy::kNone, KP::kTrlLegacy, DType::kFloat32},
+      {"0.13.0", false, ShardingStrategy::kNone, KP::kPeftUpcast, DType::kFloat32},
+      {"0.13.0", true, ShardingStrategy::kFsdpFullShard, KP::kFreezeOnly, DType::kBFloat16},
+      {"0.25.1", false, ShardingStrategy::kNone, KP::kTrlLegacy, DType::kFloat32},
+      {"0.26.2", true, ShardingStrategy::kNone, KP::kTrlLegacy, DType::kFloat32},
+      {"0.26.2", false, ShardingStrategy::kNone, KP::kFreezeOnly, DType::kFloat32},
+      {"0.27.0", true, ShardingStrategy::kNone, KP::kFreezeOnly, DType::kBFloat16},
+      {"1.9.0", false, ShardingStrategy::kZero3, KP::kFreezeOnly, DType::kBFloat16},
+  };
+  for (const auto& r : rows) {
+    INFO(r.trl << " bf16=" << r.bf16);
+    TrainingConfig c = qlora();
+    if (!r.bf16) c.autocast.reset();
+    c.parallel.sharding = r.sharding;
+    c.parallel.num_gpus = 2;
+    const auto a = apply_stack(stack_of({{Library::kTrl, r.trl}}), c, {});
+    CHECK(c.quant.kbit_prepare == r.want);
+    CHECK(effective_adapter_dtype(c) == r.adapters);
+    CHECK(effect(a, "kbit_prepare"));
+  }
+  // A flag's preparation and dtype stay.
+  TrainingConfig c = qlora();
+  c.quant.kbit_prepare = KP::kFreezeOnly;
+  c.lora.adapter_dtype = DType::kFloat32;
+  apply_stack(stack_of({{Library::kTrl, "0.13.0"}}), c, {"kbit_prepare", "adapter_dtype"});
+  CHECK(c.quant.kbit_prepare == KP::kFreezeOnly);
+  CHECK(effective_adapter_dtype(c) == DType::kFloat32);
+}
+
+TEST_CASE("PEFT before 0.12 keeps the adapters in the base layer's dtype") {
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.lora.enabled = true;
+  apply_stack(stack_of({{Library::kPeft, "0.11.1"}}), c, {});
+  CHECK(effective_adapter_dtype(c) == DType::kBFloat16);
+  TrainingConfig d = c;
+  d.lora.adapter_dtype.reset();
+  apply_stack(stack_of({{Library::kPeft, "0.12.0"}}), d, {});
+  CHECK(effective_adapter_dtype(d) == DType::kFloat32);
+}
+
+TEST_CASE("TRL's GRPO defaults follow its version") {
+  auto grpo = [](const char* trl, bool vllm) {
+    TrainingConfig c;
+    c.method = Method::kGrpo;
+    if (vllm) c.grpo.vllm = VllmMode::kColocate;
+    apply_stack(stack_of({{Library::kTrl, trl}}), c, {});
+    return c.grpo;
+  };
+  CHECK(grpo("0.16.0", true).vllm_gpu_memory_utilization == 0.9);
+  CHECK(grpo("0.16.0", true).vllm == VllmMode::kColocate);  // only the colocated engine before 0.18
+  CHECK(grpo("0.16.0", false).beta == 0.04);
+  CHECK(grpo("0.19.0", false).beta == 0.0);
+  CHECK(grpo("0.20.0", true).vllm == VllmMode::kServer);    // vllm_mode server: 0.18-0.29
+  CHECK(grpo("1.0.0", true).vllm == VllmMode::kColocate);
+  CHECK(grpo("1.0.0", true).vllm_gpu_memory_utilization == 0.3);
+}
+
+TEST_CASE("versions outside what memplan read, and behaviours it does not model, are warned") {
+  TrainingConfig c;
+  c.method = Method::kDpo;
+  const auto a = apply_stack(stack_of({{Library::kTrl, "0.20.0"}, {Library::kTransformers, "3.0.0"}}), c, {});
+  REQUIRE(a.warnings.size() == 2);
+  CHECK(a.warnings[0] ==
+        "transformers 3.0.0 is older than the oldest release memplan's rules were read from (4.36.0): its rules are "
+        "taken as 4.36.0's");
+  CHECK(a.warnings[1].rfind("trl 0.20.0's DPO forwards pass output_hidden_states=True", 0) == 0);
+  TrainingConfig d;
+  const auto b = apply_stack(stack_of({{Library::kTorch, "9.1"}}), d, {});
+  REQUIRE(b.warnings.size() == 1);
+  CHECK(b.warnings[0].find("newer than the newest release") != std::string::npos);
+  // A patch release past the newest read is the same minor release: no warning.
+  CHECK(apply_stack(stack_of({{Library::kTorch, "2.13.5"}}), d, {}).warnings.empty());
+}
+
+TEST_CASE("which allocator variable takes effect depends on torch") {
+  const std::optional<std::string> none;
+  // torch 2.4: only PYTORCH_CUDA_ALLOC_CONF exists.
+  auto a = choose_allocator_conf(version("2.4.1"), "expandable_segments:True", none);
+  CHECK_FALSE(a.value);
+  CHECK(a.note ==
+        "torch 2.4.1 reads only PYTORCH_CUDA_ALLOC_CONF (PYTORCH_ALLOC_CONF arrived in 2.8): "
+        "PYTORCH_ALLOC_CONF=expandable_segments:True has no effect");
+  a = choose_allocator_conf(version("2.4.1"), none, "expandable_segments:True");
+  CHECK(a.value == "expandable_segments:True");
+  CHECK(a.variable == "PYTORCH_CUDA_ALLOC_CONF");
+  // torch 2.9.1: the new name's expandable_segments is ignored on CUDA; its other keys apply.
+  a = choose_allocator_conf(version("2.9.1"), "expandable_segments:True,max_split_size_mb:128", none);
+  CHECK(a.value == "max_split_size_mb:128");
+  CHECK(a.variable == "PYTORCH_ALLOC_CONF");
+  CHECK(a.note.find("pytorch issue #183387") != std::string::npos);
+  a = choose_allocator_conf(version("2.9.1"), "expandable_segments:True", "expandable_segments:True");
+  CHECK(a.value == "expandable_segments:True");
+  // torch 2.11: the new name wins over the deprecated one.
+  a = choose_allocator_conf(version("2.11.0"), "expandable_segments:True", "max_split_size_mb:64");
+  CHECK(a.value == "expandable_segments:True");
+  CHECK(a.note == "torch 2.11.0 reads PYTORCH_ALLOC_CONF and ignores the deprecated PYTORCH_CUDA_ALLOC_CONF="
+                  "max_split_size_mb:64");
+  a = choose_allocator_conf(version("2.11.0"), none, "max_split_size_mb:64");
+  CHECK(a.value == "max_split_size_mb:64");
+  CHECK(a.note.empty());
+}
