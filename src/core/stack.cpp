@@ -65,13 +65,14 @@ Result<Version> parse_version(std::string_view text) {
   if (rest.empty()) return bad();  // "4.48-": a separator with nothing after it
   static const char* kPre[] = {"dev", "alpha", "beta", "rc", "pre", "preview", "a", "b", "c"};
   static const char* kPost[] = {"post", "rev", "r"};
-  for (const char* p : kPost)
-    if (rest.rfind(p, 0) == 0) return v;
+  // Pre-release spellings first: "rc1" is not the post-release "r".
   for (const char* p : kPre)
     if (rest.rfind(p, 0) == 0) {
       v.pre = true;
       return v;
     }
+  for (const char* p : kPost)
+    if (rest.rfind(p, 0) == 0) return v;
   return bad();
 }
 

@@ -222,7 +222,8 @@ TEST_CASE("plan errors are exact and exit 2") {
       {{"plan", "--gpu-memory", "80GB", "--solve", "seqlen"},
        "memplan: error: --solve: unknown 'seqlen'; did you mean 'seq-len'?\n"},
       {{"plan", "--gpu-memory", "80GB", "--target-global-batch", "0"},
-       "memplan: error: target-global-batch = 0 is out of range (1 to 16777216)\n"},
+       "memplan: error: --target-global-batch = '0' must be a positive integer, keep or free; e.g. "
+       "--target-global-batch 256; keep holds the config's global batch, free drops the target\n"},
       {{"plan", "--gpu-memory", "80GB", "--global-batch-tolerance", "abc"},
        "memplan: error: --global-batch-tolerance must be a number, got \"abc\"\n"},
       {{"plan", "--gpu-memory", "80GB", "--max-micro-batch", "0"},
