@@ -49,6 +49,12 @@ std::string describe(const json& v) {
       return "\"" + s + "\"";
     }
     case json::value_t::null: return "null";
+    case json::value_t::number_float: {
+      const double d = v.get<double>();  // dump() writes null for these
+      if (std::isnan(d)) return "NaN";
+      if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+      return v.dump();
+    }
     default: return v.dump();
   }
 }
@@ -67,9 +73,70 @@ Error json_parse_error(std::string_view text, const std::string& origin, const j
   return err;
 }
 
-Result<json> parse_json(std::string_view text, const std::string& origin) {
+// Python's json module (which transformers reads config.json with) accepts three literals that
+// JSON has not: NaN, Infinity and -Infinity. Nemotron-H 56B writes "time_step_limit": [0.0,
+// Infinity]. Outside strings they are replaced by marker strings (no newline moves, so error
+// lines stay right) and, after parsing, turned back into the non-finite doubles Python would
+// hold: a field that means a number sees inf or nan (and refuses it where it needs a finite
+// value), one memplan does not read is ignored. nullopt: the text has none.
+constexpr std::string_view kNonFiniteMarker = "\\u0000memplan-nonfinite:";
+
+std::optional<std::string> replace_python_constants(std::string_view text) {
+  std::optional<std::string> out;
+  const auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+  std::size_t copied = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (i > 0 && ident(text[i - 1])) continue;
+    for (const std::string_view lit : {std::string_view("-Infinity"), std::string_view("Infinity"), std::string_view("NaN")}) {
+      if (text.substr(i, lit.size()) != lit) continue;
+      if (i + lit.size() < text.size() && ident(text[i + lit.size()])) break;
+      if (!out) out.emplace();
+      out->append(text.substr(copied, i - copied));
+      out->append("\"").append(kNonFiniteMarker).append(lit).append("\"");
+      i += lit.size() - 1;
+      copied = i + 1;
+      break;
+    }
+  }
+  if (out) out->append(text.substr(copied));
+  return out;
+}
+
+// The marker strings back to doubles, without recursion (a hostile file may nest deeply).
+void restore_python_constants(json& root) {
+  const std::string marker = std::string(1, '\0') + "memplan-nonfinite:";
+  std::vector<json*> todo{&root};
+  while (!todo.empty()) {
+    json* v = todo.back();
+    todo.pop_back();
+    if (v->is_structured()) {
+      for (auto& child : *v) todo.push_back(&child);
+    } else if (v->is_string() && v->get_ref<const std::string&>().rfind(marker, 0) == 0) {
+      const std::string lit = v->get_ref<const std::string&>().substr(marker.size());
+      const double inf = std::numeric_limits<double>::infinity();
+      *v = lit == "NaN" ? std::numeric_limits<double>::quiet_NaN() : lit == "Infinity" ? inf : -inf;
+    }
+  }
+}
+
+Result<json> parse_json(std::string_view original, const std::string& origin) {
+  const std::optional<std::string> replaced = replace_python_constants(original);
+  const std::string_view text = replaced ? std::string_view(*replaced) : original;
   try {
-    return json::parse(text.begin(), text.end());
+    json j = json::parse(text.begin(), text.end());
+    if (replaced) restore_python_constants(j);
+    return j;
   } catch (const json::parse_error& e) {
     return json_parse_error(text, origin, e);
   } catch (const json::exception& e) {
@@ -133,7 +200,8 @@ class Fields {
   Result<double> number(const char* name) const {
     const json* v = find(name);
     if (!v) return 0.0;
-    if (!v->is_number()) return config_error(origin_, fmt::format("\"{}\" must be a number, got {}", name, describe(*v)));
+    if (!v->is_number() || std::isnan(v->get<double>()))
+      return config_error(origin_, fmt::format("\"{}\" must be a number, got {}", name, describe(*v)));
     return v->get<double>();
   }
 
@@ -511,6 +579,9 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   m.scale_embeddings = gemma;
   MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));
   MEMPLAN_TRY(m.attn_logit_softcap, f.number("attn_logit_softcapping"));
+  // cap * tanh(x / cap) tends to x as the cap grows: an infinite cap (Python's Infinity) is none.
+  if (std::isinf(m.final_logit_softcap)) m.final_logit_softcap = 0.0;
+  if (std::isinf(m.attn_logit_softcap)) m.attn_logit_softcap = 0.0;
   if (auto s = parse_sliding_window(f, m, origin); !s) return s.error();
   if (t == "gemma3_text") {
     // Gemma3TextConfig(use_bidirectional_attention=True), EmbeddingGemma: the window becomes a

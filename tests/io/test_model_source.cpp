@@ -1455,3 +1455,37 @@ TEST_CASE("resolve_model_source: popular models of a type memplan does not count
             ": model_type 'phi' is not supported: its module layout is not modelled; use --model-params for a "
             "Llama-shaped estimate of the same size");
 }
+
+// ---- issue 31 item 1: config.json as Python's json module reads it ----
+
+TEST_CASE("config.json: NaN, Infinity and -Infinity outside strings are read as Python reads them") {
+  // Nemotron-H 56B's config.json writes "time_step_limit": [0.0, Infinity], a field memplan does
+  // not read: the file parses, and the tiny Llama counts as without it.
+  const std::string base = R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)";
+  auto m = io::parse_hf_config(base + R"(, "time_step_limit": [0.0, Infinity], "x": -Infinity, "y": {"z": [NaN]},
+    "note": "NaN and Infinity inside a string stay text"})",
+                               "config.json");
+  REQUIRE(m.has_value());
+  CHECK(count_parameters(*m).total == kTinyLlamaParams);
+  // A field that means a number sees the value: an infinite soft cap is no cap (cap * tanh(x / cap) -> x).
+  auto g = io::parse_hf_config(R"({"model_type": "gemma2", "vocab_size": 100, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "final_logit_softcapping": Infinity, "attn_logit_softcapping": 50.0})",
+                               "config.json");
+  REQUIRE(g.has_value());
+  CHECK(g->final_logit_softcap == 0.0);
+  CHECK(g->attn_logit_softcap == 50.0);
+  // Where the field needs a finite value, the message quotes it as the file spells it.
+  CHECK(io::parse_hf_config(base + R"(, "final_logit_softcapping": NaN})", "config.json").error().to_string() ==
+        "config.json: \"final_logit_softcapping\" must be a number, got NaN");
+  CHECK(io::parse_hf_config(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": Infinity})", "config.json")
+            .error()
+            .to_string() == "config.json: \"hidden_size\" is out of range: Infinity");
+  CHECK(io::parse_hf_config(R"({"model_type": "llama", "vocab_size": NaN})", "config.json").error().to_string() ==
+        "config.json: \"vocab_size\" must be an integer, got NaN");
+  // Identifiers that merely contain the words are still errors, at their line.
+  CHECK(io::parse_hf_config("{\n\"a\": NaNa}", "config.json").error().to_string().rfind("config.json:2: invalid JSON", 0) ==
+        0);
+  CHECK(io::parse_hf_config("{\n\"a\": Infinityx}", "c.json").error().to_string().rfind("c.json:2: invalid JSON", 0) == 0);
+}
