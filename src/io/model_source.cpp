@@ -258,20 +258,76 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
                       hint.empty() ? "supported: silu, gelu, gelu_new, gelu_pytorch_tanh, relu" : hint);
 }
 
-// Architectures people ask about that memplan does not count, with the reason.
+// Architectures people ask about that memplan does not count, with the block it lacks: an
+// estimate that ignored the block would be a silent wrong answer (docs/models.md#not-modelled).
 std::optional<std::string> unsupported_reason(const std::string& type) {
+  static const std::pair<const char*, const char*> kNotModelled[] = {
+      {"gpt_oss", "its attention sinks, its experts (fused gate_up_proj with biases and a clamped SwiGLU) and their "
+                  "MXFP4 weights are not modelled"},
+      {"llama4", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with dense "
+                 "ones are not modelled"},
+      {"llama4_text", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with "
+                      "dense ones are not modelled"},
+      {"qwen3_next", "its Gated DeltaNet linear-attention layers and gated full attention are not modelled"},
+      {"nemotron_h", "its Mamba-2 mixer layers are not modelled"},
+      {"lfm2", "its gated short-convolution layers are not modelled"},
+      {"qwen3_vl", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not modelled"},
+      {"qwen3_vl_moe", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not "
+                       "modelled"},
+      {"deepseek_v32", "its sparse-attention indexer (index_n_heads, index_head_dim, index_topk) is not modelled"},
+      {"minimax_m2", "its MoE block (transformers 5's fused experts, sigmoid routing with a correction bias) is not "
+                     "modelled"},
+      {"starcoder2", "its non-gated MLP with biases (c_fc, c_proj) and its residual and embedding dropout are not "
+                     "modelled"},
+  };
+  for (const auto& [t, why] : kNotModelled)
+    if (type == t) return std::string(why);
   if (type == "phi" || type == "phimoe" || type == "falcon" || type == "gpt_neox" || type == "opt" ||
-      type == "bloom" || type == "gptj" || type == "mpt" || type == "starcoder2" || type == "gpt_bigcode" ||
+      type == "bloom" || type == "gptj" || type == "mpt" || type == "gpt_bigcode" ||
       type == "internlm2" || type == "cohere" || type == "olmo")
     return std::string("its module layout is not modelled");
   return std::nullopt;
 }
 
+// Every model_type that parses: the decoders, then the encoders.
 std::string supported_list() {
   std::string s;
   for (const auto& t : supported_model_types()) s += (s.empty() ? "" : ", ") + t;
+  for (const auto& t : encoder_model_types()) s += ", " + t;
   return "supported model types: " + s;
 }
+
+// The keys of blocks a Llama-compatible layout does not have: a config of an unknown model_type
+// that carries one is refused with its name, never read as a Llama (docs/models.md#unknown-types).
+const char* unmodelled_block_key(const json& j) {
+  static const char* const kKeys[] = {
+      // mixture of experts: only known model types say how experts are named, routed and shared
+      "num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok",
+      // latent attention, sparse-attention indexers
+      "kv_lora_rank", "q_lora_rank", "index_n_heads",
+      // state-space, linear-attention and convolution layers
+      "ssm_state_size", "state_size", "mamba_num_heads", "mamba_d_state", "hybrid_override_pattern",
+      "layers_block_type", "linear_num_value_heads", "linear_key_head_dim", "conv_L_cache", "block_types",
+      "full_attn_idxs",
+      // attention variants that change the activations
+      "attention_chunk_size", "no_rope_layers", "sliding_window_pattern", "attn_logit_softcapping",
+      "final_logit_softcapping", "cross_attention_layers",
+      // wrappers around a language model
+      "text_config", "vision_config", "audio_config", "llm_config",
+      // per-layer widths
+      "num_key_value_heads_per_layer", "intermediate_size_per_layer", "altup_num_inputs",
+      "per_layer_input_dim"};
+  for (const char* k : kKeys)
+    if (auto it = j.find(k); it != j.end() && !it->is_null()) return k;
+  if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
+    for (const auto& v : *it)
+      if (!v.is_string() || v.get<std::string>() != "full_attention") return "layer_types";
+  return nullptr;
+}
+
+// The keys of a Llama-compatible layout: all must be there to read an unknown type as one.
+constexpr const char* kLlamaKeys[] = {"hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers",
+                                      "vocab_size"};
 
 // transformers' Gemma3TextConfig defaults: multimodal Gemma 3 config.json files spell out only
 // the text_config keys that differ from them.
@@ -457,7 +513,9 @@ Result<VisionSpec> parse_vision_config(const json& top, const std::string& type,
   return v;
 }
 
-Result<ModelSpec> parse_config(json j, const std::string& origin) {
+// assumption: where to state how an unknown model_type was read (as a Llama-compatible layout);
+// nullptr refuses unknown types.
+Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* assumption = nullptr) {
   if (!j.is_object())
     return config_error(origin, fmt::format("config.json must be a JSON object, got {}", describe(j)), kWrongFileHint);
   ModelSpec m;
@@ -512,11 +570,34 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
     if (auto why = unsupported_reason(m.model_type)) {
       e.message += ": " + *why;
       e.suggestion = "use --model-params for a Llama-shaped estimate of the same size";
-    } else {
-      e.suggestion = did_you_mean(m.model_type, types);
-      if (e.suggestion.empty()) e.suggestion = supported_list();
+      return e;
     }
-    return e;
+    // An unknown type (docs/models.md#unknown-types): read as a Llama when its config has a
+    // Llama's keys and no key of a block a Llama lacks; else say which key is not understood.
+    const char* missing = nullptr;
+    for (const char* k : kLlamaKeys)
+      if (!f.has(k) && !missing) missing = k;
+    const char* block = unmodelled_block_key(j);
+    const std::string hint = did_you_mean(m.model_type, types);
+    if (assumption && !missing && !block && hint.empty()) {
+      *assumption = fmt::format("model_type '{}' is not known; its config.json has the keys of a Llama-compatible "
+                                "layout and nothing else, so it is read as a Llama (q/k/v/o attention, gated MLP, "
+                                "RMSNorm); parameter counts and memory are right only if its modules are a Llama's",
+                                m.model_type);
+      j["model_type"] = "llama";
+      m.model_type = "llama";
+    } else {
+      if (!hint.empty()) {
+        // a near miss of a known type: the suggestion says it all
+      } else if (block) {
+        e.message += fmt::format(": its config.json has \"{}\", a block memplan does not model for this type", block);
+      } else if (missing) {
+        e.message += fmt::format(": its config.json has no \"{}\", so it cannot be read as a Llama-compatible layout",
+                                 missing);
+      }
+      e.suggestion = hint.empty() ? supported_list() : hint;
+      return e;
+    }
   }
   const std::string& t = m.model_type;
   if (t == "gemma3_text") apply_gemma3_text_defaults(j);
@@ -524,7 +605,10 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   const bool gemma = starts_with(t, "gemma");
   const bool qwen2_family = t == "qwen2" || t == "qwen2_moe";
   const bool mla_type = t == "deepseek_v2" || t == "deepseek_v3" || t == "kimi_k2";
-  const bool deepseek_moe = t == "deepseek" || mla_type;
+  // GLM-4.5 (glm4_moe): DeepSeek-V3's MoE (sigmoid router with e_score_correction_bias, fused
+  // shared experts, first_k_dense_replace) under grouped-query attention (docs/models.md#glm4_moe).
+  const bool glm4_moe = t == "glm4_moe";
+  const bool deepseek_moe = t == "deepseek" || mla_type || glm4_moe;
   const bool moe_type = t == "mixtral" || t == "qwen2_moe" || t == "qwen3_moe" || deepseek_moe;
 
   MEMPLAN_TRY(m.vocab_size, f.integer({"vocab_size"}));
@@ -573,6 +657,19 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
     m.qkv_bias = m.o_bias = attention_bias.value_or(false);
   }
   if (t == "llama" || t == "granite" || t == "smollm3") m.mlp_bias = mlp_bias.value_or(false);
+  if (t == "internlm3") {
+    // InternLM3Attention: q/k/v carry qkv_bias, o_proj `bias`; InternLM3MLP: `bias` on all three.
+    MEMPLAN_TRY(auto qkv_bias, f.boolean("qkv_bias"));
+    MEMPLAN_TRY(auto bias, f.boolean("bias"));
+    m.qkv_bias = qkv_bias.value_or(false);
+    m.o_bias = m.mlp_bias = bias.value_or(false);
+  }
+  if (glm4_moe) {
+    // Glm4MoeAttention: q/k/v with attention_bias, o_proj never; use_qk_norm: RMSNorm(head_dim).
+    m.o_bias = false;
+    MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
+    m.qk_norm = qk.value_or(false);
+  }
   m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2";
   m.qk_norm_per_head = t != "olmo2";
   if (t == "gemma2" || t == "gemma3_text") m.norms_per_layer = 4;
@@ -637,6 +734,9 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   }
   if (mla_type)
     if (auto mla = parse_mla_fields(f, m, origin); !mla) return mla.error();
+  // Glm4MoeTopkRouter's e_score_correction_bias is stored in the checkpoint like DeepSeek-V3's;
+  // the MTP layer (num_nextn_predict_layers) is not loaded by Glm4MoeForCausalLM.
+  if (glm4_moe) m.moe.router_bias = m.moe.enabled();
   if (t == "mllama") {
     // MllamaTextConfig: cross_attention_layers (default every fifth from 3), and embed_tokens of
     // vocab_size + 8 rows (MllamaTextModel); lm_head has vocab_size.
@@ -684,13 +784,19 @@ const std::vector<std::string>& supported_model_types() {
                                              "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
                                              "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2",
                                              "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
-                                             "qwen2_vl", "qwen2_5_vl", "mllama"};
+                                             "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe"};
   return t;
 }
 
 Result<ModelSpec> parse_hf_config(std::string_view text, const std::string& origin) {
   MEMPLAN_TRY(json j, parse_json(text, origin));
   return parse_config(std::move(j), origin);
+}
+
+Result<ModelSpec> parse_hf_config(std::string_view text, const std::string& origin, std::string& assumption) {
+  MEMPLAN_TRY(json j, parse_json(text, origin));
+  assumption.clear();
+  return parse_config(std::move(j), origin, &assumption);
 }
 
 bool CatalogEntry::matches(std::string_view name) const {
@@ -1092,13 +1198,15 @@ Result<ResolvedModel> load_model_file(const fs::path& cfg, const std::string& na
     if (!inner_via.empty()) r.via += "; " + inner_via;
     return r;
   }
-  MEMPLAN_TRY(ModelSpec m, parse_hf_config(text, cfg.string()));
+  std::string assumption;
+  MEMPLAN_TRY(ModelSpec m, parse_hf_config(text, cfg.string(), assumption));
   m.name = name;
   ResolvedModel r;
   r.spec = std::move(m);
   read_quantization(text, r);
   MEMPLAN_TRY(const std::string st, read_sentence_transformers_modules(cfg.parent_path(), r.spec));
   if (!st.empty()) r.via = st;
+  if (!assumption.empty()) r.via = cfg.string() + ": " + assumption + (r.via.empty() ? "" : "; " + r.via);
   return r;
 }
 

@@ -242,9 +242,14 @@ Result<ModelSpec> finish_encoder(const json& j, const std::string& origin, Model
 
 }  // namespace
 
+const std::vector<std::string>& encoder_model_types() {
+  static const std::vector<std::string> t = {"bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2", "nomic_bert"};
+  return t;
+}
+
 bool is_encoder_model_type(const std::string& t) {
-  return t == "bert" || t == "roberta" || t == "xlm-roberta" || t == "modernbert" || t == "deberta-v2" ||
-         t == "nomic_bert";
+  const auto& types = encoder_model_types();
+  return std::find(types.begin(), types.end(), t) != types.end();
 }
 
 Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin) {
