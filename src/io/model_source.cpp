@@ -341,6 +341,16 @@ void apply_gemma3_text_defaults(json& t) {
     if (!t.contains(k)) t[k] = v;
 }
 
+// transformers' Glm4MoeConfig MoE defaults (GLM-4.5-Air's values): a config.json that leaves
+// them out is still the MoE model Glm4MoeForCausalLM builds, not a dense one.
+void apply_glm4_moe_defaults(json& t) {
+  static const std::pair<const char*, json> kDefaults[] = {
+      {"n_routed_experts", 128}, {"n_shared_experts", 1}, {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 1408}, {"num_experts_per_tok", 8}};
+  for (const auto& [k, v] : kDefaults)
+    if (!t.contains(k) || t[k].is_null()) t[k] = v;
+}
+
 bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
 
 // Sliding-window attention (docs/formulas.md#sliding-window-attention), as transformers 4.56-4.57
@@ -601,6 +611,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   }
   const std::string& t = m.model_type;
   if (t == "gemma3_text") apply_gemma3_text_defaults(j);
+  if (t == "glm4_moe") apply_glm4_moe_defaults(j);
   const bool gpt2 = t == "gpt2";
   const bool gemma = starts_with(t, "gemma");
   const bool qwen2_family = t == "qwen2" || t == "qwen2_moe";

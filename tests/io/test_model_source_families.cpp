@@ -159,3 +159,31 @@ TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and
     CHECK(count_parameters(r->spec).total == kTinyLlamaParams);
   }
 }
+
+TEST_CASE("glm4_moe: a GLM-4.5/4.7-sized config without its bias and q/k-norm keys, and Glm4MoeConfig's MoE defaults") {
+  // GLM-4.7's shape as a public test fixture spells it (hidden 5120, 92 layers, 160 experts of
+  // 1536, 3 dense layers of 12288): attention_bias and use_qk_norm absent, so false.
+  auto m = io::parse_hf_config(R"({"model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288,
+      "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+      "vocab_size": 151552, "n_routed_experts": 160, "num_experts_per_tok": 8, "n_shared_experts": 1,
+      "moe_intermediate_size": 1536, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1,
+      "tie_word_embeddings": false, "torch_dtype": "bfloat16"})",
+                               "glm47.json");
+  REQUIRE(m.has_value());
+  // By hand: embeddings 2 x 151,552 x 5,120; per layer attention 2 x 5,120 x 12,288 + 2 x 5,120 x
+  // 1,024 and 2 norms; 3 dense MLPs 3 x 5,120 x 12,288; 89 MoE layers of router 160 x 5,120 + 160
+  // and 161 experts of 3 x 5,120 x 1,536 (8 + 1 active). The model card's GLM-4.5: 355B total
+  // (with its MTP layer), 32B active; here 32,079,031,200 without the embeddings.
+  const ParameterCounts c = count_parameters(*m);
+  CHECK(c.total == 352'796'486'560LL);
+  CHECK(c.active_per_token == 33'630'923'680LL);
+  // Only the sizes: every MoE key from Glm4MoeConfig's defaults (128 experts of 1408, 1 shared,
+  // top-8, the first layer dense).
+  auto d = io::parse_hf_config(R"({"model_type": "glm4_moe", "head_dim": 128, )" + kLlamaKeys + "}", "c.json");
+  REQUIRE(d.has_value());
+  CHECK(d->moe.num_experts == 128);
+  CHECK(d->moe.expert_intermediate_size == 1408);
+  CHECK(d->moe.num_shared_experts == 1);
+  CHECK(d->moe.experts_per_token == 8);
+  CHECK(d->moe.first_dense_layers == 1);
+}
