@@ -187,3 +187,75 @@ TEST_CASE("glm4_moe: a GLM-4.5/4.7-sized config without its bias and q/k-norm ke
   CHECK(d->moe.experts_per_token == 8);
   CHECK(d->moe.first_dense_layers == 1);
 }
+
+TEST_CASE("MPNet (all-mpnet-base-v2): modules, the relative-attention table, an end-to-end estimate") {
+  const ModelSpec& m = catalog_spec("all-mpnet-base-v2");
+  CHECK(m.is_encoder());
+  CHECK(m.head == EncoderHead::kPooling);
+  CHECK(m.type_vocab_size == 0);  // MPNetEmbeddings has no token-type table
+  CHECK(m.relative_attention_buckets == 32);
+  const auto mods = encoder_layer_linears(m);
+  REQUIRE(mods.size() == 6);
+  CHECK(mods[0].name == "attn.q");
+  CHECK(mods[3].name == "attn.o");
+  // 109,486,464 by hand (configs/models/all-mpnet-base-v2.json); the embeddings' share:
+  // 30,527 x 768 + 514 x 768, and the 32 x 12 bias table.
+  const ParameterCounts c = count_parameters(m);
+  CHECK(c.total == 109'486'464);
+  CHECK(c.position_embedding == 514 * 768 + 32 * 12);
+
+  TrainingConfig t;
+  t.micro_batch = 4;
+  t.seq_len = 384;  // all-mpnet-base-v2's max_seq_length
+  t.device = Device::kCuda;
+  auto e = estimate(m, t);
+  REQUIRE(e.has_value());
+  memplan::testing::require_consistent(*e);
+  CHECK(e->params.total == 109'486'464);
+
+  // PEFT has no default targets for mpnet; transformers has no SDPA path and no checkpointing for it.
+  t.lora.enabled = true;
+  auto lora = estimate(m, t);
+  REQUIRE_FALSE(lora.has_value());
+  CHECK(lora.error().message == "PEFT has no default LoRA target modules for model_type 'mpnet'");
+  t.lora.enabled = false;
+  t.gradient_checkpointing = true;
+  auto ckpt = estimate(m, t);
+  REQUIRE_FALSE(ckpt.has_value());
+  CHECK(ckpt.error().message ==
+        "MPNet does not support gradient checkpointing: transformers raises \"MPNetModel does not support gradient "
+        "checkpointing.\"");
+}
+
+TEST_CASE("MPNet's position bias: more forward memory than a BERT of the same shape, within what it adds") {
+  // The same sizes as BERT and as MPNet (no token types, 514 positions, no relative table in BERT):
+  // the forward of MPNet holds the position bias (b x 12 x s x s fp32) through every layer.
+  const std::string sizes = R"("hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 2,
+      "num_attention_heads": 12, "vocab_size": 1000, "max_position_embeddings": 514)";
+  auto mp = io::parse_hf_config(R"({"model_type": "mpnet", )" + sizes + "}", "m.json");
+  auto bert = io::parse_hf_config(R"({"model_type": "bert", "type_vocab_size": 0, )" + sizes + "}", "b.json");
+  REQUIRE(mp.has_value());
+  REQUIRE(bert.has_value());
+  TrainingConfig t;
+  t.micro_batch = 2;
+  t.seq_len = 512;
+  t.device = Device::kCuda;
+  t.attn = AttnImpl::kEager;
+  auto a = estimate(*mp, t);
+  auto b = estimate(*bert, t);
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  memplan::testing::require_consistent(*a);
+  // MPNet only adds memory to BERT's forward, and at most, all at once: the bias 2 x 12 x 512 x
+  // 512 x 4 = 25,165,824 bytes, the looked-up (s, s, heads) fp32 values 12,582,912, three (s, s)
+  // int64 and two fp32 bucket temporaries 8,388,608. Where the two forward peaks fall decides how
+  // much of it shows (the bias is dropped before the pooling; nothing saves it for backward).
+  const auto forward_peak = [](const Estimate& e) {
+    for (const auto& p : e.phases)
+      if (p.phase == Phase::kForward) return p.peak.count();
+    return std::int64_t{-1};
+  };
+  const std::int64_t more = forward_peak(*a) - forward_peak(*b);
+  CHECK(more > 0);
+  CHECK(more <= 25'165'824 + 12'582'912 + 8'388'608);
+}

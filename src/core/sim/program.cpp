@@ -2606,7 +2606,7 @@ std::vector<std::string> default_lora_targets(const ModelSpec& m) {
   if (m.model_type == "modernbert") return {"attn.Wqkv"};
   if (m.is_deberta()) return {"query_proj", "key_proj", "value_proj", "dense"};
   if (m.model_type == "phi3") return {"qkv_proj"};
-  if (m.is_mla() || m.is_nomic_bert()) return {};  // no PEFT mapping: PEFT asks for target_modules
+  if (m.is_mla() || m.is_nomic_bert() || m.is_mpnet()) return {};  // no PEFT mapping: PEFT asks for target_modules
   return {"q_proj", "v_proj"};
 }
 
