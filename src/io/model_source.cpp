@@ -310,7 +310,7 @@ const char* unmodelled_block_key(const json& j) {
       "layers_block_type", "linear_num_value_heads", "linear_key_head_dim", "conv_L_cache", "block_types",
       "full_attn_idxs",
       // attention variants that change the activations
-      "attention_chunk_size", "no_rope_layers", "sliding_window_pattern", "attn_logit_softcapping",
+      "sliding_window", "attention_chunk_size", "no_rope_layers", "sliding_window_pattern", "attn_logit_softcapping",
       "final_logit_softcapping", "cross_attention_layers",
       // wrappers around a language model
       "text_config", "vision_config", "audio_config", "llm_config",

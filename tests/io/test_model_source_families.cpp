@@ -140,6 +140,17 @@ TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and
           "model_type 'acme_hybrid' is not supported: its config.json has \"layer_types\", a block memplan does not "
           "model for this type");
   }
+  SECTION("a sliding window is a block a Llama lacks; a null one is no window") {
+    auto sw = io::parse_hf_config(R"({"model_type": "acme_sw", "sliding_window": 4096, )" + kLlamaKeys + "}", "c.json",
+                                  assumption);
+    REQUIRE_FALSE(sw.has_value());
+    CHECK(sw.error().message ==
+          "model_type 'acme_sw' is not supported: its config.json has \"sliding_window\", a block memplan does not "
+          "model for this type");
+    CHECK(io::parse_hf_config(R"({"model_type": "acme_sw", "sliding_window": null, )" + kLlamaKeys + "}", "c.json",
+                              assumption)
+              .has_value());
+  }
   SECTION("a missing Llama key is named") {
     auto r = io::parse_hf_config(R"({"model_type": "acme_lm", "hidden_size": 64, "num_hidden_layers": 2})", "c.json",
                                  assumption);
