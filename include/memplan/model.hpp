@@ -195,6 +195,10 @@ struct ModelSpec {
   bool relative_buckets = false;       // position_buckets > 0: log-bucketed relative positions
   bool c2p = false, p2c = false;
   bool rel_layer_norm = false;         // norm_rel_ebd "layer_norm"
+  // MPNet (docs/models.md#mpnet): MPNetEncoder.relative_attention_bias, an Embedding of
+  // relative_attention_num_buckets rows x heads whose (b, heads, s, s) bias every layer adds to
+  // its attention scores. 0 for every other model.
+  std::int64_t relative_attention_buckets = 0;
   // ---- Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; docs/formulas.md#mla). Other
   // models leave kv_lora_rank at 0. head_dim holds qk_head_dim = qk_nope_head_dim + qk_rope_head_dim.
   std::int64_t q_lora_rank = 0;        // 0 (config null): a plain q_proj, as DeepSeek-V2-Lite
@@ -226,8 +230,9 @@ struct ModelSpec {
   bool is_modernbert() const { return model_type == "modernbert"; }  // docs/formulas.md#modernbert
   bool is_deberta() const { return model_type == "deberta-v2"; }     // docs/formulas.md#deberta
   bool is_nomic_bert() const { return model_type == "nomic_bert"; }  // docs/formulas.md#nomicbert
-  // DeBERTa and NomicBERT's remote code have no SDPA or flash path: eager whatever is asked.
-  bool eager_attention_only() const { return is_deberta() || is_nomic_bert(); }
+  bool is_mpnet() const { return model_type == "mpnet"; }            // docs/models.md#mpnet
+  // DeBERTa, MPNet and NomicBERT's remote code have no SDPA or flash path: eager whatever is asked.
+  bool eager_attention_only() const { return is_deberta() || is_nomic_bert() || is_mpnet(); }
   bool operator==(const ModelSpec&) const = default;
 };
 

@@ -360,10 +360,21 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                                           "its disentangled attention adds position terms no SDPA or flash kernel "
                                           "computes",
                                           to_string(*c.attn))
+                        : m.is_mpnet()
+                            ? fmt::format("MPNet has only the eager attention in transformers (asked for {}): its "
+                                          "relative-position bias is added to the attention scores",
+                                          to_string(*c.attn))
                             : fmt::format("NomicBERT's remote code has only its eager attention (asked for {}); "
                                           "transformers refuses another implementation for it",
                                           to_string(*c.attn)),
                         "drop --attn-implementation (or attn_implementation in the config); memplan then models eager");
+    // MPNetPreTrainedModel does not set supports_gradient_checkpointing: transformers'
+    // gradient_checkpointing_enable() raises for it (docs/models.md#mpnet).
+    if (m.is_mpnet() && c.gradient_checkpointing)
+      return make_error(ErrorCode::kUnsupported,
+                        "MPNet does not support gradient checkpointing: transformers raises \"MPNetModel does not "
+                        "support gradient checkpointing.\"",
+                        "drop --gradient-checkpointing (gradient_checkpointing in the config)");
     if (c.method != Method::kSft)
       return make_error(ErrorCode::kUnsupported,
                         fmt::format("{} is a decoder method; {} is an encoder", to_string(c.method), m.model_type),

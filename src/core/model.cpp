@@ -47,7 +47,7 @@ std::int64_t norm_params(const ModelSpec& m, std::int64_t width) {
 // DeepSeek families whose MoEGate / TopkRouter weight is a bare Parameter.
 bool is_deepseek_family(const ModelSpec& m) {
   return m.model_type == "deepseek" || m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3" ||
-         m.model_type == "kimi_k2";
+         m.model_type == "kimi_k2" || m.model_type == "glm4_moe";
 }
 
 std::int64_t qk_norm_params(const ModelSpec& m) {

@@ -41,6 +41,15 @@ std::vector<LinearModule> encoder_layer_linears(const ModelSpec& m) {
     out.push_back({"mlp.Wo", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
     return out;
   }
+  if (m.is_mpnet()) {
+    // MPNetLayer: attention.attn.{q,k,v,o} (MPNetSelfAttention), intermediate.dense, output.dense,
+    // all nn.Linear with bias.
+    for (const char* n : {"attn.q", "attn.k", "attn.v"}) out.push_back({n, h, inner, true, 1, LinearRole::kAttention});
+    out.push_back({"attn.o", inner, h, true, 1, LinearRole::kAttention});
+    out.push_back({"intermediate.dense", h, m.intermediate_size, true, 1, LinearRole::kMlp});
+    out.push_back({"output.dense", m.intermediate_size, h, true, 1, LinearRole::kMlp});
+    return out;
+  }
   // BertLayer: attention.self.{query,key,value}, attention.output.dense, intermediate.dense,
   // output.dense, all nn.Linear with bias (RoBERTa and XLM-R reuse the same modules; DeBERTa's
   // DisentangledSelfAttention names them query_proj, key_proj, value_proj).
@@ -80,6 +89,8 @@ ParameterCounts count_encoder_parameters(const ModelSpec& m) {
   c.position_embedding += m.type_vocab_size * h;
   // DebertaV2Encoder.rel_embeddings (2 x att_span rows) and its LayerNorm (norm_rel_ebd).
   c.position_embedding += 2 * m.relative_span * h;
+  // MPNetEncoder.relative_attention_bias: one value per bucket and head.
+  c.position_embedding += m.relative_attention_buckets * m.num_heads;
   if (m.rel_layer_norm) c.norms += layer_norm_params(m);
   c.norms += layer_norm_params(m);
   for (int l = 0; l < m.num_layers; ++l) {

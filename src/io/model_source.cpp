@@ -49,6 +49,12 @@ std::string describe(const json& v) {
       return "\"" + s + "\"";
     }
     case json::value_t::null: return "null";
+    case json::value_t::number_float: {
+      const double d = v.get<double>();  // dump() writes null for these
+      if (std::isnan(d)) return "NaN";
+      if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+      return v.dump();
+    }
     default: return v.dump();
   }
 }
@@ -67,9 +73,70 @@ Error json_parse_error(std::string_view text, const std::string& origin, const j
   return err;
 }
 
-Result<json> parse_json(std::string_view text, const std::string& origin) {
+// Python's json module (which transformers reads config.json with) accepts three literals that
+// JSON has not: NaN, Infinity and -Infinity. Nemotron-H 56B writes "time_step_limit": [0.0,
+// Infinity]. Outside strings they are replaced by marker strings (no newline moves, so error
+// lines stay right) and, after parsing, turned back into the non-finite doubles Python would
+// hold: a field that means a number sees inf or nan (and refuses it where it needs a finite
+// value), one memplan does not read is ignored. nullopt: the text has none.
+constexpr std::string_view kNonFiniteMarker = "\\u0000memplan-nonfinite:";
+
+std::optional<std::string> replace_python_constants(std::string_view text) {
+  std::optional<std::string> out;
+  const auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+  std::size_t copied = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (i > 0 && ident(text[i - 1])) continue;
+    for (const std::string_view lit : {std::string_view("-Infinity"), std::string_view("Infinity"), std::string_view("NaN")}) {
+      if (text.substr(i, lit.size()) != lit) continue;
+      if (i + lit.size() < text.size() && ident(text[i + lit.size()])) break;
+      if (!out) out.emplace();
+      out->append(text.substr(copied, i - copied));
+      out->append("\"").append(kNonFiniteMarker).append(lit).append("\"");
+      i += lit.size() - 1;
+      copied = i + 1;
+      break;
+    }
+  }
+  if (out) out->append(text.substr(copied));
+  return out;
+}
+
+// The marker strings back to doubles, without recursion (a hostile file may nest deeply).
+void restore_python_constants(json& root) {
+  const std::string marker = std::string(1, '\0') + "memplan-nonfinite:";
+  std::vector<json*> todo{&root};
+  while (!todo.empty()) {
+    json* v = todo.back();
+    todo.pop_back();
+    if (v->is_structured()) {
+      for (auto& child : *v) todo.push_back(&child);
+    } else if (v->is_string() && v->get_ref<const std::string&>().rfind(marker, 0) == 0) {
+      const std::string lit = v->get_ref<const std::string&>().substr(marker.size());
+      const double inf = std::numeric_limits<double>::infinity();
+      *v = lit == "NaN" ? std::numeric_limits<double>::quiet_NaN() : lit == "Infinity" ? inf : -inf;
+    }
+  }
+}
+
+Result<json> parse_json(std::string_view original, const std::string& origin) {
+  const std::optional<std::string> replaced = replace_python_constants(original);
+  const std::string_view text = replaced ? std::string_view(*replaced) : original;
   try {
-    return json::parse(text.begin(), text.end());
+    json j = json::parse(text.begin(), text.end());
+    if (replaced) restore_python_constants(j);
+    return j;
   } catch (const json::parse_error& e) {
     return json_parse_error(text, origin, e);
   } catch (const json::exception& e) {
@@ -133,7 +200,8 @@ class Fields {
   Result<double> number(const char* name) const {
     const json* v = find(name);
     if (!v) return 0.0;
-    if (!v->is_number()) return config_error(origin_, fmt::format("\"{}\" must be a number, got {}", name, describe(*v)));
+    if (!v->is_number() || std::isnan(v->get<double>()))
+      return config_error(origin_, fmt::format("\"{}\" must be a number, got {}", name, describe(*v)));
     return v->get<double>();
   }
 
@@ -190,20 +258,76 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
                       hint.empty() ? "supported: silu, gelu, gelu_new, gelu_pytorch_tanh, relu" : hint);
 }
 
-// Architectures people ask about that memplan does not count, with the reason.
+// Architectures people ask about that memplan does not count, with the block it lacks: an
+// estimate that ignored the block would be a silent wrong answer (docs/models.md#not-modelled).
 std::optional<std::string> unsupported_reason(const std::string& type) {
+  static const std::pair<const char*, const char*> kNotModelled[] = {
+      {"gpt_oss", "its attention sinks, its experts (fused gate_up_proj with biases and a clamped SwiGLU) and their "
+                  "MXFP4 weights are not modelled"},
+      {"llama4", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with dense "
+                 "ones are not modelled"},
+      {"llama4_text", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with "
+                      "dense ones are not modelled"},
+      {"qwen3_next", "its Gated DeltaNet linear-attention layers and gated full attention are not modelled"},
+      {"nemotron_h", "its Mamba-2 mixer layers are not modelled"},
+      {"lfm2", "its gated short-convolution layers are not modelled"},
+      {"qwen3_vl", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not modelled"},
+      {"qwen3_vl_moe", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not "
+                       "modelled"},
+      {"deepseek_v32", "its sparse-attention indexer (index_n_heads, index_head_dim, index_topk) is not modelled"},
+      {"minimax_m2", "its MoE block (transformers 5's fused experts, sigmoid routing with a correction bias) is not "
+                     "modelled"},
+      {"starcoder2", "its non-gated MLP with biases (c_fc, c_proj) and its residual and embedding dropout are not "
+                     "modelled"},
+  };
+  for (const auto& [t, why] : kNotModelled)
+    if (type == t) return std::string(why);
   if (type == "phi" || type == "phimoe" || type == "falcon" || type == "gpt_neox" || type == "opt" ||
-      type == "bloom" || type == "gptj" || type == "mpt" || type == "starcoder2" || type == "gpt_bigcode" ||
+      type == "bloom" || type == "gptj" || type == "mpt" || type == "gpt_bigcode" ||
       type == "internlm2" || type == "cohere" || type == "olmo")
     return std::string("its module layout is not modelled");
   return std::nullopt;
 }
 
+// Every model_type that parses: the decoders, then the encoders.
 std::string supported_list() {
   std::string s;
   for (const auto& t : supported_model_types()) s += (s.empty() ? "" : ", ") + t;
+  for (const auto& t : encoder_model_types()) s += ", " + t;
   return "supported model types: " + s;
 }
+
+// The keys of blocks a Llama-compatible layout does not have: a config of an unknown model_type
+// that carries one is refused with its name, never read as a Llama (docs/models.md#unknown-types).
+const char* unmodelled_block_key(const json& j) {
+  static const char* const kKeys[] = {
+      // mixture of experts: only known model types say how experts are named, routed and shared
+      "num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok",
+      // latent attention, sparse-attention indexers
+      "kv_lora_rank", "q_lora_rank", "index_n_heads",
+      // state-space, linear-attention and convolution layers
+      "ssm_state_size", "state_size", "mamba_num_heads", "mamba_d_state", "hybrid_override_pattern",
+      "layers_block_type", "linear_num_value_heads", "linear_key_head_dim", "conv_L_cache", "block_types",
+      "full_attn_idxs",
+      // attention variants that change the activations
+      "sliding_window", "attention_chunk_size", "no_rope_layers", "sliding_window_pattern", "attn_logit_softcapping",
+      "final_logit_softcapping", "cross_attention_layers",
+      // wrappers around a language model
+      "text_config", "vision_config", "audio_config", "llm_config",
+      // per-layer widths
+      "num_key_value_heads_per_layer", "intermediate_size_per_layer", "altup_num_inputs",
+      "per_layer_input_dim"};
+  for (const char* k : kKeys)
+    if (auto it = j.find(k); it != j.end() && !it->is_null()) return k;
+  if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
+    for (const auto& v : *it)
+      if (!v.is_string() || v.get<std::string>() != "full_attention") return "layer_types";
+  return nullptr;
+}
+
+// The keys of a Llama-compatible layout: all must be there to read an unknown type as one.
+constexpr const char* kLlamaKeys[] = {"hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers",
+                                      "vocab_size"};
 
 // transformers' Gemma3TextConfig defaults: multimodal Gemma 3 config.json files spell out only
 // the text_config keys that differ from them.
@@ -215,6 +339,16 @@ void apply_gemma3_text_defaults(json& t) {
       {"sliding_window", 4096},        {"hidden_activation", "gelu_pytorch_tanh"}};
   for (const auto& [k, v] : kDefaults)
     if (!t.contains(k)) t[k] = v;
+}
+
+// transformers' Glm4MoeConfig MoE defaults (GLM-4.5-Air's values): a config.json that leaves
+// them out is still the MoE model Glm4MoeForCausalLM builds, not a dense one.
+void apply_glm4_moe_defaults(json& t) {
+  static const std::pair<const char*, json> kDefaults[] = {
+      {"n_routed_experts", 128}, {"n_shared_experts", 1}, {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 1408}, {"num_experts_per_tok", 8}};
+  for (const auto& [k, v] : kDefaults)
+    if (!t.contains(k) || t[k].is_null()) t[k] = v;
 }
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
@@ -389,7 +523,9 @@ Result<VisionSpec> parse_vision_config(const json& top, const std::string& type,
   return v;
 }
 
-Result<ModelSpec> parse_config(json j, const std::string& origin) {
+// assumption: where to state how an unknown model_type was read (as a Llama-compatible layout);
+// nullptr refuses unknown types.
+Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* assumption = nullptr) {
   if (!j.is_object())
     return config_error(origin, fmt::format("config.json must be a JSON object, got {}", describe(j)), kWrongFileHint);
   ModelSpec m;
@@ -444,19 +580,46 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
     if (auto why = unsupported_reason(m.model_type)) {
       e.message += ": " + *why;
       e.suggestion = "use --model-params for a Llama-shaped estimate of the same size";
-    } else {
-      e.suggestion = did_you_mean(m.model_type, types);
-      if (e.suggestion.empty()) e.suggestion = supported_list();
+      return e;
     }
-    return e;
+    // An unknown type (docs/models.md#unknown-types): read as a Llama when its config has a
+    // Llama's keys and no key of a block a Llama lacks; else say which key is not understood.
+    const char* missing = nullptr;
+    for (const char* k : kLlamaKeys)
+      if (!f.has(k) && !missing) missing = k;
+    const char* block = unmodelled_block_key(j);
+    const std::string hint = did_you_mean(m.model_type, types);
+    if (assumption && !missing && !block && hint.empty()) {
+      *assumption = fmt::format("model_type '{}' is not known; its config.json has the keys of a Llama-compatible "
+                                "layout and nothing else, so it is read as a Llama (q/k/v/o attention, gated MLP, "
+                                "RMSNorm); parameter counts and memory are right only if its modules are a Llama's",
+                                m.model_type);
+      j["model_type"] = "llama";
+      m.model_type = "llama";
+    } else {
+      if (!hint.empty()) {
+        // a near miss of a known type: the suggestion says it all
+      } else if (block) {
+        e.message += fmt::format(": its config.json has \"{}\", a block memplan does not model for this type", block);
+      } else if (missing) {
+        e.message += fmt::format(": its config.json has no \"{}\", so it cannot be read as a Llama-compatible layout",
+                                 missing);
+      }
+      e.suggestion = hint.empty() ? supported_list() : hint;
+      return e;
+    }
   }
   const std::string& t = m.model_type;
   if (t == "gemma3_text") apply_gemma3_text_defaults(j);
+  if (t == "glm4_moe") apply_glm4_moe_defaults(j);
   const bool gpt2 = t == "gpt2";
   const bool gemma = starts_with(t, "gemma");
   const bool qwen2_family = t == "qwen2" || t == "qwen2_moe";
   const bool mla_type = t == "deepseek_v2" || t == "deepseek_v3" || t == "kimi_k2";
-  const bool deepseek_moe = t == "deepseek" || mla_type;
+  // GLM-4.5 (glm4_moe): DeepSeek-V3's MoE (sigmoid router with e_score_correction_bias, fused
+  // shared experts, first_k_dense_replace) under grouped-query attention (docs/models.md#glm4_moe).
+  const bool glm4_moe = t == "glm4_moe";
+  const bool deepseek_moe = t == "deepseek" || mla_type || glm4_moe;
   const bool moe_type = t == "mixtral" || t == "qwen2_moe" || t == "qwen3_moe" || deepseek_moe;
 
   MEMPLAN_TRY(m.vocab_size, f.integer({"vocab_size"}));
@@ -505,12 +668,28 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
     m.qkv_bias = m.o_bias = attention_bias.value_or(false);
   }
   if (t == "llama" || t == "granite" || t == "smollm3") m.mlp_bias = mlp_bias.value_or(false);
+  if (t == "internlm3") {
+    // InternLM3Attention: q/k/v carry qkv_bias, o_proj `bias`; InternLM3MLP: `bias` on all three.
+    MEMPLAN_TRY(auto qkv_bias, f.boolean("qkv_bias"));
+    MEMPLAN_TRY(auto bias, f.boolean("bias"));
+    m.qkv_bias = qkv_bias.value_or(false);
+    m.o_bias = m.mlp_bias = bias.value_or(false);
+  }
+  if (glm4_moe) {
+    // Glm4MoeAttention: q/k/v with attention_bias, o_proj never; use_qk_norm: RMSNorm(head_dim).
+    m.o_bias = false;
+    MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
+    m.qk_norm = qk.value_or(false);
+  }
   m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2";
   m.qk_norm_per_head = t != "olmo2";
   if (t == "gemma2" || t == "gemma3_text") m.norms_per_layer = 4;
   m.scale_embeddings = gemma;
   MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));
   MEMPLAN_TRY(m.attn_logit_softcap, f.number("attn_logit_softcapping"));
+  // cap * tanh(x / cap) tends to x as the cap grows: an infinite cap (Python's Infinity) is none.
+  if (std::isinf(m.final_logit_softcap)) m.final_logit_softcap = 0.0;
+  if (std::isinf(m.attn_logit_softcap)) m.attn_logit_softcap = 0.0;
   if (auto s = parse_sliding_window(f, m, origin); !s) return s.error();
   if (t == "gemma3_text") {
     // Gemma3TextConfig(use_bidirectional_attention=True), EmbeddingGemma: the window becomes a
@@ -566,6 +745,9 @@ Result<ModelSpec> parse_config(json j, const std::string& origin) {
   }
   if (mla_type)
     if (auto mla = parse_mla_fields(f, m, origin); !mla) return mla.error();
+  // Glm4MoeTopkRouter's e_score_correction_bias is stored in the checkpoint like DeepSeek-V3's;
+  // the MTP layer (num_nextn_predict_layers) is not loaded by Glm4MoeForCausalLM.
+  if (glm4_moe) m.moe.router_bias = m.moe.enabled();
   if (t == "mllama") {
     // MllamaTextConfig: cross_attention_layers (default every fifth from 3), and embed_tokens of
     // vocab_size + 8 rows (MllamaTextModel); lm_head has vocab_size.
@@ -613,13 +795,19 @@ const std::vector<std::string>& supported_model_types() {
                                              "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
                                              "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2",
                                              "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
-                                             "qwen2_vl", "qwen2_5_vl", "mllama"};
+                                             "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe"};
   return t;
 }
 
 Result<ModelSpec> parse_hf_config(std::string_view text, const std::string& origin) {
   MEMPLAN_TRY(json j, parse_json(text, origin));
   return parse_config(std::move(j), origin);
+}
+
+Result<ModelSpec> parse_hf_config(std::string_view text, const std::string& origin, std::string& assumption) {
+  MEMPLAN_TRY(json j, parse_json(text, origin));
+  assumption.clear();
+  return parse_config(std::move(j), origin, &assumption);
 }
 
 bool CatalogEntry::matches(std::string_view name) const {
@@ -1021,13 +1209,15 @@ Result<ResolvedModel> load_model_file(const fs::path& cfg, const std::string& na
     if (!inner_via.empty()) r.via += "; " + inner_via;
     return r;
   }
-  MEMPLAN_TRY(ModelSpec m, parse_hf_config(text, cfg.string()));
+  std::string assumption;
+  MEMPLAN_TRY(ModelSpec m, parse_hf_config(text, cfg.string(), assumption));
   m.name = name;
   ResolvedModel r;
   r.spec = std::move(m);
   read_quantization(text, r);
   MEMPLAN_TRY(const std::string st, read_sentence_transformers_modules(cfg.parent_path(), r.spec));
   if (!st.empty()) r.via = st;
+  if (!assumption.empty()) r.via = cfg.string() + ": " + assumption + (r.via.empty() ? "" : "; " + r.via);
   return r;
 }
 

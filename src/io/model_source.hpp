@@ -16,6 +16,10 @@ namespace memplan::io {
 
 // Parses the text of a config.json. `origin` (a path or catalog name) prefixes error messages.
 Result<ModelSpec> parse_hf_config(std::string_view json_text, const std::string& origin);
+// The same, reading a config of an unknown model_type that has exactly a Llama-compatible
+// layout's keys as a Llama, with `assumption` saying so (empty otherwise); an unknown type with
+// a key of another block is refused with that key named (docs/models.md#unknown-types).
+Result<ModelSpec> parse_hf_config(std::string_view json_text, const std::string& origin, std::string& assumption);
 
 // The model_type values parse_hf_config() accepts, in the order docs/models.md lists them.
 const std::vector<std::string>& supported_model_types();

@@ -242,9 +242,15 @@ Result<ModelSpec> finish_encoder(const json& j, const std::string& origin, Model
 
 }  // namespace
 
+const std::vector<std::string>& encoder_model_types() {
+  static const std::vector<std::string> t = {"bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2", "nomic_bert",
+                                             "mpnet"};
+  return t;
+}
+
 bool is_encoder_model_type(const std::string& t) {
-  return t == "bert" || t == "roberta" || t == "xlm-roberta" || t == "modernbert" || t == "deberta-v2" ||
-         t == "nomic_bert";
+  const auto& types = encoder_model_types();
+  return std::find(types.begin(), types.end(), t) != types.end();
 }
 
 Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin) {
@@ -299,8 +305,18 @@ Result<ModelSpec> parse_encoder_config(const json& j, const std::string& origin)
     if (auto s = parse_deberta(j, origin, m); !s) return s.error();
   } else {
     // BertConfig defaults: max_position_embeddings 512, type_vocab_size 2, hidden_act gelu.
-    MEMPLAN_TRY(m.max_position_embeddings, integer(j, "max_position_embeddings", 512, origin));
-    MEMPLAN_TRY(m.type_vocab_size, integer(j, "type_vocab_size", 2, origin));
+    // MPNetConfig: 514 positions, no token types (MPNetEmbeddings has no such table), 32
+    // relative-attention buckets (docs/models.md#mpnet).
+    const bool mpnet = m.is_mpnet();
+    MEMPLAN_TRY(m.max_position_embeddings, integer(j, "max_position_embeddings", mpnet ? 514 : 512, origin));
+    if (mpnet) {
+      MEMPLAN_TRY(m.relative_attention_buckets, integer(j, "relative_attention_num_buckets", 32, origin));
+      if (m.relative_attention_buckets < 1 || m.relative_attention_buckets > 4096)
+        return field_error(origin, fmt::format("\"relative_attention_num_buckets\" is {}: MPNet needs 1 to 4096",
+                                               m.relative_attention_buckets));
+    } else {
+      MEMPLAN_TRY(m.type_vocab_size, integer(j, "type_vocab_size", 2, origin));
+    }
     m.norm_bias = true;
     m.qkv_bias = m.o_bias = m.mlp_bias = true;
     m.learned_positions = true;

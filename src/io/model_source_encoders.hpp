@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,8 @@ namespace memplan::io {
 inline int narrow_count(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); }
 
 bool is_encoder_model_type(const std::string& model_type);
+// The encoder model_type values parse_encoder_config() accepts.
+const std::vector<std::string>& encoder_model_types();
 // The ModelSpec of an encoder config.json; `origin` prefixes error messages. The head is
 // sequence classification when "architectures" names a *ForSequenceClassification class
 // (num_labels from id2label), else pooling (AutoModel, as sentence-transformers loads it).

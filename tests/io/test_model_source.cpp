@@ -649,7 +649,7 @@ TEST_CASE("unsupported model types: near misses suggested, known ones explained"
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "deepseek_v3"})", "c.json")).rfind("c.json: missing \"vocab_size\"", 0) == 0);
   // Code and small models of the last years whose layout is not modelled yet: refused by name (an
   // edit-distance suggestion would offer 'olmo2' for 'olmo', a different architecture).
-  for (const char* t : {"starcoder2", "phi", "falcon", "olmo", "internlm2", "gpt_bigcode"}) {
+  for (const char* t : {"phi", "falcon", "olmo", "internlm2", "gpt_bigcode"}) {
     INFO(t);
     CHECK(error_text(io::parse_hf_config(std::string(R"({"model_type": ")") + t + "\"}", "c.json")) ==
           std::string("c.json: model_type '") + t +
@@ -657,9 +657,11 @@ TEST_CASE("unsupported model types: near misses suggested, known ones explained"
               "estimate of the same size");
   }
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "t5"})", "c.json")) ==
-        "c.json: model_type 't5' is not supported; supported model types: llama, mistral, mixtral, qwen2, "
+        "c.json: model_type 't5' is not supported: its config.json has no \"hidden_size\", so it cannot be read as "
+        "a Llama-compatible layout; supported model types: llama, mistral, mixtral, qwen2, "
         "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3, gemma3_text, phi3, gpt2, deepseek, olmo2, granite, "
-        "smollm3, deepseek_v2, deepseek_v3, kimi_k2, qwen2_vl, qwen2_5_vl, mllama");
+        "smollm3, deepseek_v2, deepseek_v3, kimi_k2, qwen2_vl, qwen2_5_vl, mllama, internlm3, glm4_moe, bert, roberta, "
+        "xlm-roberta, modernbert, deberta-v2, nomic_bert, mpnet");
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "gemma3"})", "c.json")) ==
         "c.json: model_type 'gemma3' has no \"text_config\" object; is this the model's config.json? "
         "generation_config.json and tokenizer_config.json do not describe the architecture");
@@ -1454,4 +1456,38 @@ TEST_CASE("resolve_model_source: popular models of a type memplan does not count
         (tmp.path() / "hub" / "models--microsoft--phi-2" / "snapshots" / "a" / "config.json").string() +
             ": model_type 'phi' is not supported: its module layout is not modelled; use --model-params for a "
             "Llama-shaped estimate of the same size");
+}
+
+// ---- issue 31 item 1: config.json as Python's json module reads it ----
+
+TEST_CASE("config.json: NaN, Infinity and -Infinity outside strings are read as Python reads them") {
+  // Nemotron-H 56B's config.json writes "time_step_limit": [0.0, Infinity], a field memplan does
+  // not read: the file parses, and the tiny Llama counts as without it.
+  const std::string base = R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)";
+  auto m = io::parse_hf_config(base + R"(, "time_step_limit": [0.0, Infinity], "x": -Infinity, "y": {"z": [NaN]},
+    "note": "NaN and Infinity inside a string stay text"})",
+                               "config.json");
+  REQUIRE(m.has_value());
+  CHECK(count_parameters(*m).total == kTinyLlamaParams);
+  // A field that means a number sees the value: an infinite soft cap is no cap (cap * tanh(x / cap) -> x).
+  auto g = io::parse_hf_config(R"({"model_type": "gemma2", "vocab_size": 100, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "final_logit_softcapping": Infinity, "attn_logit_softcapping": 50.0})",
+                               "config.json");
+  REQUIRE(g.has_value());
+  CHECK(g->final_logit_softcap == 0.0);
+  CHECK(g->attn_logit_softcap == 50.0);
+  // Where the field needs a finite value, the message quotes it as the file spells it.
+  CHECK(io::parse_hf_config(base + R"(, "final_logit_softcapping": NaN})", "config.json").error().to_string() ==
+        "config.json: \"final_logit_softcapping\" must be a number, got NaN");
+  CHECK(io::parse_hf_config(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": Infinity})", "config.json")
+            .error()
+            .to_string() == "config.json: \"hidden_size\" is out of range: Infinity");
+  CHECK(io::parse_hf_config(R"({"model_type": "llama", "vocab_size": NaN})", "config.json").error().to_string() ==
+        "config.json: \"vocab_size\" must be an integer, got NaN");
+  // Identifiers that merely contain the words are still errors, at their line.
+  CHECK(io::parse_hf_config("{\n\"a\": NaNa}", "config.json").error().to_string().rfind("config.json:2: invalid JSON", 0) ==
+        0);
+  CHECK(io::parse_hf_config("{\n\"a\": Infinityx}", "c.json").error().to_string().rfind("c.json:2: invalid JSON", 0) == 0);
 }

@@ -153,6 +153,10 @@ class EncoderStep {
   Lin context_pooler_;               // DeBERTa's ContextPooler.dense (a LoRA "dense" target)
   std::vector<std::pair<int, int>> dense_;  // sentence-transformers Dense modules: weight, bias (-1: none)
   int rel_ = -1, rel_ln_w_ = -1, rel_ln_b_ = -1;  // DeBERTa rel_embeddings and its LayerNorm
+  // MPNet (docs/models.md#mpnet): relative_attention_bias, and the (b, heads, s, s) position bias
+  // the encoder computes from it once per forward and every layer adds to its scores.
+  int mpnet_bias_table_ = -1, position_bias_ = -1;
+  int mpnet_position_bias();
   std::vector<EncLayer> layers_;
   int ids_ = -1, types_ = -1, amask_ = -1, mask_ = -1;
   int final_w_ = -1, final_b_ = -1;  // ModernBERT final_norm
@@ -222,6 +226,9 @@ void EncoderStep::make_params() {
       rel_ln_b_ = param(h, ft);
     }
   }
+  if (m_.relative_attention_buckets > 0)  // MPNetEncoder.relative_attention_bias
+    mpnet_bias_table_ = param(m_.relative_attention_buckets * m_.num_heads, ft, Cat::kWeights,
+                              m_.relative_attention_buckets, m_.num_heads);
   if (deberta() && encoder_has_pooler(m_))  // ContextPooler: frozen under LoRA (not in SEQ_CLS's modules_to_save)
     context_pooler_ = make_linear({"pooler.dense", h, h, true, 1, LinearRole::kMlp});
   // The pooler receives no gradient under mean pooling (its output is unused): AdamW keeps no
@@ -338,8 +345,20 @@ int EncoderStep::eager_attention(int qt, int kt, int vt, const Poly& qn) {
   g_.drop(kT);
   const int scaled = ops_.scalar_op(sc);  // * scaling
   g_.drop(sc);
-  const int masked = ops_.add(scaled, mask_, scores(nh));
-  g_.drop(scaled);
+  int biased = scaled;
+  if (position_bias_ >= 0) {
+    // MPNet: attention_scores += position_bias, in place (no new tensor); backward passes the
+    // gradient on to the scores and to the shared bias.
+    biased = g_.view(scaled, scores(nh));
+    const int pb = position_bias_;
+    g_.node({scaled, pb}, {biased}, {}, [scaled, pb](Bwd& ctx) {
+      ctx.pass(scaled, ctx.grad());
+      if (ctx.needs(pb)) ctx.give(pb, ctx.like(pb));
+    });
+    g_.drop(scaled);
+  }
+  const int masked = ops_.add(biased, mask_, scores(nh));
+  g_.drop(biased);
   const int probs = ops_.softmax(masked);
   g_.drop(masked);
   const int dropped = ops_.dropout(probs, m_.attention_dropout);
@@ -352,9 +371,11 @@ int EncoderStep::attention(int x, EncLayer& lp) {
   // (matmul, scale, + mask, softmax, dropout, matmul) or SDPA (dropout_p = 0.1 in training).
   const std::int64_t nh = m_.num_heads, hd = m_.head_dim, inner = nh * hd;
   const Poly qn = tok(inner);
-  const int q = lin(x, lp.lin.at("query"), qn);
-  const int k = lin(x, lp.lin.at("key"), qn);
-  const int v = lin(x, lp.lin.at("value"), qn);
+  // MPNetSelfAttention names them q, k, v (and o): the same chain with the position bias.
+  const bool mpnet = m_.is_mpnet();
+  const int q = lin(x, lp.lin.at(mpnet ? "attn.q" : "query"), qn);
+  const int k = lin(x, lp.lin.at(mpnet ? "attn.k" : "key"), qn);
+  const int v = lin(x, lp.lin.at(mpnet ? "attn.v" : "value"), qn);
   const int qt = ops_.transpose_view(q);
   const int kt = ops_.transpose_view(k);
   const int vt = ops_.transpose_view(v);
@@ -409,7 +430,7 @@ int EncoderStep::layer(int h, int l) {
   // BertSelfOutput: dense, dropout, LayerNorm(hidden + input). The self-attention's output is
   // BertAttention's local until it returns: alive through the LayerNorm (with frozen weights
   // nothing else keeps it).
-  const int d = lin(ctx, lp.lin.at("attention.output.dense"), n);
+  const int d = lin(ctx, lp.lin.at(m_.is_mpnet() ? "attn.o" : "attention.output.dense"), n);
   g_.hold(h);  // the layer's input stays the caller's
   const int a = dropout_add_norm(d, h, lp.ln1_w, lp.ln1_b);
   g_.drop(ctx);
@@ -550,10 +571,43 @@ int EncoderStep::encode() {
   // (docs/formulas.md#encoders).
   mask_ = sp_.attn == AttnImpl::kEager ? g_.make(tok(1), g_.at(cur).dt, Cat::kInputs)
                                        : g_.make(Poly{}, DT::kBool, Cat::kInputs);
+  if (mpnet_bias_table_ >= 0) position_bias_ = mpnet_position_bias();
   cur = layers(cur);
   g_.drop(mask_);
   mask_ = -1;
+  if (position_bias_ >= 0) g_.drop(position_bias_);
+  position_bias_ = -1;
   return cur;
+}
+
+int EncoderStep::mpnet_position_bias() {
+  // MPNetEncoder.compute_position_bias (docs/models.md#mpnet): the (s, s) int64 relative
+  // positions of two aranges; relative_position_bucket turns them into bucket ids through (s, s)
+  // temporaries (a sign mask to int64, abs, n.float() / max_exact, log, back to int64, min,
+  // where), of which an int64 and two fp32 ones are alive at once; the bucket ids stay (the
+  // lookup saves them). relative_attention_bias(rp_bucket) is (s, s, heads) in the table's
+  // dtype; .permute().unsqueeze(0) are views and .expand(b, ...).contiguous() a (b, heads, s, s)
+  // copy, which the encoder passes to every layer.
+  const Poly ss = Poly::mono(kSS, 1);
+  ops_.cat = Cat::kInputs;
+  const int rel = g_.make(ss, DT::kI64, Cat::kInputs);
+  const int n = g_.make(ss, DT::kI64, Cat::kInputs);
+  g_.drop(rel);
+  const int nf = g_.make(ss, DT::kF32, Cat::kInputs);
+  const int lg = g_.make(ss, DT::kF32, Cat::kInputs);
+  g_.drop(nf);
+  const int large = g_.make(ss, DT::kI64, Cat::kInputs);
+  g_.drop(lg);
+  const int bucket = g_.make(ss, DT::kI64, Cat::kInputs);
+  g_.drop(large);
+  g_.drop(n);
+  ops_.cat = Cat::kActivations;
+  const int values = ops_.embedding(bucket, mpnet_bias_table_, Poly::mono(kSS, m_.num_heads));
+  g_.drop(bucket);
+  const int bias = g_.make(scores(m_.num_heads), g_.at(values).dt, Cat::kActivations);
+  g_.node({values}, {bias}, {}, [values](Bwd& ctx) { ctx.give(values, ctx.like(values)); });
+  g_.drop(values);
+  return bias;
 }
 
 int EncoderStep::pooler(int h) {

@@ -823,9 +823,10 @@ int Step::moe(int x, LayerParams& lp) {
   // its routing weight and index_add_-ed into a zero-initialised output.
   const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts, k = m_.moe.experts_per_token;
   const DT xdt = g_.at(x).dt;
-  // DeepseekV3MoE (DeepSeek-V3, Kimi K2): a sigmoid router on fp32 copies, its weights kept in
-  // fp32, so the weighted expert outputs and the output they are added into are fp32 too.
-  const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2";
+  // DeepseekV3MoE (DeepSeek-V3, Kimi K2; Glm4MoeMoE is the same code): a sigmoid router on fp32
+  // copies, its weights kept in fp32, so the weighted expert outputs and the output they are
+  // added into are fp32 too.
+  const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2" || m_.model_type == "glm4_moe";
   // The tokens this rank routes: all of them, or its s / t share when the sequence is not
   // gathered for the experts (ProgramSpec::moe_gather).
   const std::int64_t div = seq_par() && !sp_.moe_gather ? sp_.sequence_parallel : 1;
@@ -2605,7 +2606,7 @@ std::vector<std::string> default_lora_targets(const ModelSpec& m) {
   if (m.model_type == "modernbert") return {"attn.Wqkv"};
   if (m.is_deberta()) return {"query_proj", "key_proj", "value_proj", "dense"};
   if (m.model_type == "phi3") return {"qkv_proj"};
-  if (m.is_mla() || m.is_nomic_bert()) return {};  // no PEFT mapping: PEFT asks for target_modules
+  if (m.is_mla() || m.is_nomic_bert() || m.is_mpnet()) return {};  // no PEFT mapping: PEFT asks for target_modules
   return {"q_proj", "v_proj"};
 }
 
