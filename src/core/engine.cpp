@@ -1502,8 +1502,11 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                               !((model.is_encoder() || model.decoder_embedding) && config.contrastive.enabled() &&
                                 config.contrastive.cached);
     const bool batch_one_differs = sp.batch_multiplier == 1 && (eager_copies || config.method == Method::kGrpo);
+    // DeepSpeed's ZeRO optimizer wraps the model on one GPU too: its fp32 master partition (the
+    // whole of it), its buckets and its fp32 gradient step are there with dp = 1 (the sharding
+    // rules divide by 1). FSDP on one GPU runs as NO_SHARD (torch switches FULL_SHARD over).
     const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
-                       config.parallel.offload_params;
+                       config.parallel.offload_params || zero_family(config.parallel.sharding);
     // Sliding-window layers under SDPA: transformers materializes their mask only from s =
     // sliding_window on, so those lengths get programs of their own (docs/formulas.md#sliding-window-attention).
     // Gemma 3 with images keeps every mask at every length: one program.

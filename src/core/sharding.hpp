@@ -60,6 +60,11 @@ inline bool fsdp_family(ShardingStrategy s) {
          s == ShardingStrategy::kFsdpHybridShard;
 }
 
+// DeepSpeed ZeRO-1, -2 or -3.
+inline bool zero_family(ShardingStrategy s) {
+  return s == ShardingStrategy::kZero1 || s == ShardingStrategy::kZero2 || s == ShardingStrategy::kZero3;
+}
+
 ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int64_t trainable_params,
                           std::int64_t trainable_bytes, std::int64_t layer_param_bytes);
 

@@ -297,3 +297,31 @@ TEST_CASE("reshard_after_forward=False under a pipeline keeps the stage's layers
   const std::int64_t root = bwd->pipeline_rank == 0 ? 8000LL * 256 * 2 : (8000LL * 256 + 256) * 2;
   CHECK(component(*bwd, "gathered_parameters") == 4 * kToyLayerBytes + root - (root + 1) / 2);
 }
+
+TEST_CASE("ZeRO-1/2/3 keep the fp32 master partition on one GPU too: 4 bytes x trainable / dp") {
+  // DeepSpeed's ZeRO optimizer (bf16 parameters) steps on an fp32 copy of its partition of the
+  // trainable parameters; with dp = 1 the partition is the whole model (issue #30: one GPU
+  // showed none of it, two GPUs half). Full fine-tuning: every parameter is trainable, so the
+  // count is the model's own (count_parameters, checked against published totals in test_model).
+  const ModelSpec m = memplan::testing::toy_llama(4);
+  const std::int64_t psi = count_parameters(m).total;
+  for (const ShardingStrategy s : {ShardingStrategy::kZero1, ShardingStrategy::kZero2, ShardingStrategy::kZero3}) {
+    for (const int gpus : {1, 2}) {
+      TrainingConfig c;
+      c.torch_dtype = DType::kBFloat16;
+      c.autocast = DType::kBFloat16;
+      c.micro_batch = 1;
+      c.seq_len = 16;
+      c.parallel.num_gpus = gpus;
+      c.parallel.sharding = s;
+      auto est = Estimator::create(m, c);
+      REQUIRE(est);
+      auto e = est->at_phase(1, 16, Phase::kOptimizerStep);
+      REQUIRE(e);
+      require_consistent(*e);
+      INFO("stage " << static_cast<int>(s) << ", " << gpus << " GPU(s)");
+      CHECK(e->params.trainable == psi);
+      CHECK(component(*e, "master_weights") == (4 * psi + gpus - 1) / gpus);
+    }
+  }
+}
