@@ -153,6 +153,29 @@ enum class PipelineSchedule { k1F1B, kInterleaved1F1B, kGPipe, kZeroBubble };
 
 enum class ShardingStrategy { kNone, kZero1, kZero2, kZero3, kFsdpFullShard, kFsdpShardGradOp, kFsdpHybridShard };
 
+// DeepSpeed's zero_optimization keys that size its buffers (docs/formulas.md#deepspeed-buffers),
+// with DeepSpeed's defaults (deepspeed/runtime/zero/config.py) where a config leaves them out.
+// Sizes are elements. A size written "auto" is filled in by transformers' HfTrainerDeepSpeedConfig
+// from the model's hidden size h (h^2; ZeRO-3's prefetch 0.9 h^2 and persistence 10 h): the
+// *_auto flags say so and the engine resolves them once it knows the model.
+struct ZeroConfig {
+  std::int64_t reduce_bucket_size = 500'000'000;
+  std::int64_t allgather_bucket_size = 500'000'000;
+  std::int64_t prefetch_bucket_size = 50'000'000;        // stage3_prefetch_bucket_size
+  std::int64_t max_live_parameters = 1'000'000'000;      // stage3_max_live_parameters
+  std::int64_t max_reuse_distance = 1'000'000'000;       // stage3_max_reuse_distance
+  std::int64_t param_persistence_threshold = 100'000;    // stage3_param_persistence_threshold
+  std::int64_t sub_group_size = 1'000'000'000;
+  bool contiguous_gradients = true;
+  std::optional<bool> overlap_comm;  // unset: DeepSpeed's default, true for stage 3 only
+  bool round_robin_gradients = false;
+  bool reduce_bucket_auto = false;
+  bool prefetch_bucket_auto = false;
+  bool persistence_threshold_auto = false;
+
+  bool operator==(const ZeroConfig&) const = default;
+};
+
 struct ParallelConfig {
   int num_gpus = 1;               // GPUs per node
   int nodes = 1;
@@ -212,6 +235,8 @@ struct ParallelConfig {
   // replicas, each sharding over the rest (torchtitan data_parallel_replicate_degree, Automodel
   // dp_replicate_size). 0: one replica per node, each sharding over its node's GPUs.
   int dp_replicate = 0;
+  // DeepSpeed's buffer settings; read only under ZeRO-1/2/3.
+  ZeroConfig zero;
 
   int world_size() const { return num_gpus * nodes; }
   // GPUs that hold one copy of the model: a tensor x pipeline x context parallel group.

@@ -105,6 +105,7 @@ struct Candidate {
     const ShardPlan* plan = nullptr;
     bool optimizer_step = false;
     int gathered_layers = 0;
+    bool backward = false;  // from the loss's backward to the embedding's (DeepSpeed's ipg buffers)
   };
   std::optional<Sharding> sharding;
   // Context parallelism's ring-attention buffers at this event, in communication_buckets (the
@@ -731,7 +732,9 @@ bool same_inputs(const Candidate& a, const Candidate& b, std::span<const Cat> ca
 // Built only for the breakdown of the candidate that is the peak (docs/plan.md#speed).
 CatVec categories(const Candidate& k, const CatVec& base) {
   CatVec v = unsharded(k, base);
-  if (k.sharding) v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers);
+  if (k.sharding)
+    v = apply_sharding(*k.sharding->plan, v, k.sharding->optimizer_step, k.sharding->gathered_layers,
+                       k.sharding->backward);
   if (k.grads) v[static_cast<std::size_t>(Cat::kGradients)] = *k.grads;
   return v;
 }
@@ -1304,10 +1307,12 @@ void Estimator::Impl::build_half(int half) {
         cand.sharding = Candidate::Sharding{
             &st.shard, cand.segment == kSegOptimizer,
             gathered_layers(cand.segment, fsdp_no_backward_prefetch(config),
-                            fsdp(config) && config.parallel.fsdp_version == 2)};
+                            fsdp(config) && config.parallel.fsdp_version == 2),
+            cand.segment >= sim::kSegHeadBwd && cand.segment <= sim::kSegBwdPre};
         const bool same_parts = i > 0 && (i < shared_n ? same_part(i) : same_inputs(cands[i - 1], cand, kShardedCats));
         if (same_parts && cands[i - 1].sharding->optimizer_step == cand.sharding->optimizer_step &&
-            cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers) {
+            cands[i - 1].sharding->gathered_layers == cand.sharding->gathered_layers &&
+            cands[i - 1].sharding->backward == cand.sharding->backward) {
           cand.total += delta;
           grads_now[i] = grads_now[i - 1];
           continue;
@@ -1322,7 +1327,8 @@ void Estimator::Impl::build_half(int half) {
             unsharded_cats[j] = unsharded_at(cand, static_cast<std::size_t>(kShardedCats[j]), base);
         }
         const ShardedCats v =
-            apply_sharding(st.shard, unsharded_cats, cand.sharding->optimizer_step, cand.sharding->gathered_layers);
+            apply_sharding(st.shard, unsharded_cats, cand.sharding->optimizer_step, cand.sharding->gathered_layers,
+                           cand.sharding->backward);
         delta = Poly{};
         for (std::size_t j = 0; j < v.size(); ++j) delta += v[j] - unsharded_cats[j];
         cand.total += delta;
@@ -1512,8 +1518,11 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                               !((model.is_encoder() || model.decoder_embedding) && config.contrastive.enabled() &&
                                 config.contrastive.cached);
     const bool batch_one_differs = sp.batch_multiplier == 1 && (eager_copies || config.method == Method::kGrpo);
+    // DeepSpeed's ZeRO optimizer wraps the model on one GPU too: its fp32 master partition (the
+    // whole of it), its buckets and its fp32 gradient step are there with dp = 1 (the sharding
+    // rules divide by 1). FSDP on one GPU runs as NO_SHARD (torch switches FULL_SHARD over).
     const bool multi = config.parallel.world_size() > 1 || config.parallel.offload_optimizer ||
-                       config.parallel.offload_params;
+                       config.parallel.offload_params || zero_family(config.parallel.sharding);
     // Sliding-window layers under SDPA: transformers materializes their mask only from s =
     // sliding_window on, so those lengths get programs of their own (docs/formulas.md#sliding-window-attention).
     // Gemma 3 with images keeps every mask at every length: one program.

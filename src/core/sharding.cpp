@@ -37,6 +37,28 @@ Poly shard(const ShardPlan& p, const Poly& x, int n, bool trainable = true) {
   return shard(x - experts, n) + shard(experts, ne);
 }
 
+// docs/formulas.md#deepspeed-buffers. The buffers are in DeepSpeed's 16-bit dtype (the model is
+// cast to bf16/fp16 when either is enabled), fp32 otherwise; "auto" sizes as transformers fills
+// them in (integrations/deepspeed.py: h^2, 0.9 h^2 for ZeRO-3's prefetch).
+void set_zero_buffers(ShardPlan& p, const ModelSpec& m, const TrainingConfig& c) {
+  const ZeroConfig& z = c.parallel.zero;
+  const std::int64_t esize =
+      c.autocast || c.torch_dtype == DType::kBFloat16 || c.torch_dtype == DType::kFloat16 ? 2 : 4;
+  const std::int64_t h = m.hidden_size;
+  const std::int64_t reduce = z.reduce_bucket_auto ? h * h : z.reduce_bucket_size;
+  const bool overlap = z.overlap_comm.value_or(p.zero_stage == 3);
+  // ZeRO-1/2: backward() allocates ipg_buffer[0] (and [1] with overlap_comm) when
+  // contiguous_gradients (forced on by CPU offload); ZeRO-3 allocates one at initialization.
+  const bool contiguous = z.contiguous_gradients || (p.zero_stage <= 2 && c.parallel.offload_optimizer);
+  if (contiguous) p.ipg_bucket_bytes = reduce * esize * (p.zero_stage <= 2 && overlap ? 2 : 1);
+  if (p.zero_stage == 3) {
+    p.zero3_grad_partition = true;
+    const std::int64_t prefetch = z.prefetch_bucket_auto ? h * h * 9 / 10 : z.prefetch_bucket_size;
+    p.prefetch_bytes = prefetch * esize;
+    p.max_live_bytes = z.max_live_parameters * esize;
+  }
+}
+
 }  // namespace
 
 ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int64_t trainable_params,
@@ -64,9 +86,7 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
       p.shard_optim = true;
       p.shard_grads = p.zero_stage >= 2;
       p.shard_params = p.zero_stage == 3;
-      // accelerate/HF "auto" sets reduce_bucket_size = hidden^2 elements (16-bit); ZeRO-3
-      // overlaps communication by default, which doubles the buffers.
-      p.bucket_bytes = m.hidden_size * m.hidden_size * 2 * (p.zero_stage == 3 ? 2 : 1);
+      set_zero_buffers(p, m, c);
       break;
     case ShardingStrategy::kFsdpFullShard:
     case ShardingStrategy::kFsdpHybridShard:
@@ -116,18 +136,23 @@ ModelSpec tensor_parallel_rank(const ModelSpec& m, int t, bool vocab_parallel, i
 }
 
 Poly sharded_gradients(const ShardPlan& p, const Poly& grads, bool unsharded) {
+  // FSDP's CPUOffload(offload_params=True) / FSDP2's CPUOffloadPolicy moves each reduced gradient
+  // shard to the CPU in the post-backward hook, where the optimizer steps on it: no gradient, the
+  // LoRA adapters' included, stays on the GPU (docs/formulas.md#fsdp-cpu-offload).
+  if (p.fsdp && p.offload_params && !unsharded) return Poly{};
   return p.shard_grads && !unsharded ? shard(p, grads, p.shard_over) : grads;
 }
 
-CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gathered_layers) {
+CatVec apply_sharding(const ShardPlan& p, CatVec v, bool optimizer_step, int gathered_layers, bool backward) {
   ShardedCats s;
   for (std::size_t j = 0; j < s.size(); ++j) s[j] = v[static_cast<std::size_t>(kShardedCats[j])];
-  s = apply_sharding(p, s, optimizer_step, gathered_layers);
+  s = apply_sharding(p, s, optimizer_step, gathered_layers, backward);
   for (std::size_t j = 0; j < s.size(); ++j) v[static_cast<std::size_t>(kShardedCats[j])] = s[j];
   return v;
 }
 
-ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_step, int gathered_layers) {
+ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_step, int gathered_layers,
+                           bool backward) {
   const int n = p.shard_over;
   if (p.shard_params) {
     // Parameters live as 1/n shards; the layers being computed are gathered whole (in backward
@@ -142,7 +167,14 @@ ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_ste
         x = p.offload_params ? Poly{} : shard(p, x, n, false);
       }
     }
-    if (!optimizer_step) {
+    if (!optimizer_step && p.zero_stage == 3) {
+      // docs/formulas.md#deepspeed-buffers: the layer being computed and the parameters the
+      // PartitionedParameterCoordinator fetched ahead of it (prefetch bucket, at most a layer's
+      // worth, which the next module needs), all capped by max_live_parameters.
+      const std::int64_t live = p.layer_param_bytes + std::min(p.prefetch_bytes, p.layer_param_bytes);
+      if (gathered_layers > 0)
+        at(v, Cat::kGathered) += Poly::constant(std::min(live, std::max(p.max_live_bytes, p.layer_param_bytes)));
+    } else if (!optimizer_step) {
       at(v, Cat::kGathered) +=
           Poly::constant(p.keep_gathered ? p.kept_gathered_bytes : gathered_layers * p.layer_param_bytes);
       // FSDP's _post_forward_reshard keeps the root unit (embeddings, final norm, lm_head)
@@ -153,7 +185,13 @@ ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_ste
   } else if (p.deepspeed) {
     // ZeRO-0/1/2 keep a full 16-bit replica of the model (and of a DPO/GRPO reference).
   }
-  if (p.shard_grads) at(v, Cat::kGradients) = sharded_gradients(p, at(v, Cat::kGradients), false);
+  // ZeRO-3's grad_partitions_flat_buffer: every trainable parameter's 16-bit gradient partition,
+  // zeroed at initialization and kept (on the CPU with optimizer offload, as pinned memory).
+  if (p.zero3_grad_partition)
+    at(v, Cat::kGradients) = p.offload_optimizer ? sharded_gradients(p, at(v, Cat::kGradients), false)
+                                                 : shard(p, Poly::constant(p.trainable_bytes), n);
+  else if (p.shard_grads)
+    at(v, Cat::kGradients) = sharded_gradients(p, at(v, Cat::kGradients), false);
   if (p.ddp) {
     // DistributedDataParallel's gradient buckets (gradient_as_bucket_view=False): a second copy
     // of every trainable gradient, allocated when DDP wraps the model.
@@ -174,7 +212,7 @@ ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_ste
     at(v, Cat::kMasterWeights) +=
         p.shard_optim ? shard(p, Poly::constant(p.trainable_params * 4), n) : Poly::constant(p.trainable_params * 4);
   if (p.deepspeed) {
-    at(v, Cat::kBuckets) += Poly::constant(p.bucket_bytes);
+    if (p.zero_stage == 3 || backward) at(v, Cat::kBuckets) += Poly::constant(p.ipg_bucket_bytes);
     // ZeRO-1/2 upcast the gradient partition to fp32 for the step.
     if (optimizer_step && !p.offload_optimizer && p.zero_stage <= 2 && !p.megatron)
       at(v, Cat::kOptimizerTemps) += shard(p, Poly::constant(p.trainable_params * 4), n);

@@ -41,7 +41,15 @@ struct ShardPlan {
   // bitsandbytes quant state (absmax, nested absmax, code tables) of every 4-bit weight: not a
   // parameter, so FSDP neither flattens nor shards it; each GPU keeps all of it.
   std::int64_t quant_state_bytes = 0;
-  std::int64_t bucket_bytes = 0;       // DeepSpeed reduce bucket bytes (x2 with overlap_comm)
+  // DeepSpeed's buffers (docs/formulas.md#deepspeed-buffers), bytes. ZeRO-1/2: the ipg buffers
+  // (reduce_bucket_size elements, two with overlap_comm) live from engine.backward() to the ipg
+  // epilogue, in backward only. ZeRO-3: one ipg buffer from initialization on, the 16-bit gradient
+  // partition (zero3_grad_partition) over the whole step, and in forward and backward the current
+  // layer plus what the prefetch bucket fetches ahead, at most max_live_bytes in all.
+  std::int64_t ipg_bucket_bytes = 0;
+  bool zero3_grad_partition = false;
+  std::int64_t prefetch_bytes = 0;
+  std::int64_t max_live_bytes = 0;
   // Expert parallelism (docs/formulas.md#expert-parallelism): the routed experts' share of the
   // parameters (per mille) is sharded over the expert data-parallel group, shard_over / ep.
   std::int64_t expert_share_per_mille = 0;            // of all parameter bytes (weights)
@@ -58,6 +66,11 @@ struct ShardPlan {
 inline bool fsdp_family(ShardingStrategy s) {
   return s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
          s == ShardingStrategy::kFsdpHybridShard;
+}
+
+// DeepSpeed ZeRO-1, -2 or -3.
+inline bool zero_family(ShardingStrategy s) {
+  return s == ShardingStrategy::kZero1 || s == ShardingStrategy::kZero2 || s == ShardingStrategy::kZero3;
 }
 
 ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int64_t trainable_params,
@@ -85,9 +98,13 @@ constexpr std::size_t sharded_index(sim::Cat c) {
 // gathered parameters; `gathered_layers` is how many decoder layers' full parameters are live at
 // that event under ZeRO-3/FSDP (one in forward, the current one and the prefetched one in
 // backward, none at the loss).
-sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step, int gathered_layers = 2);
+// `backward`: the event is in the backward pass (from the loss's backward to the embedding's),
+// where DeepSpeed ZeRO-1/2 hold their ipg buffers.
+sim::CatVec apply_sharding(const ShardPlan& p, sim::CatVec v, bool optimizer_step, int gathered_layers = 2,
+                           bool backward = false);
 // The same on the sharded categories alone.
-ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_step, int gathered_layers = 2);
+ShardedCats apply_sharding(const ShardPlan& p, ShardedCats v, bool optimizer_step, int gathered_layers = 2,
+                           bool backward = false);
 
 // Every trainable parameter's gradient (`grads`, whole) as one GPU holds it: sharded under
 // ZeRO-2/3 and FSDP, whole under DDP/ZeRO-1 or when `unsharded` (FSDP's no_sync).

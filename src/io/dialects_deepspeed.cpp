@@ -6,6 +6,8 @@
 #include "io/dialects_map.hpp"
 #include "memplan/text.hpp"
 
+#include <tuple>
+
 namespace memplan::io {
 
 namespace {
@@ -31,6 +33,77 @@ Result<std::optional<std::int64_t>> read_matching(Mapper& m, bool primary, std::
                               key, *v, input, field, from, field));
   }
   return v;
+}
+
+// One zero_optimization buffer size (elements; docs/formulas.md#deepspeed-buffers): a number
+// (DeepSpeed's pp_int, so 5e8 is 500000000) or, where transformers fills it in, "auto". Either
+// spelling of a ZeRO-3 key (`stage3_prefetch_bucket_size` or its alias `prefetch_bucket_size`).
+Status read_zero_size(Mapper& m, std::initializer_list<std::string_view> keys, const std::string& input,
+                      std::int64_t& field, bool* auto_flag) {
+  std::string which;
+  const YamlNode* n = m.first_of(keys, &which);
+  if (n == nullptr || n->is_null()) return Ok{};
+  if (is_auto(n)) {
+    if (auto_flag == nullptr) {
+      m.warn_at(*n, fmt::format("{} = \"auto\": transformers fills in only reduce_bucket_size, "
+                                "stage3_prefetch_bucket_size and stage3_param_persistence_threshold; memplan "
+                                "uses DeepSpeed's default {}",
+                                split_key_path(which).back(), field));
+      return Ok{};
+    }
+    *auto_flag = true;
+    m.from_file(input, *n, which);
+    return Ok{};
+  }
+  MEMPLAN_TRY(auto v, m.number(which));
+  if (!v) return Ok{};
+  // DeepSpeed's Field(ge=0); past 2^50 elements no GPU holds the buffer.
+  if (!(*v >= 0 && *v <= 1e15))
+    return m.error_at(*n, ErrorCode::kInvalidConfig,
+                      fmt::format("{} = {} must be between 0 and 1e15 elements", split_key_path(which).back(),
+                                  n->value));
+  field = static_cast<std::int64_t>(*v);
+  if (auto_flag != nullptr) *auto_flag = false;
+  m.from_file(input, *n, which);
+  return Ok{};
+}
+
+// The zero_optimization keys that size DeepSpeed's buffers; what is absent keeps DeepSpeed's
+// default (ZeroConfig).
+Status read_zero_buffers(Mapper& m, ZeroConfig& z) {
+  MEMPLAN_IO_CHECK(read_zero_size(m, {"zero_optimization.reduce_bucket_size"}, "zero.reduce_bucket_size",
+                                   z.reduce_bucket_size, &z.reduce_bucket_auto));
+  MEMPLAN_IO_CHECK(read_zero_size(m, {"zero_optimization.allgather_bucket_size"}, "zero.allgather_bucket_size",
+                                   z.allgather_bucket_size, nullptr));
+  MEMPLAN_IO_CHECK(read_zero_size(
+      m, {"zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.prefetch_bucket_size"},
+      "zero.stage3_prefetch_bucket_size", z.prefetch_bucket_size, &z.prefetch_bucket_auto));
+  MEMPLAN_IO_CHECK(read_zero_size(
+      m, {"zero_optimization.stage3_max_live_parameters", "zero_optimization.max_live_parameters"},
+      "zero.stage3_max_live_parameters", z.max_live_parameters, nullptr));
+  MEMPLAN_IO_CHECK(read_zero_size(
+      m, {"zero_optimization.stage3_max_reuse_distance", "zero_optimization.max_reuse_distance"},
+      "zero.stage3_max_reuse_distance", z.max_reuse_distance, nullptr));
+  MEMPLAN_IO_CHECK(read_zero_size(
+      m, {"zero_optimization.stage3_param_persistence_threshold", "zero_optimization.param_persistence_threshold"},
+      "zero.stage3_param_persistence_threshold", z.param_persistence_threshold, &z.persistence_threshold_auto));
+  MEMPLAN_IO_CHECK(read_zero_size(m, {"zero_optimization.sub_group_size"}, "zero.sub_group_size", z.sub_group_size,
+                                   nullptr));
+  for (const auto& [key, input, field] :
+       {std::tuple<const char*, const char*, bool*>{"zero_optimization.contiguous_gradients",
+                                                    "zero.contiguous_gradients", &z.contiguous_gradients},
+        {"zero_optimization.round_robin_gradients", "zero.round_robin_gradients", &z.round_robin_gradients}}) {
+    MEMPLAN_TRY(auto on, m.boolean(key));
+    if (!on) continue;
+    *field = *on;
+    m.from_file(input, *m.node(key), key);
+  }
+  MEMPLAN_TRY(auto overlap, m.boolean("zero_optimization.overlap_comm"));
+  if (overlap) {
+    z.overlap_comm = *overlap;
+    m.from_file("zero.overlap_comm", *m.node("zero_optimization.overlap_comm"), "zero_optimization.overlap_comm");
+  }
+  return Ok{};
 }
 
 }  // namespace
@@ -122,6 +195,7 @@ Status map_deepspeed(Mapper& m, bool primary) {
     }
     m.from_file("sharding", n, "zero_optimization.stage");
   }
+  MEMPLAN_IO_CHECK(read_zero_buffers(m, c.parallel.zero));
   for (const auto& [key, input] : {std::pair<const char*, const char*>{"zero_optimization.offload_optimizer.device",
                                                                         "offload_optimizer"},
                                    {"zero_optimization.offload_param.device", "offload_params"}}) {

@@ -182,6 +182,30 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
   if (p.fsdp_mixed_precision) v.push_back({"fsdp_mixed_precision", b(true)});
   v.push_back({"offload_optimizer", b(p.offload_optimizer)});
   v.push_back({"offload_params", b(p.offload_params)});
+  if (p.sharding == ShardingStrategy::kZero1 || p.sharding == ShardingStrategy::kZero2 ||
+      p.sharding == ShardingStrategy::kZero3) {
+    // DeepSpeed's buffer sizes (docs/formulas.md#deepspeed-buffers): its defaults unless a file says.
+    const auto& z = p.zero;
+    const bool z3 = p.sharding == ShardingStrategy::kZero3;
+    const auto size = [](std::int64_t n, bool is_auto, const char* rule) {
+      return is_auto ? fmt::format("auto ({})", rule) : std::to_string(n);
+    };
+    v.push_back({"zero.reduce_bucket_size", size(z.reduce_bucket_size, z.reduce_bucket_auto, "hidden_size^2")});
+    v.push_back({"zero.contiguous_gradients", b(z.contiguous_gradients)});
+    v.push_back({"zero.overlap_comm", b(z.overlap_comm.value_or(z3))});
+    if (z3) {
+      v.push_back({"zero.stage3_prefetch_bucket_size",
+                   size(z.prefetch_bucket_size, z.prefetch_bucket_auto, "0.9 x hidden_size^2")});
+      v.push_back({"zero.stage3_max_live_parameters", std::to_string(z.max_live_parameters)});
+      v.push_back({"zero.stage3_max_reuse_distance", std::to_string(z.max_reuse_distance)});
+      v.push_back({"zero.stage3_param_persistence_threshold",
+                   size(z.param_persistence_threshold, z.persistence_threshold_auto, "10 x hidden_size")});
+      v.push_back({"zero.sub_group_size", std::to_string(z.sub_group_size)});
+    } else {
+      v.push_back({"zero.allgather_bucket_size", std::to_string(z.allgather_bucket_size)});
+      v.push_back({"zero.round_robin_gradients", b(z.round_robin_gradients)});
+    }
+  }
   if (p.tensor_parallel != 1) v.push_back({"tensor_parallel", std::to_string(p.tensor_parallel)});
   if (p.sequence_parallel) v.push_back({"sequence_parallel", b(true)});
   if (p.megatron_core) v.push_back({"megatron_core", b(true)});

@@ -297,3 +297,111 @@ TEST_CASE("reshard_after_forward=False under a pipeline keeps the stage's layers
   const std::int64_t root = bwd->pipeline_rank == 0 ? 8000LL * 256 * 2 : (8000LL * 256 + 256) * 2;
   CHECK(component(*bwd, "gathered_parameters") == 4 * kToyLayerBytes + root - (root + 1) / 2);
 }
+
+TEST_CASE("ZeRO-1/2/3 keep the fp32 master partition on one GPU too: 4 bytes x trainable / dp") {
+  // DeepSpeed's ZeRO optimizer (bf16 parameters) steps on an fp32 copy of its partition of the
+  // trainable parameters; with dp = 1 the partition is the whole model (issue #30: one GPU
+  // showed none of it, two GPUs half). Full fine-tuning: every parameter is trainable, so the
+  // count is the model's own (count_parameters, checked against published totals in test_model).
+  const ModelSpec m = memplan::testing::toy_llama(4);
+  const std::int64_t psi = count_parameters(m).total;
+  for (const ShardingStrategy s : {ShardingStrategy::kZero1, ShardingStrategy::kZero2, ShardingStrategy::kZero3}) {
+    for (const int gpus : {1, 2}) {
+      TrainingConfig c;
+      c.torch_dtype = DType::kBFloat16;
+      c.autocast = DType::kBFloat16;
+      c.micro_batch = 1;
+      c.seq_len = 16;
+      c.parallel.num_gpus = gpus;
+      c.parallel.sharding = s;
+      auto est = Estimator::create(m, c);
+      REQUIRE(est);
+      auto e = est->at_phase(1, 16, Phase::kOptimizerStep);
+      REQUIRE(e);
+      require_consistent(*e);
+      INFO("stage " << static_cast<int>(s) << ", " << gpus << " GPU(s)");
+      CHECK(e->params.trainable == psi);
+      CHECK(component(*e, "master_weights") == (4 * psi + gpus - 1) / gpus);
+    }
+  }
+}
+
+namespace {
+
+// One estimate of toy_llama(4) in bf16 under DeepSpeed ZeRO `s` on one GPU, at `phase`.
+Estimate zero_at(ShardingStrategy s, Phase phase, const ZeroConfig& z, int gpus = 1) {
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.autocast = DType::kBFloat16;
+  c.micro_batch = 1;
+  c.seq_len = 16;
+  c.parallel.num_gpus = gpus;
+  c.parallel.sharding = s;
+  c.parallel.zero = z;
+  auto est = Estimator::create(memplan::testing::toy_llama(4), c);
+  REQUIRE(est);
+  auto e = est->at_phase(1, 16, phase);
+  REQUIRE(e);
+  require_consistent(*e);
+  return *e;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1/2's ipg buffers: reduce_bucket_size 16-bit elements in backward, two with overlap_comm") {
+  // stage_1_and_2.py backward(): ipg_buffer[0] = torch.empty(reduce_bucket_size) in the 16-bit
+  // dtype when contiguous_gradients, ipg_buffer[1] too with overlap_comm; freed at the epilogue.
+  ZeroConfig z;  // DeepSpeed's defaults: 5e8 elements, contiguous, no overlap below stage 3
+  for (const ShardingStrategy s : {ShardingStrategy::kZero1, ShardingStrategy::kZero2}) {
+    CHECK(component(zero_at(s, Phase::kBackward, z), "communication_buckets") == 500'000'000LL * 2);
+    CHECK(component(zero_at(s, Phase::kForward, z), "communication_buckets") == 0);
+    CHECK(component(zero_at(s, Phase::kOptimizerStep, z), "communication_buckets") == 0);
+  }
+  z.overlap_comm = true;
+  CHECK(component(zero_at(ShardingStrategy::kZero2, Phase::kBackward, z), "communication_buckets") ==
+        2 * 500'000'000LL * 2);
+  z.contiguous_gradients = false;
+  CHECK(component(zero_at(ShardingStrategy::kZero2, Phase::kBackward, z), "communication_buckets") == 0);
+  // transformers' "auto": hidden_size^2 elements (toy_llama: hidden 256 -> 65,536 x 2 B x 2 buffers).
+  z.contiguous_gradients = true;
+  z.reduce_bucket_auto = true;
+  CHECK(memplan::testing::toy_llama(4).hidden_size == 256);
+  CHECK(component(zero_at(ShardingStrategy::kZero2, Phase::kBackward, z), "communication_buckets") ==
+        256 * 256 * 2 * 2);
+}
+
+TEST_CASE("ZeRO-3: one ipg buffer and the whole 16-bit gradient partition from the start of the step") {
+  // stage3.py __init__: __ipg_bucket_flat_buffer (reduce_bucket_size elements, one) and
+  // grad_partitions_flat_buffer (every trainable parameter's partition, zeroed) before any forward.
+  const ZeroConfig z;
+  const std::int64_t psi = count_parameters(memplan::testing::toy_llama(4)).total;
+  for (const int gpus : {1, 2}) {
+    const Estimate f = zero_at(ShardingStrategy::kZero3, Phase::kForward, z, gpus);
+    CHECK(component(f, "communication_buckets") == 500'000'000LL * 2);
+    CHECK(component(f, "gradients") == (2 * psi + gpus - 1) / gpus);
+  }
+}
+
+TEST_CASE("FSDP with CPU parameter offload keeps no gradient on the GPU, the LoRA adapters' neither") {
+  // torch/distributed/fsdp/_runtime_utils.py _offload_grad: with offload_params each reduced
+  // gradient shard is copied to flat_param._cpu_grad, where the optimizer steps (issue #30: the
+  // adapters' gradients stayed on the GPU, +9 %).
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.micro_batch = 1;
+  c.seq_len = 16;
+  c.parallel.num_gpus = 2;
+  c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  c.parallel.offload_params = c.parallel.offload_optimizer = true;
+  c.lora.enabled = true;
+  c.lora.r = 8;
+  auto est = Estimator::create(memplan::testing::toy_llama(4), c);
+  REQUIRE(est);
+  for (const Phase ph : {Phase::kBackward, Phase::kOptimizerStep}) {
+    auto e = est->at_phase(1, 16, ph);
+    REQUIRE(e);
+    require_consistent(*e);
+    CHECK(component(*e, "gradients") == 0);
+    CHECK(component(*e, "optimizer_states") == 0);
+  }
+}
