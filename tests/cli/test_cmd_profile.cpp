@@ -191,16 +191,15 @@ TEST_CASE("profile: a CUDA out-of-memory message, exit 137, a crash and a hang e
     auto args = profile_args(dir, {"--stop-at", "300MiB", "--batches", "1,2", "--rung-timeout", "1"},
                              {"--batch", "{batch}", "--then", "hang", "--ignore-term"});
     args[std::find(args.begin(), args.end(), "--grace") - args.begin() + 1] = "0.5";
-    const auto t0 = std::chrono::steady_clock::now();
     const auto r = run_cli(args);
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CHECK(r.code == memplan::cli::kExitDoesNotFit);
     const json j = json::parse(r.out);
     CHECK(statuses(j) == std::vector<std::string>{"timeout"});
     CHECK(j["profile"]["runs"][0]["signal"] == SIGKILL);
     CHECK(j["profile"]["runs"][0]["notes"] == "still running after 1 s; SIGKILL needed after the grace period");
     CHECK(j["profile"]["safe_maximum"].is_null());
-    CHECK(took < 10);
+    // The rung ran its full timeout (a lower bound no slow machine breaks), then was killed.
+    CHECK(j["profile"]["runs"][0]["seconds"].get<double>() >= 1.0);
   }
   CHECK(processes_mentioning(dir.path()).empty());
 }

@@ -142,8 +142,7 @@ TEST_CASE("the watchdog on a (fake) GPU gauge stops a rung that grows past the l
   CHECK(res->runs[0].argv == std::vector<std::string>{"sleep", "10"});
   CHECK(res->runs[0].signal == SIGTERM);
   CHECK(res->runs[0].peak > Bytes::mib(300));
-  // At 1 GiB/s, ~0.3 s to reach the limit: far less than sleep 10's ten seconds.
-  CHECK(res->runs[0].seconds < 5);
+  // Stopped by SIGTERM (above), not ended by sleep 10's own exit: no bound on time (issue 34).
   CHECK(res->watch == "gpu");
   CHECK(res->baseline == Bytes::gib(1));
   CHECK(res->not_run.size() == 1);
