@@ -113,7 +113,10 @@ Result<std::vector<std::int64_t>> parse_ladder(const std::string& text, const st
 
 std::vector<std::int64_t> doubling_ladder(std::int64_t max) {
   std::vector<std::int64_t> out;
-  for (std::int64_t v = 1; v <= max; v *= 2) out.push_back(v);
+  for (std::int64_t v = 1; v <= max; v *= 2) {
+    out.push_back(v);
+    if (v > max / 2) break;  // the next double would pass max, or overflow near 2^63
+  }
   return out;
 }
 

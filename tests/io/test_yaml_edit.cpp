@@ -263,3 +263,14 @@ TEST_CASE("insert_entry refuses a mapping whose first key is empty (found by fuz
   REQUIRE(map->is_map());
   CHECK(insert_entry(*doc, *map, "k", "1").error().message == "the mapping's keys could not be located in the text");
 }
+
+TEST_CASE("parse_yaml (issue 34): CR-only line breaks are line breaks, as PyYAML reads them") {
+  // PyYAML 6: yaml.safe_load('a: 1\rb: 2\r') == {'a': 1, 'b': 2}
+  auto doc = parse_yaml("a: 1\rb: 2\rc:\r  d: 3\r", "mac.yaml");
+  REQUIRE(doc);
+  CHECK(doc->root.get("b")->value == "2");
+  CHECK(doc->root.get("b")->line == 2);
+  CHECK(doc->root.at({"c", "d"})->value == "3");
+  CHECK(doc->root.at({"c", "d"})->line == 4);
+  CHECK(doc->text.substr(doc->root.get("b")->begin, 1) == "2");  // --apply edits the original bytes
+}
