@@ -209,10 +209,17 @@ std::string gh_data(std::string_view s) {
   return escape_control(out);
 }
 
-// A plain log line in a workflow's log (a fitting config): escaped like a command's data, and never
-// starting with "::", which the runner would read as a command.
+// A plain log line in a workflow's log (a fitting config): line breaks escaped as in a command's
+// data ('%' kept: the runner shows a plain line as it is), and never starting with "::", which the
+// runner would read as a command.
 std::string gh_line(std::string_view s) {
-  std::string out = gh_data(s);
+  std::string out;
+  for (char c : s) {
+    if (c == '\r') out += "%0D";
+    else if (c == '\n') out += "%0A";
+    else out += c;
+  }
+  out = escape_control(out);
   if (out.rfind("::", 0) == 0) out.replace(0, 1, "%3A");
   return out;
 }

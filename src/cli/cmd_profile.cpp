@@ -5,6 +5,9 @@
 // seed 000's results table with memplan's prediction beside each rung. docs/profile.md.
 // Exit codes: 0 a safe maximum was found (the ladder ran out, or ended at stopped/oom); 1 no rung
 // finished, or one failed / timed out / was refused; 130 memplan was interrupted (SIGINT).
+#include <sys/stat.h>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <unistd.h>
 
@@ -60,13 +63,24 @@ struct ProfileOptions {
 
 bool has_model(const TrainingFlags& f) { return !f.model.empty() || !f.model_params.empty() || !f.configs.empty(); }
 
-std::string default_log_dir() {
+// memplan-profile/YYYYMMDD-HHMMSS-XXXXXX: a new private folder (0700, mkdtemp) for this run, so
+// that two profiles started in one second never share one and nobody can plant links in it
+// (issue 34).
+Result<std::string> default_log_dir() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
   ::localtime_r(&t, &tm);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-  return (std::filesystem::path("memplan-profile") / buf).string();
+  if (::mkdir("memplan-profile", 0755) != 0 && errno != EEXIST)
+    return make_error(ErrorCode::kIoError, fmt::format("cannot create memplan-profile: {}", std::strerror(errno)),
+                      "choose another folder with --log-dir DIR");
+  std::string dir = (std::filesystem::path("memplan-profile") / buf).string() + "-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr)
+    return make_error(ErrorCode::kIoError, fmt::format("cannot create a folder in memplan-profile: {}",
+                                                       std::strerror(errno)),
+                      "choose another folder with --log-dir DIR");
+  return dir;
 }
 
 // --stop-at (or --settle-slack) SIZE or PCT of the watched memory's total.
@@ -392,7 +406,11 @@ Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
   MEMPLAN_TRY(auto slack, parse_size_or_percent(o.settle_slack, now.total, "--settle-slack"));
   lo.settle_slack = std::max(slack, Bytes::mib(256));
   if (o.sample_ms > 0) lo.interval = std::chrono::milliseconds(o.sample_ms);
-  lo.log_dir = o.log_dir.empty() ? default_log_dir() : o.log_dir;
+  if (o.log_dir.empty()) {
+    MEMPLAN_TRY(lo.log_dir, default_log_dir());
+  } else {
+    lo.log_dir = o.log_dir;
+  }
   if (uses_config) lo.config = pin.config();
   if (pin.estimator) {
     const Estimator* est = &*pin.estimator;

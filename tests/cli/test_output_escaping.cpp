@@ -112,7 +112,7 @@ TEST_CASE("check --format github / text (issue 34): a file name cannot inject co
   CliRun g = run_cli({"check", evil, colons, "--format", "github"});
   CHECK(g.code == 0);
   CHECK(g.out.find("\n::error") == std::string::npos);
-  CHECK(g.out.find(d.path + "/a%0A::error file=x::pwned%25.yaml:3: fits: ") == 0);
+  CHECK(g.out.find(d.path + "/a%0A::error file=x::pwned%.yaml:3: fits: ") == 0);
   CHECK(g.out.find("\n" + d.path + "/::warning::b.yaml:3: fits: ") != std::string::npos);
   // The same name as a bare relative path: the line must not start with "::".
   const std::string cwd = stdfs::current_path().string();

@@ -87,7 +87,7 @@ TEST_CASE("interpolation (issue 29 item 3): nested defaults and the built-in res
       "defaults_mbs: 4\nmax_seq_len: 8\n"
       "micro_batch_size: ${oc.env:MEMPLAN_TEST_SURELY_UNSET,${defaults_mbs}}\n"   // the nested default: 4
       "gradient_accumulation_steps: ${oc.select:train.ga,3}\n"                    // no train.ga: 3
-      "sizes: ${oc.create:{seq: 512}}\n"
+      "sizes: \"${oc.create:{seq: 512}}\"\n"
       "decoded: ${oc.decode:'16'}\n";
   const auto r = load(fs, "r.yaml");
   REQUIRE(r.has_value());
