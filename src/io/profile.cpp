@@ -204,7 +204,18 @@ Result<std::string> config_for_rung(const LoadedConfig& config, const Rung& rung
   if (rung.grad_accum != now.grad_accum) edits.grad_accum = rung.grad_accum;
   if (rung.seq_len > 0 && rung.seq_len != now.seq_len) edits.seq_len = rung.seq_len;
   if (!edits.micro_batch && !edits.grad_accum && !edits.seq_len) return config.files[0].text;
-  MEMPLAN_TRY(auto plan, plan_apply(config, edits));
+  auto planned = plan_apply(config, edits);
+  if (!planned) {
+    // plan_apply speaks to --apply; profile was given none (issue 34): say what it was doing.
+    Error e = planned.error();
+    for (std::string* s : {&e.message, &e.suggestion}) {
+      for (std::size_t at; (at = s->find("--apply")) != std::string::npos;)
+        s->replace(at, 7, "the rung's copy of the config");
+    }
+    e.message = fmt::format("cannot write {} into the rung's copy of the config: {}", rung_text(rung), e.message);
+    return e;
+  }
+  const ApplyPlan& plan = *planned;
   for (const auto& f : plan.files)
     if (f.file == 0) return f.after;
   return config.files[0].text;

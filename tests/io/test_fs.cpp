@@ -3,9 +3,12 @@
 // reading without end; through load_config, --keys and --model too.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -89,4 +92,23 @@ TEST_CASE("fs: stat reports identity, links and whether the file may be replaced
   REQUIRE(fs.exchange(dir / "c.yaml", f).has_value());
   CHECK(fs.read_file(f).value() == "c\n");
   CHECK(fs.read_file(dir / "c.yaml").value() == "a: 1\n");
+}
+
+TEST_CASE("fs (issue 34): a replacement keeps the file's extended attributes and ACL") {
+  Scratch dir;
+  const std::string f = dir / "train.yaml";
+  { std::ofstream(f) << "a: 1\n"; }
+  if (::setxattr(f.c_str(), "user.memplan_test", "kept", 4, 0) != 0) {
+    WARN("this file system takes no user extended attributes (" << std::strerror(errno) << "); not checked here");
+    return;
+  }
+  RealFileSystem fs;
+  const auto info = fs.stat(f);
+  REQUIRE(info);
+  const auto tmp = fs.write_temp(dir.path, "train.yaml", "a: 2\n", *info);
+  REQUIRE(tmp);
+  char value[16] = {};
+  CHECK(::getxattr(tmp->c_str(), "user.memplan_test", value, sizeof value) == 4);
+  CHECK(std::string(value) == "kept");
+  ::unlink(tmp->c_str());
 }
