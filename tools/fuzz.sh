@@ -2,7 +2,7 @@
 # Fuzzing: builds the libFuzzer targets of tests/fuzz/ with clang under ASan + UBSan (build-fuzz/)
 # and runs each for a bounded time on a scratch copy of its committed seed corpus
 # (tests/fuzz/corpus/<target>/). A crash, sanitizer report, timeout or memory blow-up fails.
-#   MEMPLAN_FUZZ_SECONDS  seconds per target (default 25; four targets)
+#   MEMPLAN_FUZZ_SECONDS  seconds per target (default 25; eight targets)
 #   MEMPLAN_FUZZ_CXX      the clang++ to use (default clang++-14, else clang++)
 #   MEMPLAN_FUZZ_BUILD    build directory (default build-fuzz); tools/test.sh passes its sanitizer
 #                         build (build-asan, configured with MEMPLAN_BUILD_FUZZ=ON), so the
@@ -19,7 +19,7 @@ if [[ -z "$cxx" ]]; then
   exit 2
 fi
 jobs="$(nproc)"
-targets=(config_loader model_config key_map yaml_edit)
+targets=(config_loader model_config key_map yaml_edit toml interpolation calibration_store command_template)
 build="${MEMPLAN_FUZZ_BUILD:-build-fuzz}"
 if ! grep -q "^MEMPLAN_BUILD_FUZZ:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" -DMEMPLAN_BUILD_FUZZ=ON \

@@ -1,6 +1,13 @@
 #include "cli/app.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <iostream>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <streambuf>
 #include <exception>
 #include <iterator>
 #include <optional>
@@ -16,6 +23,7 @@
 #include "cli/exit_codes.hpp"
 #include "cli/training_flags.hpp"
 #include "memplan/text.hpp"
+#include "report/json.hpp"
 
 namespace memplan::cli {
 
@@ -73,10 +81,65 @@ std::optional<std::string> first_unknown_flag(const std::vector<std::string>& ar
   }
   return std::nullopt;
 }
-}  // namespace
+// A stream buffer that passes everything to another and keeps a count (stdout), or also a copy
+// (stderr), so that run() knows afterwards whether a command printed its result.
+class TeeBuf : public std::streambuf {
+ public:
+  TeeBuf(std::streambuf* to, bool keep) : to_(to), keep_(keep) {}
+  std::size_t count = 0;
+  std::string kept;
 
-int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  Context ctx{out, err};
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    return xsputn(&ch, 1) == 1 ? c : traits_type::eof();
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    count += static_cast<std::size_t>(n);
+    if (keep_ && kept.size() < (1u << 20)) kept.append(s, static_cast<std::size_t>(n));
+    return to_ ? to_->sputn(s, n) : n;
+  }
+  int sync() override { return to_ ? to_->pubsync() : 0; }
+
+ private:
+  std::streambuf* to_;
+  bool keep_;
+};
+
+bool wants_json(const std::vector<std::string>& argv) {
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--format=json") return true;
+    if (argv[i] == "--format" && i + 1 < argv.size() && argv[i + 1] == "json") return true;
+  }
+  return false;
+}
+
+// What --format json prints on stdout when a command fails before printing its result: the error
+// as an object (issue 34), the same text as on stderr.
+std::string json_error(const std::optional<Error>& e, const std::string& stderr_text, int code) {
+  using json = nlohmann::ordered_json;
+  json err = json::object();
+  if (e) {
+    err["message"] = e->message;
+    err["suggestion"] = e->suggestion.empty() ? json(nullptr) : json(e->suggestion);
+    err["file"] = e->where && !e->where->file.empty() ? json(e->where->file) : json(nullptr);
+    err["line"] = e->where && e->where->line > 0 ? json(e->where->line) : json(nullptr);
+  } else {
+    // The first "memplan: error: " line of stderr.
+    std::string msg = stderr_text;
+    const auto at = msg.find("error: ");
+    if (at != std::string::npos) msg = msg.substr(at + 7);
+    msg = msg.substr(0, msg.find('\n'));
+    err["message"] = msg;
+  }
+  json j = {{"schema", report::kSchema}, {"error", err}, {"exit_code", code}};
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                std::optional<Error>& failed, bool err_is_terminal) {
+  Context ctx{out, err, err_is_terminal};
   try {
     CLI::App app{"memplan: will this training config fit on my GPU? Memory breakdowns and batch-size plans.",
                  "memplan"};
@@ -155,6 +218,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       if (c.app->parsed()) {
         Result<int> r = c.action(ctx);
         if (!r) {
+          failed = r.error();
           err << "memplan: error: " << r.error().to_string() << "\n";
           return exit_code_for(r.error());
         }
@@ -167,6 +231,27 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     err << "memplan: internal error: " << e.what() << "\n";
     return kExitInternal;
   }
+}
+
+}  // namespace
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  TeeBuf out_buf(out.rdbuf(), false), err_buf(err.rdbuf(), true);
+  std::ostream counted_out(&out_buf), kept_err(&err_buf);
+  std::optional<Error> failed;
+  const bool tty = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1;
+  int code = run_command(args, counted_out, kept_err, failed, tty);
+  if (code != kExitOk && out_buf.count == 0 && wants_json(args)) counted_out << json_error(failed, err_buf.kept, code);
+  // A result that could not be written (a full disk, a closed pipe) is a failure, not exit 0.
+  errno = 0;
+  counted_out.flush();
+  if (!counted_out || !out) {
+    const int e = errno;
+    err << "memplan: error: cannot write the output to stdout" << (e ? std::string(": ") + std::strerror(e) : "")
+        << "\n";
+    return kExitIoError;
+  }
+  return code;
 }
 
 }  // namespace memplan::cli

@@ -18,6 +18,7 @@ namespace memplan::cli {
 struct Context {
   std::ostream& out;
   std::ostream& err;
+  bool err_is_terminal = false;  // err is the process's stderr, and that is a terminal
 };
 
 // A subcommand registers its options and returns the action to run when it is chosen.

@@ -172,19 +172,32 @@ std::string summary(const std::vector<FileResult>& results, double max_util) {
   return s + " (predicted peak vs. GPU memory less the safety margin and headroom)\n";
 }
 
+// One line of text output: control characters (newlines included) and invalid UTF-8 as \xNN, so
+// that a file name or a value cannot forge lines or send terminal escapes (issue 34).
+std::string one_line(std::string_view s) {
+  std::string out;
+  for (char c : escape_control(s)) {
+    if (c == '\n') out += "\\x0a";
+    else if (c == '\t') out += "\\x09";
+    else out += c;
+  }
+  return out;
+}
+
 std::string render_text(const std::vector<FileResult>& results, double max_util) {
   std::string out;
   for (const auto& r : results) {
-    out += fmt::format("{}: {}{}\n", r.where.to_string(),
+    out += fmt::format("{}: {}{}\n", one_line(r.where.to_string()),
                        r.status == Status::kInvalid ? "invalid: " : r.status == Status::kNoBudget ? "error: " : "",
-                       r.message);
-    for (const auto& w : r.warnings) out += "  warning: " + w.to_string() + "\n";
-    for (const auto& n : r.notes) out += "  note: " + n + "\n";
+                       one_line(r.message));
+    for (const auto& w : r.warnings) out += "  warning: " + one_line(w.to_string()) + "\n";
+    for (const auto& n : r.notes) out += "  note: " + one_line(n) + "\n";
   }
   return out + summary(results, max_util);
 }
 
-// GitHub Actions workflow commands: data escapes % CR LF; properties also : and ,.
+// GitHub Actions workflow commands: data escapes % CR LF; properties also : and ,. Other control
+// characters and invalid UTF-8 become \xNN (escape_control), as in text mode.
 std::string gh_data(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -193,6 +206,21 @@ std::string gh_data(std::string_view s) {
     else if (c == '\n') out += "%0A";
     else out += c;
   }
+  return escape_control(out);
+}
+
+// A plain log line in a workflow's log (a fitting config): line breaks escaped as in a command's
+// data ('%' kept: the runner shows a plain line as it is), and never starting with "::", which the
+// runner would read as a command.
+std::string gh_line(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\r') out += "%0D";
+    else if (c == '\n') out += "%0A";
+    else out += c;
+  }
+  out = escape_control(out);
+  if (out.rfind("::", 0) == 0) out.replace(0, 1, "%3A");
   return out;
 }
 
@@ -221,7 +249,7 @@ std::string render_github(const std::vector<FileResult>& results, double max_uti
       out += gh_command("warning", at, "memplan", w.message + (w.suggestion.empty() ? "" : "; " + w.suggestion));
     }
     switch (r.status) {
-      case Status::kFits: out += fmt::format("{}: {}\n", r.where.to_string(), r.message); break;
+      case Status::kFits: out += gh_line(r.where.to_string() + ": " + r.message) + "\n"; break;
       case Status::kDoesNotFit: out += gh_command("error", r.where, "memplan: does not fit", r.message); break;
       case Status::kAboveMax:
         out += gh_command("error", r.where, fmt::format("memplan: above {:g}% of GPU memory", max_util), r.message);
@@ -277,7 +305,7 @@ std::string render_json(const std::vector<FileResult>& results, double max_util)
               {"invalid", counts[3]},
               {"no_budget", counts[4]}}},
             {"exit_code", exit_code(results)}};
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace
@@ -340,7 +368,18 @@ Command register_check(CLI::App& root) {
               return kExitOk;
             }
             std::vector<FileResult> results;
-            for (const auto& f : opts->files) results.push_back(check_one(*opts, f, gpus));
+            for (const auto& f : opts->files) {
+              // One file never loses the others' results, whatever happens while reading it.
+              try {
+                results.push_back(check_one(*opts, f, gpus));
+              } catch (const std::exception& e) {
+                FileResult r;
+                r.file = f;
+                r.where = SourceLocation{f, 0, 0};
+                r.message = std::string("internal error while checking it: ") + e.what();
+                results.push_back(std::move(r));
+              }
+            }
             switch (*format) {
               case report::Format::kJson: ctx.out << render_json(results, opts->max_utilization); break;
               case report::Format::kGithub: ctx.out << render_github(results, opts->max_utilization); break;

@@ -52,7 +52,7 @@ std::string render_profiles(const std::vector<GpuProfile>& profiles, report::For
                       {"unified", g.unified},
                       {"system_reserve_bytes", g.system_reserve.count()}});
     }
-    return json{{"schema", report::kSchema}, {"gpus", list}}.dump(2) + "\n";
+    return json{{"schema", report::kSchema}, {"gpus", list}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   if (format == report::Format::kMarkdown || format == report::Format::kGithub) {
     report::TextTable t({"name", "GiB", "GB", "bf16", "unified", "driver name, aliases"},
@@ -95,7 +95,7 @@ std::string render_detected(const io::DetectedSystem& sys, report::Format format
                 {"chosen", chosen.index},
                 {"visibility", sys.visibility},
                 {"notes", sys.notes}}
-               .dump(2) +
+               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
            "\n";
   }
   report::TextTable t({"GPU", "name", "profile", "total GiB", "free GiB", "bf16", "memory", "source"},

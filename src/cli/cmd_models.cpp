@@ -49,7 +49,7 @@ std::string render_json(const std::vector<const io::CatalogEntry*>& entries) {
                       {"architecture", report::to_json(c->spec)}});
   }
   nlohmann::ordered_json out = {{"schema", report::kSchema}, {"models", models}};
-  return out.dump(2) + "\n";
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string render_table(const std::vector<const io::CatalogEntry*>& entries, report::Format format) {

@@ -66,7 +66,7 @@ std::string render(const io::DetectedSystem& sys, std::optional<Bytes> min_free,
                 {"gpus", gpus},
                 {"visibility", sys.visibility},
                 {"notes", sys.notes}}
-               .dump(2) +
+               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
            "\n";
   }
 

@@ -5,6 +5,10 @@
 // seed 000's results table with memplan's prediction beside each rung. docs/profile.md.
 // Exit codes: 0 a safe maximum was found (the ladder ran out, or ended at stopped/oom); 1 no rung
 // finished, or one failed / timed out / was refused; 130 memplan was interrupted (SIGINT).
+#include <sys/stat.h>
+#include <cerrno>
+#include <cstring>
+#include <cmath>
 #include <unistd.h>
 
 #include <chrono>
@@ -59,13 +63,24 @@ struct ProfileOptions {
 
 bool has_model(const TrainingFlags& f) { return !f.model.empty() || !f.model_params.empty() || !f.configs.empty(); }
 
-std::string default_log_dir() {
+// memplan-profile/YYYYMMDD-HHMMSS-XXXXXX: a new private folder (0700, mkdtemp) for this run, so
+// that two profiles started in one second never share one and nobody can plant links in it
+// (issue 34).
+Result<std::string> default_log_dir() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
   ::localtime_r(&t, &tm);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-  return (std::filesystem::path("memplan-profile") / buf).string();
+  if (::mkdir("memplan-profile", 0755) != 0 && errno != EEXIST)
+    return make_error(ErrorCode::kIoError, fmt::format("cannot create memplan-profile: {}", std::strerror(errno)),
+                      "choose another folder with --log-dir DIR");
+  std::string dir = (std::filesystem::path("memplan-profile") / buf).string() + "-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr)
+    return make_error(ErrorCode::kIoError, fmt::format("cannot create a folder in memplan-profile: {}",
+                                                       std::strerror(errno)),
+                      "choose another folder with --log-dir DIR");
+  return dir;
 }
 
 // --stop-at (or --settle-slack) SIZE or PCT of the watched memory's total.
@@ -90,6 +105,14 @@ Result<Bytes> parse_size_or_percent(const std::string& text, Bytes total, const 
   if (*s <= Bytes::zero()) return make_error(ErrorCode::kInvalidArgument, flag + " must be positive");
   return *s;
 }
+
+// The bounds of the numeric flags: a rung longer than a week, a grace or settle longer than an
+// hour, a sample interval over 10 s (memplan answers SIGTERM between samples) or a micro-batch over
+// 2^20 is a typo, and larger values overflow the clocks or the doubling ladder.
+constexpr double kMaxRungSeconds = 7 * 24 * 3600;
+constexpr double kMaxGraceSeconds = 3600;
+constexpr int kMaxSampleMs = 10000;
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 20;
 
 std::chrono::milliseconds seconds_flag(double s) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
@@ -328,10 +351,24 @@ Result<std::string> save_runs(const io::ProfileResult& result, const ProfileInpu
 // The whole command: inputs, the watched memory, the limit, the ladder, the run, the output.
 Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
   MEMPLAN_TRY(auto format, report::parse_format(o.format));
-  if (o.rung_timeout < 0 || o.grace < 0 || o.settle < 0 || o.sample_ms < 0 || o.max_batch < 1)
+  // Every numeric flag bounded (issue 34): NaN, infinity and values that overflow a clock or the
+  // doubling ladder are refused with the range, never taken as "no timeout" or "kill at once".
+  const auto seconds_in = [](const char* flag, double v, double lo, double hi) -> Status {
+    if (std::isfinite(v) && v >= lo && v <= hi) return Ok{};
     return make_error(ErrorCode::kInvalidArgument,
-                      "--rung-timeout, --grace, --settle and --sample-ms cannot be negative, --max-batch "
-                      "must be at least 1");
+                      fmt::format("{} = {} must be a number of seconds from {:g} to {:g}", flag, v, lo, hi));
+  };
+  MEMPLAN_TRY(auto t_ok, seconds_in("--rung-timeout", o.rung_timeout, 0.001, kMaxRungSeconds));
+  MEMPLAN_TRY(auto g_ok, seconds_in("--grace", o.grace, 0, kMaxGraceSeconds));
+  MEMPLAN_TRY(auto s_ok, seconds_in("--settle", o.settle, 0, kMaxGraceSeconds));
+  (void)t_ok, (void)g_ok, (void)s_ok;
+  if (o.sample_ms < 0 || o.sample_ms > kMaxSampleMs)
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("--sample-ms = {} must be from 1 to {} milliseconds (0: the watch's default)",
+                                  o.sample_ms, kMaxSampleMs));
+  if (o.max_batch < 1 || o.max_batch > kMaxBatch)
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("--max-batch = {} must be from 1 to {}", o.max_batch, kMaxBatch));
   if (o.command.empty())
     return make_error(ErrorCode::kInvalidArgument, "no command to profile",
                       "give it after --: memplan profile -- python train.py --batch_size {batch} --max_steps 3");
@@ -369,7 +406,11 @@ Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
   MEMPLAN_TRY(auto slack, parse_size_or_percent(o.settle_slack, now.total, "--settle-slack"));
   lo.settle_slack = std::max(slack, Bytes::mib(256));
   if (o.sample_ms > 0) lo.interval = std::chrono::milliseconds(o.sample_ms);
-  lo.log_dir = o.log_dir.empty() ? default_log_dir() : o.log_dir;
+  if (o.log_dir.empty()) {
+    MEMPLAN_TRY(lo.log_dir, default_log_dir());
+  } else {
+    lo.log_dir = o.log_dir;
+  }
   if (uses_config) lo.config = pin.config();
   if (pin.estimator) {
     const Estimator* est = &*pin.estimator;
@@ -380,7 +421,7 @@ Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
     };
   }
   // On a terminal, a live line (time, memory now, peak) is redrawn while a rung runs.
-  const bool live = &ctx.err == &std::cerr && ::isatty(STDERR_FILENO) == 1;
+  const bool live = ctx.err_is_terminal;
   lo.progress = [&ctx, live](const std::string& line) {
     ctx.err << (live ? "\r\033[K" : "") << "memplan profile: " << line << std::endl;
   };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace memplan {
 
 namespace {
@@ -15,7 +17,16 @@ double residual(const Calibration& c, const CalibrationPoint& p) {
 }  // namespace
 
 Bytes Calibration::corrected(Bytes predicted) const {
-  const double v = static_cast<double>(offset_bytes) + scale * static_cast<double>(predicted.count());
+  double x = static_cast<double>(predicted.count());
+  double shift = 0;  // beyond the data: the correction at the nearer end, as a constant
+  if (min_predicted > Bytes::zero() && predicted < min_predicted) {
+    shift = x - static_cast<double>(min_predicted.count());
+    x = static_cast<double>(min_predicted.count());
+  } else if (max_predicted > Bytes::zero() && predicted > max_predicted) {
+    shift = x - static_cast<double>(max_predicted.count());
+    x = static_cast<double>(max_predicted.count());
+  }
+  const double v = static_cast<double>(offset_bytes) + scale * x + shift;
   if (!(v < 9.0e18)) return predicted;  // absurd inputs: keep the model's figure
   return std::max(predicted, Bytes::of(static_cast<std::int64_t>(std::llround(v))));
 }
@@ -40,9 +51,17 @@ Result<Calibration> fit_calibration(const std::vector<CalibrationPoint>& points)
   }
   Calibration c;
   c.points = static_cast<int>(points.size());
-  // Predictions closer together than 1 MiB cannot tell a scale from an offset.
+  c.min_predicted = c.max_predicted = points.front().predicted;
+  for (const auto& p : points) {
+    c.min_predicted = std::min(c.min_predicted, p.predicted);
+    c.max_predicted = std::max(c.max_predicted, p.predicted);
+  }
+  // Predictions closer together than 1 MiB, or than 5% of their mean, cannot tell a scale from an
+  // offset: two runs 3 MiB apart at 20 GiB fit a scale of 166.7 with no residual.
   const double spread = std::sqrt(sxx / n);
-  if (points.size() >= 2 && spread >= 1024.0 * 1024.0 && sxy / sxx > 0) {
+  const double slope = sxx > 0 ? sxy / sxx : 0;
+  if (points.size() >= 2 && spread >= 1024.0 * 1024.0 && spread >= 0.05 * std::abs(mx) &&
+      slope >= kMinCalibrationScale && slope <= kMaxCalibrationScale) {
     c.scale = sxy / sxx;
     c.offset_bytes = std::llround(my - c.scale * mx);
   } else {
@@ -57,7 +76,28 @@ Result<Calibration> fit_calibration(const std::vector<CalibrationPoint>& points)
   }
   c.rms_residual = Bytes::of(std::llround(std::sqrt(ss / n)));
   c.max_residual = Bytes::of(std::llround(mx_abs));
+  if (std::abs(static_cast<double>(c.offset_bytes)) > 0.5 * std::abs(my))
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("the fit's offset {:.2f} GiB is more than half of the mean measured peak "
+                                  "({:.2f} GiB): the predictions and the measurements disagree too much to calibrate",
+                                  static_cast<double>(c.offset_bytes) / 1073741824.0, my / 1073741824.0),
+                      "check that the measured runs are the configs memplan predicted (the same model, batch and "
+                      "GPU), then run memplan profile --save again");
   return c;
+}
+
+Status check_calibration(const Calibration& c) {
+  if (!std::isfinite(c.scale) || c.scale < kMinCalibrationScale || c.scale > kMaxCalibrationScale)
+    return make_error(ErrorCode::kInvalidConfig,
+                      fmt::format("scale {} is outside [{:g}, {:g}]", c.scale, kMinCalibrationScale,
+                                  kMaxCalibrationScale));
+  const double limit = c.max_predicted > Bytes::zero() ? 0.5 * static_cast<double>(c.max_predicted.count())
+                                                       : 64.0 * 1073741824.0;
+  if (std::abs(static_cast<double>(c.offset_bytes)) > limit)
+    return make_error(ErrorCode::kInvalidConfig,
+                      fmt::format("offset {} bytes is larger than {:.2f} GiB", c.offset_bytes, limit / 1073741824.0));
+  if (c.points < 1) return make_error(ErrorCode::kInvalidConfig, fmt::format("points {} is not positive", c.points));
+  return Ok{};
 }
 
 Budget calibrated_budget(const Budget& budget, const Calibration& c, Bytes* reduced_by) {

@@ -1,5 +1,12 @@
 #include "io/apply.hpp"
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -273,6 +280,30 @@ Status replace_verified(FileSystem& fs, const std::string& target, const std::st
 }
 }  // namespace
 
+namespace {
+
+// What a file's mode does not say (issue 34): a read-only mount, an immutable or append-only file
+// (which a rename cannot replace, so nothing, not even a .backup, may be written first). Empty
+// when none applies, or when `path` is not a real file (a MemoryFileSystem's).
+std::string unreplaceable(const std::string& path) {
+  struct statvfs vs {};
+  if (::statvfs(path.c_str(), &vs) == 0 && (vs.f_flag & ST_RDONLY) != 0) return "it is on a read-only file system";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return {};
+  int flags = 0;
+  std::string why;
+  if (::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+    if ((flags & FS_IMMUTABLE_FL) != 0) why = "it is immutable (chattr +i)";
+    else if ((flags & FS_APPEND_FL) != 0) why = "it is append-only (chattr +a), so it cannot be replaced";
+  }
+  ::close(fd);
+  return why;
+}
+
+}  // namespace
+
 Result<ApplyPlan> plan_apply(const LoadedConfig& config, const Edits& edits) {
   ApplyPlan plan;
   std::map<std::size_t, std::vector<PendingEdit>> per_file;
@@ -459,6 +490,10 @@ Result<ApplyResult> commit_apply(const ApplyPlan& plan, FileSystem& fs, const Ap
     MEMPLAN_TRY(std::string target, fs.resolve_symlinks(f.path));
     MEMPLAN_TRY(std::shared_ptr<FileLock> lock, fs.lock(target));
     MEMPLAN_TRY(FileInfo info, fs.stat(target));
+    if (const std::string why = unreplaceable(target); !why.empty())
+      return located(ErrorCode::kIoError, f.path, 0,
+                     fmt::format("the file cannot be replaced: {}; nothing was written", why),
+                     "make the change yourself where that is allowed (--dry-run shows it)");
     if (!info.writable)
       return located(ErrorCode::kIoError, f.path, 0,
                      fmt::format("the file is read-only for you (mode {:04o}); nothing was written", info.mode),

@@ -1,8 +1,17 @@
 #include "io/calibration_store.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +30,46 @@ using json = nlohmann::ordered_json;
 
 constexpr const char* kMeasurements = "measurements.jsonl";
 constexpr const char* kFits = "calibration.json";
+
+// An exclusive flock(2) on `path` (created 0600 if missing), held for one scope: the store's
+// writers (profile --save appending, calibrate replacing) take turns (issue 34).
+class StoreLock {
+ public:
+  explicit StoreLock(const fs::path& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd_ < 0) {
+      error_ = std::strerror(errno);
+      return;
+    }
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      error_ = std::strerror(errno);
+      break;
+    }
+  }
+  ~StoreLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  StoreLock(const StoreLock&) = delete;
+  StoreLock& operator=(const StoreLock&) = delete;
+  const std::string& error() const { return error_; }
+
+ private:
+  int fd_ = -1;
+  std::string error_;
+};
+
+// Writes all of `data` to `fd`, retrying short writes.
+bool write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
 
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
@@ -103,10 +152,19 @@ Status append_measurements(const std::string& dir, const std::vector<MeasuredRun
   fs::create_directories(dir, ec);
   if (ec) return make_error(ErrorCode::kIoError, fmt::format("cannot create {}: {}", dir, ec.message()));
   const fs::path p = fs::path(dir) / kMeasurements;
-  std::ofstream out(p, std::ios::binary | std::ios::app);
-  for (const auto& r : runs) out << to_json(r).dump() << "\n";
-  out.flush();
-  if (!out) return make_error(ErrorCode::kIoError, fmt::format("cannot write {}", p.string()));
+  // Whole records under the store's lock, in one write(2) with O_APPEND: two profile --save runs
+  // never interleave their lines, whatever their length.
+  std::string data;
+  for (const auto& r : runs) data += to_json(r).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  StoreLock lock(fs::path(dir) / ".lock");
+  if (!lock.error().empty())
+    return make_error(ErrorCode::kIoError, fmt::format("cannot lock {}/.lock: {}", dir, lock.error()));
+  const int fd = ::open(p.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return make_error(ErrorCode::kIoError, fmt::format("cannot write {}: {}", p.string(), std::strerror(errno)));
+  const bool ok = write_all(fd, data);
+  const int err = errno;
+  if (::close(fd) != 0 || !ok)
+    return make_error(ErrorCode::kIoError, fmt::format("cannot write {}: {}", p.string(), std::strerror(ok ? errno : err)));
   return Ok{};
 }
 
@@ -148,17 +206,34 @@ Status write_fits(const std::string& dir, const std::vector<MachineFit>& fits) {
                    {"offset_bytes", c.offset_bytes},
                    {"rms_residual_bytes", c.rms_residual.count()},
                    {"max_residual_bytes", c.max_residual.count()},
+                   {"min_predicted_bytes", c.min_predicted.count()},
+                   {"max_predicted_bytes", c.max_predicted.count()},
                    {"fitted", f.fitted}});
   }
   const fs::path p = fs::path(dir) / kFits;
-  const fs::path tmp = fs::path(dir) / (std::string(kFits) + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << json{{"schema", "memplan-calibration/1"}, {"machines", arr}}.dump(2) << "\n";
-    if (!out) return make_error(ErrorCode::kIoError, fmt::format("cannot write {}", tmp.string()));
+  const std::string data =
+      json{{"schema", "memplan-calibration/1"}, {"machines", arr}}.dump(2, ' ', false, json::error_handler_t::replace) +
+      "\n";
+  // A temp name of this run's own (mkstemp), written whole, then renamed over the store under
+  // its lock: two calibrate runs never write into one temp file (issue 34).
+  StoreLock lock(fs::path(dir) / ".lock");
+  if (!lock.error().empty())
+    return make_error(ErrorCode::kIoError, fmt::format("cannot lock {}/.lock: {}", dir, lock.error()));
+  std::string tmp = (fs::path(dir) / (std::string(kFits) + ".XXXXXX")).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return make_error(ErrorCode::kIoError, fmt::format("cannot create a file in {}: {}", dir, std::strerror(errno)));
+  const bool ok = write_all(fd, data) && ::fsync(fd) == 0;
+  const int err = errno;
+  if (::close(fd) != 0 || !ok) {
+    ::unlink(tmp.c_str());
+    return make_error(ErrorCode::kIoError, fmt::format("cannot write {}: {}", tmp, std::strerror(ok ? errno : err)));
   }
+  ::chmod(tmp.c_str(), 0644);
   fs::rename(tmp, p, ec);
-  if (ec) return make_error(ErrorCode::kIoError, fmt::format("cannot replace {}: {}", p.string(), ec.message()));
+  if (ec) {
+    ::unlink(tmp.c_str());
+    return make_error(ErrorCode::kIoError, fmt::format("cannot replace {}: {}", p.string(), ec.message()));
+  }
   return Ok{};
 }
 
@@ -173,12 +248,25 @@ Result<std::vector<MachineFit>> read_fits(const std::string& dir) {
     for (const auto& m : j.at("machines")) {
       MachineFit f;
       f.machine = {m.at("host").get<std::string>(), m.at("gpu").get<std::string>()};
-      f.calibration.points = m.at("points").get<int>();
+      // Byte counts are integers: a float offset (-9.0e18) is refused, not printed as TiB.
+      const auto integer = [&](const char* key, bool required) -> std::int64_t {
+        if (!m.contains(key) && !required) return 0;
+        const json& v = m.at(key);
+        if (!v.is_number_integer()) throw std::runtime_error(fmt::format("\"{}\" must be an integer", key));
+        return v.get<std::int64_t>();
+      };
+      f.calibration.points = static_cast<int>(std::clamp<std::int64_t>(integer("points", true), -1, 1 << 30));
+      if (!m.at("scale").is_number()) throw std::runtime_error("\"scale\" must be a number");
       f.calibration.scale = m.at("scale").get<double>();
-      f.calibration.offset_bytes = m.at("offset_bytes").get<std::int64_t>();
-      f.calibration.rms_residual = Bytes::of(m.value("rms_residual_bytes", std::int64_t{0}));
-      f.calibration.max_residual = Bytes::of(m.value("max_residual_bytes", std::int64_t{0}));
+      f.calibration.offset_bytes = integer("offset_bytes", true);
+      f.calibration.rms_residual = Bytes::of(integer("rms_residual_bytes", false));
+      f.calibration.max_residual = Bytes::of(integer("max_residual_bytes", false));
+      f.calibration.min_predicted = Bytes::of(std::max<std::int64_t>(0, integer("min_predicted_bytes", false)));
+      f.calibration.max_predicted = Bytes::of(std::max<std::int64_t>(0, integer("max_predicted_bytes", false)));
       f.fitted = m.value("fitted", "");
+      if (auto ok = check_calibration(f.calibration); !ok)
+        throw std::runtime_error(fmt::format("the fit for {} on {}: {}", f.machine.gpu, f.machine.host,
+                                             ok.error().message));
       out.push_back(f);
     }
   } catch (const std::exception& e) {

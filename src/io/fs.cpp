@@ -2,7 +2,11 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <linux/fs.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -189,6 +193,36 @@ Result<std::string> RealFileSystem::write_temp(const std::string& dir, const std
   // refuse files whose owner cannot be kept (FileInfo::keeps_owner) before writing anything.
   if (like.exists && (like.uid != ::geteuid() || like.gid != ::getegid())) {
     if (::fchown(fd, like.uid, like.gid) != 0) return fail("cannot keep the file's owner and group", errno);
+  }
+  // Every extended attribute of the file, its POSIX ACL (system.posix_acl_access) included, set
+  // after the mode (a chmod would rewrite the ACL's mask): a replacement that dropped them would
+  // widen or narrow who may read and write it. One that cannot be kept refuses the write (issue 34).
+  if (like.exists) {
+    const std::string source = join(dir, base);
+    const ssize_t len = ::listxattr(source.c_str(), nullptr, 0);
+    if (len > 0) {
+      std::string names(static_cast<std::size_t>(len), '\0');
+      const ssize_t got = ::listxattr(source.c_str(), names.data(), names.size());
+      for (std::size_t at = 0; got > 0 && at < static_cast<std::size_t>(got);) {
+        const std::string name(names.c_str() + at);
+        at += name.size() + 1;
+        const ssize_t vlen = ::getxattr(source.c_str(), name.c_str(), nullptr, 0);
+        if (vlen < 0) continue;
+        std::string value(static_cast<std::size_t>(vlen), '\0');
+        const ssize_t vgot = ::getxattr(source.c_str(), name.c_str(), value.data(), value.size());
+        if (vgot < 0) continue;
+        if (::fsetxattr(fd, name.c_str(), value.data(), static_cast<std::size_t>(vgot), 0) != 0) {
+          const int err = errno;
+          ::close(fd);
+          ::unlink(tmpl.c_str());
+          return io_error(source,
+                          fmt::format("cannot keep its extended attribute '{}'{} in a replacement, so nothing was "
+                                      "written",
+                                      name, name == "system.posix_acl_access" ? " (its ACL)" : ""),
+                          err);
+        }
+      }
+    }
   }
   if (::fsync(fd) != 0) return fail("cannot flush", errno);
   if (::close(fd) != 0) {

@@ -302,7 +302,8 @@ std::string shell_quote(const std::vector<std::string>& argv) {
 
 Result<RunOutcome> run_watched(const RunSpec& spec, MemoryGauge& gauge) {
   if (spec.argv.empty()) return make_error(ErrorCode::kInvalidArgument, "no command to run");
-  const int log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A new file in the rung's own folder: never through a planted link, never over a file.
+  const int log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (log < 0)
     return make_error(ErrorCode::kIoError, fmt::format("cannot write {}: {}", spec.log_path, std::strerror(errno)));
   const int null_in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -1,5 +1,12 @@
 #include "io/profile.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <signal.h>
 #include <string.h>
 
@@ -63,10 +70,22 @@ std::string signal_name(int sig) {
   return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
 
-Status write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-  if (!out) return make_error(ErrorCode::kIoError, fmt::format("cannot write {}", p.string()));
+// A new file, never through a link planted in its place nor over one that exists (issue 34).
+Status write_text(const fs::path& p, const std::string& text, mode_t mode = 0600) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0)
+    return make_error(ErrorCode::kIoError, fmt::format("cannot create {}: {}", p.string(), std::strerror(errno)),
+                      "memplan creates each rung's files itself, in a folder of its own; nothing may be there before");
+  std::size_t done = 0;
+  bool ok = true;
+  while (ok && done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  ::fchmod(fd, mode);  // the mode asked for, whatever the umask
+  if (::close(fd) != 0 || !ok) return make_error(ErrorCode::kIoError, fmt::format("cannot write {}", p.string()));
   return Ok{};
 }
 
@@ -113,7 +132,10 @@ Result<std::vector<std::int64_t>> parse_ladder(const std::string& text, const st
 
 std::vector<std::int64_t> doubling_ladder(std::int64_t max) {
   std::vector<std::int64_t> out;
-  for (std::int64_t v = 1; v <= max; v *= 2) out.push_back(v);
+  for (std::int64_t v = 1; v <= max; v *= 2) {
+    out.push_back(v);
+    if (v > max / 2) break;  // the next double would pass max, or overflow near 2^63
+  }
   return out;
 }
 
@@ -182,7 +204,18 @@ Result<std::string> config_for_rung(const LoadedConfig& config, const Rung& rung
   if (rung.grad_accum != now.grad_accum) edits.grad_accum = rung.grad_accum;
   if (rung.seq_len > 0 && rung.seq_len != now.seq_len) edits.seq_len = rung.seq_len;
   if (!edits.micro_batch && !edits.grad_accum && !edits.seq_len) return config.files[0].text;
-  MEMPLAN_TRY(auto plan, plan_apply(config, edits));
+  auto planned = plan_apply(config, edits);
+  if (!planned) {
+    // plan_apply speaks to --apply; profile was given none (issue 34): say what it was doing.
+    Error e = planned.error();
+    for (std::string* s : {&e.message, &e.suggestion}) {
+      for (std::size_t at; (at = s->find("--apply")) != std::string::npos;)
+        s->replace(at, 7, "the rung's copy of the config");
+    }
+    e.message = fmt::format("cannot write {} into the rung's copy of the config: {}", rung_text(rung), e.message);
+    return e;
+  }
+  const ApplyPlan& plan = *planned;
   for (const auto& f : plan.files)
     if (f.file == 0) return f.after;
   return config.files[0].text;
@@ -243,20 +276,35 @@ Result<ProfileResult> run_ladder(const LadderOptions& o, MemoryGauge& gauge) {
     std::string dir_name = fmt::format("rung-{:02}-b{}-ga{}", i + 1, rung.micro_batch, rung.grad_accum);
     if (rung.seq_len > 0) dir_name += fmt::format("-s{}", rung.seq_len);
     const fs::path dir = fs::path(o.log_dir) / dir_name;
-    fs::create_directories(dir, ec);
-    if (ec) return make_error(ErrorCode::kIoError, fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+    // A folder of this rung's own, private (0700). One left by an earlier run in the same --log-dir
+    // is reused only when it is a real folder of this user: the files memplan writes there are
+    // removed (unlink never follows a link) and created anew with O_EXCL | O_NOFOLLOW, so a link
+    // planted in their place is never written through.
+    if (::mkdir(dir.c_str(), 0700) != 0) {
+      struct stat st {};
+      if (errno != EEXIST || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
+        return make_error(ErrorCode::kIoError,
+                          fmt::format("cannot create {}: {}", dir.string(),
+                                      errno == EEXIST ? "it exists and is not a folder of this user" : std::strerror(errno)),
+                          "choose another --log-dir");
+      for (const char* f : {"output.log", "command.txt"}) ::unlink((dir / f).c_str());
+      if (o.config) ::unlink((dir / fs::path(o.config->files[0].path).filename()).c_str());
+    }
     r.log_dir = dir.string();
     std::optional<std::string> config_copy;
     if (o.config) {
       MEMPLAN_TRY(auto text, config_for_rung(*o.config, rung));
       const fs::path copy = dir / fs::path(o.config->files[0].path).filename();
-      MEMPLAN_TRY(auto written, write_text(copy, text));
+      // The copy keeps the source's mode (a 0600 config with a token stays 0600).
+      struct stat st {};
+      const mode_t mode = ::stat(o.config->files[0].path.c_str(), &st) == 0 ? (st.st_mode & 0666) : 0600;
+      MEMPLAN_TRY(auto written, write_text(copy, text, mode));
       (void)written;
       config_copy = fs::absolute(copy).string();
     }
     MEMPLAN_TRY(r.argv, substitute(o.command, rung, config_copy));
     {
-      MEMPLAN_TRY(auto w, write_text(dir / "command.txt", shell_quote(r.argv) + "\n"));
+      MEMPLAN_TRY(auto w, write_text(dir / "command.txt", shell_quote(r.argv) + "\n", 0644));
       (void)w;
     }
     say(fmt::format("{}: running", step));

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cctype>
 #include <map>
 #include <sstream>
@@ -43,6 +45,9 @@ struct Positions {
   std::vector<int> open_headers;          // lines of table headers without their closing ']'
   std::map<std::string, int> tables;
   std::vector<std::size_t> line_start;  // byte offset of each line (0-based index = line - 1)
+  int repeated_table = 0;               // the line of a [table] header declared a second time
+  int repeated_first = 0;               // and of its first declaration
+  std::string repeated_name;
 };
 
 Positions locate(std::string_view text) {
@@ -70,7 +75,13 @@ Positions locate(std::string_view text) {
           name += bare(part);
         }
         table = name;
-        out.tables.emplace(table, line);
+        const auto [seen, fresh] = out.tables.emplace(table, line);
+        // TOML declares a table once ([[array]] tables repeat by design).
+        if (!fresh && !array_table && out.repeated_table == 0 && close != std::string_view::npos) {
+          out.repeated_table = line;
+          out.repeated_first = seen->second;
+          out.repeated_name = table;
+        }
       } else if (const std::size_t eq = l.find('=', a); eq != std::string_view::npos) {
         const std::string key = bare(l.substr(a, eq - a));
         std::size_t v = l.find_first_not_of(" \t", eq + 1);
@@ -106,6 +117,169 @@ Positions locate(std::string_view text) {
     pos = eol + 1;
   }
   return out;
+}
+
+// A multi-line string (`"""..."""` or `'''...'''`), or a one-line string in triple quotes: what it
+// holds, and where.
+struct LongString {
+  int line = 0;     // the line of its key
+  std::string value;
+};
+
+// TOML basic-string escapes (\n \t \" \\ \uXXXX, and a backslash at a line's end that trims
+// the line break and the whitespace after it).
+std::string unescape_basic(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 >= s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char c = s[++i];
+    switch (c) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case '"': out += '"'; break;
+      case '\\': out += '\\'; break;
+      case 'u':
+      case 'U': {
+        const std::size_t n = c == 'u' ? 4 : 8;
+        const std::string hex(s.substr(i + 1, n));
+        const unsigned long cp = std::min(std::strtoul(hex.c_str(), nullptr, 16), 0x10ffffUL);
+        i += hex.size();
+        if (cp < 0x80) out += static_cast<char>(cp);
+        else if (cp < 0x800) out += static_cast<char>(0xc0 | (cp >> 6)), out += static_cast<char>(0x80 | (cp & 0x3f));
+        else if (cp < 0x10000)
+          out += static_cast<char>(0xe0 | (cp >> 12)), out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f)),
+              out += static_cast<char>(0x80 | (cp & 0x3f));
+        else
+          out += static_cast<char>(0xf0 | (cp >> 18)), out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f)),
+              out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f)), out += static_cast<char>(0x80 | (cp & 0x3f));
+        break;
+      }
+      default:
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+          // A line-ending backslash: the break and the whitespace after it go.
+          std::size_t j = i;
+          while (j < s.size() && (s[j] == ' ' || s[j] == '\t' || s[j] == '\r' || s[j] == '\n')) ++j;
+          i = j - 1;
+        } else {
+          out += '\\';
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+// Blanks out every string in triple quotes so that the line reader and CLI11 see `key = ""` and
+// blank lines where it was (every byte keeps its offset, every line its number): the lines of a
+// multi-line string are never read as keys, and --apply never edits inside one. Returns the
+// strings by their key ("table" + '\x1f' + key), or the line of one left open.
+std::map<std::string, LongString> blank_long_strings(std::string& text, int* unclosed) {
+  std::map<std::string, LongString> out;
+  std::string table;
+  std::size_t pos = 0;
+  int line = 1;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    const std::string_view l(text.data() + pos, eol - pos);
+    const std::size_t a = l.find_first_not_of(" \t");
+    std::size_t next = eol + 1;
+    int next_line = line + 1;
+    if (a != std::string_view::npos && l[a] == '[') {
+      const std::size_t close = l.find(']', a);
+      const bool arr = l.substr(a, 2) == "[[";
+      std::string name;
+      for (const auto& part : split_key_path(l.substr(a + (arr ? 2 : 1), close == std::string_view::npos
+                                                                               ? std::string_view::npos
+                                                                               : close - a - (arr ? 2 : 1)))) {
+        if (!name.empty()) name += '.';
+        name += bare(part);
+      }
+      table = name;
+    } else if (a != std::string_view::npos && l[a] != '#') {
+      const std::size_t eq = l.find('=', a);
+      const std::size_t v = eq == std::string_view::npos ? eq : l.find_first_not_of(" \t", eq + 1);
+      if (v != std::string_view::npos && (l.substr(v, 3) == "\"\"\"" || l.substr(v, 3) == "'''")) {
+        const char q = l[v];
+        const bool basic = q == '"';
+        const std::size_t open = pos + v;  // in text
+        const std::string delim(3, q);
+        // The closing delimiter: the first unescaped run of three quotes (up to five: TOML lets a
+        // string end in one or two quotes).
+        std::size_t i = open + 3, close = std::string::npos;
+        while (i < text.size()) {
+          if (basic && text[i] == '\\') {
+            i += 2;
+            continue;
+          }
+          if (text.compare(i, 3, delim) == 0) {
+            std::size_t e = i + 3;
+            while (e < text.size() && e < i + 5 && text[e] == q) ++e;
+            close = e - 3;
+            break;
+          }
+          ++i;
+        }
+        if (close == std::string::npos) {
+          *unclosed = line;
+          return out;
+        }
+        std::string body = text.substr(open + 3, close - open - 3);
+        // A line break right after the opening delimiter is trimmed.
+        if (body.rfind("\r\n", 0) == 0) body.erase(0, 2);
+        else if (body.rfind("\n", 0) == 0) body.erase(0, 1);
+        LongString ls;
+        ls.line = line;
+        ls.value = basic ? unescape_basic(body) : body;
+        out[table + '\x1f' + bare(l.substr(a, eq - a))] = std::move(ls);
+        // Blank it: `""` then spaces, line breaks kept.
+        for (std::size_t k = open; k < close + 3; ++k) {
+          if (text[k] != '\n' && text[k] != '\r') text[k] = ' ';
+        }
+        text[open] = '"';
+        text[open + 1] = '"';
+        // The line holding the closing delimiter is this value's too: reading goes on after it.
+        const std::size_t after = text.find('\n', close + 3);
+        next = after == std::string::npos ? text.size() : after + 1;
+        next_line = line;
+        for (std::size_t k = pos; k < next && k < text.size(); ++k)
+          if (text[k] == '\n') ++next_line;
+      }
+    }
+    pos = next;
+    line = next_line;
+  }
+  return out;
+}
+
+// A TOML integer in another base (0x1F, 0o17, 0b101, underscores allowed) as decimal text, or
+// the text unchanged; `bad` is set for a decimal integer with leading zeros, which TOML forbids.
+std::string toml_integer(const std::string& v, bool* bad) {
+  *bad = false;
+  if (v.size() > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'o' || v[1] == 'b')) {
+    const int base = v[1] == 'x' ? 16 : v[1] == 'o' ? 8 : 2;
+    std::string digits;
+    for (std::size_t i = 2; i < v.size(); ++i)
+      if (v[i] != '_') digits += v[i];
+    if (digits.empty() || digits.size() > 64) return v;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(digits.c_str(), &end, base);
+    if (errno != 0 || end == nullptr || *end != '\0' || n > 9223372036854775807ULL) return v;
+    return std::to_string(n);
+  }
+  std::size_t d = v[0] == '+' || v[0] == '-' ? 1 : 0;
+  if (v.size() > d + 1 && v[d] == '0' &&
+      std::all_of(v.begin() + static_cast<std::ptrdiff_t>(d), v.end(),
+                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '_'; }))
+    *bad = true;
+  return v;
 }
 
 // TOML's digit separators (`10_000`) in an unquoted integer or float.
@@ -145,8 +319,8 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
   doc.file = std::move(file);
   doc.text = std::move(text);
   const std::string_view t = doc.text;
-  const auto fail = [&](int line, std::string msg) -> Error {
-    Error e = make_error(ErrorCode::kParseError, std::move(msg));
+  const auto fail = [&](int line, std::string msg, std::string suggestion = {}) -> Error {
+    Error e = make_error(ErrorCode::kParseError, std::move(msg), std::move(suggestion));
     e.where = SourceLocation{doc.file, line, 0};
     return e;
   };
@@ -158,14 +332,31 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
     doc.warnings.push_back(std::move(w));
   };
   if (std::string why = not_config_text(t); !why.empty()) return fail(0, std::move(why));
+  // A carriage return not followed by a line feed: TOML line breaks are LF or CRLF, and Python's
+  // tomllib (what torchtitan reads its config with) refuses the file.
+  for (std::size_t i = 0, line = 1; i < t.size(); ++i) {
+    if (t[i] == '\n') ++line;
+    if (t[i] == '\r' && (i + 1 == t.size() || t[i + 1] != '\n'))
+      return fail(static_cast<int>(line),
+                  "a carriage return (CR) without a line feed; TOML line breaks are LF or CRLF, and Python's tomllib "
+                  "refuses the file ('Expected newline or end of document after a statement')");
+  }
+  std::string blanked = doc.text;
+  int unclosed = 0;
+  const auto long_strings = blank_long_strings(blanked, &unclosed);
+  if (unclosed > 0) return fail(unclosed, "invalid TOML: a string in triple quotes that is never closed");
   std::vector<CLI::ConfigItem> items;
   try {
-    std::istringstream in(doc.text);
+    std::istringstream in(blanked);
     items = CLI::ConfigTOML().from_config(in);
   } catch (const std::exception& e) {
     return fail(0, fmt::format("invalid TOML: {}", e.what()));
   }
-  const Positions where = locate(t);
+  const Positions where = locate(blanked);
+  if (where.repeated_table > 0)
+    return fail(where.repeated_table, fmt::format("invalid TOML: table [{}] is declared twice (first at line {}); "
+                                                  "TOML declares a table once, and Python's tomllib refuses the file",
+                                                  where.repeated_name, where.repeated_first));
   for (const int line : where.open_headers) warn(line, "a table header without its closing ']'; the keys after it are not read");
   doc.root.kind = YamlKind::kMap;
   doc.root.line = 1;
@@ -194,7 +385,7 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
       in_array = true;
       continue;
     }
-    if (t.substr(at.begin, 1) == "{") {
+    if (std::string_view(blanked).substr(at.begin, 1) == "{") {
       warn(at.line, fmt::format("'{}': inline tables are not read", item.name));
       continue;
     }
@@ -239,10 +430,24 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
     v.column = at.column;
     if (item.inputs.empty()) {
       v.kind = YamlKind::kNull;
+    } else if (const auto ls = long_strings.find(table + '\x1f' + item.name); ls != long_strings.end()) {
+      // A string in triple quotes: its text, never editable in place.
+      v.kind = YamlKind::kScalar;
+      v.style = ScalarStyle::kDoubleQuoted;
+      v.value = ls->second.value;
     } else if (!at.array && (item.inputs.size() == 1 || at.times > 1)) {
       v.kind = YamlKind::kScalar;
       v.style = at.style;
       v.value = at.style == ScalarStyle::kPlain ? number_text(item.inputs.back()) : item.inputs.back();
+      if (at.style == ScalarStyle::kPlain && !v.value.empty()) {
+        bool bad = false;
+        v.value = toml_integer(v.value, &bad);
+        if (bad)
+          return fail(at.line, fmt::format("invalid TOML: '{}' = {}: TOML integers have no leading zeros (Python's "
+                                           "tomllib refuses it)",
+                                           item.name, item.inputs.back()),
+                      "write it without the leading zeros, or with 0o for octal (0o10 is 8)");
+      }
       v.begin = at.begin;
       v.end = at.end;
     } else {

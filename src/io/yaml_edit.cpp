@@ -24,7 +24,8 @@ bool is_eol(char c) { return c == '\n' || c == '\r'; }
 std::vector<std::size_t> line_starts(std::string_view text) {
   std::vector<std::size_t> starts{0};
   for (std::size_t i = 0; i < text.size(); ++i)
-    if (text[i] == '\n') starts.push_back(i + 1);
+    if (text[i] == '\n' || (text[i] == '\r' && (i + 1 == text.size() || text[i + 1] != '\n')))
+      starts.push_back(i + 1);  // a lone CR ends a line too (PyYAML)
   return starts;
 }
 
@@ -533,7 +534,16 @@ Result<YamlDoc> parse_yaml(std::string text, std::string file) {
   if (std::string why = not_config_text(t); !why.empty()) return fail(0, 0, std::move(why));
   const std::size_t bom = t.substr(0, 3) == "\xef\xbb\xbf" ? 3 : 0;
 
-  std::istringstream in(doc.text);
+  // A carriage return alone is a line break to PyYAML (what the trainers read YAML with), as CRLF
+  // and LF are; yaml-cpp takes only the latter two. The parser reads a copy in which each lone CR
+  // is an LF: every byte keeps its offset, every line its number.
+  std::string lf;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != '\r' || (i + 1 < t.size() && t[i + 1] == '\n')) continue;
+    if (lf.empty()) lf = doc.text;
+    lf[i] = '\n';
+  }
+  std::istringstream in(lf.empty() ? doc.text : lf);
   TreeBuilder builder(doc, bom);
   try {
     YAML::Parser parser(in);

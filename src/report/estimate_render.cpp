@@ -254,7 +254,7 @@ std::string render_sources(const io::ResolvedInputs& in, const io::LoadedConfig*
     j["inputs"] = inputs;
     j["stack"] = stack_json(in);
     j["warnings"] = in.warnings;
-    return j.dump(2) + "\n";
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   std::string out;
   if (loaded != nullptr) {
@@ -303,7 +303,7 @@ std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, For
                     {"safety_margin_bytes", fit->budget.safety_margin.count()},
                     {"headroom_bytes", fit->budget.headroom.count()}};
       j["warnings"] = in.warnings;
-      return j.dump(2) + "\n";
+      return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     case Format::kMarkdown: return render_markdown(in, e) + (fit ? "\n**" + fit_line(*fit, e) + "**\n" : "");
     case Format::kText:

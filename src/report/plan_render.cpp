@@ -502,7 +502,7 @@ std::string render_plan(const io::ResolvedInputs& in, const Plan& p, Format f) {
                 {"budget", budget_json(p.budget)}};
       j.update(plan_json(p));
       j["warnings"] = in.warnings;
-      return j.dump(2) + "\n";
+      return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     case Format::kMarkdown: return render_plan_text(in, p, true);
     case Format::kText:
@@ -519,7 +519,7 @@ std::string render_auto(const io::ResolvedInputs& in, const Plan& p, const Estim
       j.update(plan_json(p));
       j["estimate"] = to_json(breakdown);
       j["warnings"] = in.warnings;
-      return j.dump(2) + "\n";
+      return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     case Format::kMarkdown: return render_plan_text(in, p, true, &breakdown);
     case Format::kText:
@@ -535,7 +535,7 @@ std::string render_seq_len_plan(const io::ResolvedInputs& in, const SeqLenPlan& 
                 {"budget", budget_json(p.budget)}};
       j.update(seq_len_plan_json(p));
       j["warnings"] = in.warnings;
-      return j.dump(2) + "\n";
+      return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     case Format::kMarkdown: return render_seq_text(in, p, true);
     case Format::kText:
@@ -702,7 +702,7 @@ std::string render_sweep(const io::ResolvedInputs& in, const Sweep& s, Format f)
       json j = {{"schema", kSchema}, {"command", "sweep"}, {"inputs", inputs_json(in)}, {"budget", budget_json(s.budget)}};
       j.update(sweep_json(s));
       j["warnings"] = in.warnings;
-      return j.dump(2) + "\n";
+      return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     case Format::kMarkdown: {
       std::string out = "**" + describe_inputs(in) + "**\n\n" + budget_line(s.budget) + "\n\n";

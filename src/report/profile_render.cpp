@@ -85,7 +85,7 @@ std::string render_json(const io::ProfileResult& res) {
               {"not_run", not_run},
               {"safe_maximum", safe},
               {"notes", res.notes}}}};
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace
@@ -165,7 +165,7 @@ std::string render_calibration(const std::vector<io::MachineFit>& fits, std::siz
     return json{{"schema", kSchema},
                 {"calibration",
                  {{"runs", runs}, {"without_prediction", skipped}, {"machines", arr}, {"written_to", written_to}}}}
-               .dump(2) +
+               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
            "\n";
   }
   const bool md = format == Format::kMarkdown || format == Format::kGithub;

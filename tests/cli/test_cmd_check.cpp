@@ -281,7 +281,6 @@ TEST_CASE("check (issue 11 item 8): a FIFO as the checked file, --config, --keys
   const std::string fifo = dir.path() + "/pipe.yaml";
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
   const std::string cfg = dir.write("train.yaml", "model_name_or_path: m\nper_device_train_batch_size: 1\n");
-  const auto t0 = std::chrono::steady_clock::now();
   const std::string refused = fifo + ": cannot read: a FIFO (named pipe), not a regular file";
   auto r = memplan::testing::run_cli({"check", fifo, "--model-params", "125M", "--gpu-memory", "80GiB"});
   CHECK(r.code == 2);
@@ -294,5 +293,5 @@ TEST_CASE("check (issue 11 item 8): a FIFO as the checked file, --config, --keys
   CHECK(m.err == "memplan: error: " + refused + "\n");
   auto z = memplan::testing::run_cli({"estimate", "--model", "/dev/zero"});
   CHECK(z.err == "memplan: error: /dev/zero: cannot read: a character device, not a regular file\n");
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+  // No bound on time (issue 34): a FIFO opened for reading would block this test for ever.
 }

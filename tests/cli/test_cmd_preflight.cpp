@@ -118,7 +118,9 @@ TEST_CASE("preflight errors: a size without a unit, a bad size, no GPU") {
   StandInMachine none(std::nullopt);
   const auto r = run_cli({"preflight", "--min-free", "80GB", "--format", "json"});
   CHECK(r.code == memplan::cli::kExitNoGpu);
-  CHECK(r.out.empty());
+  // --format json: the error as a JSON object on stdout too (issue 34).
+  CHECK(nlohmann::json::parse(r.out)["exit_code"] == memplan::cli::kExitNoGpu);
+  CHECK(nlohmann::json::parse(r.out)["error"]["message"].get<std::string>().rfind("no GPU found (", 0) == 0);
   CHECK(r.err.rfind("memplan: error: no GPU found (", 0) == 0);
   // preflight takes no --gpu: its advice points to plan, which does (issue 10)
   CHECK(r.err.find("; preflight checks the GPUs of this machine; to plan for another GPU run memplan plan --gpu NAME "

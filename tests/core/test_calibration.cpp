@@ -23,7 +23,11 @@ TEST_CASE("calibration: measured = 1 GiB + 1.1 x predicted is recovered exactly"
   CHECK(c->scale == Approx(1.1).epsilon(1e-12));
   CHECK(c->offset_bytes == Approx(kGiB).margin(4));
   CHECK(c->max_residual.count() <= 4);
-  CHECK(c->corrected(Bytes::of(40 * kGiB)).count() == Approx(45 * kGiB).margin(8));
+  CHECK(c->corrected(Bytes::of(20 * kGiB)).count() == Approx(23 * kGiB).margin(8));
+  // 40 GiB is past the data (10 to 30 GiB): the scale is not extrapolated; the correction at
+  // 30 GiB (34 - 30 = +4 GiB) is kept: 44 GiB, not the line's 45 (issue 34).
+  CHECK(c->corrected(Bytes::of(40 * kGiB)).count() == Approx(44 * kGiB).margin(8));
+  CHECK(c->corrected(Bytes::of(5 * kGiB)).count() == Approx(7 * kGiB).margin(8));  // +2 GiB at 10 GiB
 }
 
 TEST_CASE("calibration: residuals of a noisy fit") {
@@ -89,4 +93,51 @@ TEST_CASE("calibration: the corrected prediction is never below the modelled one
   // A budget with nothing left stays as it is.
   const Budget empty{Bytes::of(kGiB), Bytes::of(kGiB), Bytes::zero(), false, Bytes::zero()};
   CHECK(memplan::calibrated_budget(empty, higher).budget() == Bytes::zero());
+}
+
+// ---- issue 34: fits that cannot be trusted ----
+
+TEST_CASE("calibration (issue 34): predictions close together for their size fit an offset only") {
+  // Two runs 3 MiB apart at about 20 GiB, measured 20.0 and 20.5 GiB: a line through them has a
+  // slope of 166.7 and no residual. The spread (1.5 MiB) is far under 5% of the mean prediction.
+  const std::int64_t mib = 1 << 20;
+  const auto c = memplan::fit_calibration({{Bytes::of(20 * kGiB), Bytes::of(20 * kGiB)},
+                                           {Bytes::of(20 * kGiB + 3 * mib), Bytes::of(20 * kGiB + kGiB / 2)}});
+  REQUIRE(c);
+  CHECK(c->scale == 1.0);
+  // The mean difference: (0 + 512 MiB - 3 MiB) / 2.
+  CHECK(c->offset_bytes == (512 - 3) * mib / 2);
+  CHECK(c->max_residual.count() > 0);  // the disagreement is shown, not fitted away
+  // A slope outside [0.5, 2] is not taken either: measured = 3 x predicted over 10..30 GiB.
+  const auto steep = memplan::fit_calibration({{Bytes::of(10 * kGiB), Bytes::of(30 * kGiB)},
+                                               {Bytes::of(20 * kGiB), Bytes::of(60 * kGiB)}});
+  REQUIRE_FALSE(steep);  // offset only: +30 GiB, more than half of the mean measured 45 GiB
+}
+
+TEST_CASE("calibration (issue 32 item 8, issue 34): an offset of -70 GiB is refused") {
+  // Predicted 100 and 110 GiB, measured 30 and 40 GiB (a different config, or another GPU's run):
+  // scale 1, offset -70 GiB, more than half of the mean measured 35 GiB.
+  const auto c = memplan::fit_calibration({{Bytes::of(100 * kGiB), Bytes::of(30 * kGiB)},
+                                           {Bytes::of(110 * kGiB), Bytes::of(40 * kGiB)}});
+  REQUIRE_FALSE(c);
+  CHECK(c.error().message ==
+        "the fit's offset -70.00 GiB is more than half of the mean measured peak (35.00 GiB): the predictions and "
+        "the measurements disagree too much to calibrate");
+}
+
+TEST_CASE("calibration (issue 34): stored values are checked before use") {
+  memplan::Calibration c;
+  c.points = 2;
+  c.scale = 1e300;
+  CHECK(memplan::check_calibration(c).error().message == "scale 1e+300 is outside [0.5, 2]");
+  c.scale = std::nan("");
+  CHECK_FALSE(memplan::check_calibration(c));
+  c.scale = 1.0;
+  c.offset_bytes = -9000000000000000000;
+  CHECK(memplan::check_calibration(c).error().message == "offset -9000000000000000000 bytes is larger than 64.00 GiB");
+  c.offset_bytes = -kGiB;
+  c.max_predicted = Bytes::of(kGiB);  // half of the largest prediction: 0.5 GiB
+  CHECK(memplan::check_calibration(c).error().message == "offset -1073741824 bytes is larger than 0.50 GiB");
+  c.max_predicted = Bytes::of(20 * kGiB);
+  CHECK(memplan::check_calibration(c));
 }

@@ -3,9 +3,12 @@
 // reading without end; through load_config, --keys and --model too.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -33,10 +36,6 @@ struct Scratch {
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 TEST_CASE("fs (issue 11 item 8): a FIFO is refused without waiting for a writer") {
@@ -44,7 +43,6 @@ TEST_CASE("fs (issue 11 item 8): a FIFO is refused without waiting for a writer"
   const std::string fifo = dir / "config.yaml";
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
   RealFileSystem fs;
-  const auto t0 = std::chrono::steady_clock::now();
   CHECK(fs.read_file(fifo).error().to_string() == fifo + ": cannot read: a FIFO (named pipe), not a regular file");
   ConfigRequest req;
   req.files = {fifo};
@@ -53,12 +51,11 @@ TEST_CASE("fs (issue 11 item 8): a FIFO is refused without waiting for a writer"
   CHECK(resolve_model(fifo, ModelSearchEnv{}).error().to_string() ==
         fifo + ": cannot read: a FIFO (named pipe), not a regular file");
   CHECK(fs.lock(fifo).error().to_string() == fifo + ": cannot lock: a FIFO (named pipe), not a regular file");
-  CHECK(seconds_since(t0) < 1.0);
+  // No bound on time (issue 34): a FIFO opened for reading would block this test for ever.
 }
 
 TEST_CASE("fs (issue 11 item 7): /dev/zero, a directory and an oversized file are refused at once") {
   RealFileSystem fs;
-  const auto t0 = std::chrono::steady_clock::now();
   CHECK(fs.read_file("/dev/zero").error().to_string() == "/dev/zero: cannot read: a character device, not a regular file");
   CHECK(resolve_model("/dev/zero", ModelSearchEnv{}).error().to_string() ==
         "/dev/zero: cannot read: a character device, not a regular file");
@@ -72,7 +69,6 @@ TEST_CASE("fs (issue 11 item 7): /dev/zero, a directory and an oversized file ar
         big + ": cannot read: 16777217 bytes, larger than 16 MiB; memplan reads config files up to that size");
   stdfs::resize_file(big, static_cast<std::uintmax_t>(kMaxConfigFileBytes));
   CHECK(fs.read_file(big).value().size() == static_cast<std::size_t>(kMaxConfigFileBytes));
-  CHECK(seconds_since(t0) < 2.0);
 }
 
 TEST_CASE("fs: stat reports identity, links and whether the file may be replaced") {
@@ -96,4 +92,23 @@ TEST_CASE("fs: stat reports identity, links and whether the file may be replaced
   REQUIRE(fs.exchange(dir / "c.yaml", f).has_value());
   CHECK(fs.read_file(f).value() == "c\n");
   CHECK(fs.read_file(dir / "c.yaml").value() == "a: 1\n");
+}
+
+TEST_CASE("fs (issue 34): a replacement keeps the file's extended attributes and ACL") {
+  Scratch dir;
+  const std::string f = dir / "train.yaml";
+  { std::ofstream(f) << "a: 1\n"; }
+  if (::setxattr(f.c_str(), "user.memplan_test", "kept", 4, 0) != 0) {
+    WARN("this file system takes no user extended attributes (" << std::strerror(errno) << "); not checked here");
+    return;
+  }
+  RealFileSystem fs;
+  const auto info = fs.stat(f);
+  REQUIRE(info);
+  const auto tmp = fs.write_temp(dir.path, "train.yaml", "a: 2\n", *info);
+  REQUIRE(tmp);
+  char value[16] = {};
+  CHECK(::getxattr(tmp->c_str(), "user.memplan_test", value, sizeof value) == 4);
+  CHECK(std::string(value) == "kept");
+  ::unlink(tmp->c_str());
 }

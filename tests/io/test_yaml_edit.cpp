@@ -1,10 +1,8 @@
-#include <ctime>
 #include <string>
 
 #include <catch2/catch.hpp>
 
 #include "io/yaml_edit.hpp"
-#include "support/cpu_time.hpp"
 
 using namespace memplan;
 using namespace memplan::io;
@@ -204,16 +202,13 @@ TEST_CASE("split_key_path and join_key_path") {
 
 namespace {
 
-// CPU seconds (std::clock): a shared machine's wall clock measures its neighbours.
-double parse_seconds(const std::string& text, Result<YamlDoc>* out) {
-  const std::clock_t t0 = std::clock();
-  *out = parse_yaml(text, "bomb.yaml");
-  return memplan::testing::cpu_seconds_since(t0) / memplan::testing::kBuildSlowdown;
-}
+// The bound is on nodes built (the message counts them), never on time (issue 34): the time is
+// measured in bench/bench_inputs.cpp.
+void parse(const std::string& text, Result<YamlDoc>* out) { *out = parse_yaml(text, "bomb.yaml"); }
 
 }  // namespace
 
-TEST_CASE("parse_yaml (issue 11 item 7): a billion-laughs document is refused in milliseconds") {
+TEST_CASE("parse_yaml (issue 11 item 7): a billion-laughs document is refused after 100,000 nodes") {
   // 9 levels of 9 aliases each: 9^9 (387 million) nodes if expanded; under 500 bytes.
   std::string text = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
   const std::string names = "abcdefghij";
@@ -224,7 +219,7 @@ TEST_CASE("parse_yaml (issue 11 item 7): a billion-laughs document is refused in
   }
   REQUIRE(text.size() < 500);
   Result<YamlDoc> doc = make_error(ErrorCode::kParseError, "");
-  CHECK(parse_seconds(text, &doc) < 0.5);
+  parse(text, &doc);
   // Copies count twice per level (the anchored node kept for its aliases, and each alias's copy):
   // 10 + 181 + 1639 + 14761 nodes through line 4, and level e (line 5, 9 x 7381 nodes) crosses 100,000.
   CHECK(doc.error().to_string() ==
@@ -232,7 +227,7 @@ TEST_CASE("parse_yaml (issue 11 item 7): a billion-laughs document is refused in
         "'billion laughs' document); memplan refuses it");
 }
 
-TEST_CASE("parse_yaml (issue 11 item 7): a merge-key bomb is refused in milliseconds") {
+TEST_CASE("parse_yaml (issue 11 item 7): a merge-key bomb is refused after 100,000 nodes") {
   std::string text = "l0: &l0 {a: 1, b: 2, c: 3}\n";
   for (int k = 1; k < 25; ++k) {
     const std::string me = std::to_string(k), prev = std::to_string(k - 1);
@@ -240,7 +235,7 @@ TEST_CASE("parse_yaml (issue 11 item 7): a merge-key bomb is refused in millisec
     text.append(prev).append(", y: *l").append(prev).append("}\n");
   }
   Result<YamlDoc> doc = make_error(ErrorCode::kParseError, "");
-  CHECK(parse_seconds(text, &doc) < 0.5);
+  parse(text, &doc);
   REQUIRE_FALSE(doc.has_value());
   CHECK(doc.error().message.rfind("aliases and merge keys expand to more than 100000 nodes", 0) == 0);
 }
@@ -267,4 +262,15 @@ TEST_CASE("insert_entry refuses a mapping whose first key is empty (found by fuz
   REQUIRE(map != nullptr);
   REQUIRE(map->is_map());
   CHECK(insert_entry(*doc, *map, "k", "1").error().message == "the mapping's keys could not be located in the text");
+}
+
+TEST_CASE("parse_yaml (issue 34): CR-only line breaks are line breaks, as PyYAML reads them") {
+  // PyYAML 6: yaml.safe_load('a: 1\rb: 2\r') == {'a': 1, 'b': 2}
+  auto doc = parse_yaml("a: 1\rb: 2\rc:\r  d: 3\r", "mac.yaml");
+  REQUIRE(doc);
+  CHECK(doc->root.get("b")->value == "2");
+  CHECK(doc->root.get("b")->line == 2);
+  CHECK(doc->root.at({"c", "d"})->value == "3");
+  CHECK(doc->root.at({"c", "d"})->line == 4);
+  CHECK(doc->text.substr(doc->root.get("b")->begin, 1) == "2");  // --apply edits the original bytes
 }
