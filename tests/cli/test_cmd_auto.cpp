@@ -274,18 +274,21 @@ TEST_CASE("seed 002: --auto plans the curriculum stage its defaults list names, 
   const auto max = rec["max_micro_batch"].get<std::int64_t>();
 
   // The same step given by flags, without the composition: the stage's 1 + 32 + 24 texts per anchor.
-  const std::string flat = dir.write("flat.yaml", "data_loader:\n  batch_size: 1\n  tokenization:\n    max_length: 512\n"
+  const std::string flat = dir.write("flat.yaml", "data_loader:\n  batch_size: 1\n  tokenization:\n    max_length: 512\n    padding: max_length\n"
                                                   "training:\n  trainer:\n    precision: \"16-mixed\"\n");
-  auto peak = [&](std::int64_t batch, int texts) {
+  auto peak = [&](std::int64_t batch, int texts, std::int64_t accum = 1) {
     const auto r = run_cli({"estimate", "--config", flat, "--model", kMiniLm, "--texts-per-example",
-                            std::to_string(texts), "--batch", std::to_string(batch), "--format", "json"});
+                            std::to_string(texts), "--batch", std::to_string(batch), "--grad-accum",
+                            std::to_string(accum), "--format", "json"});
     INFO(r.err);
     REQUIRE(r.code == cli::kExitOk);
     return json::parse(r.out)["estimate"]["peak_bytes"].get<std::int64_t>();
   };
   CHECK(peak(max, 57) <= budget);
   CHECK(peak(max + 1, 57) > budget);
-  CHECK(rec["peak_bytes"].get<std::int64_t>() == peak(rec["micro_batch"].get<std::int64_t>(), 57));
+  // Accumulated gradients are held across micro-batches: the same accumulation as the plan.
+  CHECK(rec["peak_bytes"].get<std::int64_t>() ==
+        peak(rec["micro_batch"].get<std::int64_t>(), 57, rec["grad_accum"].get<std::int64_t>()));
 
   // The base file alone (the stage dropped with text_curriculum=null) would plan far more: the
   // trap the document's users fell into.
