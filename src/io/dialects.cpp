@@ -34,6 +34,7 @@ constexpr DialectName kNames[] = {
     {Dialect::kMegatron, "nemo-megatron"},
     {Dialect::kTorchtitan, "torchtitan"},
     {Dialect::kMegatronLm, "megatron-lm"},
+    {Dialect::kVerl, "verl"},
     {Dialect::kKeyMap, "keys"},
     {Dialect::kHfTrl, "trl"},
     {Dialect::kHfTrl, "transformers"},
@@ -53,7 +54,6 @@ constexpr DialectName kNames[] = {
     {Dialect::kMegatronLm, "megatron_lm"},
     {Dialect::kMegatronLm, "mlm"},
     {Dialect::kMegatronLm, "mcore"},
-    {Dialect::kVerl, "verl"},
 };
 
 struct Signal {
