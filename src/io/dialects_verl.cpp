@@ -194,8 +194,8 @@ Status map_verl_ppo(Mapper& m) {
         ErrorCode::kUnsupported,
         estimator == "gae"
             ? std::string("verl PPO with adv_estimator gae trains a critic (a second model with its own optimizer "
-                          "and value head) beside the actor; memplan models the actor's step only, and will not plan "
-                          "this run as if it had no critic")
+                          "and value head) beside the actor, which memplan does not model; it will not plan this run "
+                          "as if it had no critic")
             : fmt::format("verl adv_estimator '{}' is not one memplan knows to be critic-free", estimator),
         "to size the actor alone, run with algorithm.adv_estimator=grpo after the file (or --model ID --method "
         "grpo), and the critic as a second estimate");

@@ -138,8 +138,8 @@ TEST_CASE("verl: GRPO from actor_rollout_ref; PPO with a critic is refused, neve
   REQUIRE_FALSE(p);
   CHECK(p.error().to_string() ==
         "ppo.yaml:2: verl PPO with adv_estimator gae trains a critic (a second model with its own optimizer and value "
-        "head) beside the actor; memplan models the actor's step only, and will not plan this run as if it had no "
-        "critic; to size the actor alone, run with algorithm.adv_estimator=grpo after the file (or --model ID --method "
+        "head) beside the actor, which memplan does not model; it will not plan this run as if it had no critic; to "
+        "size the actor alone, run with algorithm.adv_estimator=grpo after the file (or --model ID --method "
         "grpo), and the critic as a second estimate");
   // No adv_estimator: verl's default is gae.
   std::string none = grpo;
