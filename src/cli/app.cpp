@@ -22,6 +22,7 @@
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/training_flags.hpp"
+#include "io/hydra.hpp"
 #include "memplan/text.hpp"
 #include "report/json.hpp"
 
@@ -40,6 +41,29 @@ void dashes_for_underscores(std::vector<std::string>& argv) {
     std::replace(a.begin() + 2, eq == std::string::npos ? a.end() : a.begin() + static_cast<std::ptrdiff_t>(eq), '_',
                  '-');
   }
+}
+
+// Hydra overrides written bare after the config, as the trainers' command lines take them
+// (`memplan plan --config conf/config.yaml data_loader.batch_size=8 text_curriculum=02_stage`),
+// become `--override WORD` for the subcommands that read configs. A word right after an option
+// that takes a value (`--keys batch=a.b`) is that option's.
+void mark_overrides(CLI::App& app, std::vector<std::string>& argv) {
+  CLI::App* sub = app.get_subcommand(argv[0]);
+  if (sub == nullptr || sub->get_option_no_throw("--override") == nullptr) return;
+  std::vector<std::string> out{argv[0]};
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    const std::string& w = argv[i];
+    bool bare = !w.empty() && w[0] != '-' && io::is_override(w);
+    if (bare && w.find('=') == std::string::npos) bare = false;  // `~a.b` only through --override
+    const std::string& prev = out.back();
+    if (bare && prev.size() > 1 && prev[0] == '-' && prev.find('=') == std::string::npos) {
+      const CLI::Option* opt = sub->get_option_no_throw(prev);
+      if (opt != nullptr && opt->get_type_size() != 0) bare = false;
+    }
+    if (bare) out.emplace_back("--override");
+    out.push_back(w);
+  }
+  argv = std::move(out);
 }
 
 // The long option names an app (and, without a subcommand, every command) takes.
@@ -171,6 +195,7 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
                "config (--config FILE, or train.yaml / config.yaml / conf/config.yaml here) and prints the\n"
                "memory breakdown with the recommended micro-batch and grad-accum; --apply writes them back.");
 
+    if (named) mark_overrides(app, argv);
     std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 consumes from the back
     try {
       app.parse(reversed);

@@ -76,6 +76,7 @@ Command register_auto(CLI::App& root) {
                                             fmt::join(kConfigCandidates, ", ")));
             MEMPLAN_TRY(auto locks, lock_for_apply(opts->search, flags.configs));
             MEMPLAN_TRY(auto loaded, load_inputs(flags));
+            if (auto s = refuse_partial_config(opts->search, loaded.loaded); !s) return s.error();
             io::ResolvedInputs& inputs = loaded.resolved;
             if (found)
               inputs.notes.push_back(fmt::format("config: {} (found in the current directory; --config chooses)", *found));
@@ -90,6 +91,10 @@ Command register_auto(CLI::App& root) {
             at.micro_batch = r.fits ? r.batch.micro_batch : 1;
             if (r.fits) at.grad_accum = r.batch.grad_accum;
             MEMPLAN_TRY(auto breakdown, estimate(inputs.model, at));
+            // A plan made from part of the config says so before anything else.
+            if (format == report::Format::kText && loaded.loaded)
+              for (const auto& w : loaded.loaded->not_followed)
+                ctx.out << "warning: this plan leaves out part of the config: " << w << "\n";
             ctx.out << report::render_auto(inputs, p, breakdown, format);
 
             const int code = r.fits ? kExitOk : kExitDoesNotFit;

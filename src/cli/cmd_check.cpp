@@ -83,11 +83,18 @@ FileResult check_one(const CheckOptions& o, const std::string& file, GpuSource& 
     if (e.where && !e.where->file.empty()) r.where = *e.where;
     return r;
   };
+  std::string batch_from;  // where the micro-batch was read, when not in `file`
   auto inputs = load_inputs(o.flags, {file});
   if (!inputs) return invalid(inputs.error());
   if (inputs->loaded) {
     r.warnings = inputs->loaded->diagnostics;
     r.where = inputs->loaded->batch_location();
+    // Each line names the file it checks: a stage file that leaves the micro-batch to the main
+    // config is labelled with itself, and says where the micro-batch came from.
+    if (r.where.file != file) {
+      if (r.where.line > 0) batch_from = r.where.to_string();
+      r.where = SourceLocation{file, 0, 0};
+    }
   }
   std::optional<GpuTarget> gpu = gpus.flag;
   if (gpu) {
@@ -148,6 +155,7 @@ FileResult check_one(const CheckOptions& o, const std::string& file, GpuSource& 
     r.status = Status::kFits;
     r.message = fmt::format("fits: predicted {} <= budget {} ({})", gib(r.figure), gib(limit), pct);
   }
+  if (!batch_from.empty()) r.message += fmt::format("; micro-batch {} from {}", in.config.micro_batch, batch_from);
   return r;
 }
 

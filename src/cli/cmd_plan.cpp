@@ -52,6 +52,7 @@ Command register_plan(CLI::App& root) {
             if (opts->flags.show_config) return show_config(ctx.out, opts->flags, format);
             MEMPLAN_TRY(auto locks, lock_for_apply(opts->search, opts->flags.configs));
             MEMPLAN_TRY(auto loaded, load_inputs(opts->flags));
+            if (auto s = refuse_partial_config(opts->search, loaded.loaded); !s) return s.error();
             MEMPLAN_TRY(auto budget, resolve_budget(opts->budget, loaded.resolved));
             const io::ResolvedInputs& inputs = loaded.resolved;
             const bool write = opts->search.apply || opts->search.dry_run;

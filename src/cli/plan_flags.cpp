@@ -369,6 +369,14 @@ Result<PlanRequest> plan_request(const Budget& budget, const BudgetFlags& bf, co
   return req;
 }
 
+Status refuse_partial_config(const SearchFlags& flags, const std::optional<io::LoadedConfig>& loaded) {
+  if ((!flags.apply && !flags.dry_run) || !loaded || loaded->not_followed.empty()) return Ok{};
+  return make_error(ErrorCode::kUnsupported,
+                    fmt::format("{}: refusing to write a plan made from part of the config: {}",
+                                flags.dry_run ? "--dry-run" : "--apply", fmt::join(loaded->not_followed, "; ")),
+                    "give the missing files with --config, then run again");
+}
+
 Result<int> write_back(std::ostream& report, const std::optional<io::LoadedConfig>& loaded, const io::Edits& edits,
                        bool dry_run, bool fits, int exit_code) {
   if (!loaded)

@@ -118,6 +118,10 @@ void add_search_flags(CLI::App& app, SearchFlags& flags);
 Result<PlanRequest> plan_request(const Budget& budget, const BudgetFlags& budget_flags, const SearchFlags& search,
                                  const io::ResolvedInputs& in);
 
+// --apply / --dry-run on a config memplan read only in part (a file that decides memory and was
+// not followed): the refusal, given before anything is computed or printed.
+Status refuse_partial_config(const SearchFlags& flags, const std::optional<io::LoadedConfig>& loaded);
+
 // --apply / --dry-run: writes `edits` into the --config files the inputs came from (a diff for
 // --dry-run) and returns `exit_code`. The file report goes to `report` (stderr when stdout
 // carries JSON).

@@ -292,6 +292,11 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
       ->group("Config files");
   app.add_option("--keys", f.keys, "Where values live: batch=KEY.PATH,grad_accum=KEY.PATH,... or a mapping file")
       ->group("Config files");
+  app.add_option("--override", f.overrides,
+                 "Hydra override, as the trainer's command line takes it: a.b=V, +a.b=V, ~a.b, group=option (may "
+                 "also be written bare after the config)")
+      ->allow_extra_args(false)
+      ->group("Config files");
   app.add_flag("--show-config", f.show_config, "Print every input, its value and where it came from")
       ->group("Config files");
 }
@@ -1012,6 +1017,11 @@ Result<io::ConfigRequest> config_request(const TrainingFlags& f, const std::vect
   req.files = f.configs;
   req.files.insert(req.files.end(), more_files.begin(), more_files.end());
   req.dialect = f.dialect;
+  req.overrides = f.overrides;
+  if (req.files.empty() && !f.overrides.empty())
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("override '{}' changes a config file, and none is given", f.overrides.front()),
+                      "add --config FILE before it");
   if (!f.keys.empty()) {
     MEMPLAN_TRY(req.key_map, io::parse_key_map(f.keys, fs));
   }

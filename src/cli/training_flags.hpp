@@ -117,6 +117,7 @@ struct TrainingFlags {
   std::vector<std::string> configs;  // --config FILE, repeatable: later files override earlier ones
   std::string dialect;               // --dialect NAME; empty: detected from the keys
   std::string keys;                  // --keys INPUT=KEY.PATH,... or a mapping file
+  std::vector<std::string> overrides;  // --override / bare `a.b=1` after the config: Hydra overrides
   bool show_config = false;          // --show-config: print every input and its source, then stop
 
   CLI::App* app = nullptr;  // the subcommand the flags were added to

@@ -333,6 +333,11 @@ Result<ApplyPlan> plan_apply(const LoadedConfig& config, const Edits& edits) {
     for (const auto& s : config.sites) {
       if (s.knob != k) continue;
       const std::string& path = config.files[s.file].path;
+      if (config.files[s.file].command_line && s.value != *v)
+        return located(ErrorCode::kUnsupported, path, s.line,
+                       fmt::format("cannot write {} = {}: {} is set by an override on the command line", what, *v,
+                                   s.key()),
+                       fmt::format("change it there: {}={}", s.key(), *v));
       if (s.present) {
         if (s.value == *v) {
           plan.unchanged.push_back(fmt::format("{}:{}: {} is already {}", path, s.line, s.key(), *v));

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
+#include "io/hydra.hpp"
 #include "io/toml.hpp"
 #include "memplan/text.hpp"
 
@@ -158,6 +159,7 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kMegatron: return map_megatron(m);
     case Dialect::kTorchtitan: return map_torchtitan(m);
     case Dialect::kMegatronLm: return map_megatron_lm(m);
+    case Dialect::kVerl: return map_verl(m);
     case Dialect::kKeyMap: return Ok{};
   }
   return Ok{};
@@ -324,6 +326,7 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   // Read and parse everything first: DeepSpeed JSON files go after the layered YAML files.
   std::vector<YamlDoc> layers, deepspeed, launchers;
   std::vector<ConfigFile> layer_files, ds_files, launcher_files;
+  std::vector<std::string> value_overrides = req.overrides;
   for (const auto& path : req.files) {
     MEMPLAN_TRY(std::string text, fs.read_file(path));
     MEMPLAN_TRY(FileInfo info, fs.stat(path));
@@ -341,8 +344,42 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
       launchers.push_back(std::move(doc));
       continue;
     }
-    (ds ? ds_files : layer_files).push_back(ConfigFile{path, std::move(text), info, ds});
-    (ds ? deepspeed : layers).push_back(std::move(doc));
+    if (ds) {
+      ds_files.push_back(ConfigFile{path, std::move(text), info, true});
+      deepspeed.push_back(std::move(doc));
+      continue;
+    }
+    // A Hydra defaults list: the files it composes, in merge order. The command line's group
+    // choices apply to the first (primary) config.
+    const bool primary = layers.empty();
+    MEMPLAN_TRY(HydraComposition composed,
+                compose_hydra(path, std::move(text), info, std::move(doc), primary ? req.overrides
+                                                                                  : std::vector<std::string>{},
+                              fs));
+    if (primary) value_overrides = std::move(composed.value_overrides);
+    for (auto& w : composed.not_followed) {
+      out.not_followed.push_back(w.to_string());
+      out.inputs.warnings.push_back(w.to_string());
+      out.diagnostics.push_back(std::move(w));
+    }
+    for (auto& l : composed.layers) {
+      ConfigFile f{l.path, std::move(l.text), l.info, false};
+      f.package = l.package;
+      for (auto it = l.package.rbegin(); it != l.package.rend(); ++it) {
+        YamlNode wrapper;
+        wrapper.kind = YamlKind::kMap;
+        wrapper.line = l.doc.root.line;
+        YamlEntry e;
+        e.key.kind = YamlKind::kScalar;
+        e.key.value = *it;
+        e.key.line = l.doc.root.line;
+        e.value = std::move(l.doc.root);
+        wrapper.entries.push_back(std::move(e));
+        l.doc.root = std::move(wrapper);
+      }
+      layer_files.push_back(std::move(f));
+      layers.push_back(std::move(l.doc));
+    }
   }
   // Launcher configs alone: the accelerate file is the config. DeepSpeed files alone: the JSON is.
   const bool launcher_only = layers.empty() && !launchers.empty();
@@ -371,6 +408,14 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
 
   YamlNode merged = layers.front().root;
   for (std::size_t i = 1; i < layers.size(); ++i) merge_into(merged, layers[i].root);
+  if (!value_overrides.empty()) {
+    // The command line's overrides, one per line of a file that is never written.
+    ConfigFile cl{"command line", fmt::format("{}\n", fmt::join(value_overrides, "\n")), FileInfo{}, false};
+    cl.command_line = true;
+    MEMPLAN_IO_CHECK(apply_value_overrides(merged, value_overrides, source, cl.path));
+    out.files.push_back(std::move(cl));
+    ++source;
+  }
   std::vector<InterpolationWarning> interpolation_warnings;
   MEMPLAN_IO_CHECK(resolve_interpolations(merged, out, interpolation_warnings));
 
@@ -445,6 +490,8 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
                                         "read",
                                         ref->value, fmt::join(tried, ", ")),
                       "pass the JSON with another --config");
+        out.not_followed.push_back(fmt::format("{}: DeepSpeed config '{}' was not found", owner.where_text(*ref),
+                                               ref->value));
       } else if (path.empty()) {
         Error e = make_error(ErrorCode::kIoError,
                              fmt::format("DeepSpeed config '{}' not found (looked for {})", ref->value,
@@ -521,8 +568,10 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
     out.diagnostics.push_back(std::move(w));
   }
   // Not world_size(): the product of two unvalidated file values may overflow int.
+  const auto gpus_origin = out.inputs.origins.find("num_gpus");
+  const bool gpus_written = gpus_origin != out.inputs.origins.end() && gpus_origin->second.kind == OriginKind::kFile;
   if (out.inputs.config.parallel.sharding != ShardingStrategy::kNone && out.inputs.config.parallel.num_gpus == 1 &&
-      out.inputs.config.parallel.nodes == 1) {
+      out.inputs.config.parallel.nodes == 1 && !gpus_written) {
     m.warn_file(0, fmt::format("{} shards across GPUs, but the config does not say how many; memplan assumes 1 "
                                "unless --num-gpus says otherwise",
                                to_string(out.inputs.config.parallel.sharding)));

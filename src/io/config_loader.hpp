@@ -50,6 +50,10 @@ struct ConfigFile {
   std::string text;      // the bytes read: --apply refuses to write if the file no longer matches
   FileInfo info;
   bool deepspeed = false;
+  // Where a file composed by a Hydra defaults list puts its keys ({"text_curriculum"}); key paths
+  // of the merged tree start with it, the file's own do not.
+  std::vector<std::string> package{};
+  bool command_line = false;  // the trainer command line's overrides (line N: the N-th); never written
 };
 
 // Everything read from one stack of config files.
@@ -60,6 +64,9 @@ struct LoadedConfig {
   ResolvedInputs inputs;              // model name (not resolved yet), TrainingConfig, origins, warnings
   std::vector<Error> diagnostics;     // the same warnings, structured (file:line, suggestion)
   std::vector<ValueSite> sites;
+  // What decides memory and was not read (a file that could not be followed): --apply refuses to
+  // write a plan made from part of a config while this is not empty.
+  std::vector<std::string> not_followed;
   // `# memplan: gpu=NAME gpu-memory=SIZE` comment directives (no trainer reads comments).
   std::optional<std::string> gpu;
   std::optional<Bytes> gpu_memory;
@@ -80,6 +87,8 @@ struct ConfigRequest {
   std::vector<std::string> files;      // --config, in order; later files override earlier ones
   std::string dialect;                 // --dialect; empty: detect
   std::vector<KeyMapEntry> key_map;    // --keys
+  // Hydra overrides after the file (`a.b=1`, `+a.b=1`, `group=option`), docs/configs.md#hydra.
+  std::vector<std::string> overrides;
 };
 
 // "batch=data_loader.batch_size,grad_accum=trainer.accumulate_grad_batches", or the path of a

@@ -34,6 +34,7 @@ constexpr DialectName kNames[] = {
     {Dialect::kMegatron, "nemo-megatron"},
     {Dialect::kTorchtitan, "torchtitan"},
     {Dialect::kMegatronLm, "megatron-lm"},
+    {Dialect::kVerl, "verl"},
     {Dialect::kKeyMap, "keys"},
     {Dialect::kHfTrl, "trl"},
     {Dialect::kHfTrl, "transformers"},
@@ -143,6 +144,15 @@ constexpr Signal kSignals[] = {
     {Dialect::kTorchtitan, "training.local_batch_size", 4},
     {Dialect::kTorchtitan, "activation_checkpoint.mode", 4},
     {Dialect::kTorchtitan, "job.dump_folder", 3},
+    // verl: a `trainer:` section too, but with verl's own keys (weighed above Lightning's `trainer`).
+    {Dialect::kVerl, "actor_rollout_ref", 9},
+    {Dialect::kVerl, "model.partial_pretrain", 7},
+    {Dialect::kVerl, "data.micro_batch_size_per_gpu", 6},
+    {Dialect::kVerl, "trainer.n_gpus_per_node", 5},
+    {Dialect::kVerl, "algorithm.adv_estimator", 4},
+    {Dialect::kVerl, "data.train_batch_size", 2},
+    {Dialect::kVerl, "trainer.nnodes", 2},
+    {Dialect::kVerl, "ulysses_sequence_parallel_size", 2},
     {Dialect::kDeepSpeed, "train_micro_batch_size_per_gpu", 6},
     {Dialect::kDeepSpeed, "zero_optimization", 6},
     {Dialect::kDeepSpeed, "train_batch_size", 2},
@@ -630,8 +640,17 @@ Status read_contrastive(Mapper& m, std::string_view section) {
     std::string key;
     std::int64_t value = 0;
   };
+  // The top level, the batch's section, and the packages of files a Hydra defaults list composed
+  // (a curriculum stage chosen as `text_curriculum: 01_stage` sits at text_curriculum.*).
+  std::vector<std::string> prefixes{std::string()};
+  if (!section.empty()) prefixes.push_back(std::string(section) + ".");
+  for (auto it = m.out().files.rbegin(); it != m.out().files.rend(); ++it)
+    if (!it->package.empty()) {
+      const std::string p = join_key_path(it->package) + ".";
+      if (std::find(prefixes.begin(), prefixes.end(), p) == prefixes.end()) prefixes.push_back(p);
+    }
   auto find = [&](std::initializer_list<const char*> names) -> Result<Count> {
-    for (const std::string& prefix : {std::string(), section.empty() ? std::string() : std::string(section) + "."})
+    for (const std::string& prefix : prefixes)
       for (const char* name : names) {
         const std::string key = prefix + name;
         if (m.node(key) == nullptr || m.node(key)->is_null()) continue;
@@ -719,6 +738,12 @@ void Mapper::site(Knob knob, std::string_view path, std::string insert_after, st
     } else {
       s.file = static_cast<std::size_t>(p->source);
     }
+  }
+  // A file composed at a Hydra package holds the path without the package.
+  if (s.file < out_.files.size()) {
+    const auto& pkg = out_.files[s.file].package;
+    if (!pkg.empty() && s.path.size() > pkg.size() && std::equal(pkg.begin(), pkg.end(), s.path.begin()))
+      s.path.erase(s.path.begin(), s.path.begin() + static_cast<std::ptrdiff_t>(pkg.size()));
   }
   out_.sites.push_back(std::move(s));
 }

@@ -28,6 +28,7 @@ enum class Dialect {
   kMegatron,      // NeMo 1.x / launcher Megatron configs (model.tensor_model_parallel_size, model.micro_batch_size)
   kTorchtitan,    // torchtitan TOML job configs (model.flavor, training.local_batch_size, parallelism.*_degree)
   kMegatronLm,    // Megatron-LM arguments as YAML (ARGS:, MODEL_ARGS: --flags, or --yaml-cfg names)
+  kVerl,          // verl Hydra trainer configs (actor_rollout_ref, data.micro_batch_size_per_gpu, trainer.n_gpus_per_node)
   kKeyMap,        // only what --keys maps
 };
 

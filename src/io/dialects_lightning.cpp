@@ -217,15 +217,6 @@ Status map_lightning(Mapper& m) {
   MEMPLAN_IO_CHECK(m.read(std::string("model.gradient_checkpointing"), "gradient_checkpointing",
                           c.gradient_checkpointing));
 
-  // A Hydra defaults list that composes other files (anything but `_self_`) is not followed.
-  const YamlNode* defaults = m.node("defaults");
-  const bool composes = defaults != nullptr && defaults->kind == YamlKind::kSeq &&
-                        std::any_of(defaults->items.begin(), defaults->items.end(),
-                                    [](const YamlNode& i) { return !(i.is_scalar() && i.value == "_self_"); });
-  if (composes)
-    m.warn_at(*defaults, "Hydra defaults lists are not followed; pass the files they compose with --config (later files "
-                  "override earlier ones)");
-
   m.check_unknown(trainer, lightning_trainer_keys(), /*strict=*/true);
   if (!parent.empty()) m.check_unknown(parent, {}, /*strict=*/false);
   m.check_unknown("", {}, /*strict=*/false);

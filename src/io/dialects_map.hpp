@@ -149,6 +149,7 @@ Status map_llm_foundry(Mapper& m);
 Status map_megatron(Mapper& m);  // NeMo 1.x / NeMo-Framework-Launcher Megatron configs
 Status map_torchtitan(Mapper& m);  // torchtitan TOML job configs (dialects_torchtitan.cpp)
 Status map_megatron_lm(Mapper& m);  // Megatron-LM arguments as YAML (dialects_megatron.cpp)
+Status map_verl(Mapper& m);  // verl SFT and PPO/GRPO trainer configs (dialects_verl.cpp)
 // OmegaConf `${a.b}` interpolation in a merged tree (dialects_interpolation.cpp), resolved as
 // OmegaConf resolves it; `${oc.env:X,default}` takes the default and is a warning.
 // A warning about one key's interpolation, given only if the dialect reads that key.

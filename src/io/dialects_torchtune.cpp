@@ -209,6 +209,51 @@ Status map_torchtune(Mapper& m) {
     c.dpo.ref_model = RefModel::kNone;
     m.from_file("method", *m.node("loss._component_"), "loss._component_");
     m.from_file("ref_model", *m.node("loss._component_"), "loss._component_");
+  } else if ((loss && to_lower(*loss).find("grpo") != std::string::npos) || m.node("grpo_samples") != nullptr) {
+    // torchtune's dev GRPO recipes (grpo_full_finetune_distributed): batch_size prompts, each
+    // with grpo_samples completions of up to max_generated_tokens, trained together against a
+    // reference model (ref_checkpointer) whose KL weight is loss.kl_coeff.
+    c.method = Method::kGrpo;
+    const YamlNode* at = loss ? m.node("loss._component_") : m.node("grpo_samples");
+    m.from_file("method", *at, loss ? "loss._component_" : "grpo_samples");
+    MEMPLAN_TRY(bool samples, m.read("grpo_samples", "num_generations", c.grpo.num_generations));
+    if (!samples) {
+      c.grpo.num_generations = 16;
+      m.from_default("num_generations", "torchtune's GRPO configs' grpo_samples = 16");
+    }
+    MEMPLAN_TRY(bool gen, m.read("max_generated_tokens", "max_completion_length", c.grpo.max_completion_length));
+    if (!gen) m.from_default("max_completion_length", "no max_generated_tokens");
+    MEMPLAN_TRY(auto prompt, m.integer("tokenizer.max_seq_len"));
+    if (prompt) {
+      c.grpo.max_prompt_length = *prompt;
+      m.from_file("max_prompt_length", *m.node("tokenizer.max_seq_len"), "tokenizer.max_seq_len (the prompt)");
+    } else {
+      m.from_default("max_prompt_length", "the prompts' length depends on the data (tokenizer.max_seq_len is not set): "
+                                          "512 assumed; pass --max-prompt-length");
+    }
+    MEMPLAN_TRY(auto kl, m.number("loss.kl_coeff"));
+    c.grpo.beta = kl.value_or(0.0);
+    if (kl) m.from_file("beta", *m.node("loss.kl_coeff"), "loss.kl_coeff");
+    else m.from_default("beta", "no loss.kl_coeff");
+    if (c.grpo.beta <= 0 && m.node("ref_checkpointer") != nullptr)
+      m.warn_at(*m.node("ref_checkpointer"),
+                "the recipe loads a reference model (ref_checkpointer) though loss.kl_coeff is 0; memplan leaves it "
+                "out, an estimate too low by its weights");
+    c.grpo.vllm = VllmMode::kNone;
+    m.derived("use_vllm", "torchtune's GRPO generates with the policy itself");
+    MEMPLAN_TRY(auto batch_size, m.integer("batch_size"));
+    const std::int64_t prompts = batch_size.value_or(1);
+    c.micro_batch = prompts * c.grpo.num_generations;
+    m.derived("batch", fmt::format("batch_size {} prompts x grpo_samples {} completions, trained in one step", prompts,
+                                   c.grpo.num_generations));
+    m.site(Knob::kBatch, "completions_per_step", {},
+           "torchtune's GRPO batch_size counts prompts (each with grpo_samples completions); memplan does not write a "
+           "micro-batch of completions back");
+    m.site(Knob::kGradAccum, "gradient_accumulation_steps", "batch_size");
+    m.site(Knob::kSeqLen, "max_generated_tokens", {},
+           "a GRPO run's sequences are prompt + max_generated_tokens; memplan does not split a new length between them");
+    MEMPLAN_TRY(bool gc, m.read("enable_activation_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
+    if (!gc) m.from_default("gradient_checkpointing", "torchtune enable_activation_checkpointing = false");
   } else {
     m.from_default("method", "the loss is not a preference loss: SFT");
     // torchtune's LinearCrossEntropyLoss (older: CEWithChunkedOutputLoss) computes the output
@@ -222,18 +267,21 @@ Status map_torchtune(Mapper& m) {
                             *loss));
   }
 
-  MEMPLAN_IO_CHECK(m.read_or("batch_size", "batch", c.micro_batch, 1, "no batch_size: 1"));
-  m.site(Knob::kBatch, "batch_size");
+  const bool grpo = c.method == Method::kGrpo;
+  if (!grpo) {
+    MEMPLAN_IO_CHECK(m.read_or("batch_size", "batch", c.micro_batch, 1, "no batch_size: 1"));
+    m.site(Knob::kBatch, "batch_size");
+  }
   MEMPLAN_IO_CHECK(m.read_or("gradient_accumulation_steps", "grad_accum", c.grad_accum, 1,
                              "torchtune gradient_accumulation_steps = 1"));
-  m.site(Knob::kGradAccum, "gradient_accumulation_steps", "batch_size");
+  if (!grpo) m.site(Knob::kGradAccum, "gradient_accumulation_steps", "batch_size");
 
   // The sequence length is a tokenizer setting (older configs: dataset.max_seq_len).
   std::string seq_key = "tokenizer.max_seq_len";
   const YamlNode* tok = m.node("tokenizer.max_seq_len");
   const YamlNode* ds = m.node("dataset.max_seq_len");
   if ((tok == nullptr || tok->is_null()) && ds != nullptr && !ds->is_null()) seq_key = "dataset.max_seq_len";
-  MEMPLAN_TRY(bool seq, m.read(seq_key, "seq_len", c.seq_len));
+  MEMPLAN_TRY(bool seq, grpo ? Result<bool>(true) : m.read(seq_key, "seq_len", c.seq_len));
   if (!seq) {
     const YamlNode* null_node = tok != nullptr ? tok : ds;
     if (null_node != nullptr)
@@ -243,7 +291,7 @@ Status map_torchtune(Mapper& m) {
                             seq_key, c.seq_len));
     m.from_default("seq_len", "max_seq_len is not set");
   }
-  m.site(Knob::kSeqLen, seq_key, {});
+  if (!grpo) m.site(Knob::kSeqLen, seq_key, {});
 
   MEMPLAN_TRY(auto dtype, m.text("dtype"));
   if (dtype) {
@@ -258,8 +306,10 @@ Status map_torchtune(Mapper& m) {
   }
   c.autocast.reset();
   m.from_default("autocast", "none: torchtune computes in the weights' dtype");
-  MEMPLAN_TRY(bool gc, m.read("enable_activation_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
-  if (!gc) m.from_default("gradient_checkpointing", "torchtune enable_activation_checkpointing = false");
+  if (!grpo) {
+    MEMPLAN_TRY(bool gc, m.read("enable_activation_checkpointing", "gradient_checkpointing", c.gradient_checkpointing));
+    if (!gc) m.from_default("gradient_checkpointing", "torchtune enable_activation_checkpointing = false");
+  }
   MEMPLAN_TRY(auto offload, m.boolean("enable_activation_offloading"));
   if (offload.value_or(false))
     m.warn_at(*m.node("enable_activation_offloading"),

@@ -2,6 +2,8 @@
 // nvidia-smi. Budgets are hand arithmetic on the recorded driver figures
 // (tests/data/detect/README.md); predicted peaks come from `memplan estimate`, never from the
 // command under test.
+#include <filesystem>
+
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -245,4 +247,110 @@ TEST_CASE("plan --gpu warns about bf16 on a GPU without it") {
   const auto fp16 = run_cli({"plan", "--model-params", "1B", "--torch-dtype", "float16", "--fp16", "--gpu", "t4"});
   CHECK(fp16.code == cli::kExitOk);
   CHECK_THAT(fp16.out, !Catch::Contains("warning"));
+}
+
+namespace {
+
+// Seed 002's project (tests/data/configs/hydra/contrastive), copied where --apply may write.
+void copy_project(const TempDir& dir) {
+  const std::string from = std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/configs/hydra/contrastive";
+  std::filesystem::copy(from, dir.path(), std::filesystem::copy_options::recursive);
+}
+
+const std::string kMiniLm = "sentence-transformers/all-MiniLM-L6-v2";
+
+}  // namespace
+
+TEST_CASE("seed 002: --auto plans the curriculum stage its defaults list names, and --apply writes that plan") {
+  TempDir dir;
+  copy_project(dir);
+  ScopedCwd cwd(dir.path());  // `memplan --auto` finds conf/config.yaml
+  const std::string config = read_file("conf/config.yaml");
+  const std::vector<std::string> args = {"--auto", "--model", kMiniLm, "--gpu-memory", "24GiB", "--format", "json"};
+  const json j = parse(run_cli(args));
+  const json& rec = j["recommendation"];
+  REQUIRE(rec["fits"] == true);
+  const auto budget = j["budget"]["budget_bytes"].get<std::int64_t>();
+  const auto max = rec["max_micro_batch"].get<std::int64_t>();
+
+  // The same step given by flags, without the composition: the stage's 1 + 32 + 24 texts per anchor.
+  const std::string flat = dir.write("flat.yaml", "data_loader:\n  batch_size: 1\n  tokenization:\n    max_length: 512\n    padding: max_length\n"
+                                                  "training:\n  trainer:\n    precision: \"16-mixed\"\n");
+  auto peak = [&](std::int64_t batch, int texts, std::int64_t accum = 1) {
+    const auto r = run_cli({"estimate", "--config", flat, "--model", kMiniLm, "--texts-per-example",
+                            std::to_string(texts), "--batch", std::to_string(batch), "--grad-accum",
+                            std::to_string(accum), "--format", "json"});
+    INFO(r.err);
+    REQUIRE(r.code == cli::kExitOk);
+    return json::parse(r.out)["estimate"]["peak_bytes"].get<std::int64_t>();
+  };
+  CHECK(peak(max, 57) <= budget);
+  CHECK(peak(max + 1, 57) > budget);
+  // Accumulated gradients are held across micro-batches: the same accumulation as the plan.
+  CHECK(rec["peak_bytes"].get<std::int64_t>() ==
+        peak(rec["micro_batch"].get<std::int64_t>(), 57, rec["grad_accum"].get<std::int64_t>()));
+
+  // The base file alone (the stage dropped with text_curriculum=null) would plan far more: the
+  // trap the document's users fell into.
+  auto base_args = args;
+  base_args.push_back("text_curriculum=null");
+  const json base = parse(run_cli(base_args));
+  CHECK(base["recommendation"]["max_micro_batch"].get<std::int64_t>() > max);
+  // The later stages (16 + 8) fit more than stage 01.
+  auto stage2 = args;
+  stage2.push_back("text_curriculum=02_stage");
+  const json two = parse(run_cli(stage2));
+  CHECK(two["recommendation"]["max_micro_batch"].get<std::int64_t>() > max);
+  CHECK(peak(two["recommendation"]["max_micro_batch"].get<std::int64_t>(), 25) <= budget);
+
+  // --apply writes the plan into the file that holds the values (both in conf/config.yaml); the
+  // stage files are left as they are.
+  const auto m = rec["micro_batch"].get<std::int64_t>();
+  const auto a = rec["grad_accum"].get<std::int64_t>();
+  const auto applied = run_cli({"--auto", "--model", kMiniLm, "--gpu-memory", "24GiB", "--apply"});
+  INFO(applied.out + applied.err);
+  REQUIRE(applied.code == cli::kExitOk);
+  std::string expected = config;
+  expected.replace(expected.find("batch_size: 45"), 14, fmt::format("batch_size: {}", m));
+  expected.replace(expected.find("accumulate_grad_batches: 5 "), 27, fmt::format("accumulate_grad_batches: {} ", a));
+  CHECK(read_file("conf/config.yaml") == expected);
+  CHECK(read_file("conf/text_curriculum/01_stage.yaml") == "# conf/text_curriculum/01_stage.yaml\nn_positives: 32\nn_negatives: 24\n");
+}
+
+TEST_CASE("seed 002: --apply refuses a plan made from part of the config, and says so first") {
+  TempDir dir;
+  copy_project(dir);
+  ScopedCwd cwd(dir.path());
+  // The stage chosen at run time (an interpolation): memplan cannot know which file it is.
+  std::string config = read_file("conf/config.yaml");
+  config.replace(config.find("text_curriculum: 01_stage"), 25, "text_curriculum: ${oc.env:STAGE}");
+  dir.write("conf/config.yaml", config);
+  const std::string why =
+      "conf/config.yaml:8: defaults: 'text_curriculum: ${oc.env:STAGE}' is not followed (an interpolation chooses "
+      "the file at run time); choose the option on the command line: text_curriculum=OPTION";
+  const auto refused = run_cli({"--auto", "--model", kMiniLm, "--gpu-memory", "24GiB", "--apply"});
+  CHECK(refused.code != cli::kExitOk);
+  CHECK(refused.out.empty());
+  CHECK(refused.err == "memplan: error: --apply: refusing to write a plan made from part of the config: " + why +
+                           "; give the missing files with --config, then run again\n");
+  CHECK(read_file("conf/config.yaml") == config);
+  // Without --apply the plan is printed, and its first line says what it leaves out.
+  const auto shown = run_cli({"--auto", "--model", kMiniLm, "--gpu-memory", "24GiB"});
+  CHECK(shown.out.rfind("warning: this plan leaves out part of the config: " + why + "\n", 0) == 0);
+  // Choosing the stage on the command line makes the config whole again.
+  const auto chosen = run_cli({"--auto", "--model", kMiniLm, "--gpu-memory", "24GiB", "text_curriculum=01_stage",
+                               "--dry-run"});
+  CHECK(chosen.code == cli::kExitOk);
+}
+
+TEST_CASE("seed 002: check labels each line with the file it checks") {
+  TempDir dir;
+  copy_project(dir);
+  ScopedCwd cwd(dir.path());
+  const auto r = run_cli({"check", "--model", kMiniLm, "--gpu-memory", "24GiB", "--config", "conf/config.yaml",
+                          "conf/text_curriculum/02_stage.yaml", "conf/text_curriculum/03_stage.yaml"});
+  INFO(r.out + r.err);
+  CHECK(r.out.find("conf/text_curriculum/02_stage.yaml: ") == 0);
+  CHECK(r.out.find("\nconf/text_curriculum/03_stage.yaml: ") != std::string::npos);
+  CHECK(r.out.find("; micro-batch 45 from conf/config.yaml:11\n") != std::string::npos);
 }

@@ -230,7 +230,10 @@ TEST_CASE("check: --config files are layered under each FILE (a main config and 
   CliRun r = run_cli({"check", "--config", main, s1, s2});
   CHECK(r.code == 0);
   CHECK(r.out.find(s1 + ":2: fits: ") == 0);  // the batch of stage 01 is its own
-  CHECK(r.out.find("\n" + main + ":5: fits: ") != std::string::npos);  // stage 02 keeps the main file's
+  // Stage 02 keeps the main file's batch; its line still names stage 02 and says where the batch is.
+  const auto line2 = r.out.find("\n" + s2 + ": fits: ");
+  REQUIRE(line2 != std::string::npos);
+  CHECK(r.out.find("; micro-batch 4 from " + main + ":5\n", line2) < r.out.find('\n', line2 + 1));
   CHECK(r.out.find("  warning: " + s2 + ":2: unknown key 'data_loader.batch_sise'; did you mean "
                    "'data_loader.batch_size'?\n") != std::string::npos);
 }

@@ -55,8 +55,8 @@ TEST_CASE("real-world corpus: memplan estimate on every config, end to end", "[r
       CHECK(r.err.find("another --config") != std::string::npos);
       ++no_model;
     } else if (r.err.find("which memplan does not model") != std::string::npos) {
-      // A framework's own architecture (contrastors' NomicBERT, FlexBERT): named at its line,
-      // with the Hugging Face model to pass instead.
+      // A framework's own architecture (contrastors' NomicBERT, FlexBERT) or a model beside the
+      // trained one (verl's PPO critic): named at its line, with what to pass instead.
       CHECK(r.err.find(c.filename().string() + ":") != std::string::npos);
       CHECK(r.err.find("--model") != std::string::npos);
       ++unmodelled;
@@ -73,6 +73,6 @@ TEST_CASE("real-world corpus: memplan estimate on every config, end to end", "[r
                             "architectures memplan does not model",
                             configs.size(), estimated, no_model, unresolved, unmodelled));
   CHECK(estimated + no_model + unresolved + unmodelled == static_cast<int>(configs.size()));
-  CHECK(unmodelled <= 2);  // contrastors' own NomicBERT, ModernBERT's FlexBERT
+  CHECK(unmodelled <= 3);  // contrastors' own NomicBERT, ModernBERT's FlexBERT, verl's PPO critic
   CHECK(unresolved * 10 <= estimated);  // at least 90% of the files that name a model reach the engine
 }

@@ -77,6 +77,10 @@ struct Verdict {
 };
 
 Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
+  // A config memplan must refuse (PPO with a critic): refused, with the reason.
+  if (key == "refused")
+    return {!l.config && want.is_scalar() && l.error.find(want.value) != std::string::npos,
+            l.config ? std::string("(loaded)") : l.error};
   if (!l.config) return {false, "(not loaded)"};
   const LoadedConfig& lc = *l.config;
   const TrainingConfig& c = lc.inputs.config;
