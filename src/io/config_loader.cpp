@@ -158,6 +158,8 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kMegatron: return map_megatron(m);
     case Dialect::kTorchtitan: return map_torchtitan(m);
     case Dialect::kMegatronLm: return map_megatron_lm(m);
+    case Dialect::kOpenInstruct: return map_open_instruct(m);
+    case Dialect::kMsSwift: return map_ms_swift(m);
     case Dialect::kKeyMap: return Ok{};
   }
   return Ok{};

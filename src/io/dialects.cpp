@@ -34,6 +34,8 @@ constexpr DialectName kNames[] = {
     {Dialect::kMegatron, "nemo-megatron"},
     {Dialect::kTorchtitan, "torchtitan"},
     {Dialect::kMegatronLm, "megatron-lm"},
+    {Dialect::kOpenInstruct, "open-instruct"},
+    {Dialect::kMsSwift, "ms-swift"},
     {Dialect::kKeyMap, "keys"},
     {Dialect::kHfTrl, "trl"},
     {Dialect::kHfTrl, "transformers"},
@@ -53,6 +55,10 @@ constexpr DialectName kNames[] = {
     {Dialect::kMegatronLm, "megatron_lm"},
     {Dialect::kMegatronLm, "mlm"},
     {Dialect::kMegatronLm, "mcore"},
+    {Dialect::kOpenInstruct, "open_instruct"},
+    {Dialect::kOpenInstruct, "tulu"},
+    {Dialect::kMsSwift, "swift"},
+    {Dialect::kMsSwift, "ms_swift"},
 };
 
 struct Signal {
@@ -143,6 +149,34 @@ constexpr Signal kSignals[] = {
     {Dialect::kTorchtitan, "training.local_batch_size", 4},
     {Dialect::kTorchtitan, "activation_checkpoint.mode", 4},
     {Dialect::kTorchtitan, "job.dump_folder", 3},
+    // allenai/open-instruct's own argument names (finetune.py FlatArguments, dpo_utils.py).
+    {Dialect::kOpenInstruct, "use_qlora", 6},
+    {Dialect::kOpenInstruct, "use_slow_tokenizer", 5},
+    {Dialect::kOpenInstruct, "dataset_mix_dir", 5},
+    {Dialect::kOpenInstruct, "use_lora", 4},
+    {Dialect::kOpenInstruct, "use_flash_attn", 4},
+    {Dialect::kOpenInstruct, "dpo_loss_type", 5},
+    {Dialect::kOpenInstruct, "dpo_beta", 4},
+    {Dialect::kOpenInstruct, "hf_metadata_dataset", 4},
+    {Dialect::kOpenInstruct, "keep_last_n_checkpoints", 3},
+    {Dialect::kOpenInstruct, "try_launch_beaker_eval_jobs", 5},
+    {Dialect::kOpenInstruct, "with_tracking", 3},
+    {Dialect::kOpenInstruct, "checkpointing_steps", 2},
+    {Dialect::kOpenInstruct, "gamma_beta_ratio", 3},
+    {Dialect::kOpenInstruct, "load_balancing_loss", 2},
+    // ms-swift's arguments (swift/arguments): its own names for the tuner, the RLHF trainer and data.
+    {Dialect::kMsSwift, "rlhf_type", 7},
+    {Dialect::kMsSwift, "tuner_type", 6},
+    {Dialect::kMsSwift, "train_type", 1},  // other trainers use the name too (RAG-Retrieval)
+    {Dialect::kMsSwift, "model_author", 5},
+    {Dialect::kMsSwift, "split_dataset_ratio", 5},
+    {Dialect::kMsSwift, "freeze_vit", 4},
+    {Dialect::kMsSwift, "freeze_aligner", 4},
+    {Dialect::kMsSwift, "external_plugins", 4},
+    {Dialect::kMsSwift, "attn_impl", 3},
+    {Dialect::kMsSwift, "quant_bits", 3},
+    {Dialect::kMsSwift, "vllm_max_model_len", 2},
+    {Dialect::kMsSwift, "use_ray", 2},
     {Dialect::kDeepSpeed, "train_micro_batch_size_per_gpu", 6},
     {Dialect::kDeepSpeed, "zero_optimization", 6},
     {Dialect::kDeepSpeed, "train_batch_size", 2},
@@ -804,6 +838,44 @@ void Mapper::check_unknown(std::string_view ns, const std::vector<std::string>& 
 }
 
 // ---- shared helpers ----
+
+// flash_attention_3, flex_attention and kernels-hub flash kernels keep no (b, h, s, s) score
+// matrix and save one log-sum-exp per row, as flash_attention_2 does
+// (docs/configs.md#attention-implementations).
+Result<bool> Mapper::read_attn_impl(std::string_view path) {
+  MEMPLAN_TRY(auto v, text(path));
+  if (!v) return false;
+  const YamlNode& n = *root_.at(split_key_path(path));
+  const std::string s = to_lower(trim(*v));
+  auto a = parse_attn_impl(s);
+  if (a) {
+    config().attn = *a;
+    from_file("attn_implementation", n, path);
+    return true;
+  }
+  const bool hub = s.find('/') != std::string::npos;
+  const bool flash_like = s == "flash_attention_3" || s == "flex_attention" || s == "sdpa_paged" ||
+                          s == "paged_attention" || s == "flash_paged" ||
+                          (hub && (s.find("flash") != std::string::npos || s.find("attn") != std::string::npos ||
+                                   s.find("attention") != std::string::npos));
+  if (!flash_like) return error_at(n, a.error().code, a.error().message, a.error().suggestion);
+  config().attn = AttnImpl::kFlashAttention2;
+  from_file("attn_implementation", n, path);
+  warn_at(n, fmt::format("attn_implementation '{}' is estimated as flash_attention_2: {} keeps no score matrix and "
+                         "saves one log-sum-exp per row, as flash_attention_2 does",
+                         *v, hub ? "a kernels-hub attention kernel" : s));
+  return true;
+}
+
+void note_packing(Mapper& m, std::string_view key) {
+  const YamlNode* n = m.node(key);
+  if (n == nullptr || !n->is_scalar()) return;
+  auto on = parse_bool(n->value, "");
+  if (!on || !*on) return;
+  m.warn_at(*n, fmt::format("{}: memplan plans every sequence at the full sequence length, which a packed or "
+                            "padding-free batch fills; the estimate holds (a padded batch of shorter texts uses less)",
+                            key));
+}
 
 void set_lora_targets(TrainingConfig& c, const std::vector<std::string>& targets) {
   const bool all = targets.size() == 1 && (to_lower(targets[0]) == "all-linear" || to_lower(targets[0]) == "all");

@@ -28,6 +28,8 @@ enum class Dialect {
   kMegatron,      // NeMo 1.x / launcher Megatron configs (model.tensor_model_parallel_size, model.micro_batch_size)
   kTorchtitan,    // torchtitan TOML job configs (model.flavor, training.local_batch_size, parallelism.*_degree)
   kMegatronLm,    // Megatron-LM arguments as YAML (ARGS:, MODEL_ARGS: --flags, or --yaml-cfg names)
+  kOpenInstruct,  // allenai/open-instruct finetune.py / dpo_tune_cache.py YAML (use_lora, use_qlora, lora_rank)
+  kMsSwift,       // ms-swift `swift sft|rlhf --config` YAML (train_type/tuner_type, rlhf_type, deepspeed presets)
   kKeyMap,        // only what --keys maps
 };
 

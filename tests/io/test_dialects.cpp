@@ -82,7 +82,7 @@ TEST_CASE("dialect names and aliases") {
   CHECK(parse_dialect("axolotol").error().to_string() == "unknown dialect 'axolotol'; did you mean 'axolotl'?");
   CHECK(parse_dialect("zzz").error().to_string() ==
         "unknown dialect 'zzz'; known dialects: hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, "
-        "accelerate, litgpt, nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, keys");
+        "accelerate, litgpt, nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, open-instruct, ms-swift, keys");
   CHECK(to_string(Dialect::kLlamaFactory) == "llama-factory");
 }
 
@@ -106,7 +106,7 @@ TEST_CASE("detection failures name the way out") {
   CHECK(detect_dialect(doc->root, "x.yaml").error().to_string() ==
         "x.yaml: cannot tell which training framework this config is for: no key memplan recognizes; name it with "
         "--dialect (hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, accelerate, litgpt, "
-        "nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, keys) or say where the values "
+        "nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, open-instruct, ms-swift, keys) or say where the values "
         "are with --keys batch=KEY,grad_accum=KEY,seq_len=KEY");
   auto tie = parse_yaml("sequence_len: 1\ncutoff_len: 1\n", "x.yaml");
   CHECK(detect_dialect(tie->root, "x.yaml").error().to_string() ==
