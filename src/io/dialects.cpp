@@ -36,6 +36,8 @@ constexpr DialectName kNames[] = {
     {Dialect::kMegatronLm, "megatron-lm"},
     {Dialect::kOpenInstruct, "open-instruct"},
     {Dialect::kMsSwift, "ms-swift"},
+    {Dialect::kOumi, "oumi"},
+    {Dialect::kMegatronBridge, "megatron-bridge"},
     {Dialect::kKeyMap, "keys"},
     {Dialect::kHfTrl, "trl"},
     {Dialect::kHfTrl, "transformers"},
@@ -59,6 +61,8 @@ constexpr DialectName kNames[] = {
     {Dialect::kOpenInstruct, "tulu"},
     {Dialect::kMsSwift, "swift"},
     {Dialect::kMsSwift, "ms_swift"},
+    {Dialect::kMegatronBridge, "mbridge"},
+    {Dialect::kMegatronBridge, "megatron_bridge"},
 };
 
 struct Signal {
@@ -177,6 +181,28 @@ constexpr Signal kSignals[] = {
     {Dialect::kMsSwift, "quant_bits", 3},
     {Dialect::kMsSwift, "vllm_max_model_len", 2},
     {Dialect::kMsSwift, "use_ray", 2},
+    // oumi's TrainingConfig sections (src/oumi/core/configs/params).
+    {Dialect::kOumi, "training.trainer_type", 6},
+    {Dialect::kOumi, "model.torch_dtype_str", 5},
+    {Dialect::kOumi, "training.enable_gradient_checkpointing", 5},
+    {Dialect::kOumi, "fsdp.enable_fsdp", 5},
+    {Dialect::kOumi, "peft.q_lora", 4},
+    {Dialect::kOumi, "model.model_name", 4},
+    {Dialect::kOumi, "training.use_peft", 3},
+    {Dialect::kOumi, "training.per_device_train_batch_size", 3},
+    // Megatron-Bridge's ConfigContainer (train, dataset, scheduler, checkpoint, ddp, dist, rng):
+    // model.tensor_model_parallel_size alone made these NeMo 1.x files.
+    {Dialect::kMegatronBridge, "train.train_iters", 5},
+    {Dialect::kMegatronBridge, "dist.use_megatron_fsdp", 5},
+    {Dialect::kMegatronBridge, "dataset.seq_length", 4},
+    {Dialect::kMegatronBridge, "peft.dim", 4},
+    {Dialect::kMegatronBridge, "checkpoint.pretrained_checkpoint", 4},
+    {Dialect::kMegatronBridge, "scheduler.lr_warmup_iters", 4},
+    {Dialect::kMegatronBridge, "ddp.grad_reduce_in_fp32", 4},
+    {Dialect::kMegatronBridge, "ddp.use_distributed_optimizer", 4},
+    {Dialect::kMegatronBridge, "optimizer.finetune_lr", 3},
+    {Dialect::kMegatronBridge, "logger.log_interval", 2},
+    {Dialect::kMegatronBridge, "rng.seed", 2},
     {Dialect::kDeepSpeed, "train_micro_batch_size_per_gpu", 6},
     {Dialect::kDeepSpeed, "zero_optimization", 6},
     {Dialect::kDeepSpeed, "train_batch_size", 2},

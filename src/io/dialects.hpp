@@ -30,6 +30,8 @@ enum class Dialect {
   kMegatronLm,    // Megatron-LM arguments as YAML (ARGS:, MODEL_ARGS: --flags, or --yaml-cfg names)
   kOpenInstruct,  // allenai/open-instruct finetune.py / dpo_tune_cache.py YAML (use_lora, use_qlora, lora_rank)
   kMsSwift,       // ms-swift `swift sft|rlhf --config` YAML (train_type/tuner_type, rlhf_type, deepspeed presets)
+  kOumi,          // oumi TrainingConfig YAML (model:, training:, peft:, fsdp: sections)
+  kMegatronBridge,  // Megatron-Bridge ConfigContainer overrides (train:, dataset:, peft:, model: on a recipe)
   kKeyMap,        // only what --keys maps
 };
 

@@ -155,6 +155,8 @@ Status map_torchtitan(Mapper& m);  // torchtitan TOML job configs (dialects_torc
 Status map_megatron_lm(Mapper& m);  // Megatron-LM arguments as YAML (dialects_megatron.cpp)
 Status map_open_instruct(Mapper& m);  // allenai/open-instruct finetune.py / dpo_tune_cache.py YAML
 Status map_ms_swift(Mapper& m);       // ms-swift `swift sft|rlhf --config x.yaml` arguments
+Status map_oumi(Mapper& m);           // oumi `oumi train -c x.yaml` TrainingConfig
+Status map_megatron_bridge(Mapper& m);  // Megatron-Bridge ConfigContainer overrides
 // OmegaConf `${a.b}` interpolation in a merged tree (dialects_interpolation.cpp), resolved as
 // OmegaConf resolves it; `${oc.env:X,default}` takes the default and is a warning.
 // A warning about one key's interpolation, given only if the dialect reads that key.
