@@ -160,6 +160,10 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kTorchtitan: return map_torchtitan(m);
     case Dialect::kMegatronLm: return map_megatron_lm(m);
     case Dialect::kVerl: return map_verl(m);
+    case Dialect::kOpenInstruct: return map_open_instruct(m);
+    case Dialect::kMsSwift: return map_ms_swift(m);
+    case Dialect::kOumi: return map_oumi(m);
+    case Dialect::kMegatronBridge: return map_megatron_bridge(m);
     case Dialect::kKeyMap: return Ok{};
   }
   return Ok{};

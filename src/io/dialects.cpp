@@ -35,6 +35,10 @@ constexpr DialectName kNames[] = {
     {Dialect::kTorchtitan, "torchtitan"},
     {Dialect::kMegatronLm, "megatron-lm"},
     {Dialect::kVerl, "verl"},
+    {Dialect::kOpenInstruct, "open-instruct"},
+    {Dialect::kMsSwift, "ms-swift"},
+    {Dialect::kOumi, "oumi"},
+    {Dialect::kMegatronBridge, "megatron-bridge"},
     {Dialect::kKeyMap, "keys"},
     {Dialect::kHfTrl, "trl"},
     {Dialect::kHfTrl, "transformers"},
@@ -54,6 +58,12 @@ constexpr DialectName kNames[] = {
     {Dialect::kMegatronLm, "megatron_lm"},
     {Dialect::kMegatronLm, "mlm"},
     {Dialect::kMegatronLm, "mcore"},
+    {Dialect::kOpenInstruct, "open_instruct"},
+    {Dialect::kOpenInstruct, "tulu"},
+    {Dialect::kMsSwift, "swift"},
+    {Dialect::kMsSwift, "ms_swift"},
+    {Dialect::kMegatronBridge, "mbridge"},
+    {Dialect::kMegatronBridge, "megatron_bridge"},
 };
 
 struct Signal {
@@ -153,6 +163,56 @@ constexpr Signal kSignals[] = {
     {Dialect::kVerl, "data.train_batch_size", 2},
     {Dialect::kVerl, "trainer.nnodes", 2},
     {Dialect::kVerl, "ulysses_sequence_parallel_size", 2},
+    // allenai/open-instruct's own argument names (finetune.py FlatArguments, dpo_utils.py).
+    {Dialect::kOpenInstruct, "use_qlora", 6},
+    {Dialect::kOpenInstruct, "use_slow_tokenizer", 5},
+    {Dialect::kOpenInstruct, "dataset_mix_dir", 5},
+    {Dialect::kOpenInstruct, "use_lora", 4},
+    {Dialect::kOpenInstruct, "use_flash_attn", 4},
+    {Dialect::kOpenInstruct, "dpo_loss_type", 5},
+    {Dialect::kOpenInstruct, "dpo_beta", 4},
+    {Dialect::kOpenInstruct, "hf_metadata_dataset", 4},
+    {Dialect::kOpenInstruct, "keep_last_n_checkpoints", 3},
+    {Dialect::kOpenInstruct, "try_launch_beaker_eval_jobs", 5},
+    {Dialect::kOpenInstruct, "with_tracking", 3},
+    {Dialect::kOpenInstruct, "checkpointing_steps", 2},
+    {Dialect::kOpenInstruct, "gamma_beta_ratio", 3},
+    {Dialect::kOpenInstruct, "load_balancing_loss", 2},
+    // ms-swift's arguments (swift/arguments): its own names for the tuner, the RLHF trainer and data.
+    {Dialect::kMsSwift, "rlhf_type", 7},
+    {Dialect::kMsSwift, "tuner_type", 6},
+    {Dialect::kMsSwift, "train_type", 1},  // other trainers use the name too (RAG-Retrieval)
+    {Dialect::kMsSwift, "model_author", 5},
+    {Dialect::kMsSwift, "split_dataset_ratio", 5},
+    {Dialect::kMsSwift, "freeze_vit", 4},
+    {Dialect::kMsSwift, "freeze_aligner", 4},
+    {Dialect::kMsSwift, "external_plugins", 4},
+    {Dialect::kMsSwift, "attn_impl", 3},
+    {Dialect::kMsSwift, "quant_bits", 3},
+    {Dialect::kMsSwift, "vllm_max_model_len", 2},
+    {Dialect::kMsSwift, "use_ray", 2},
+    // oumi's TrainingConfig sections (src/oumi/core/configs/params).
+    {Dialect::kOumi, "training.trainer_type", 6},
+    {Dialect::kOumi, "model.torch_dtype_str", 5},
+    {Dialect::kOumi, "training.enable_gradient_checkpointing", 5},
+    {Dialect::kOumi, "fsdp.enable_fsdp", 5},
+    {Dialect::kOumi, "peft.q_lora", 4},
+    {Dialect::kOumi, "model.model_name", 4},
+    {Dialect::kOumi, "training.use_peft", 3},
+    {Dialect::kOumi, "training.per_device_train_batch_size", 3},
+    // Megatron-Bridge's ConfigContainer (train, dataset, scheduler, checkpoint, ddp, dist, rng):
+    // model.tensor_model_parallel_size alone made these NeMo 1.x files.
+    {Dialect::kMegatronBridge, "train.train_iters", 5},
+    {Dialect::kMegatronBridge, "dist.use_megatron_fsdp", 5},
+    {Dialect::kMegatronBridge, "dataset.seq_length", 4},
+    {Dialect::kMegatronBridge, "peft.dim", 4},
+    {Dialect::kMegatronBridge, "checkpoint.pretrained_checkpoint", 4},
+    {Dialect::kMegatronBridge, "scheduler.lr_warmup_iters", 4},
+    {Dialect::kMegatronBridge, "ddp.grad_reduce_in_fp32", 4},
+    {Dialect::kMegatronBridge, "ddp.use_distributed_optimizer", 4},
+    {Dialect::kMegatronBridge, "optimizer.finetune_lr", 3},
+    {Dialect::kMegatronBridge, "logger.log_interval", 2},
+    {Dialect::kMegatronBridge, "rng.seed", 2},
     {Dialect::kDeepSpeed, "train_micro_batch_size_per_gpu", 6},
     {Dialect::kDeepSpeed, "zero_optimization", 6},
     {Dialect::kDeepSpeed, "train_batch_size", 2},
@@ -829,6 +889,44 @@ void Mapper::check_unknown(std::string_view ns, const std::vector<std::string>& 
 }
 
 // ---- shared helpers ----
+
+// flash_attention_3, flex_attention and kernels-hub flash kernels keep no (b, h, s, s) score
+// matrix and save one log-sum-exp per row, as flash_attention_2 does
+// (docs/configs.md#attention-implementations).
+Result<bool> Mapper::read_attn_impl(std::string_view path) {
+  MEMPLAN_TRY(auto v, text(path));
+  if (!v) return false;
+  const YamlNode& n = *root_.at(split_key_path(path));
+  const std::string s = to_lower(trim(*v));
+  auto a = parse_attn_impl(s);
+  if (a) {
+    config().attn = *a;
+    from_file("attn_implementation", n, path);
+    return true;
+  }
+  const bool hub = s.find('/') != std::string::npos;
+  const bool flash_like = s == "flash_attention_3" || s == "flex_attention" || s == "sdpa_paged" ||
+                          s == "paged_attention" || s == "flash_paged" ||
+                          (hub && (s.find("flash") != std::string::npos || s.find("attn") != std::string::npos ||
+                                   s.find("attention") != std::string::npos));
+  if (!flash_like) return error_at(n, a.error().code, a.error().message, a.error().suggestion);
+  config().attn = AttnImpl::kFlashAttention2;
+  from_file("attn_implementation", n, path);
+  warn_at(n, fmt::format("attn_implementation '{}' is estimated as flash_attention_2: {} keeps no score matrix and "
+                         "saves one log-sum-exp per row, as flash_attention_2 does",
+                         *v, hub ? "a kernels-hub attention kernel" : s));
+  return true;
+}
+
+void note_packing(Mapper& m, std::string_view key) {
+  const YamlNode* n = m.node(key);
+  if (n == nullptr || !n->is_scalar()) return;
+  auto on = parse_bool(n->value, "");
+  if (!on || !*on) return;
+  m.warn_at(*n, fmt::format("{}: memplan plans every sequence at the full sequence length, which a packed or "
+                            "padding-free batch fills; the estimate holds (a padded batch of shorter texts uses less)",
+                            key));
+}
 
 void set_lora_targets(TrainingConfig& c, const std::vector<std::string>& targets) {
   const bool all = targets.size() == 1 && (to_lower(targets[0]) == "all-linear" || to_lower(targets[0]) == "all");

@@ -29,6 +29,10 @@ enum class Dialect {
   kTorchtitan,    // torchtitan TOML job configs (model.flavor, training.local_batch_size, parallelism.*_degree)
   kMegatronLm,    // Megatron-LM arguments as YAML (ARGS:, MODEL_ARGS: --flags, or --yaml-cfg names)
   kVerl,          // verl Hydra trainer configs (actor_rollout_ref, data.micro_batch_size_per_gpu, trainer.n_gpus_per_node)
+  kOpenInstruct,  // allenai/open-instruct finetune.py / dpo_tune_cache.py YAML (use_lora, use_qlora, lora_rank)
+  kMsSwift,       // ms-swift `swift sft|rlhf --config` YAML (train_type/tuner_type, rlhf_type, deepspeed presets)
+  kOumi,          // oumi TrainingConfig YAML (model:, training:, peft:, fsdp: sections)
+  kMegatronBridge,  // Megatron-Bridge ConfigContainer overrides (train:, dataset:, peft:, model: on a recipe)
   kKeyMap,        // only what --keys maps
 };
 

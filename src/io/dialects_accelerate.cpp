@@ -2,6 +2,8 @@
 // processes on how many machines, and the DeepSpeed or FSDP plugin settings. They sit next to a
 // trainer config (several --config files) or alone. Keys from accelerate/commands/config/
 // config_args.py (ClusterConfig) and utils/dataclasses.py (FullyShardedDataParallelPlugin).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
@@ -149,6 +151,32 @@ Status map_accelerate(Mapper& m, bool primary) {
               fmt::format("context parallelism ({} GPUs share each sequence) is not modelled; memplan estimates "
                           "whole sequences per GPU, which overstates activations",
                           *cp));
+  // The other degrees of accelerate's ParallelismConfig: tensor parallelism (transformers' tp
+  // plan), Ulysses sequence parallelism, and the FSDP shard / replicate sizes.
+  constexpr std::string_view kPc = "parallelism_config.parallelism_config_";
+  // transformers' tp_plan: the engine models it (ParallelConfig::megatron_core false).
+  MEMPLAN_IO_CHECK(m.read_degree(std::string(kPc) + "tp_size", "tensor_parallel", c.parallel.tensor_parallel));
+  MEMPLAN_TRY(auto sp, m.integer(std::string(kPc) + "sp_size"));
+  if (sp.value_or(1) > 1)
+    m.warn_at(*m.node(std::string(kPc) + "sp_size"),
+              fmt::format("sequence parallelism (Ulysses, {} GPUs share each sequence) is not modelled; memplan "
+                          "estimates whole sequences per GPU, which overstates activations",
+                          *sp));
+  (void)m.node(std::string(kPc) + "dp_shard_size");
+  MEMPLAN_TRY(auto replicas, m.integer(std::string(kPc) + "dp_replicate_size"));
+  if (replicas.value_or(1) > 1 && c.parallel.sharding == ShardingStrategy::kFsdpFullShard) {
+    c.parallel.sharding = ShardingStrategy::kFsdpHybridShard;
+    c.parallel.dp_replicate = static_cast<int>(std::min<std::int64_t>(*replicas, 65536));
+    m.from_file("sharding", *m.node(std::string(kPc) + "dp_replicate_size"),
+                "parallelism_config_dp_replicate_size (HSDP: replicas of dp_shard_size shards)");
+  }
+  if (const YamlNode* pc = m.node("parallelism_config"); pc != nullptr && pc->is_map()) {
+    std::vector<std::string> known;
+    for (const char* k : {"dp_shard_size", "dp_replicate_size", "tp_size", "cp_size", "sp_size", "cp_backend",
+                          "sp_backend", "cp_comm_strategy", "sp_seq_length_is_variable", "sp_attn_implementation"})
+      known.push_back(std::string("parallelism_config_") + k);
+    m.check_unknown("parallelism_config", known, /*strict=*/true);
+  }
   if (primary && m.out().inputs.model_hint.empty())
     m.out().inputs.model_hint =
         fmt::format("{} is an accelerate launcher config, which names no model; give the training config with "

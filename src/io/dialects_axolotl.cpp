@@ -1,6 +1,8 @@
 // axolotl YAML: base_model, micro_batch_size, sequence_len, adapter: lora|qlora, rl: dpo|grpo
 // with a `trl:` section. Defaults follow axolotl's config schema; the weight dtype follows its
 // resolve_dtype (bf16/bfloat16 -> bf16 weights; fp16, float16 or 8-bit -> fp16; else fp32).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "io/dialects_map.hpp"
@@ -70,15 +72,8 @@ Status read_precision(Mapper& m) {
 
 Status read_attention(Mapper& m) {
   TrainingConfig& c = m.config();
-  MEMPLAN_TRY(auto impl, m.text("attn_implementation"));
-  if (impl) {
-    const YamlNode& n = *m.node("attn_implementation");
-    auto a = parse_attn_impl(*impl);
-    if (!a) return m.error_at(n, a.error().code, a.error().message, a.error().suggestion);
-    c.attn = *a;
-    m.from_file("attn_implementation", n, "attn_implementation");
-    return Ok{};
-  }
+  MEMPLAN_TRY(bool impl, m.read_attn_impl("attn_implementation"));
+  if (impl) return Ok{};
   struct Legacy {
     const char* key;
     AttnImpl impl;
@@ -233,6 +228,37 @@ Status warn_unmodelled_axolotl(Mapper& m) {
                                         "estimates whole sequences per GPU (activations too high about {}x)",
                                         k, *cp, *cp, *cp));
   }
+  // axolotl's N-D parallelism (dp_shard_size, dp_replicate_size, tensor_parallel_size,
+  // context_parallel_size): the GPUs are their product; the FSDP shards span dp_shard_size.
+  TrainingConfig& c = m.config();
+  // transformers' tp_plan: the engine models it (ParallelConfig::megatron_core false).
+  MEMPLAN_IO_CHECK(m.read_degree("tensor_parallel_size", "tensor_parallel", c.parallel.tensor_parallel));
+  std::int64_t gpus = 1;
+  std::vector<std::string> parts;
+  for (const char* k : {"dp_shard_size", "dp_replicate_size", "tensor_parallel_size", "context_parallel_size"}) {
+    MEMPLAN_TRY(auto v, m.integer(k));
+    if (v && *v > 1) {
+      gpus *= *v;
+      parts.push_back(fmt::format("{} {}", k, *v));
+    }
+  }
+  if (gpus > 1 && !m.has_origin("num_gpus")) {
+    c.parallel.num_gpus = static_cast<int>(std::min<std::int64_t>(gpus, 65536));
+    m.derived("num_gpus", fmt::format("{} GPUs: {}", gpus, fmt::join(parts, " x ")));
+  }
+  MEMPLAN_TRY(auto shard, m.integer("dp_shard_size"));
+  if (shard.value_or(1) > 1 && c.parallel.sharding == ShardingStrategy::kNone) {
+    c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+    c.parallel.fsdp_version = 2;
+    m.from_file("sharding", *m.node("dp_shard_size"), "dp_shard_size (axolotl shards with FSDP2)");
+  }
+  MEMPLAN_TRY(auto replicas, m.integer("dp_replicate_size"));
+  if (replicas.value_or(1) > 1 && c.parallel.sharding == ShardingStrategy::kFsdpFullShard) {
+    c.parallel.sharding = ShardingStrategy::kFsdpHybridShard;
+    c.parallel.dp_replicate = static_cast<int>(std::min<std::int64_t>(*replicas, 65536));
+    m.from_file("sharding", *m.node("dp_replicate_size"), "dp_replicate_size (HSDP: replicas of dp_shard_size shards)");
+  }
+  note_packing(m, "sample_packing");
   if (const YamlNode* n = m.node("unfrozen_parameters"); n != nullptr && !n->is_null())
     m.warn_at(*n, "unfrozen_parameters trains only the parameters it matches; memplan estimates training all of them "
                   "(gradients and optimizer states too high)");

@@ -466,14 +466,7 @@ Status map_hf_trl(Mapper& m) {
     }
     m.from_file("optim_args", n, "optim_args");
   }
-  MEMPLAN_TRY(auto attn, m.text("attn_implementation"));
-  if (attn) {
-    const YamlNode& n = *m.node("attn_implementation");
-    auto a = parse_attn_impl(*attn);
-    if (!a) return m.error_at(n, a.error().code, a.error().message, a.error().suggestion);
-    c.attn = *a;
-    m.from_file("attn_implementation", n, "attn_implementation");
-  }
+  MEMPLAN_IO_CHECK(m.read_attn_impl("attn_implementation"));
   if (llm2vec) MEMPLAN_IO_CHECK(read_llm2vec(m));
   MEMPLAN_IO_CHECK(read_peft(m));
   MEMPLAN_TRY(auto cpu, m.boolean("use_cpu"));

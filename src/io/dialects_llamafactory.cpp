@@ -4,6 +4,7 @@
 // trainable parameters upcast to fp32 unless pure_bf16 (src/llamafactory/model/adapter.py).
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -50,6 +51,44 @@ Status read_llamafactory_vision(Mapper& m) {
     m.from_file("image_size", *m.node("image_max_pixels"), "image_max_pixels");
   }
   if (!c.lora.enabled && c.torch_dtype == DType::kFloat32 && c.autocast) c.vision.frozen_dtype = *c.autocast;
+  return Ok{};
+}
+
+// LLaMA-Factory's Megatron back ends (mcore_adapter: examples/megatron; Megatron Bridge:
+// examples/megatron_bridge): Megatron-Core's parallel degrees and its distributed optimizer.
+Status read_llamafactory_megatron(Mapper& m) {
+  TrainingConfig& c = m.config();
+  ParallelConfig& par = c.parallel;
+  bool any = false;
+  for (const auto& [key, input, field] :
+       {std::tuple<const char*, const char*, int*>{"tensor_model_parallel_size", "tensor_parallel", &par.tensor_parallel},
+        {"pipeline_model_parallel_size", "pipeline_parallel", &par.pipeline_parallel},
+        {"expert_model_parallel_size", "expert_parallel", &par.expert_parallel},
+        {"context_parallel_size", "context_parallel", &par.context_parallel},
+        {"virtual_pipeline_model_parallel_size", "virtual_stages", &par.virtual_stages}}) {
+    MEMPLAN_TRY(bool got, m.read_degree(key, input, *field));
+    any = any || got;
+  }
+  if (!any) return Ok{};
+  par.megatron_core = true;
+  m.derived("megatron_core", "tensor/pipeline/expert_model_parallel_size: LLaMA-Factory's Megatron-Core back end");
+  MEMPLAN_IO_CHECK(m.read("sequence_parallel", "sequence_parallel", par.sequence_parallel));
+  MEMPLAN_TRY(auto dist, m.boolean("use_distributed_optimizer"));
+  if (dist.value_or(false) && par.sharding == ShardingStrategy::kNone) {
+    par.sharding = ShardingStrategy::kZero1;
+    m.from_file("sharding", *m.node("use_distributed_optimizer"),
+                "use_distributed_optimizer (Megatron's distributed optimizer: ZeRO-1)");
+  }
+  MEMPLAN_TRY(auto rc, m.text("recompute_granularity"));
+  if (rc) {
+    const std::string g = to_lower(*rc);
+    c.gradient_checkpointing = g == "full" || g == "selective";
+    m.from_file("gradient_checkpointing", *m.node("recompute_granularity"), "recompute_granularity");
+    if (g == "selective")
+      m.warn_at(*m.node("recompute_granularity"),
+                "recompute_granularity: selective recomputes attention only; memplan estimates full recomputation "
+                "(an underestimate)");
+  }
   return Ok{};
 }
 
@@ -240,6 +279,14 @@ Status map_llamafactory(Mapper& m) {
                                           key, what, to_string(c.optim.kind)));
   }
   MEMPLAN_IO_CHECK(warn_unmodelled_hf(m));
+  MEMPLAN_IO_CHECK(read_llamafactory_megatron(m));
+  MEMPLAN_TRY(auto kt, m.boolean("use_kt"));
+  if (kt.value_or(false))
+    m.warn_at(*m.node("use_kt"),
+              "use_kt: KTransformers runs the MoE experts on the CPU, which memplan does not model; the estimate "
+              "keeps every expert on the GPU (an overestimate, large for MoE models)");
+  note_packing(m, "packing");
+  note_packing(m, "neat_packing");
   m.set_deepspeed_ref(m.node("deepspeed"));
 
   m.check_unknown("", llamafactory_known_keys(), /*strict=*/true);

@@ -67,6 +67,10 @@ class Mapper {
   // The FSDP implementation (1 or 2) at `path` into parallel.fsdp_version ("fsdp_version").
   Result<bool> read_fsdp_version(std::string_view path);
   Result<bool> read_model(std::string_view path);
+  // attn_implementation as transformers takes it: eager, sdpa, flash_attention_2, and the names
+  // that cost what flash attention costs (flash_attention_3, flex_attention, Hugging Face kernels
+  // hub repositories such as kernels-community/vllm-flash-attn3), each of those with a warning.
+  Result<bool> read_attn_impl(std::string_view path);
 
   // Origins of engine inputs.
   void from_file(const std::string& input, const YamlNode& n, std::string_view key);
@@ -150,6 +154,10 @@ Status map_megatron(Mapper& m);  // NeMo 1.x / NeMo-Framework-Launcher Megatron 
 Status map_torchtitan(Mapper& m);  // torchtitan TOML job configs (dialects_torchtitan.cpp)
 Status map_megatron_lm(Mapper& m);  // Megatron-LM arguments as YAML (dialects_megatron.cpp)
 Status map_verl(Mapper& m);  // verl SFT and PPO/GRPO trainer configs (dialects_verl.cpp)
+Status map_open_instruct(Mapper& m);  // allenai/open-instruct finetune.py / dpo_tune_cache.py YAML
+Status map_ms_swift(Mapper& m);       // ms-swift `swift sft|rlhf --config x.yaml` arguments
+Status map_oumi(Mapper& m);           // oumi `oumi train -c x.yaml` TrainingConfig
+Status map_megatron_bridge(Mapper& m);  // Megatron-Bridge ConfigContainer overrides
 // OmegaConf `${a.b}` interpolation in a merged tree (dialects_interpolation.cpp), resolved as
 // OmegaConf resolves it; `${oc.env:X,default}` takes the default and is a warning.
 // A warning about one key's interpolation, given only if the dialect reads that key.
@@ -174,10 +182,15 @@ const std::vector<std::string>& torchtune_known_keys();
 const std::vector<std::string>& lightning_trainer_keys();
 const std::vector<std::string>& deepspeed_known_keys();
 const std::vector<std::string>& deepspeed_zero_keys();
+const std::vector<std::string>& open_instruct_known_keys();
+const std::vector<std::string>& ms_swift_known_keys();
 
 // Shared precision helpers.
 // Lightning-style precision values: 32, 16, "16-mixed", "bf16-mixed", "bf16-true", "bf16", ...
 Status apply_lightning_precision(Mapper& m, std::string_view path);
+// Says, at the key, what the estimate does with packing or padding-free batches (every sequence is
+// planned at the full sequence length, which is what a packed batch fills).
+void note_packing(Mapper& m, std::string_view key);
 // Sets LoRA targets from a list that may say "all-linear" / "all".
 void set_lora_targets(TrainingConfig& c, const std::vector<std::string>& targets);
 

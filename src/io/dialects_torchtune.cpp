@@ -34,6 +34,8 @@ constexpr Builder kBuilders[] = {
     {"gemma2_9b", "google/gemma-2-9b"},
     {"gemma2_27b", "google/gemma-2-27b"},
     {"phi3_mini", "microsoft/Phi-3-mini-4k-instruct"},
+    {"phi4_14b", "microsoft/phi-4"},                       // torchtune.models.phi4 (recipes/configs/phi4)
+    {"llama3_3_70b", "meta-llama/Llama-3.3-70B-Instruct"},  // torchtune.models.llama3_3
     {"qwen2_5_0_5b", "Qwen/Qwen2.5-0.5B"},
     {"qwen2_5_1_5b_base", "Qwen/Qwen2.5-1.5B"},
     {"qwen2_5_1_5b_instruct", "Qwen/Qwen2.5-1.5B-Instruct"},

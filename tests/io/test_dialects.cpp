@@ -82,7 +82,7 @@ TEST_CASE("dialect names and aliases") {
   CHECK(parse_dialect("axolotol").error().to_string() == "unknown dialect 'axolotol'; did you mean 'axolotl'?");
   CHECK(parse_dialect("zzz").error().to_string() ==
         "unknown dialect 'zzz'; known dialects: hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, "
-        "accelerate, litgpt, nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, keys");
+        "accelerate, litgpt, nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, megatron-bridge, keys");
   CHECK(to_string(Dialect::kLlamaFactory) == "llama-factory");
 }
 
@@ -106,7 +106,7 @@ TEST_CASE("detection failures name the way out") {
   CHECK(detect_dialect(doc->root, "x.yaml").error().to_string() ==
         "x.yaml: cannot tell which training framework this config is for: no key memplan recognizes; name it with "
         "--dialect (hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, accelerate, litgpt, "
-        "nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, keys) or say where the values "
+        "nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, megatron-bridge, keys) or say where the values "
         "are with --keys batch=KEY,grad_accum=KEY,seq_len=KEY");
   auto tie = parse_yaml("sequence_len: 1\ncutoff_len: 1\n", "x.yaml");
   CHECK(detect_dialect(tie->root, "x.yaml").error().to_string() ==
@@ -431,6 +431,12 @@ TEST_CASE("torchtune: builders, LoRA modules, null max_seq_len") {
   const ValueSite* s = c.primary_site(Knob::kSeqLen);
   CHECK(s->present);  // an explicit null can be replaced
   CHECK(s->line == 7);
+
+  // Builders of catalog models (torchtune.models.phi4, llama3_3), QLoRA prefix included.
+  fs.files["phi4.yaml"] = "model:\n  _component_: torchtune.models.phi4.qlora_phi4_14b\nbatch_size: 2\n";
+  CHECK(load_ok(fs, {"phi4.yaml"}).inputs.model_name == "microsoft/phi-4");
+  fs.files["l33.yaml"] = "model:\n  _component_: torchtune.models.llama3_3.lora_llama3_3_70b\nbatch_size: 2\n";
+  CHECK(load_ok(fs, {"l33.yaml"}).inputs.model_name == "meta-llama/Llama-3.3-70B-Instruct");
 
   fs.files["unknown.yaml"] = "model:\n  _component_: torchtune.models.llama3_1.llama3_1_9b\nbatch_size: 2\n";
   LoadedConfig u = load_ok(fs, {"unknown.yaml"});
