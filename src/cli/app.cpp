@@ -14,20 +14,21 @@
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/training_flags.hpp"
+#include "cli/version.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::cli {
 
-namespace {
-constexpr const char* kVersion = "memplan 0.1.0";
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  return run(args, out, err, nullptr);
 }
 
-int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, std::optional<Error>* error) {
   Context ctx{out, err};
   try {
     CLI::App app{"memplan: will this training config fit on my GPU? Memory breakdowns and batch-size plans.",
                  "memplan"};
-    app.set_version_flag("--version", kVersion);
+    app.set_version_flag("--version", version_line(), "The release, the build's commit, the data and library versions");
     app.require_subcommand(0, 1);
     std::vector<std::string> argv = args;
     if (is_top_level_auto(argv)) {
@@ -43,12 +44,16 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         {"check", register_check},       {"models", register_models}, {"gpus", register_gpus},
         {"preflight", register_preflight}, {"auto", register_auto},
         {"profile", register_profile},     {"calibrate", register_calibrate},
+        {"completion", register_completion}, {"man", register_man},
+        {"mcp", register_mcp},
     };
     const bool named = !argv.empty() && std::any_of(std::begin(kCommands), std::end(kCommands),
                                                     [&](const auto& c) { return argv[0] == c.first; });
+    // completion and man describe every command, so they need all of them registered.
+    const bool describes_all = named && (argv[0] == "completion" || argv[0] == "man");
     std::vector<Command> commands;
     for (const auto& [name, reg] : kCommands)
-      if (!named || argv[0] == name) commands.push_back(reg(app));
+      if (!named || describes_all || argv[0] == name) commands.push_back(reg(app));
     for (auto& c : commands) read_integers_as_decimal(*c.app);
     app.footer("Run `memplan --auto` (or `memplan auto`) before training: it detects the GPU, reads the training\n"
                "config (--config FILE, or train.yaml / config.yaml / conf/config.yaml here) and prints the\n"
@@ -64,7 +69,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       out << app.help("", CLI::AppFormatMode::All);
       return kExitOk;
     } catch (const CLI::CallForVersion&) {
-      out << kVersion << "\n";
+      out << version_text();
       return kExitOk;
     } catch (const CLI::ParseError& e) {
       if (!named && !argv.empty() && !argv[0].empty() && argv[0][0] != '-') {
@@ -85,6 +90,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         Result<int> r = c.action(ctx);
         if (!r) {
           err << "memplan: error: " << r.error().to_string() << "\n";
+          if (error != nullptr) *error = r.error();
           return exit_code_for(r.error());
         }
         return *r;
