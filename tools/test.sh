@@ -12,7 +12,7 @@ source tools/deps.sh
 # pre-commit hook and man page tests.
 memplan_install_deps python3 clang-14 libclang-rt-14-dev pybind11-dev python3-dev python3-torch pre-commit groff-base
 jobs="$(nproc)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMEMPLAN_PYTHON=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 # A build-asan left by an older gcc configuration cannot switch compilers in place.
