@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/deps.sh
-memplan_install_deps
+# pybind11-dev, python3-dev and python3-venv: the Python package installs offline after this (README).
+memplan_install_deps pybind11-dev python3-dev python3-venv
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target memplan
 # The main job, as users run it before training: the breakdown and the recommended micro-batch /

@@ -7,10 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/deps.sh
 # python3 runs the stand-in training commands of memplan profile's tests; clang-14 and its
-# libFuzzer runtime build the sanitizer and fuzzing targets.
-memplan_install_deps python3 clang-14 libclang-rt-14-dev
+# libFuzzer runtime build the sanitizer and fuzzing targets; pybind11-dev and python3-dev the Python
+# package (tests/python), python3-torch its callbacks on the CPU, pre-commit and groff-base the
+# pre-commit hook and man page tests.
+memplan_install_deps python3 clang-14 libclang-rt-14-dev pybind11-dev python3-dev python3-torch pre-commit groff-base
 jobs="$(nproc)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMEMPLAN_PYTHON=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 # A build-asan left by an older gcc configuration cannot switch compilers in place.

@@ -23,13 +23,13 @@
 #include "cli/exit_codes.hpp"
 #include "cli/training_flags.hpp"
 #include "io/hydra.hpp"
+#include "cli/version.hpp"
 #include "memplan/text.hpp"
 #include "report/json.hpp"
 
 namespace memplan::cli {
 
 namespace {
-constexpr const char* kVersion = "memplan 0.1.0";
 
 // `--per_device_train_batch_size 4`, `--num_gpus=8`: the spellings of Hugging Face's argument
 // parsers and of Python scripts name memplan's own flags with '_' for '-'.
@@ -167,7 +167,7 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   try {
     CLI::App app{"memplan: will this training config fit on my GPU? Memory breakdowns and batch-size plans.",
                  "memplan"};
-    app.set_version_flag("--version", kVersion);
+    app.set_version_flag("--version", version_line(), "The release, the build's commit, the data and library versions");
     app.require_subcommand(0, 1);
     std::vector<std::string> argv = args;
     dashes_for_underscores(argv);
@@ -184,12 +184,16 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
         {"check", register_check},       {"models", register_models}, {"gpus", register_gpus},
         {"preflight", register_preflight}, {"auto", register_auto},
         {"profile", register_profile},     {"calibrate", register_calibrate},
+        {"completion", register_completion}, {"man", register_man},
+        {"mcp", register_mcp},
     };
     const bool named = !argv.empty() && std::any_of(std::begin(kCommands), std::end(kCommands),
                                                     [&](const auto& c) { return argv[0] == c.first; });
+    // completion and man describe every command, so they need all of them registered.
+    const bool describes_all = named && (argv[0] == "completion" || argv[0] == "man");
     std::vector<Command> commands;
     for (const auto& [name, reg] : kCommands)
-      if (!named || argv[0] == name) commands.push_back(reg(app));
+      if (!named || describes_all || argv[0] == name) commands.push_back(reg(app));
     for (auto& c : commands) read_integers_as_decimal(*c.app);
     app.footer("Run `memplan --auto` (or `memplan auto`) before training: it detects the GPU, reads the training\n"
                "config (--config FILE, or train.yaml / config.yaml / conf/config.yaml here) and prints the\n"
@@ -206,7 +210,7 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
       out << app.help("", CLI::AppFormatMode::All);
       return kExitOk;
     } catch (const CLI::CallForVersion&) {
-      out << kVersion << "\n";
+      out << version_text();
       return kExitOk;
     } catch (const CLI::ParseError& e) {
       // An unknown flag: named as the user wrote it, with the flag that does what it asks.
@@ -261,11 +265,16 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
 }  // namespace
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  return run(args, out, err, nullptr);
+}
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, std::optional<Error>* error) {
   TeeBuf out_buf(out.rdbuf(), false), err_buf(err.rdbuf(), true);
   std::ostream counted_out(&out_buf), kept_err(&err_buf);
   std::optional<Error> failed;
   const bool tty = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1;
   int code = run_command(args, counted_out, kept_err, failed, tty);
+  if (error != nullptr) *error = failed;
   if (code != kExitOk && out_buf.count == 0 && wants_json(args)) counted_out << json_error(failed, err_buf.kept, code);
   // A result that could not be written (a full disk, a closed pipe) is a failure, not exit 0.
   errno = 0;

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,8 @@ struct Command {
 };
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// The same, also handing back the Error a command ended with (the MCP server and the Python
+// package report its location and suggestion as fields, not as text).
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, std::optional<Error>* error);
 
 }  // namespace memplan::cli

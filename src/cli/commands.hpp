@@ -18,6 +18,9 @@ Command register_preflight(CLI::App& root);
 Command register_auto(CLI::App& root);
 Command register_profile(CLI::App& root);
 Command register_calibrate(CLI::App& root);
+Command register_completion(CLI::App& root);
+Command register_man(CLI::App& root);
+Command register_mcp(CLI::App& root);
 
 // `memplan --auto ...` without a subcommand runs `memplan auto ...`.
 bool is_top_level_auto(const std::vector<std::string>& args);

@@ -23,10 +23,15 @@ TEST_CASE("memplan --help lists every command; a command's --help is its own") {
   CHECK_THAT(plan.out, Catch::Contains("--gpu TEXT"));
 }
 
-TEST_CASE("memplan --version") {
+TEST_CASE("memplan --version names the commit, the data compiled in and the libraries modeled") {
   const auto r = run_cli({"--version"});
   CHECK(r.code == memplan::cli::kExitOk);
-  CHECK(r.out == "memplan 0.1.0\n");
+  CHECK(r.out.rfind("memplan 0.1.0 (commit ", 0) == 0);
+  // 116 catalog files under configs/models and 39 "- name:" entries in configs/gpus.yaml, the
+  // counts README.md states; memplan models / gpus list the same.
+  CHECK_THAT(r.out, Catch::Contains("\nmodel catalog: 116 models (configs/models, fnv1a "));
+  CHECK_THAT(r.out, Catch::Contains("\nGPU profiles: 39 GPUs (configs/gpus.yaml, fnv1a "));
+  CHECK_THAT(r.out, Catch::Contains("\nmodels: torch 2.4-2.11, transformers 4.45-5.17, peft 0.13-0.21"));
 }
 
 TEST_CASE("a mistyped command gets the nearest one; an unknown flag is named") {
@@ -37,7 +42,7 @@ TEST_CASE("a mistyped command gets the nearest one; an unknown flag is named") {
   const auto far = run_cli({"frobnicate"});
   CHECK(far.err ==
         "memplan: error: unknown command 'frobnicate'; the commands are estimate, plan, sweep, check, models, gpus, "
-        "preflight, auto, profile, calibrate\nRun with --help for more information.\n");
+        "preflight, auto, profile, calibrate, completion, man, mcp\nRun with --help for more information.\n");
   const auto flag = run_cli({"plan", "--gpu-memroy", "80GB"});
   CHECK(flag.code == memplan::cli::kExitInvalidInput);
   CHECK(flag.err == "memplan: error: unknown flag '--gpu-memroy' for memplan plan; did you mean '--gpu-memory'?\n"

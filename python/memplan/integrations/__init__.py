@@ -1,0 +1,1 @@
+"""Callbacks that check the training run they are attached to (transformers, Lightning)."""
