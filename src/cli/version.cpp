@@ -2,24 +2,19 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "io/embedded.hpp"
 #include "io/gpu_profiles.hpp"
 #include "io/model_source.hpp"
+#include "memplan/stack.hpp"
 #include "memplan_build_info.hpp"
 
 namespace memplan::cli {
 
 namespace {
-
-// The libraries whose memory behaviour the engine replays, and the versions it was read from and
-// measured on (docs/accuracy.md: the CPU and H100 runs; docs/formulas.md: the code it follows).
-constexpr std::string_view kModeled[] = {
-    "torch 2.4-2.11",         "transformers 4.45-5.17", "peft 0.13-0.21", "trl 0.x (SFT, DPO, GRPO)",
-    "accelerate 1.0-1.15",    "bitsandbytes 0.43",      "deepspeed ZeRO 1-3", "liger-kernel, torchtune CE",
-};
 
 // FNV-1a 64 over the paths and contents: changes whenever a file is added, removed or edited.
 struct DataVersion {
@@ -58,7 +53,11 @@ std::string version_text() {
                      catalog ? catalog->size() : std::size_t{0}, models.hash);
   out += fmt::format("GPU profiles: {} GPUs (configs/gpus.yaml, fnv1a {:016x})\n",
                      profiles ? profiles->size() : std::size_t{0}, gpus.hash);
-  out += fmt::format("models: {}\n", fmt::join(kModeled, ", "));
+  // The releases the version rules were read from (memplan/stack.hpp, docs/formulas.md#versions).
+  std::vector<std::string> libs;
+  for (Library l : all_libraries())
+    libs.push_back(fmt::format("{} {}-{}", library_name(l), oldest_modelled(l).text, newest_modelled(l).text));
+  out += fmt::format("models: {}\n", fmt::join(libs, ", "));
   return out;
 }
 

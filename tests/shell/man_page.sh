@@ -11,5 +11,5 @@ text="$(printf '%s\n' "$page" | groff -man -Tascii -P-c -P-b -P-u 2>/dev/null)"
 for section in NAME SYNOPSIS COMMANDS "MEMPLAN PLAN" "MEMPLAN CHECK" "MEMPLAN MCP" "EXIT STATUS"; do
   grep -q "^$section" <<<"$text" || { echo "FAIL: no section '$section'"; exit 1; }
 done
-grep -q -- "--target-global-batch INT" <<<"$text" || { echo "FAIL: plan's --target-global-batch missing"; exit 1; }
+grep -q -- "--target-global-batch TEXT" <<<"$text" || { echo "FAIL: plan's --target-global-batch missing"; exit 1; }
 echo "ok: memplan man formats without warnings"
