@@ -420,6 +420,20 @@ Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
       return *p;
     };
   }
+  // A rung predicted above the memory the machine has: said before anything runs (issue 32; on a
+  // unified-memory machine an out-of-memory can take the system down). The watchdog still ends it
+  // at --stop-at.
+  if (lo.predict) {
+    for (const io::Rung& r : rungs) {
+      const auto p = lo.predict(r);
+      if (!p || *p <= now.total) continue;
+      ctx.err << fmt::format("memplan profile: warning: micro-batch {} is predicted at {}, above the {} this "
+                             "machine has; the watchdog stops it at {} (--max-batch {} ends the ladder before it)\n",
+                             r.micro_batch, format_human(*p), format_human(now.total), format_human(limit.bytes),
+                             std::max<std::int64_t>(1, r.micro_batch - 1));
+      break;
+    }
+  }
   // On a terminal, a live line (time, memory now, peak) is redrawn while a rung runs.
   const bool live = ctx.err_is_terminal;
   lo.progress = [&ctx, live](const std::string& line) {

@@ -1070,11 +1070,19 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
       if (t.fits != ts.front().fits || t.batch.micro_batch != ts.front().batch.micro_batch) return false;
     return true;
   };
-  if (rec.fits && req.target_global_batch && same(out.tiers) && out.fits_largest > out.tiers.front().batch.micro_batch) {
+  // Two tiers on one micro-batch say one choice twice: the tiers without the target show the
+  // choices in between (seed 001: balanced = aggressive = 32 of a global batch of 256).
+  const auto any_same = [](const std::vector<Tier>& ts) {
+    for (std::size_t i = 1; i < ts.size(); ++i)
+      if (ts[i].fits == ts[i - 1].fits && ts[i].batch.micro_batch == ts[i - 1].batch.micro_batch) return true;
+    return false;
+  };
+  if (rec.fits && req.target_global_batch && any_same(out.tiers) &&
+      out.fits_largest > out.tiers.back().batch.micro_batch) {
     PlanRequest free_req = req;
     free_req.target_global_batch.reset();
     MEMPLAN_TRY(auto free_tiers, make_tiers(free_req, out.fits_largest));
-    if (!same(free_tiers)) out.free_tiers = std::move(free_tiers);
+    if (!any_same(free_tiers)) out.free_tiers = std::move(free_tiers);
   }
 
   if (!rec.fits) {

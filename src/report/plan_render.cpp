@@ -310,6 +310,14 @@ std::string render_plan_text(const io::ResolvedInputs& in, const Plan& p, bool m
       if (markdown) l.blank();
       const TextTable t = tiers_table(p.tiers);
       l.raw(markdown ? t.render_markdown() : t.render());
+      if (!p.free_tiers.empty()) {
+        l.add(fmt::format("tiers on one micro-batch keep the global batch {}: no micro-batch in between keeps it; "
+                          "without that target (--target-global-batch free) the tiers are:",
+                          g.target ? *g.target : g.global_batch));
+        if (markdown) l.blank();
+        const TextTable f = tiers_table(p.free_tiers);
+        l.raw(markdown ? f.render_markdown() : f.render());
+      }
     }
   }
   l.raw(violation_text(p.search.violation, "micro-batch"));

@@ -291,6 +291,20 @@ TEST_CASE("profile --config: each rung gets a copy with its values; the user's f
   CHECK(j["profile"]["runs"][0]["seq_len"] == 2048);
 }
 
+TEST_CASE("profile warns before a rung predicted above the machine's memory (issue 32)") {
+  TempDir dir;
+  const std::string config =
+      dir.write("train.yaml", read_file(std::string(MEMPLAN_SOURCE_DIR) + "/configs/examples/hf-trl-sft-lora.yaml"));
+  // Llama 3.1 8B at micro-batch 256 x 2048 tokens: its fp32 logits alone are 256 x 2048 x 128256 x 4
+  // bytes = 269 GB, more than any machine this suite runs on.
+  const auto r = run_cli(profile_args(dir, {"--config", config, "--stop-at", "300MiB", "--batches", "1,256"},
+                                      {"--config", "{config}", "--per-batch-mb", "1", "--then", "sleep", "--sleep", "0.2"}));
+  INFO(r.err);
+  CHECK_THAT(r.err, Catch::Contains("memplan profile: warning: micro-batch 256 is predicted at "));
+  CHECK_THAT(r.err, Catch::Contains("(--max-batch 255 ends the ladder before it)"));
+  CHECK_THAT(r.err, !Catch::Contains("micro-batch 1 is predicted"));
+}
+
 TEST_CASE("profile: usage errors say what is wrong") {
   TempDir dir;
   auto err = [&](std::vector<std::string> args) {

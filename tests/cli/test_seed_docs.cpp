@@ -115,6 +115,25 @@ TEST_CASE("seed 001: a custom model's own settings are named, and a flag that re
   CHECK(replaced);
 }
 
+TEST_CASE("seed 001: tiers that name one micro-batch twice come with the tiers without the target") {
+  ScopedEnv a("PYTORCH_CUDA_ALLOC_CONF", std::nullopt);
+  const std::string cfg = std::string(MEMPLAN_SOURCE_DIR) + "/configs/examples/flat-pretrain.yaml";
+  const json j = run_json({"plan", "--config", cfg, "--gpu-memory", "44GiB"});
+  const auto& t = j["tiers"];
+  REQUIRE(t.size() == 3);
+  // The global batch 256 over 4 GPUs keeps micro-batches that divide 64: two tiers land on one.
+  const bool repeated = t[0]["micro_batch"] == t[1]["micro_batch"] || t[1]["micro_batch"] == t[2]["micro_batch"];
+  REQUIRE(repeated);
+  const auto& f = j["free_tiers"];
+  REQUIRE(f.size() == 3);
+  CHECK(f[0]["micro_batch"] < f[1]["micro_batch"]);
+  CHECK(f[1]["micro_batch"] < f[2]["micro_batch"]);
+  CHECK(f[2]["micro_batch"] == j["recommendation"]["fits_largest"]);
+  const CliRun r = run_cli({"plan", "--config", cfg, "--gpu-memory", "44GiB"});
+  CHECK_THAT(r.out, Catch::Contains("tiers on one micro-batch keep the global batch 256: no micro-batch in between "
+                                    "keeps it; without that target (--target-global-batch free) the tiers are:"));
+}
+
 TEST_CASE("seed 003: the 24 GB run that ran fits a bare --gpu-memory 24 with its start script") {
   ScopedEnv a("PYTORCH_CUDA_ALLOC_CONF", std::nullopt);
   ScopedEnv b("PYTORCH_ALLOC_CONF", std::nullopt);
