@@ -1063,14 +1063,7 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
     return tiers;
   };
   MEMPLAN_TRY(out.tiers, make_tiers(req, out.search.largest));
-  // Tiers that all pick one micro-batch because the target global batch leaves no other choice
-  // (docs/plan.md#tiers): the tiers without a target are the choices a person has.
-  const auto same = [](const std::vector<Tier>& ts) {
-    for (const Tier& t : ts)
-      if (t.fits != ts.front().fits || t.batch.micro_batch != ts.front().batch.micro_batch) return false;
-    return true;
-  };
-  // Two tiers on one micro-batch say one choice twice: the tiers without the target show the
+  // Two tiers (or all three) on one micro-batch say one choice twice: the tiers without the target show the
   // choices in between (seed 001: balanced = aggressive = 32 of a global batch of 256).
   const auto any_same = [](const std::vector<Tier>& ts) {
     for (std::size_t i = 1; i < ts.size(); ++i)

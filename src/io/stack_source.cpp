@@ -134,7 +134,9 @@ void read_site_packages(const std::string& dir, const std::string& env_label, St
     }
     // METADATA (PKG-INFO for an egg) is authoritative when it can be read.
     const fs::path meta = fs::is_directory(p, ec) ? p / (dist ? "METADATA" : "PKG-INFO") : p;
-    const Origin origin{OriginKind::kDetected, {}, fmt::format("{}: {}", env_label, n)};
+    Origin origin;
+    origin.kind = OriginKind::kDetected;
+    origin.note = fmt::format("{}: {}", env_label, n);
     if (auto text = real_file_system().read_file(meta.string())) {
       if (auto nv = metadata_name_version(*text)) {
         add(out, nv->first, nv->second, origin);
@@ -215,7 +217,10 @@ Result<StackSources> parse_stack_flag(const std::string& text) {
       return e;
     }
     out.stack.versions[*lib] = *v;
-    out.origins[*lib] = Origin{OriginKind::kFlag, {}, "--stack"};
+    Origin flag;
+    flag.kind = OriginKind::kFlag;
+    flag.note = "--stack";
+    out.origins[*lib] = flag;
   }
   return out;
 }
