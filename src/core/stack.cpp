@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/sharding.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan {
@@ -260,10 +261,7 @@ StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::
   if (quantized && c.lora.enabled && free("kbit_prepare") && s.has(Library::kTrl)) {
     using KP = QuantConfig::KbitPrepare;
     const Version& trl = s.of(Library::kTrl);
-    const bool sharded = c.parallel.sharding == ShardingStrategy::kZero3 ||
-                         c.parallel.sharding == ShardingStrategy::kFsdpFullShard ||
-                         c.parallel.sharding == ShardingStrategy::kFsdpShardGradOp ||
-                         c.parallel.sharding == ShardingStrategy::kFsdpHybridShard;
+    const bool sharded = c.parallel.sharding == ShardingStrategy::kZero3 || fsdp_family(c.parallel.sharding);
     const bool bf16 = c.autocast == DType::kBFloat16;
     KP kp = KP::kFreezeOnly;
     std::optional<DType> adapters;
