@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "io/config_loader.hpp"
+#include "io/config/config_loader.hpp"
 #include "io/fs.hpp"
-#include "io/model_source.hpp"
-#include "io/yaml_edit.hpp"
+#include "io/model/model_source.hpp"
+#include "io/edit/yaml_edit.hpp"
 
 namespace {
 

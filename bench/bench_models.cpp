@@ -1,4 +1,4 @@
-// Cost of finding a model's architecture (src/io/model_source.cpp), which every command pays once
+// Cost of finding a model's architecture (src/io/model/model_source.cpp), which every command pays once
 // at start-up: the exact-name fast path (parses only the entries whose text holds the name), a
 // name that needs the name rules (parses the whole catalog, once per process), and that
 // whole-catalog parse itself. docs/models.md#lookup-cost records the numbers.
@@ -10,7 +10,7 @@
 #include <cstdlib>
 
 #include "io/embedded.hpp"
-#include "io/model_source.hpp"
+#include "io/model/model_source.hpp"
 
 namespace {
 

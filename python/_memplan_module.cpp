@@ -13,7 +13,7 @@
 
 #include "cli/tools.hpp"
 #include "cli/version.hpp"
-#include "io/calibration_store.hpp"
+#include "io/measure/calibration_store.hpp"
 
 namespace py = pybind11;
 

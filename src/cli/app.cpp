@@ -22,7 +22,7 @@
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/training_flags.hpp"
-#include "io/hydra.hpp"
+#include "io/config/hydra.hpp"
 #include "cli/version.hpp"
 #include "memplan/text.hpp"
 #include "report/json.hpp"

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "io/calibration_store.hpp"
+#include "io/measure/calibration_store.hpp"
 
 namespace memplan::cli {
 

@@ -9,7 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
-#include "io/calibration_store.hpp"
+#include "io/measure/calibration_store.hpp"
 #include "report/profile_render.hpp"
 
 namespace memplan::cli {

@@ -17,7 +17,7 @@
 #include "cli/exit_codes.hpp"
 #include "cli/plan_flags.hpp"
 #include "cli/training_flags.hpp"
-#include "io/gpu_profiles.hpp"
+#include "io/gpu/gpu_profiles.hpp"
 #include "memplan/engine.hpp"
 #include "memplan/gpu.hpp"
 #include "memplan/text.hpp"

@@ -7,8 +7,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
-#include "io/gpu_detect.hpp"
-#include "io/gpu_profiles.hpp"
+#include "io/gpu/gpu_detect.hpp"
+#include "io/gpu/gpu_profiles.hpp"
 #include "report/format.hpp"
 #include "report/json.hpp"
 #include "report/table.hpp"

@@ -8,7 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
-#include "io/model_source.hpp"
+#include "io/model/model_source.hpp"
 #include "memplan/text.hpp"
 #include "report/format.hpp"
 #include "report/json.hpp"

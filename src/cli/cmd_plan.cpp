@@ -13,7 +13,7 @@
 #include "cli/training_flags.hpp"
 #include "memplan/plan.hpp"
 #include "memplan/text.hpp"
-#include "io/apply.hpp"
+#include "io/edit/apply.hpp"
 #include "report/plan_render.hpp"
 
 namespace memplan::cli {

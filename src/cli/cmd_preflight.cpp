@@ -9,7 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
-#include "io/gpu_detect.hpp"
+#include "io/gpu/gpu_detect.hpp"
 #include "memplan/text.hpp"
 #include "report/format.hpp"
 #include "report/json.hpp"

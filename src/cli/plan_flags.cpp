@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "cli/calibration_hook.hpp"
-#include "io/gpu_detect.hpp"
-#include "io/gpu_profiles.hpp"
+#include "io/gpu/gpu_detect.hpp"
+#include "io/gpu/gpu_profiles.hpp"
 #include "memplan/plan.hpp"
 #include "memplan/text.hpp"
 

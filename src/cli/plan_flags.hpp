@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "io/apply.hpp"
-#include "io/config_loader.hpp"
+#include "io/edit/apply.hpp"
+#include "io/config/config_loader.hpp"
 #include "io/inputs.hpp"
 #include "memplan/gpu.hpp"
 #include "memplan/plan.hpp"

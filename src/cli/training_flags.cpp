@@ -12,7 +12,7 @@
 #include "cli/exit_codes.hpp"
 #include "io/allocator_env.hpp"
 #include "io/fs.hpp"
-#include "io/model_source.hpp"
+#include "io/model/model_source.hpp"
 #include "io/stack_source.hpp"
 #include "memplan/stack.hpp"
 #include "memplan/text.hpp"

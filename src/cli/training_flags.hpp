@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "io/config_loader.hpp"
+#include "io/config/config_loader.hpp"
 #include "io/fs.hpp"
 #include "io/inputs.hpp"
 #include "memplan/result.hpp"

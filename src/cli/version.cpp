@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "io/embedded.hpp"
-#include "io/gpu_profiles.hpp"
-#include "io/model_source.hpp"
+#include "io/gpu/gpu_profiles.hpp"
+#include "io/model/model_source.hpp"
 #include "memplan/stack.hpp"
 #include "memplan_build_info.hpp"
 

@@ -8,7 +8,7 @@
 
 #include <optional>
 
-#include "io/custom_model.hpp"
+#include "io/model/custom_model.hpp"
 #include "memplan/model.hpp"
 #include "memplan/result.hpp"
 #include "memplan/stack.hpp"

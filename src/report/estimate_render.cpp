@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "io/model_source.hpp"
+#include "io/model/model_source.hpp"
 #include "report/json.hpp"
 #include "report/table.hpp"
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "io/config_loader.hpp"
+#include "io/config/config_loader.hpp"
 #include "io/inputs.hpp"
 #include "memplan/estimate.hpp"
 #include "memplan/gpu.hpp"

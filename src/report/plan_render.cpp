@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "io/model_source.hpp"
+#include "io/model/model_source.hpp"
 #include "report/estimate_render.hpp"
 #include "report/json.hpp"
 #include "report/table.hpp"

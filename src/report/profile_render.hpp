@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "io/calibration_store.hpp"
-#include "io/profile.hpp"
+#include "io/measure/calibration_store.hpp"
+#include "io/measure/profile.hpp"
 #include "report/format.hpp"
 
 namespace memplan::report {

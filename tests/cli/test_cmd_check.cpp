@@ -17,7 +17,7 @@
 #include "cli/exit_codes.hpp"
 #include "cli_harness.hpp"
 #include "cli/training_flags.hpp"
-#include "io/config_loader.hpp"
+#include "io/config/config_loader.hpp"
 #include "memplan/engine.hpp"
 
 using namespace memplan;

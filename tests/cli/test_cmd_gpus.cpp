@@ -7,7 +7,7 @@
 
 #include "cli/exit_codes.hpp"
 #include "cli_harness.hpp"
-#include "io/gpu_profiles.hpp"
+#include "io/gpu/gpu_profiles.hpp"
 
 using namespace memplan::testing;
 using Cells = std::vector<std::string>;

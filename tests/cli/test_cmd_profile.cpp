@@ -1,4 +1,4 @@
-// Tests src/cli/cmd_profile.cpp (and src/io/process.cpp, src/io/profile.cpp under it) with real
+// Tests src/cli/cmd_profile.cpp (and src/io/measure/process.cpp, src/io/measure/profile.cpp under it) with real
 // processes: tests/data/profile/standin.py allocates memory at a given rate (touching every page,
 // so its resident set grows), then exits, crashes, prints PyTorch's OOM message, hangs or leaves
 // children behind. Sizes stay small (limits of 200-300 MiB): the test machine is shared.
@@ -20,12 +20,12 @@
 
 #include <catch2/catch.hpp>
 #include <limits>
-#include "io/profile.hpp"
+#include "io/measure/profile.hpp"
 #include <nlohmann/json.hpp>
 
 #include "cli/exit_codes.hpp"
 #include "cli_harness.hpp"
-#include "io/calibration_store.hpp"
+#include "io/measure/calibration_store.hpp"
 
 using namespace memplan::testing;
 using json = nlohmann::json;

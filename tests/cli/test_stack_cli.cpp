@@ -12,7 +12,7 @@
 #include "cli/exit_codes.hpp"
 #include "cli/training_flags.hpp"
 #include "cli_harness.hpp"
-#include "io/measurement.hpp"
+#include "io/measure/measurement.hpp"
 #include "memplan/engine.hpp"
 
 using namespace memplan;

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "io/calibration_store.hpp"
+#include "io/measure/calibration_store.hpp"
 
 using namespace memplan;
 using namespace memplan::io;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "io/profile.hpp"
+#include "io/measure/profile.hpp"
 
 using namespace memplan::io;
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "io/apply.hpp"
-#include "io/config_loader.hpp"
+#include "io/edit/apply.hpp"
+#include "io/config/config_loader.hpp"
 #include "io/inputs.hpp"
 
 using namespace memplan::io;

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "io/config_loader.hpp"
+#include "io/config/config_loader.hpp"
 
 using namespace memplan::io;
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "io/model_source.hpp"
+#include "io/model/model_source.hpp"
 #include "memplan/model.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "io/toml.hpp"
+#include "io/config/toml.hpp"
 
 using namespace memplan::io;
 

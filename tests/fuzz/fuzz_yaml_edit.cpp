@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "io/numbers.hpp"
-#include "io/yaml_edit.hpp"
+#include "io/config/numbers.hpp"
+#include "io/edit/yaml_edit.hpp"
 
 using namespace memplan::io;
 

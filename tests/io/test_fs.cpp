@@ -15,9 +15,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "io/config_loader.hpp"
+#include "io/config/config_loader.hpp"
 #include "io/fs.hpp"
-#include "io/model_source.hpp"
+#include "io/model/model_source.hpp"
 
 using namespace memplan;
 using namespace memplan::io;

@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "io/config_loader.hpp"
+#include "io/config/config_loader.hpp"
 #include "io/inputs.hpp"
 
 using namespace memplan;

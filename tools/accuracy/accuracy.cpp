@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/training_flags.hpp"
-#include "io/measurement.hpp"
+#include "io/measure/measurement.hpp"
 #include "memplan/engine.hpp"
 #include "memplan/plan.hpp"
 

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/sim/program.hpp"
-#include "io/model_source.hpp"
+#include "io/model/model_source.hpp"
 #include "memplan/engine.hpp"
 #include "support/encoder_step.hpp"
 #include "support/invariants.hpp"

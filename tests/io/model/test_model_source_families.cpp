@@ -1,0 +1,272 @@
+// The model families of issue 31: GLM-4.5 (glm4_moe), InternLM3, the refusals that name the block
+// memplan does not model, and unknown model types read as a Llama-compatible layout
+// (docs/models.md#families-of-2025).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "io/model/model_source.hpp"
+#include "memplan/engine.hpp"
+#include "support/invariants.hpp"
+
+using namespace memplan;
+
+namespace {
+
+const ModelSpec& catalog_spec(const std::string& name) {
+  static auto catalog = io::load_catalog();
+  REQUIRE(catalog.has_value());
+  const io::CatalogEntry* c = io::find_catalog_entry(*catalog, name);
+  REQUIRE(c != nullptr);
+  return c->spec;
+}
+
+TrainingConfig lora_config() {
+  TrainingConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 512;
+  c.torch_dtype = DType::kBFloat16;
+  c.device = Device::kCuda;
+  c.gradient_checkpointing = true;
+  c.lora.enabled = true;
+  return c;
+}
+
+// The tiny Llama of test_model_source.cpp: embeddings 2 x 100 x 64, 2 layers of 36,992, final norm 64.
+constexpr std::int64_t kTinyLlamaParams = 12'800 + 2 * 36'992 + 64;
+const std::string kLlamaKeys = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100)";
+
+}  // namespace
+
+TEST_CASE("GLM-4.5-Air: total and active counts by hand, modules as Glm4MoeForCausalLM builds them") {
+  const ModelSpec& m = catalog_spec("zai-org/GLM-4.5-Air");
+  CHECK(m.model_type == "glm4_moe");
+  CHECK_FALSE(m.moe.is_moe_layer(0));  // first_k_dense_replace 1
+  CHECK(m.moe.is_moe_layer(1));
+  CHECK(m.moe.is_moe_layer(45));
+  CHECK(m.moe.num_shared_experts == 1);
+  CHECK(m.moe.shared_intermediate_size == 1408);
+  // By hand (python, from the modules): embed_tokens + lm_head 2 x 151,552 x 4,096 = 1,241,513,984;
+  // attention per layer q 4,096 x 12,288 + 12,288, k and v 4,096 x 1,024 + 1,024 each, o 12,288 x
+  // 4,096 = 109,061,120, norms 8,192; layer 0's MLP 3 x 4,096 x 10,944 = 134,479,872; an MoE layer
+  // router 524,288 + bias 128, each expert 3 x 4,096 x 1,408 = 17,301,504 (128 routed, 1 shared).
+  const ParameterCounts c = count_parameters(m);
+  CHECK(c.total == 106'852'251'264LL);
+  // Active: 8 of the 128 routed experts. The model card's "12B active" leaves the embeddings out:
+  // 13,424,129,664 - 1,241,513,984 = 12,182,615,680.
+  CHECK(c.active_per_token == 13'424'129'664LL);
+  for (const auto& l : layer_linears(m, 1)) {
+    INFO(l.name);
+    if (l.name == "q_proj" || l.name == "k_proj" || l.name == "v_proj") CHECK(l.bias);
+    if (l.name == "o_proj") CHECK_FALSE(l.bias);
+    if (l.name == "gate") CHECK_FALSE(l.nn_linear);  // Glm4MoeTopkRouter.weight is a bare Parameter
+  }
+}
+
+TEST_CASE("InternLM3-8B: a Llama-compatible layout, qkv_bias and bias read") {
+  const ModelSpec& m = catalog_spec("internlm3-8b");
+  const ParameterCounts c = count_parameters(m);
+  CHECK(c.total == 8'804'241'408LL);  // by hand in configs/models/internlm3-8b.json; the Hub: 8.8B
+  CHECK(c.active_per_token == c.total);
+  auto biased = io::parse_hf_config(R"({"model_type": "internlm3", "qkv_bias": true, "bias": true, )" + kLlamaKeys +
+                                        "}",
+                                    "c.json");
+  REQUIRE(biased.has_value());
+  CHECK(biased->qkv_bias);
+  CHECK(biased->o_bias);
+  CHECK(biased->mlp_bias);
+  // q 64 + k, v 2 x 32, o 64 and the MLP 2 x 128 + 64 biases per layer.
+  CHECK(count_parameters(*biased).total == kTinyLlamaParams + 2 * (64 + 64 + 64 + 320));
+}
+
+TEST_CASE("GLM-4.5-Air and InternLM3 estimate end to end under LoRA with checkpointing") {
+  for (const char* name : {"glm-4.5-air", "internlm3-8b"}) {
+    INFO(name);
+    auto e = estimate(catalog_spec(name), lora_config());
+    REQUIRE(e.has_value());
+    memplan::testing::require_consistent(*e);
+  }
+}
+
+TEST_CASE("families whose blocks are not modelled are refused with the block named") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"gpt_oss", "its attention sinks, its experts (fused gate_up_proj with biases and a clamped SwiGLU) and their "
+                  "MXFP4 weights are not modelled"},
+      {"qwen3_next", "its Gated DeltaNet linear-attention layers and gated full attention are not modelled"},
+      {"nemotron_h", "its Mamba-2 mixer layers are not modelled"},
+      {"lfm2", "its gated short-convolution layers are not modelled"},
+      {"deepseek_v32", "its sparse-attention indexer (index_n_heads, index_head_dim, index_topk) is not modelled"},
+      {"starcoder2", "its non-gated MLP with biases (c_fc, c_proj) and its residual and embedding dropout are not "
+                     "modelled"},
+  };
+  for (const auto& [type, why] : cases) {
+    INFO(type);
+    auto r = io::parse_hf_config(std::string(R"({"model_type": ")") + type + "\", " + kLlamaKeys + "}", "c.json");
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().to_string() == std::string("c.json: model_type '") + type + "' is not supported: " + why +
+                                       "; use --model-params for a Llama-shaped estimate of the same size");
+  }
+}
+
+TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and says so") {
+  const std::string text = R"({"model_type": "acme_lm", "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+      "tie_word_embeddings": false, )" + kLlamaKeys + "}";
+  std::string assumption;
+  auto m = io::parse_hf_config(text, "c.json", assumption);
+  REQUIRE(m.has_value());
+  CHECK(m->model_type == "llama");
+  CHECK(count_parameters(*m).total == kTinyLlamaParams);
+  CHECK(assumption ==
+        "model_type 'acme_lm' is not known; its config.json has the keys of a Llama-compatible layout and nothing "
+        "else, so it is read as a Llama (q/k/v/o attention, gated MLP, RMSNorm); parameter counts and memory are "
+        "right only if its modules are a Llama's");
+  // Without a place to state the assumption (parse_hf_config's plain form, the catalog) it is refused.
+  CHECK_FALSE(io::parse_hf_config(text, "c.json").has_value());
+
+  SECTION("a key of a block a Llama lacks is named") {
+    auto moe = io::parse_hf_config(R"({"model_type": "acme_moe", "num_local_experts": 8, )" + kLlamaKeys + "}",
+                                   "c.json", assumption);
+    REQUIRE_FALSE(moe.has_value());
+    CHECK(moe.error().message ==
+          "model_type 'acme_moe' is not supported: its config.json has \"num_local_experts\", a block memplan does not "
+          "model for this type");
+    auto hybrid = io::parse_hf_config(
+        R"({"model_type": "acme_hybrid", "layer_types": ["full_attention", "linear_attention"], )" + kLlamaKeys + "}",
+        "c.json", assumption);
+    REQUIRE_FALSE(hybrid.has_value());
+    CHECK(hybrid.error().message ==
+          "model_type 'acme_hybrid' is not supported: its config.json has \"layer_types\", a block memplan does not "
+          "model for this type");
+  }
+  SECTION("a sliding window is a block a Llama lacks; a null one is no window") {
+    auto sw = io::parse_hf_config(R"({"model_type": "acme_sw", "sliding_window": 4096, )" + kLlamaKeys + "}", "c.json",
+                                  assumption);
+    REQUIRE_FALSE(sw.has_value());
+    CHECK(sw.error().message ==
+          "model_type 'acme_sw' is not supported: its config.json has \"sliding_window\", a block memplan does not "
+          "model for this type");
+    CHECK(io::parse_hf_config(R"({"model_type": "acme_sw", "sliding_window": null, )" + kLlamaKeys + "}", "c.json",
+                              assumption)
+              .has_value());
+  }
+  SECTION("a missing Llama key is named") {
+    auto r = io::parse_hf_config(R"({"model_type": "acme_lm", "hidden_size": 64, "num_hidden_layers": 2})", "c.json",
+                                 assumption);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message ==
+          "model_type 'acme_lm' is not supported: its config.json has no \"intermediate_size\", so it cannot be read "
+          "as a Llama-compatible layout");
+  }
+  SECTION("--model PATH states the assumption as a note") {
+    const auto dir = std::filesystem::temp_directory_path() / "memplan_test_unknown_type";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "config.json") << text;
+    auto r = io::resolve_model_source((dir / "config.json").string(), io::ModelSearchEnv{});
+    std::filesystem::remove_all(dir);
+    REQUIRE(r.has_value());
+    CHECK(r->via == (dir / "config.json").string() + ": " + assumption);
+    CHECK(count_parameters(r->spec).total == kTinyLlamaParams);
+  }
+}
+
+TEST_CASE("glm4_moe: a GLM-4.5/4.7-sized config without its bias and q/k-norm keys, and Glm4MoeConfig's MoE defaults") {
+  // GLM-4.7's shape as a public test fixture spells it (hidden 5120, 92 layers, 160 experts of
+  // 1536, 3 dense layers of 12288): attention_bias and use_qk_norm absent, so false.
+  auto m = io::parse_hf_config(R"({"model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288,
+      "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+      "vocab_size": 151552, "n_routed_experts": 160, "num_experts_per_tok": 8, "n_shared_experts": 1,
+      "moe_intermediate_size": 1536, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1,
+      "tie_word_embeddings": false, "torch_dtype": "bfloat16"})",
+                               "glm47.json");
+  REQUIRE(m.has_value());
+  // By hand: embeddings 2 x 151,552 x 5,120; per layer attention 2 x 5,120 x 12,288 + 2 x 5,120 x
+  // 1,024 and 2 norms; 3 dense MLPs 3 x 5,120 x 12,288; 89 MoE layers of router 160 x 5,120 + 160
+  // and 161 experts of 3 x 5,120 x 1,536 (8 + 1 active). The model card's GLM-4.5: 355B total
+  // (with its MTP layer), 32B active; here 32,079,031,200 without the embeddings.
+  const ParameterCounts c = count_parameters(*m);
+  CHECK(c.total == 352'796'486'560LL);
+  CHECK(c.active_per_token == 33'630'923'680LL);
+  // Only the sizes: every MoE key from Glm4MoeConfig's defaults (128 experts of 1408, 1 shared,
+  // top-8, the first layer dense).
+  auto d = io::parse_hf_config(R"({"model_type": "glm4_moe", "head_dim": 128, )" + kLlamaKeys + "}", "c.json");
+  REQUIRE(d.has_value());
+  CHECK(d->moe.num_experts == 128);
+  CHECK(d->moe.expert_intermediate_size == 1408);
+  CHECK(d->moe.num_shared_experts == 1);
+  CHECK(d->moe.experts_per_token == 8);
+  CHECK(d->moe.first_dense_layers == 1);
+}
+
+TEST_CASE("MPNet (all-mpnet-base-v2): modules, the relative-attention table, an end-to-end estimate") {
+  const ModelSpec& m = catalog_spec("all-mpnet-base-v2");
+  CHECK(m.is_encoder());
+  CHECK(m.head == EncoderHead::kPooling);
+  CHECK(m.type_vocab_size == 0);  // MPNetEmbeddings has no token-type table
+  CHECK(m.relative_attention_buckets == 32);
+  const auto mods = encoder_layer_linears(m);
+  REQUIRE(mods.size() == 6);
+  CHECK(mods[0].name == "attn.q");
+  CHECK(mods[3].name == "attn.o");
+  // 109,486,464 by hand (configs/models/all-mpnet-base-v2.json); the embeddings' share:
+  // 30,527 x 768 + 514 x 768, and the 32 x 12 bias table.
+  const ParameterCounts c = count_parameters(m);
+  CHECK(c.total == 109'486'464);
+  CHECK(c.position_embedding == 514 * 768 + 32 * 12);
+
+  TrainingConfig t;
+  t.micro_batch = 4;
+  t.seq_len = 384;  // all-mpnet-base-v2's max_seq_length
+  t.device = Device::kCuda;
+  auto e = estimate(m, t);
+  REQUIRE(e.has_value());
+  memplan::testing::require_consistent(*e);
+  CHECK(e->params.total == 109'486'464);
+
+  // PEFT has no default targets for mpnet; transformers has no SDPA path and no checkpointing for it.
+  t.lora.enabled = true;
+  auto lora = estimate(m, t);
+  REQUIRE_FALSE(lora.has_value());
+  CHECK(lora.error().message == "PEFT has no default LoRA target modules for model_type 'mpnet'");
+  t.lora.enabled = false;
+  t.gradient_checkpointing = true;
+  auto ckpt = estimate(m, t);
+  REQUIRE_FALSE(ckpt.has_value());
+  CHECK(ckpt.error().message ==
+        "MPNet does not support gradient checkpointing: transformers raises \"MPNetModel does not support gradient "
+        "checkpointing.\"");
+}
+
+TEST_CASE("MPNet's position bias: more forward memory than a BERT of the same shape, within what it adds") {
+  // The same sizes as BERT and as MPNet (no token types, 514 positions, no relative table in BERT):
+  // the forward of MPNet holds the position bias (b x 12 x s x s fp32) through every layer.
+  const std::string sizes = R"("hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 2,
+      "num_attention_heads": 12, "vocab_size": 1000, "max_position_embeddings": 514)";
+  auto mp = io::parse_hf_config(R"({"model_type": "mpnet", )" + sizes + "}", "m.json");
+  auto bert = io::parse_hf_config(R"({"model_type": "bert", "type_vocab_size": 0, )" + sizes + "}", "b.json");
+  REQUIRE(mp.has_value());
+  REQUIRE(bert.has_value());
+  TrainingConfig t;
+  t.micro_batch = 2;
+  t.seq_len = 512;
+  t.device = Device::kCuda;
+  t.attn = AttnImpl::kEager;
+  auto a = estimate(*mp, t);
+  auto b = estimate(*bert, t);
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  memplan::testing::require_consistent(*a);
+  // MPNet only adds memory to BERT's forward, and at most, all at once: the bias 2 x 12 x 512 x
+  // 512 x 4 = 25,165,824 bytes, the looked-up (s, s, heads) fp32 values 12,582,912, three (s, s)
+  // int64 and two fp32 bucket temporaries 8,388,608. Where the two forward peaks fall decides how
+  // much of it shows (the bias is dropped before the pooling; nothing saves it for backward).
+  const auto forward_peak = [](const Estimate& e) {
+    for (const auto& p : e.phases)
+      if (p.phase == Phase::kForward) return p.peak.count();
+    return std::int64_t{-1};
+  };
+  const std::int64_t more = forward_peak(*a) - forward_peak(*b);
+  CHECK(more > 0);
+  CHECK(more <= 25'165'824 + 12'582'912 + 8'388'608);
+}
