@@ -32,16 +32,8 @@ namespace memplan {
 // docs/plan.md#safety-margin
 Bytes default_safety_margin(Bytes capacity);
 
-// PYTORCH_CUDA_ALLOC_CONF as PyTorch's CUDACachingAllocator parses it: comma-separated
-// key:value pairs (c10/cuda/CUDAAllocatorConfig.cpp). Only the keys that change how much of the
-// GPU a step can use are kept; the rest are listed in `other`.
-struct AllocatorConf {
-  std::string text;                               // as given ("" = PyTorch's defaults)
-  bool expandable_segments = false;               // expandable_segments:True
-  std::optional<std::int64_t> max_split_size_mb;  // max_split_size_mb:N
-  std::optional<double> garbage_collection_threshold;  // garbage_collection_threshold:0.6
-  std::vector<std::string> other;                 // other keys, kept for the message
-};
+// AllocatorConf (PYTORCH_CUDA_ALLOC_CONF) is in training.hpp: the estimate replays it.
+
 
 // Errors quote the bad pair: "PYTORCH_CUDA_ALLOC_CONF: expandable_segments must be True or
 // False, got 'yes'".

@@ -249,6 +249,30 @@ struct ParallelConfig {
   bool operator==(const ParallelConfig&) const = default;
 };
 
+// PYTORCH_CUDA_ALLOC_CONF as PyTorch's CUDACachingAllocator parses it: comma-separated
+// key:value pairs (c10/cuda/CUDAAllocatorConfig.cpp). Only the keys that change how much of the
+// GPU a step can use are kept; the rest are listed in `other`.
+struct AllocatorConf {
+  std::string text;                               // as given ("" = PyTorch's defaults)
+  bool expandable_segments = false;               // expandable_segments:True
+  std::optional<std::int64_t> max_split_size_mb;  // max_split_size_mb:N
+  std::optional<double> garbage_collection_threshold;  // garbage_collection_threshold:0.6
+  std::vector<std::string> other;                 // other keys, kept for the message
+  bool operator==(const AllocatorConf&) const = default;
+};
+
+// The lengths a run's micro-batches take, for the caching-allocator replay
+// (docs/formulas.md#sequence-lengths). Empty `histogram`: every micro-batch is seq_len tokens long
+// (padding to max_length, or packing). Otherwise each micro-batch is padded to its longest example
+// (the collators' padding="longest"), examples drawn from the histogram (length, weight) and
+// truncated at seq_len; `steps` micro-batches are drawn (a fixed seed: the same answer each run).
+struct SequenceLengths {
+  std::vector<std::pair<std::int64_t, double>> histogram;
+  std::int64_t steps = 1000;
+  std::int64_t pad_to_multiple_of = 1;
+  bool operator==(const SequenceLengths&) const = default;
+};
+
 struct TrainingConfig {
   Method method = Method::kSft;
   std::int64_t micro_batch = 1;        // per_device_train_batch_size (sequences; GRPO: completions)
@@ -268,6 +292,12 @@ struct TrainingConfig {
   DpoConfig dpo;
   GrpoConfig grpo;
   ParallelConfig parallel;
+  // The caching allocator's settings and the run's sequence lengths: reserved memory is replayed
+  // from them (docs/formulas.md#the-caching-allocator). empty_cache_steps: HF Trainer's
+  // torch_empty_cache_steps (0: never).
+  AllocatorConf allocator;
+  SequenceLengths lengths;
+  std::int64_t empty_cache_steps = 0;
   // transformers' causal-LM loss (docs/formulas.md#logits-and-loss): >= 4.49 pads the labels;
   // 4.46-4.48 ForCausalLMLoss shifts the fp32 logits with a contiguous copy; <= 4.45 does the same
   // inside the model forward after rebinding `logits = logits.float()` (the 16-bit logits go).

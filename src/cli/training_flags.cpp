@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <tuple>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/exit_codes.hpp"
+#include "cli/plan_flags.hpp"
 #include "io/allocator_env.hpp"
 #include "io/fs.hpp"
 #include "io/model/model_source.hpp"
@@ -117,6 +119,20 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
       ->group("Training");
   app.add_option("--grad-accum,--gradient-accumulation-steps", f.grad_accum, "Gradient accumulation steps")
       ->group("Training");
+  app.add_option("--length-histogram", f.length_histogram,
+                 "Example lengths LEN:WEIGHT,... (tokens): micro-batches padded to their longest example, "
+                 "replayed through the caching allocator for reserved memory")
+      ->group("Training");
+  app.add_option("--length-steps", f.length_steps, "Micro-batches drawn from --length-histogram (default 1000)")
+      ->group("Training")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{10000000}));
+  app.add_option("--pad-to-multiple-of", f.pad_to_multiple_of, "Collator padding multiple (default 1)")
+      ->group("Training")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  app.add_option("--empty-cache-steps,--torch-empty-cache-steps", f.empty_cache_steps,
+                 "torch.cuda.empty_cache() every N steps (HF torch_empty_cache_steps)")
+      ->group("Training")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   app.add_option("--torch-dtype", f.torch_dtype, "dtype the weights are loaded in: float32 (default), bfloat16, float16")
       ->group("Precision");
   app.add_flag("--bf16", f.bf16, "bf16 autocast mixed precision (HF Trainer --bf16)")->group("Precision");
@@ -399,6 +415,38 @@ Result<io::ResolvedInputs> apply_stack_inputs(const TrainingFlags& f, io::Resolv
 
 }  // namespace
 
+Result<std::vector<std::pair<std::int64_t, double>>> parse_length_histogram(std::string_view text) {
+  std::vector<std::pair<std::int64_t, double>> out;
+  std::vector<std::string> items;
+  for (std::size_t from = 0;;) {
+    const std::size_t comma = text.find(',', from);
+    items.emplace_back(text.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from));
+    if (comma == std::string_view::npos) break;
+    from = comma + 1;
+  }
+  for (const std::string& item : items) {
+    const std::string t = trim(item);
+    const auto colon = t.find(':');
+    if (colon == std::string::npos)
+      return make_error(ErrorCode::kInvalidArgument, fmt::format("'{}' is not LEN:WEIGHT", t),
+                        "write the example lengths and their shares, e.g. 256:40,512:35,2048:25");
+    auto len = parse_int(trim(t.substr(0, colon)), "length");
+    auto w = parse_double(trim(t.substr(colon + 1)), "weight");
+    if (!len || *len < 1 || *len > (std::int64_t{1} << 30))
+      return make_error(ErrorCode::kInvalidArgument, fmt::format("'{}': the length must be a positive token count", t));
+    if (!w || !(*w >= 0) || !std::isfinite(*w))
+      return make_error(ErrorCode::kInvalidArgument, fmt::format("'{}': the weight must be a finite number >= 0", t));
+    out.emplace_back(*len, *w);
+  }
+  double total = 0;
+  for (const auto& [l, w] : out) total += w;
+  if (out.empty() || !(total > 0))
+    return make_error(ErrorCode::kInvalidArgument, "the length histogram has no weight",
+                      "write e.g. 256:40,512:35,2048:25");
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::ResolvedInputs in) {
   TrainingConfig& c = in.config;
   auto given = [&](const char* name) { return flag_given(f, name); };
@@ -436,6 +484,18 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (given("--grad-accum")) {
     c.grad_accum = f.grad_accum;
     mark("grad_accum", "--grad-accum");
+  }
+  if (given("--length-histogram")) {
+    auto h = parse_length_histogram(f.length_histogram);
+    if (!h) return flag_error("--length-histogram", h.error());
+    c.lengths.histogram = std::move(*h);
+    mark("lengths", "--length-histogram");
+  }
+  if (given("--length-steps")) c.lengths.steps = f.length_steps;
+  if (given("--pad-to-multiple-of")) c.lengths.pad_to_multiple_of = f.pad_to_multiple_of;
+  if (given("--empty-cache-steps")) {
+    c.empty_cache_steps = f.empty_cache_steps;
+    mark("empty_cache_steps", "--empty-cache-steps");
   }
   if (given("--torch-dtype")) {
     auto d = parse_dtype(f.torch_dtype);
@@ -1032,7 +1092,20 @@ Result<io::ConfigRequest> config_request(const TrainingFlags& f, const std::vect
 
 }  // namespace
 
+namespace {
+Result<Inputs> load_inputs_from(const TrainingFlags& f, const std::vector<std::string>& more_files, io::FileSystem& fs);
+}
+
 Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string>& more_files, io::FileSystem& fs) {
+  MEMPLAN_TRY(Inputs out, load_inputs_from(f, more_files, fs));
+  // The allocator settings the run will have (its files, else this environment) for the
+  // caching-allocator replay; a malformed one is reported where the budget reads it.
+  if (auto m = allocator_margin(Bytes::zero(), &out.resolved); m) out.resolved.config.allocator = m->conf;
+  return out;
+}
+
+namespace {
+Result<Inputs> load_inputs_from(const TrainingFlags& f, const std::vector<std::string>& more_files, io::FileSystem& fs) {
   Inputs out;
   MEMPLAN_TRY(io::ConfigRequest req, config_request(f, more_files, fs));
   if (req.files.empty()) {
@@ -1061,6 +1134,7 @@ Result<Inputs> load_inputs(const TrainingFlags& f, const std::vector<std::string
   out.loaded = std::move(loaded);
   return out;
 }
+}  // namespace
 
 Result<io::ResolvedInputs> resolve_training_args(const std::vector<std::string>& args) {
   CLI::App app{"training flags"};

@@ -37,6 +37,10 @@ struct TrainingFlags {
   std::int64_t batch = 0;
   std::int64_t seq_len = 0;
   std::int64_t grad_accum = 0;
+  std::string length_histogram;   // --length-histogram LEN:WEIGHT,...
+  std::int64_t length_steps = 0;  // --length-steps N
+  std::int64_t pad_to_multiple_of = 0;
+  std::int64_t empty_cache_steps = 0;
   std::string torch_dtype;
   bool bf16 = false;
   bool fp16 = false;
@@ -128,6 +132,9 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags);
 
 // Applies the flags that were given on top of `base` (defaults or values read from config
 // files), recording each flag's origin. The model is resolved last.
+// --length-histogram: LEN:WEIGHT pairs, sorted by length.
+Result<std::vector<std::pair<std::int64_t, double>>> parse_length_histogram(std::string_view text);
+
 Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& flags, io::ResolvedInputs base);
 
 // Makes every integer option of `app` and its subcommands read decimal only, the way people

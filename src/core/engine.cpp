@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <optional>
 #include <set>
 #include <span>
@@ -21,6 +22,7 @@
 #include "core/parallel.hpp"
 #include "core/pipeline.hpp"
 #include "core/sharding.hpp"
+#include "core/sim/caching_allocator.hpp"
 #include "core/sim/program.hpp"
 #include "memplan/text.hpp"
 
@@ -552,6 +554,10 @@ struct Estimator::Impl {
   std::vector<std::string> assumptions;
   std::vector<std::string> warnings;
   std::shared_ptr<Programs> programs;
+  // The caching allocator replayed over the step of the rank at (b, s) and the run's lengths
+  // (docs/formulas.md#the-caching-allocator); nullopt where no trace exists (encoders) or sizes
+  // overflow.
+  std::optional<sim::ReplayResult> replay(const RankSim& rank, std::int64_t b, std::int64_t s);
 };
 
 namespace {
@@ -830,18 +836,33 @@ std::vector<std::size_t> undominated(const std::vector<Candidate>& in, const std
 }
 
 // Memory outside live tensors (docs/formulas.md#runtime-overhead). None on the CPU. On CUDA:
-// the caching allocator's reserve above the allocated peak (block rounding and fragmentation)
-// and the CUDA context with loaded kernel images and library handles. Both are measured
-// averages (tests/data/measurements/cuda_h100.json), not simulated: the plan's safety margin
-// covers their spread.
-void add_runtime_overhead(const TrainingConfig& c, Estimate& e) {
+// the caching allocator's reserve above the allocated peak (block rounding and fragmentation),
+// replayed from the step's allocations (docs/formulas.md#the-caching-allocator) where a trace
+// exists, else the measured median of 9%; and the CUDA context with loaded kernel images and
+// library handles (measured, tests/data/measurements/cuda_h100.json).
+void add_runtime_overhead(const TrainingConfig& c, Estimate& e, const std::optional<sim::ReplayResult>& replayed) {
   e.reserved = e.peak;
   e.total = e.peak;
   if (c.device != Device::kCuda) return;
   constexpr std::int64_t kSegment = 2LL << 20;  // the allocator reserves 2 MiB-multiple segments
-  // The median of max_memory_reserved / max_memory_allocated over the H100 measurements is
-  // 1.09 (spread 1.02-1.40: Adafactor's and checkpointing's many odd-sized temporaries most).
-  const std::int64_t slack = std::max<std::int64_t>(e.peak.count() / 100 * 9, kSegment);
+  std::int64_t slack = 0;
+  if (replayed) {
+    // What the allocator holds beyond its blocks in use at its worst moment: the replay's reserved
+    // peak over its allocated peak, added to the engine's own (sharded, extrapolated) peak.
+    slack = std::max<std::int64_t>(0, replayed->peak_reserved - replayed->peak_allocated);
+    e.assumptions.push_back(fmt::format(
+        "reserved: the caching allocator replayed over the step's {} allocations{}{}: {:.2f} GiB reserved beyond "
+        "the allocated peak ({} segments)",
+        replayed->allocations,
+        c.lengths.histogram.empty() ? std::string()
+                                    : fmt::format(", {} micro-batches padded to their longest example", c.lengths.steps),
+        c.allocator.expandable_segments ? ", expandable_segments:True" : "",
+        static_cast<double>(slack) / static_cast<double>(1LL << 30), replayed->segments));
+  } else {
+    // The median of max_memory_reserved / max_memory_allocated over the H100 measurements is
+    // 1.09 (spread 1.02-1.40: Adafactor's and checkpointing's many odd-sized temporaries most).
+    slack = std::max<std::int64_t>(e.peak.count() / 100 * 9, kSegment);
+  }
   e.reserved = Bytes::of((e.peak.count() + slack + kSegment - 1) / kSegment * kSegment);
   e.overhead.push_back({"cuda_context", Bytes::mib(768), Placement::kPerDevice,
                         "CUDA context, kernel images and library handles (measured 767-779 MiB on an H100, "
@@ -1070,6 +1091,17 @@ struct ProgramBuild {
   int class_of(int cls) const { return (batch_one_differs ? cls % 2 : 1) + (window_differs ? cls / 2 * 2 : 0); }
 };
 
+// The program of a pipeline stage for a class (docs/formulas.md#pipeline-parallelism).
+static sim::ProgramSpec stage_program(const sim::ProgramSpec& sp, const PipelineRank& rk, int cls, const TrainingConfig& config) {
+  sim::ProgramSpec s = sp;
+  s.stage_embedding = rk.embedding;
+  s.stage_head = rk.head;
+  s.free_stage_output = config.parallel.megatron_core;
+  s.batch_one = cls % 2 == 0;
+  s.sdpa_sliding_mask = sp.sdpa_sliding_mask || cls >= 2;
+  return s;
+}
+
 // Simulates, extrapolates, shards and prunes the programs of one half of the classes: 0 (s below
 // the sliding window, or no window) or 1 (s at or past it). Each half writes only its own
 // classes' slots, so the two may be built by different threads.
@@ -1085,15 +1117,7 @@ void Estimator::Impl::build_half(int half) {
   for (const int cls : pb.classes)
     if (cls / 2 == half) classes.push_back(cls);
   // The program of a stage for a class (docs/formulas.md#pipeline-parallelism).
-  const auto stage_spec = [&](const PipelineRank& rk, int cls) {
-    sim::ProgramSpec s = sp;
-    s.stage_embedding = rk.embedding;
-    s.stage_head = rk.head;
-    s.free_stage_output = config.parallel.megatron_core;
-    s.batch_one = cls % 2 == 0;
-    s.sdpa_sliding_mask = sp.sdpa_sliding_mask || cls >= 2;
-    return s;
-  };
+  const auto stage_spec = [&](const PipelineRank& rk, int cls) { return stage_program(sp, rk, cls, config); };
   // The reduced-model runs of a stage kind, simulated once and extrapolated per layer count.
   // Every run is independent of the others: they run in parallel (docs/plan.md#speed); a run
   // an estimator this one derives from (or another derived one) has made is not made again.
@@ -1840,6 +1864,86 @@ Result<Estimate> Estimator::at_phase(std::int64_t b, std::int64_t s, Phase phase
   return at_impl(b, s, phase);
 }
 
+// The lengths of the micro-batches a replay runs (docs/formulas.md#sequence-lengths): the
+// first, each one longer than all before it (only those can need new segments: a shorter batch
+// fits the blocks a longer one left cached), and the longest again after the optimizer's state
+// exists. Fixed lengths: three steps at s (the measured step of tools/measure is the third).
+std::vector<std::int64_t> replay_lengths(const SequenceLengths& l, std::int64_t b, std::int64_t s) {
+  if (l.histogram.empty()) return {s, s, s};
+  double total = 0;
+  for (const auto& [len, w] : l.histogram) total += std::max(0.0, w);
+  if (!(total > 0)) return {s, s, s};
+  std::mt19937_64 rng(0);  // fully specified by the standard: the same draws everywhere
+  const auto draw = [&] {
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+    double acc = 0;
+    for (const auto& [len, w] : l.histogram) {
+      acc += std::max(0.0, w);
+      if (u < acc) return len;
+    }
+    return l.histogram.back().first;
+  };
+  const std::int64_t pad = std::max<std::int64_t>(1, l.pad_to_multiple_of);
+  std::vector<std::int64_t> out;
+  std::int64_t longest = 0;
+  for (std::int64_t k = 0; k < std::max<std::int64_t>(1, l.steps); ++k) {
+    std::int64_t m = 1;
+    for (std::int64_t i = 0; i < b; ++i) m = std::max(m, draw());
+    m = std::min(s, (m + pad - 1) / pad * pad);
+    if (out.empty() || m > longest) out.push_back(m);
+    longest = std::max(longest, m);
+  }
+  out.push_back(longest);
+  return out;
+}
+
+std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, std::int64_t b, std::int64_t s) {
+  try {
+    const std::size_t cls = program_class(b, s, window_from);
+    ensure(cls);
+    const PipelineRank& rk = build->stages[rank.sim].rank;
+    sim::ProgramSpec every = stage_program(build->sp, rk, static_cast<int>(build->class_of(static_cast<int>(cls))), config);
+    every.model_layers.clear();
+    every.layer_slots.clear();
+    for (int l = rk.first_layer; l < rk.first_layer + rk.layers; ++l) every.model_layers.push_back(l);
+    every.trace = true;
+    const auto run = programs->run(every);
+    const sim::AllocTrace& trace = run->trace;
+    if (trace.ops.empty()) return std::nullopt;
+    std::vector<sim::ReplayStep> steps;
+    for (const std::int64_t len : replay_lengths(config.lengths, b, s)) steps.push_back({b, local_seq(config, len)});
+    // The optimizer's state and temporaries per byte of trainable parameter (optimizer_model).
+    const StageSim& st = sims[rank.sim];
+    sim::OptimizerAllocations opt;
+    std::int64_t param_bytes = 0, values = 0;
+    for (const auto& p : st.opt_params) {
+      param_bytes += p.numel * p.elem_bytes * p.count;
+      values += p.numel * p.count;
+    }
+    if (param_bytes > 0) {
+      opt.state_ratio = static_cast<double>(st.opt.state_bytes) / static_cast<double>(param_bytes);
+      // Adam's two fp32 moments are 8 bytes per value; one-state optimizers (SGD momentum, Lion,
+      // Adagrad) 4 or fewer.
+      opt.state_tensors = st.opt.state_bytes == 0 ? 0 : (st.opt.state_bytes > 5 * values ? 2 : 1);
+      const std::string& impl = st.opt.implementation;
+      opt.per_param_temps = impl.find("foreach") == std::string::npos && impl.find("fused") == std::string::npos;
+      if (opt.per_param_temps) {
+        std::int64_t largest = 0;
+        for (const auto& p : st.opt_params) largest = std::max<std::int64_t>(largest, p.numel * p.elem_bytes);
+        opt.temp_ratio = largest > 0 ? static_cast<double>(st.opt.temp_bytes) / static_cast<double>(largest) : 0;
+      } else {
+        opt.temp_ratio = static_cast<double>(st.opt.temp_bytes) / static_cast<double>(param_bytes);
+      }
+    }
+    sim::CachingAllocatorSettings settings;
+    settings.expandable_segments = config.allocator.expandable_segments;
+    if (config.allocator.max_split_size_mb) settings.max_split_size = *config.allocator.max_split_size_mb << 20;
+    return sim::replay(trace, steps, opt, settings, static_cast<int>(std::min<std::int64_t>(config.empty_cache_steps, 1 << 20)));
+  } catch (const SizeOverflow&) {
+    return std::nullopt;
+  }
+}
+
 Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optional<Phase> only) const {
   TrainingConfig c = impl_->config;
   c.micro_batch = b;
@@ -1882,7 +1986,9 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
           c.parallel.megatron_core ? "stage outputs freed after their send, as Megatron-Core does"
                                    : "stage outputs kept until their backward, as torch.distributed.pipelining does"));
     }
-    add_runtime_overhead(impl_->config, e);
+    std::optional<sim::ReplayResult> replayed;
+    if (impl_->config.device == Device::kCuda) replayed = impl_->replay(*w.rank, b, s);
+    add_runtime_overhead(impl_->config, e, replayed);
     if (st.opt.paged_bytes > 0 && impl_->config.device == Device::kCuda) {
       // bitsandbytes paged states: unified memory outside the allocator, so outside the peak;
       // resident on the GPU while there is room, evicted to the CPU under pressure.

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "memplan/engine.hpp"
 #include "support/invariants.hpp"
 #include "support/models.hpp"
@@ -218,11 +220,15 @@ TEST_CASE("CUDA: the cuBLAS workspaces are inside the peak, the context outside;
   REQUIRE(cuda->overhead.size() == 1);
   CHECK(cuda->overhead[0].name == "cuda_context");
   CHECK(cuda->overhead[0].bytes == Bytes::mib(768));
-  // reserved: peak + 9% (the measured median of reserved / allocated), in 2 MiB segments.
+  // reserved: the caching allocator replayed over the step (docs/formulas.md#the-caching-allocator),
+  // whole 2 MiB segments above the peak; the 50 H100 measurements check its size (ctest
+  // accuracy_reserved).
   const std::int64_t seg = 2LL << 20;
-  const std::int64_t peak = cuda->peak.count();
-  const std::int64_t slack = std::max<std::int64_t>(peak / 100 * 9, seg);
-  CHECK(cuda->reserved.count() == (peak + slack + seg - 1) / seg * seg);
+  CHECK(cuda->reserved.count() % seg == 0);
+  CHECK(cuda->reserved >= cuda->peak);
+  CHECK(std::count_if(cuda->assumptions.begin(), cuda->assumptions.end(), [](const std::string& a) {
+          return a.rfind("reserved: the caching allocator replayed over the step's", 0) == 0;
+        }) == 1);
   CHECK(cuda->total == cuda->reserved + Bytes::mib(768));
 
   const auto cpu = estimate(toy_llama(), cfg(2, 128, DType::kBFloat16, Device::kCpu));

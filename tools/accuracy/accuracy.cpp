@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   double max_median = 100.0, max_error = 100.0, max_low = 100.0;
   bool verbose = false;
+  double max_reserved_median = 100.0, max_reserved_low = 100.0;
   std::vector<std::string> capacity_files;
   std::int64_t capacity_bytes = 85'520'809'984;  // nvidia-smi memory.total of the measured H100 (81559 MiB)
   app.add_option("files", files, "measurement JSON files")->required();
@@ -79,11 +80,18 @@ int main(int argc, char** argv) {
   app.add_option("--max-error", max_error, "fail if any |error| exceeds this percentage");
   app.add_option("--max-low", max_low, "fail if any case is predicted more than this percentage below its measurement");
   app.add_flag("--verbose", verbose, "print per-phase errors");
+  app.add_option("--max-reserved-median", max_reserved_median,
+                 "fail if the median |error| of max_memory_reserved exceeds this percentage");
+  app.add_option("--max-reserved-low", max_reserved_low,
+                 "fail if any max_memory_reserved is predicted more than this percentage low");
   app.add_option("--capacity", capacity_files, "capacity experiments to plan against (tests/data/capacity/)");
   app.add_option("--capacity-bytes", capacity_bytes, "GPU memory the capacity experiments ran on");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<double> errors, gap_errors;
+  // max_memory_reserved: the replayed caching allocator, and the flat 9 % it replaced.
+  std::vector<double> reserved_errors, flat_errors;
+  double reserved_lowest = 0.0, flat_lowest = 0.0;
   double lowest = 0.0;  // most negative signed error of the cases held to the thresholds
   int failures = 0;
   for (const auto& path : files) {
@@ -128,6 +136,18 @@ int main(int argc, char** argv) {
                                c.id, meas / 1048576.0, pred / 1048576.0, err, est->peak.count() - c.peak_bytes,
                                c.peak_phase, memplan::to_string(est->peak_phase),
                                c.known_gap.empty() ? "" : "  [known gap: " + c.known_gap + "]");
+      if (c.reserved_bytes > 0 && c.known_gap.empty() && config.device == memplan::Device::kCuda) {
+        const double rmeas = static_cast<double>(c.reserved_bytes);
+        const double rerr = 100.0 * (static_cast<double>(est->reserved.count()) - rmeas) / rmeas;
+        const double flat = pred + std::max(pred * 0.09, 2.0 * 1048576.0);
+        const double ferr = 100.0 * (flat - rmeas) / rmeas;
+        reserved_errors.push_back(std::fabs(rerr));
+        flat_errors.push_back(std::fabs(ferr));
+        reserved_lowest = std::min(reserved_lowest, rerr);
+        flat_lowest = std::min(flat_lowest, ferr);
+        std::cout << fmt::format("{:<44} reserved: measured {:>9.1f} MiB  predicted {:>9.1f} MiB  {:>+6.2f}%  (flat 9%: {:+.2f}%)\n",
+                                 "", rmeas / 1048576.0, est->reserved.as_mib(), rerr, ferr);
+      }
       if (verbose) {
         for (const auto& comp : est->components)
           std::cout << fmt::format("    {:<24} {:>10.2f} MiB\n", comp.name, comp.bytes.as_mib());
@@ -158,6 +178,18 @@ int main(int argc, char** argv) {
                            median, worst, max_median, max_error);
   if (max_low < 100.0)
     std::cout << fmt::format("lowest prediction {:+.2f}% (limit -{:.1f}%)\n", lowest, max_low);
+  if (!reserved_errors.empty()) {
+    const auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      const std::size_t k = v.size();
+      return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+    };
+    std::cout << fmt::format(
+        "reserved (max_memory_reserved), {} cases: replayed allocator median |error| {:.2f}%, max {:.2f}%, lowest "
+        "{:+.2f}%; flat 9% median {:.2f}%, max {:.2f}%, lowest {:+.2f}%\n",
+        reserved_errors.size(), med(reserved_errors), *std::max_element(reserved_errors.begin(), reserved_errors.end()),
+        reserved_lowest, med(flat_errors), *std::max_element(flat_errors.begin(), flat_errors.end()), flat_lowest);
+  }
   if (!gap_errors.empty()) {
     std::sort(gap_errors.begin(), gap_errors.end());
     std::cout << fmt::format("{} known gaps (not held to the limits): max |error| {:.2f}%\n", gap_errors.size(),
@@ -170,6 +202,13 @@ int main(int argc, char** argv) {
       std::cout << cap_failures << " capacity experiment(s) where the plan would run out of memory\n";
       return 1;
     }
+  }
+  if (!reserved_errors.empty()) {
+    std::vector<double> r = reserved_errors;
+    std::sort(r.begin(), r.end());
+    const std::size_t k = r.size();
+    const double rmed = k % 2 ? r[k / 2] : (r[k / 2 - 1] + r[k / 2]) / 2;
+    if (rmed > max_reserved_median || -reserved_lowest > max_reserved_low) return 1;
   }
   if (failures > 0 || median > max_median || worst > max_error || -lowest > max_low) return 1;
   return 0;

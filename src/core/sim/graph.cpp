@@ -65,12 +65,19 @@ int Graph::make(Poly numel, DT dt, Cat cat, bool requires_grad) {
   buffer_.push_back(-1);
   account<+1>(cat, t.numel, esize(dt));
   record();
-  return static_cast<int>(tensors_.size()) - 1;
+  const int id = static_cast<int>(tensors_.size()) - 1;
+  if (trace_ != nullptr) {
+    trace_->bytes.resize(tensors_.size());
+    trace_->bytes.back() = t.numel * esize(dt);
+    trace_->ops.push_back(id + 1);
+  }
+  return id;
 }
 
 int Graph::param(Poly numel, DT dt, Cat cat, bool trainable) {
   const int t = make(numel, dt, cat, trainable);
   at(t).is_param = true;
+  if (trace_ != nullptr && trainable) trace_->trainable.push_back(t);
   return t;
 }
 
@@ -96,6 +103,7 @@ void Graph::drop(int t) {
   flush();
   account<-1>(x.cat, x.numel, esize(x.dt));
   freed_since_event_ = true;
+  if (trace_ != nullptr) trace_->ops.push_back(-(t + 1));
 }
 
 void Graph::retag(int t, Cat cat) {

@@ -98,6 +98,17 @@ struct Tensor {
 
 class Graph;
 
+// Every allocation and free of a step in program order, for the caching-allocator replay
+// (caching_allocator.hpp, docs/formulas.md#the-caching-allocator). Views own no bytes and do not
+// appear; a tensor's bytes are a Poly in (b, s) like every size here.
+struct AllocTrace {
+  std::vector<Poly> bytes;         // per tensor id
+  std::vector<std::int32_t> ops;   // t + 1: tensor t allocated; -(t + 1): tensor t freed
+  std::size_t step_begin = 0;      // ops before it are set-up (parameters): alive across steps
+  std::vector<std::int32_t> trainable;  // tensor ids of the trainable parameters
+  std::size_t optimizer_at = 0;    // where optimizer.step() runs (before zero_grad's frees)
+};
+
 // A short list (a node's inputs, outputs, saved tensors; the gradients a backward rule gives): up
 // to N stored in place, so recording an op allocates nothing for them; longer lists (a concat of
 // many) spill.
@@ -386,6 +397,13 @@ class Graph {
   void set_recording(bool on) {
     flush();
     recording_ = on;
+    if (on && trace_ != nullptr && trace_->step_begin == 0) trace_->step_begin = trace_->ops.size();
+  }
+  // Records every allocation and free into `t` from now on (nullptr: none).
+  void set_trace(AllocTrace* t) { trace_ = t; }
+  // Marks where optimizer.step() runs in the trace (now).
+  void mark_optimizer_step() {
+    if (trace_ != nullptr) trace_->optimizer_at = trace_->ops.size();
   }
   // Maps the segment a node was created in to the segment its backward is recorded in.
   void set_backward_segment_map(std::function<int(int)> f) { backward_segment_ = std::move(f); }
@@ -467,6 +485,7 @@ class Graph {
   int segment_ = 0;
   int instance_ = 0;
   bool recording_ = true;
+  AllocTrace* trace_ = nullptr;
   bool freed_since_event_ = true;
   bool pending_ = false;  // allocations since the last event write
   std::function<int(int)> backward_segment_;

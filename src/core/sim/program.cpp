@@ -2461,6 +2461,7 @@ int Step::grpo_loss(int ref_logps) {
 
 ProgramResult Step::run() {
   ProgramResult res;
+  if (sp_.trace) g_.set_trace(&res.trace);
   g_.set_backward_segment_map([](int seg) {
     if (seg == kSegFwdPre) return static_cast<int>(kSegBwdPre);
     if (seg >= kSegFwdFirst && seg <= kSegFwdLast) return kSegBwdFirst + (seg - kSegFwdFirst);
@@ -2587,6 +2588,7 @@ ProgramResult Step::run() {
   if (loss >= 0) g_.drop(loss);
   g_.take_events(res.events, res.cats);
   res.params = params_;
+  g_.mark_optimizer_step();
   // zero_grad(set_to_none=True) after the optimizer step.
   g_.free_param_grads();
   res.end_of_step = g_.live();

@@ -147,6 +147,8 @@ struct ProgramSpec {
   // both give the same maximum).
   bool vision_all_blocks = false;
   // Every field: two equal specs run the same program (the engine shares their results).
+  // Record every allocation and free (ProgramResult::trace) for the caching-allocator replay.
+  bool trace = false;
   bool operator==(const ProgramSpec&) const = default;
 };
 
@@ -166,6 +168,7 @@ struct ProgramResult {
   EventCats cats;                     // their categories (cats.at(event, category))
   CatVec end_of_step;                 // live after zero_grad (persistent state)
   std::vector<int> leaked;            // non-persistent tensors alive at the end (must be empty)
+  AllocTrace trace;                   // ProgramSpec::trace: every allocation and free in order
 };
 
 // Runs one SFT step of the reduced model. Throws SizeOverflow on absurd sizes.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/model/model_source.hpp"
+#include "memplan/plan.hpp"
 
 namespace memplan::io {
 
@@ -130,8 +131,15 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   else if (loss == "upcast_in_model") cfg.loss_shift = TrainingConfig::LossShift::kUpcastInModel;
   else if (loss != "pad_labels")
     return case_error(path, c.id, "transformers_loss must be pad_labels, shift_contiguous or upcast_in_model");
+  // The run's PYTORCH_CUDA_ALLOC_CONF: the reserved-memory replay follows it.
+  if (const std::string conf = j.value("allocator_conf", std::string()); !conf.empty()) {
+    auto a = parse_allocator_conf(conf);
+    if (!a) return case_error(path, c.id, a.error().message);
+    cfg.allocator = *a;
+  }
   const json& m = j["measured"];
   c.peak_bytes = m.value("peak_bytes", std::int64_t{0});
+  c.reserved_bytes = m.value("reserved_bytes", std::int64_t{0});
   c.peak_phase = m.value("peak_phase", std::string());
   c.known_gap = j.value("known_gap", std::string());
   if (j.contains("flags") && j["flags"].is_array())

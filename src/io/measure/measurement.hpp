@@ -17,7 +17,8 @@ struct MeasuredCase {
   std::string id;
   ModelSpec model;
   TrainingConfig config;
-  std::int64_t peak_bytes = 0;
+  std::int64_t peak_bytes = 0;      // max_memory_allocated
+  std::int64_t reserved_bytes = 0;  // max_memory_reserved over the measured step (0: not measured)
   std::string peak_phase;
   std::map<std::string, std::int64_t> phase_peaks;
   // Published cases only: why memplan is known to miss this case (docs/accuracy.md#published);

@@ -1,0 +1,145 @@
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, the native
+// backend), replayed over a step's allocations and frees to predict max_memory_reserved
+// (docs/formulas.md#the-caching-allocator). No CUDA, no I/O: sizes and addresses only.
+//
+// What it keeps of the real allocator:
+//  - request sizes rounded up to 512 bytes (round_size, without roundup_power2_divisions);
+//  - two pools: small (<= 1 MiB) packed into 2 MiB segments, large (> 1 MiB); a large request
+//    below 10 MiB gets a 20 MiB segment, a larger one a segment rounded up to 2 MiB;
+//  - best fit: the smallest cached free block of the pool that holds the request (ties by address);
+//  - splitting: a small block when at least 512 bytes remain, a large one when more than 1 MiB
+//    remains and the request is below max_split_size_mb; blocks >= max_split_size_mb serve only
+//    requests at most 20 MiB smaller;
+//  - freed blocks merge with free neighbours of their segment; segments are returned only by
+//    empty_cache or when a new segment would exceed the capacity (free every unsplit cached
+//    segment, retry: release_cached_blocks);
+//  - expandable_segments:True: one growing segment per pool, mapped in 2 MiB (small) or 20 MiB
+//    (large) pages; a request no free block holds extends the free block at the mapped end.
+// What it leaves out: streams (one stream), CUDA graphs' private pools, the
+// garbage_collection_threshold (it acts only under set_per_process_memory_fraction),
+// roundup_power2_divisions and max_non_split_rounding_mb.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace memplan::sim {
+
+struct CachingAllocatorSettings {
+  bool expandable_segments = false;
+  std::int64_t max_split_size = std::numeric_limits<std::int64_t>::max();  // bytes (max_split_size_mb << 20)
+  std::int64_t capacity = std::numeric_limits<std::int64_t>::max();        // what cudaMalloc can give
+};
+
+class CachingAllocator {
+ public:
+  static constexpr std::int64_t kMinBlockSize = 512;
+  static constexpr std::int64_t kSmallSize = 1 << 20;      // largest small-pool request
+  static constexpr std::int64_t kSmallBuffer = 2 << 20;    // small-pool segment
+  static constexpr std::int64_t kLargeBuffer = 20 << 20;   // segment for 1-10 MiB requests
+  static constexpr std::int64_t kMinLargeAlloc = 10 << 20;
+  static constexpr std::int64_t kRoundLarge = 2 << 20;
+
+  explicit CachingAllocator(CachingAllocatorSettings s = {});
+
+  static std::int64_t round_size(std::int64_t size);
+  static std::int64_t segment_size(std::int64_t rounded);  // get_allocation_size
+
+  // A handle for free(), or -1 when the capacity cannot hold it even after releasing the cache
+  // (an OOM). A size of 0 allocates nothing and returns -2 (free(-2) does nothing).
+  int malloc(std::int64_t size);
+  void free(int handle);
+  void empty_cache();
+
+  std::int64_t allocated() const { return allocated_; }  // sum of the blocks in use (rounded sizes)
+  std::int64_t reserved() const { return reserved_; }    // sum of segments (mapped pages)
+  std::int64_t peak_allocated() const { return peak_allocated_; }
+  std::int64_t peak_reserved() const { return peak_reserved_; }
+  void reset_peaks() {
+    peak_allocated_ = allocated_;
+    peak_reserved_ = reserved_;
+  }
+  int segments() const;
+  bool out_of_memory() const { return oom_; }
+
+ private:
+  struct Block {
+    std::int64_t addr = 0, size = 0;
+    int prev = -1, next = -1;  // neighbours in the segment, by address
+    bool small = false;
+    bool in_use = false;
+    bool live = true;          // false once merged away or released
+  };
+  using Key = std::tuple<std::int64_t, std::int64_t, int>;  // (size, addr, block)
+  std::set<Key>& pool(bool small) { return small ? small_free_ : large_free_; }
+  int new_block(std::int64_t addr, std::int64_t size, bool small);
+  int find_free(std::int64_t rounded, bool small);
+  int new_segment(std::int64_t rounded, bool small);
+  int extend_expandable(std::int64_t rounded, bool small);
+  bool should_split(const Block& b, std::int64_t rounded) const;
+  void release_cached();
+  void insert_free(int b);
+  void erase_free(int b);
+  void bump();
+
+  CachingAllocatorSettings s_;
+  std::vector<Block> blocks_;
+  std::set<Key> small_free_, large_free_;
+  std::int64_t next_addr_ = 0;
+  // expandable_segments: the one segment of each pool [base, base + mapped), its last block.
+  struct Expandable {
+    bool exists = false;
+    std::int64_t base = 0, mapped = 0;
+    int last = -1;
+  };
+  Expandable exp_small_, exp_large_;
+  std::int64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
+  bool oom_ = false;
+};
+
+}  // namespace memplan::sim
+
+namespace memplan::sim {
+
+struct AllocTrace;
+
+// One step of a replay: its micro-batch and (local) sequence length.
+struct ReplayStep {
+  std::int64_t b = 1, s = 1;
+};
+
+// What the optimizer allocates around the trace (the step program leaves it to the engine):
+// `state_ratio` bytes of state per byte of trainable parameter, in `state_tensors` tensors per
+// parameter (Adam: exp_avg, exp_avg_sq), made at the first optimizer step and kept; and
+// `temp_ratio` bytes of temporaries per byte, made and freed inside every step.
+// `per_param_temps`: a single-tensor implementation (foreach=False, transformers' Adafactor, the
+// bitsandbytes kernels) makes one parameter's temporaries at a time, `temp_ratio` of that
+// parameter each (the footprint's peak, reached at the largest); foreach and fused ones make
+// every parameter's at once.
+struct OptimizerAllocations {
+  double state_ratio = 0;
+  int state_tensors = 0;
+  double temp_ratio = 0;
+  bool per_param_temps = false;
+};
+
+struct ReplayResult {
+  std::int64_t peak_allocated = 0;  // max_memory_allocated (block sizes: rounded to 512 B)
+  std::int64_t peak_reserved = 0;   // max_memory_reserved
+  int segments = 0;                 // cudaMalloc'ed segments at the end
+  std::int64_t allocations = 0;     // requests replayed
+  bool out_of_memory = false;       // a request the capacity could not hold
+};
+
+// Replays `trace` through the allocator: the set-up allocations once (at the first step's
+// sizes), then every step in order (each one's tensors at its own sizes; what a step leaves
+// alive is freed at its end, as the next batch replaces its inputs), with the optimizer's
+// allocations at the optimizer step. `empty_cache_every` > 0 calls empty_cache() after every
+// that many steps (HF Trainer's torch_empty_cache_steps).
+ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& steps, const OptimizerAllocations& opt,
+                    const CachingAllocatorSettings& settings, int empty_cache_every = 0);
+
+}  // namespace memplan::sim

@@ -1,0 +1,162 @@
+// The caching-allocator model against PyTorch's rules (c10/cuda/CUDACachingAllocator.cpp). Every
+// expected figure is derived by hand from those rules in the comment beside it.
+#include <catch2/catch.hpp>
+
+#include "core/sim/caching_allocator.hpp"
+#include "core/sim/graph.hpp"
+
+using memplan::sim::AllocTrace;
+using memplan::sim::CachingAllocator;
+using memplan::sim::CachingAllocatorSettings;
+using memplan::sim::Mono;
+using memplan::sim::Poly;
+
+namespace {
+constexpr std::int64_t MiB = 1 << 20;
+}
+
+TEST_CASE("caching allocator: request and segment sizes (round_size, get_allocation_size)", "[allocator]") {
+  CHECK(CachingAllocator::round_size(1) == 512);
+  CHECK(CachingAllocator::round_size(512) == 512);
+  CHECK(CachingAllocator::round_size(513) == 1024);
+  CHECK(CachingAllocator::segment_size(512) == 2 * MiB);            // small pool: 2 MiB buffers
+  CHECK(CachingAllocator::segment_size(MiB) == 2 * MiB);            // 1 MiB is still small
+  CHECK(CachingAllocator::segment_size(MiB + 512) == 20 * MiB);     // 1-10 MiB: a 20 MiB buffer
+  CHECK(CachingAllocator::segment_size(10 * MiB) == 10 * MiB);      // >= 10 MiB: rounded to 2 MiB
+  CHECK(CachingAllocator::segment_size(11 * MiB + 1) == 12 * MiB);
+}
+
+TEST_CASE("caching allocator: small requests share 2 MiB segments", "[allocator]") {
+  CachingAllocator a;
+  for (int i = 0; i < 4; ++i) a.malloc(512 * 1024);  // 4 x 512 KiB fill one 2 MiB segment
+  CHECK(a.reserved() == 2 * MiB);
+  CHECK(a.allocated() == 2 * MiB);
+  a.malloc(1);  // a fifth request needs a second segment
+  CHECK(a.reserved() == 4 * MiB);
+  CHECK(a.allocated() == 2 * MiB + 512);
+  CHECK(a.segments() == 2);
+}
+
+TEST_CASE("caching allocator: 1-10 MiB requests split 20 MiB segments", "[allocator]") {
+  CachingAllocator a;
+  for (int i = 0; i < 6; ++i) a.malloc(3 * MiB);  // 18 MiB of one 20 MiB segment; 2 MiB left (> 1 MiB: split)
+  CHECK(a.reserved() == 20 * MiB);
+  a.malloc(3 * MiB);  // the 2 MiB remainder cannot hold it
+  CHECK(a.reserved() == 40 * MiB);
+  CHECK(a.allocated() == 21 * MiB);
+}
+
+TEST_CASE("caching allocator: a freed block too small for the next request is fragmentation", "[allocator]") {
+  CachingAllocator a;
+  const int x = a.malloc(100 * MiB);
+  a.malloc(100 * MiB);
+  a.free(x);
+  a.malloc(150 * MiB);  // no cached block holds 150 MiB: a new segment, the freed 100 MiB stay reserved
+  CHECK(a.allocated() == 250 * MiB);
+  CHECK(a.reserved() == 350 * MiB);
+  CHECK(a.peak_reserved() == 350 * MiB);
+}
+
+TEST_CASE("caching allocator: best fit, splitting and merging", "[allocator]") {
+  CachingAllocator a;
+  const int x = a.malloc(100 * MiB);
+  a.free(x);
+  const int y = a.malloc(60 * MiB);  // reuses the 100 MiB block, split: 40 MiB stay free
+  CHECK(a.reserved() == 100 * MiB);
+  CHECK(a.allocated() == 60 * MiB);
+  a.malloc(50 * MiB);  // the 40 MiB remainder is too small: a new 50 MiB segment
+  CHECK(a.reserved() == 150 * MiB);
+  a.free(y);           // merges with the free 40 MiB remainder: one 100 MiB block again
+  a.malloc(90 * MiB);  // fits the merged block, no new segment
+  CHECK(a.reserved() == 150 * MiB);
+}
+
+TEST_CASE("caching allocator: a remainder of 1 MiB or less is not split off", "[allocator]") {
+  CachingAllocator a;
+  const int x = a.malloc(100 * MiB);
+  a.free(x);
+  a.malloc(99 * MiB + MiB / 2);  // 0.5 MiB would remain: the whole block is handed out
+  CHECK(a.allocated() == 100 * MiB);  // max_memory_allocated counts the block's size
+}
+
+TEST_CASE("caching allocator: max_split_size_mb keeps oversize blocks whole", "[allocator]") {
+  CachingAllocatorSettings s;
+  s.max_split_size = 64 * MiB;
+  CachingAllocator a(s);
+  const int x = a.malloc(100 * MiB);
+  a.free(x);
+  a.malloc(10 * MiB);  // below max_split: an oversize block does not serve it
+  CHECK(a.reserved() == 110 * MiB);
+  a.malloc(90 * MiB);  // above max_split and within 20 MiB of the 100 MiB block: served whole
+  CHECK(a.reserved() == 110 * MiB);
+  CHECK(a.allocated() == 110 * MiB);
+}
+
+TEST_CASE("caching allocator: expandable segments grow the free block at the mapped end", "[allocator]") {
+  CachingAllocatorSettings s;
+  s.expandable_segments = true;
+  CachingAllocator a(s);
+  const int x = a.malloc(100 * MiB);  // 5 pages of 20 MiB mapped
+  CHECK(a.reserved() == 100 * MiB);
+  a.free(x);
+  a.malloc(150 * MiB);  // the free 100 MiB at the end grows by 3 pages (60 MiB): 160 MiB mapped
+  CHECK(a.reserved() == 160 * MiB);
+  // Without expandable segments the same two requests reserve 100 + 150 MiB.
+  CachingAllocator b;
+  b.free(b.malloc(100 * MiB));
+  b.malloc(150 * MiB);
+  CHECK(b.reserved() == 250 * MiB);
+}
+
+TEST_CASE("caching allocator: empty_cache returns whole free segments only", "[allocator]") {
+  CachingAllocator a;
+  const int x = a.malloc(100 * MiB);
+  const int y = a.malloc(3 * MiB);  // a 20 MiB segment, split
+  a.free(x);
+  a.empty_cache();
+  CHECK(a.reserved() == 20 * MiB);  // the 100 MiB segment went; the split one holds y
+  a.free(y);
+  a.empty_cache();
+  CHECK(a.reserved() == 0);
+}
+
+TEST_CASE("caching allocator: at capacity the cache is released before an OOM", "[allocator]") {
+  CachingAllocatorSettings s;
+  s.capacity = 300 * MiB;
+  CachingAllocator a(s);
+  const int x = a.malloc(100 * MiB);
+  a.malloc(100 * MiB);
+  a.free(x);
+  CHECK(a.malloc(150 * MiB) >= 0);  // 350 > 300: the free 100 MiB segment is released, then 250 fits
+  CHECK(a.reserved() == 250 * MiB);
+  CHECK(a.malloc(100 * MiB) == -1);  // nothing cached to release: out of memory
+  CHECK(a.out_of_memory());
+}
+
+TEST_CASE("caching allocator: a replay keeps parameters, adds the optimizer's state, frees each step", "[allocator]") {
+  // Set-up: a 40 MiB trainable weight. A step: a = b*s MiB, t = 2*b*s MiB, t freed, a freed.
+  AllocTrace tr;
+  tr.bytes = {Poly::constant(40 * MiB), Poly::mono(Mono::kBS, MiB), Poly::mono(Mono::kBS, 2 * MiB)};
+  tr.ops = {1, 2, 3, -3, -2};
+  tr.step_begin = 1;
+  tr.optimizer_at = 5;
+  tr.trainable = {0};
+  memplan::sim::OptimizerAllocations opt;
+  opt.state_ratio = 2;  // Adam: two moments the size of the weight
+  opt.state_tensors = 2;
+  SECTION("fixed lengths") {
+    // Step 1 (s = 10): segments 40 + 10 + 20; the states (2 x 40 MiB) fit no free block: +80.
+    // Step 2 reuses the 10 and 20 MiB blocks.
+    const auto r = memplan::sim::replay(tr, {{1, 10}, {1, 10}}, opt, {});
+    CHECK(r.peak_reserved == 150 * MiB);
+    CHECK(r.peak_allocated == 150 * MiB);  // 40 + 80 + 10 + 20 in step 2
+    CHECK(r.allocations == 5);  // the trace's requests: the weight once, two per step
+  }
+  SECTION("a longer second batch") {
+    // Step 2 (s = 15): a (15 MiB) takes the 20 MiB block (split, 5 MiB left); t (30 MiB) fits
+    // neither the 10 nor the 5: a new 30 MiB segment. Reserved 150 + 30; allocated 40+80+15+30.
+    const auto r = memplan::sim::replay(tr, {{1, 10}, {1, 15}}, opt, {});
+    CHECK(r.peak_reserved == 180 * MiB);
+    CHECK(r.peak_allocated == 165 * MiB);
+  }
+}
