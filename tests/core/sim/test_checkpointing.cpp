@@ -76,9 +76,9 @@ TEST_CASE("every-N checkpointing: a layer keeps its input or everything, linearl
   const std::int64_t none = at_head(run_step(sp));
   CHECK(every1 < every2);
   CHECK(every2 < none);
-  // Exact but for the rotary tables where a checkpointed layer follows a plain one (every 2: two
-  // such boundaries, every 4: one): its bound arguments keep cos and sin, s x head_dim bf16 each,
-  // besides the views the plain layer saved. At most that much per boundary.
+  // Linear up to a term where a checkpointed layer follows a plain one (every 2: two such
+  // boundaries, every 4: one): the step keeps 128 bytes per token more activations there
+  // (32,768 bytes at b = 2, s = 128), not yet traced to an op; bounded here, not derived.
   const std::int64_t tables = 2 * 128 * 64 * 2;
   CHECK(2 * every2 - (every1 + none) >= 0);
   CHECK(2 * every2 - (every1 + none) <= 2 * 2 * tables);
