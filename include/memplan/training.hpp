@@ -151,7 +151,20 @@ struct VisionInputs {
 // per GPU. Zero-bubble ZB-H1 (torch ScheduleInterleavedZeroBubble's basis): 1F1B's peak.
 enum class PipelineSchedule { k1F1B, kInterleaved1F1B, kGPipe, kZeroBubble };
 
-enum class ShardingStrategy { kNone, kZero1, kZero2, kZero3, kFsdpFullShard, kFsdpShardGradOp, kFsdpHybridShard };
+// kFsdpNoShard: FSDP1's NO_SHARD (docs/formulas.md#fsdp-no-shard): full parameters, gradients
+// and optimizer states on every GPU like DDP, but the gradients are all-reduced in place in the
+// FlatParameter's .grad (torch/distributed/fsdp/_runtime_utils.py _reduce_grad_no_shard): no
+// second copy in communication buckets.
+enum class ShardingStrategy {
+  kNone,
+  kZero1,
+  kZero2,
+  kZero3,
+  kFsdpFullShard,
+  kFsdpShardGradOp,
+  kFsdpHybridShard,
+  kFsdpNoShard
+};
 
 // DeepSpeed's zero_optimization keys that size its buffers (docs/formulas.md#deepspeed-buffers),
 // with DeepSpeed's defaults (deepspeed/runtime/zero/config.py) where a config leaves them out.
@@ -285,6 +298,14 @@ struct TrainingConfig {
   // torch.utils.checkpoint use_reentrant (HF gradient_checkpointing_kwargs). Default: true on
   // cpu (torch 1.13 / transformers 4.x), false on cuda (transformers >= 5 default).
   std::optional<bool> checkpoint_reentrant;
+  // Every-N-layers checkpointing (torchtitan activation_checkpoint.mode: selective with
+  // selective_ac_option: N; docs/formulas.md#every-n-checkpointing): with gradient_checkpointing,
+  // only the layers whose 1-based index is a multiple of N are checkpointed (N = 1: every layer).
+  int checkpoint_every = 1;
+  // The loss upcasts the logits to fp32 before cross_entropy (transformers, torchtitan); false:
+  // cross_entropy on the logits in their own dtype, as a training loop of one's own may do
+  // (docs/formulas.md#loss-dtype). Eager loss kernel only.
+  bool loss_upcast = true;
   std::optional<AttnImpl> attn;        // default: sdpa on CUDA, eager on CPU
   LoraConfig lora;
   QuantConfig quant;

@@ -147,6 +147,14 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
                  "Checkpointing's use_reentrant, true or false (gradient_checkpointing_kwargs; default false on "
                  "cuda as TRL sets it, true on cpu; LLaMA-Factory's use_reentrant_gc defaults to true)")
       ->group("Training");
+  app.add_option("--checkpoint-every", f.checkpoint_every,
+                 "With --gradient-checkpointing, checkpoint only every N-th decoder layer (torchtitan "
+                 "activation_checkpoint.mode selective, selective_ac_option N; default 1: every layer)")
+      ->group("Training");
+  app.add_option("--loss-dtype", f.loss_dtype,
+                 "Cross-entropy on float32 logits (default: the upcast transformers and torchtitan do) or on the "
+                 "logits' own dtype ('logits': a training loop of one's own without .float())")
+      ->group("Training");
   app.add_option("--attn-implementation", f.attn, "eager, sdpa, flash_attention_2 (default: sdpa on cuda, eager on cpu)")
       ->group("Training");
   app.add_flag("--use-peft", f.use_peft, "Train LoRA adapters instead of all weights")->group("PEFT");
@@ -207,7 +215,7 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
   app.add_option("--num-gpus", f.num_gpus, "GPUs per node (default 1)")->group("Multi-GPU");
   app.add_option("--nodes", f.nodes, "Nodes (default 1)")->group("Multi-GPU");
   app.add_option("--zero-stage", f.zero_stage, "DeepSpeed ZeRO stage 0-3")->group("Multi-GPU");
-  app.add_option("--fsdp", f.fsdp, "FSDP strategy: full_shard, shard_grad_op, hybrid_shard")->group("Multi-GPU");
+  app.add_option("--fsdp", f.fsdp, "FSDP strategy: full_shard, shard_grad_op, hybrid_shard, no_shard")->group("Multi-GPU");
   app.add_option("--fsdp-version", f.fsdp_version,
                  "FSDP implementation: 1 (FullyShardedDataParallel, default) or 2 (fully_shard)")
       ->group("Multi-GPU");
@@ -541,6 +549,20 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
                         fmt::format("--use-reentrant = '{}' must be true or false", f.use_reentrant));
     c.checkpoint_reentrant = v == "true";
     mark("use_reentrant", "--use-reentrant");
+  }
+  if (given("--checkpoint-every")) {
+    c.checkpoint_every = f.checkpoint_every;
+    mark("checkpoint_every", "--checkpoint-every");
+  }
+  if (given("--loss-dtype")) {
+    const std::string v = to_lower(trim(f.loss_dtype));
+    if (v != "float32" && v != "fp32" && v != "logits")
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("--loss-dtype = '{}' must be float32 or logits", f.loss_dtype),
+                        "float32: the logits are upcast before cross_entropy (transformers, torchtitan); logits: "
+                        "cross_entropy on the logits' own dtype");
+    c.loss_upcast = v != "logits";
+    mark("loss_dtype", "--loss-dtype");
   }
   if (given("--attn-implementation")) {
     auto a = parse_attn_impl(f.attn);

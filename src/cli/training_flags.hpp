@@ -48,6 +48,8 @@ struct TrainingFlags {
   std::vector<std::string> optim_args;
   bool gradient_checkpointing = false;
   std::string use_reentrant;  // true|false: torch.utils.checkpoint use_reentrant
+  int checkpoint_every = 1;   // --checkpoint-every N: only every N-th layer checkpointed
+  std::string loss_dtype;     // --loss-dtype float32|logits
   std::string attn;
   bool use_peft = false;
   int lora_r = 0;

@@ -340,6 +340,17 @@ Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
 }
 
 Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
+  // Every-N checkpointing and a loss without the fp32 upcast are modelled for decoders' layers
+  // and eager loss (docs/formulas.md#every-n-checkpointing, #loss-dtype).
+  if (c.checkpoint_every > 1 && (m.is_encoder() || m.vision.enabled()))
+    return make_error(ErrorCode::kUnsupported,
+                      "checkpoint-every is modelled for decoder language models only (torchtitan's layer-selective "
+                      "checkpointing)",
+                      "drop --checkpoint-every (every layer is then checkpointed)");
+  if (!c.loss_upcast && (c.loss_kernel != LossKernel::kEager || m.is_encoder() || c.method != Method::kSft))
+    return make_error(ErrorCode::kUnsupported,
+                      "a loss without the fp32 upcast is modelled for decoders' eager SFT cross-entropy only",
+                      "drop --loss-dtype (the logits are then upcast to fp32)");
   if (c.method == Method::kGrpo && c.grpo.max_prompt_length < 1)
     return make_error(ErrorCode::kInvalidArgument, "GRPO needs --max-prompt-length >= 1");
   if (c.attn_impl() == AttnImpl::kFlashAttention2 && c.device == Device::kCpu)
@@ -901,7 +912,8 @@ struct SimulatedLayers {
   std::int64_t extra = 0;
 };
 
-SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool every_layer, bool windowed) {
+SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool every_layer, bool windowed,
+                                 int checkpoint_every) {
   SimulatedLayers s;
   const auto all = [&]() {
     for (int l = first; l < first + n; ++l) s.r3.push_back(l);
@@ -917,6 +929,13 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
     x = model.cross_attention_layers;
   } else if (windowed && model.mixes_attention_kinds()) {
     x = model.full_attention_layers;
+  }
+  // Every-N checkpointing (docs/formulas.md#every-n-checkpointing): the checkpointed layers
+  // repeat with period N. With a period of the model's own as well, every layer is simulated.
+  if (checkpoint_every > 1) {
+    if (!x.empty()) return all();
+    for (int l = first; l <= last; ++l)
+      if ((l + 1) % checkpoint_every == 0) x.push_back(l);
   }
   if (!x.empty()) {
     std::erase_if(x, [&](int l) { return l < first || l > last; });
@@ -1498,6 +1517,10 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.ref = reference_kind(config);
     sp.prompt_len = config.grpo.max_prompt_length;
     sp.gradient_checkpointing = config.gradient_checkpointing;
+    sp.checkpoint_every = config.checkpoint_every;
+    // Under autocast cross_entropy runs in fp32 whatever the logits' dtype (its log_softmax is on
+    // autocast's fp32 list): a loss without the upcast differs only without autocast.
+    sp.loss_upcast = config.loss_upcast || config.autocast.has_value();
     // NomicBERT's encoder calls torch.utils.checkpoint(..., use_reentrant=False) itself.
     sp.checkpoint_reentrant = config.reentrant_checkpointing() && !model.is_nomic_bert();
     sp.fsdp_frozen_units = fsdp_frozen_layer_units(config);
@@ -1581,9 +1604,15 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
       std::array<SimulatedLayers, 2> simulated;
       for (int win = 0; win < (window_differs ? 2 : 1); ++win)
         simulated[static_cast<std::size_t>(win)] =
-            simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer, win == 1 || masks_always);
+            simulated_layers(model, rk.first_layer, rk.layers, config.simulate_every_layer, win == 1 || masks_always,
+                             config.gradient_checkpointing ? config.checkpoint_every : 1);
       std::vector<int> key{rk.embedding, rk.head, std::min(rk.layers, 4)};
       for (int l : simulated[0].r3) key.push_back(model.moe.is_moe_layer(l) ? 1 : 0);
+      if (config.gradient_checkpointing && config.checkpoint_every > 1)  // which simulated layers are checkpointed
+        for (const auto* layers : {&simulated[0].r3, &simulated[0].r4}) {
+          key.push_back(-static_cast<int>(layers->size()) - 1);
+          for (int l : *layers) key.push_back((l + 1) % config.checkpoint_every == 0 ? 1 : 0);
+        }
       if (window_differs || masks_always) {  // where the full-attention layers fall in the windowed runs
         const SimulatedLayers& windowed = simulated[window_differs ? 1 : 0];
         for (const auto* layers : {&windowed.r3, &windowed.r4}) {

@@ -103,6 +103,12 @@ ShardPlan make_shard_plan(const ModelSpec& m, const TrainingConfig& c, std::int6
       // steps on shards; until then every layer stays gathered (keep_gathered below).
       p.fsdp = p.shard_params = p.shard_grads = p.shard_optim = true;
       break;
+    case ShardingStrategy::kFsdpNoShard:
+      // docs/formulas.md#fsdp-no-shard: nothing sharded (FlatParamHandle.uses_sharded_strategy is
+      // false: no all-gather, no reshard); _reduce_grad_no_shard all-reduces the FlatParameter's
+      // .grad in place, so unlike DistributedDataParallel there is no bucket copy of the gradients.
+      p.fsdp = true;
+      break;
   }
   p.keep_gathered = par.sharding == ShardingStrategy::kFsdpShardGradOp ||
                     (p.fsdp && p.shard_params && par.fsdp_version == 2 && !par.fsdp_reshard_after_forward);

@@ -62,10 +62,10 @@ struct ShardPlan {
   bool fp32_master = false;
 };
 
-// FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD: one of PyTorch FSDP's sharding strategies.
+// FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD or NO_SHARD: one of PyTorch FSDP's sharding strategies.
 inline bool fsdp_family(ShardingStrategy s) {
   return s == ShardingStrategy::kFsdpFullShard || s == ShardingStrategy::kFsdpShardGradOp ||
-         s == ShardingStrategy::kFsdpHybridShard;
+         s == ShardingStrategy::kFsdpHybridShard || s == ShardingStrategy::kFsdpNoShard;
 }
 
 // DeepSpeed ZeRO-1, -2 or -3.

@@ -91,7 +91,7 @@ const NameTable<ShardingStrategy>& fsdp_strategies() {
   static const NameTable<ShardingStrategy> t{{{"full_shard", ShardingStrategy::kFsdpFullShard},
                                               {"shard_grad_op", ShardingStrategy::kFsdpShardGradOp},
                                               {"hybrid_shard", ShardingStrategy::kFsdpHybridShard},
-                                              {"no_shard", ShardingStrategy::kNone}}};
+                                              {"no_shard", ShardingStrategy::kFsdpNoShard}}};
   return t;
 }
 
@@ -186,6 +186,7 @@ std::string to_string(ShardingStrategy s) {
     case ShardingStrategy::kFsdpFullShard: return "fsdp_full_shard";
     case ShardingStrategy::kFsdpShardGradOp: return "fsdp_shard_grad_op";
     case ShardingStrategy::kFsdpHybridShard: return "fsdp_hybrid_shard";
+    case ShardingStrategy::kFsdpNoShard: return "fsdp_no_shard";
   }
   return "?";
 }
@@ -236,6 +237,10 @@ Status validate_parallel(const ParallelConfig& p) {
                       fmt::format("virtual-stages = {} needs the interleaved_1f1b schedule (got {})", p.virtual_stages,
                                   to_string(p.pp_schedule)),
                       "add --pp-schedule interleaved_1f1b, or drop --virtual-stages");
+  if (p.sharding == ShardingStrategy::kFsdpNoShard && p.fsdp_version == 2)
+    return make_error(ErrorCode::kConflict, "FSDP2 (fully_shard) has no NO_SHARD strategy",
+                      "use --fsdp-version 1 for FullyShardedDataParallel's NO_SHARD, or drop --fsdp for "
+                      "DistributedDataParallel (torch's replicate)");
   if (p.dp_replicate < 0 || p.dp_replicate > 65536) return range_error("dp-replicate", p.dp_replicate, "1 to 65536");
   if (p.dp_replicate > 0) {
     const std::int64_t group = static_cast<std::int64_t>(p.data_parallel_size()) * std::max(1, p.context_parallel);
@@ -270,6 +275,11 @@ Status validate(const TrainingConfig& c) {
   if (c.grad_accum < 1 || c.grad_accum > (1 << 24))
     return range_error("gradient-accumulation-steps", c.grad_accum, "1 to 16777216");
   if (c.lora.enabled && (c.lora.r < 1 || c.lora.r > 65536)) return range_error("lora-r", c.lora.r, "1 to 65536");
+  if (c.checkpoint_every < 1 || c.checkpoint_every > 65536)
+    return range_error("checkpoint-every", c.checkpoint_every, "1 to 65536");
+  if (c.checkpoint_every > 1 && !c.gradient_checkpointing)
+    return make_error(ErrorCode::kConflict, "checkpoint-every checkpoints every N-th layer: it needs gradient checkpointing",
+                      "add --gradient-checkpointing, or drop --checkpoint-every");
   if (c.lora.dropout < 0 || c.lora.dropout >= 1)
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("lora-dropout = {} is out of range (0 <= p < 1)", c.lora.dropout));

@@ -120,9 +120,12 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
       {"device", to_string(c.device)},
       {"use_peft", b(c.lora.enabled)},
   };
-  if (c.gradient_checkpointing)  // after gradient_checkpointing
-    v.insert(std::find_if(v.begin(), v.end(), [](const auto& kv) { return kv.first == "gradient_checkpointing"; }) + 1,
-             {"use_reentrant", b(c.reentrant_checkpointing())});
+  if (c.gradient_checkpointing) {  // after gradient_checkpointing
+    auto at = v.insert(std::find_if(v.begin(), v.end(), [](const auto& kv) { return kv.first == "gradient_checkpointing"; }) + 1,
+                       {"use_reentrant", b(c.reentrant_checkpointing())});
+    if (c.checkpoint_every > 1) v.insert(at + 1, {"checkpoint_every", std::to_string(c.checkpoint_every)});
+  }
+  if (!c.loss_upcast) v.push_back({"loss_dtype", "logits"});
   if (!c.optim.args.empty()) {
     std::string args;
     for (const auto& [k, val] : c.optim.args) args += (args.empty() ? "" : ",") + k + "=" + val;

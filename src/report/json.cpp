@@ -85,6 +85,8 @@ json to_json(const TrainingConfig& c) {
             {"optim_args", c.optim.args},
             {"gradient_checkpointing", c.gradient_checkpointing},
             {"use_reentrant", c.gradient_checkpointing ? json(c.reentrant_checkpointing()) : json(nullptr)},
+            {"checkpoint_every", c.checkpoint_every},
+            {"loss_dtype", c.loss_upcast ? "float32" : "logits"},
             {"attn_implementation", to_string(c.attn_impl())},
             {"loss_kernel", to_string(c.loss_kernel)},
             {"liger_kernels", c.liger_kernels},

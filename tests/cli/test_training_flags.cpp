@@ -153,3 +153,29 @@ TEST_CASE("a loss kernel shows in the summary line and in the JSON inputs") {
   REQUIRE(plain.code == 0);
   CHECK(plain.out.find(" loss · ") == std::string::npos);
 }
+
+TEST_CASE("--checkpoint-every, --loss-dtype and --fsdp no_shard: shown where they come from, refused with the fix") {
+  const std::vector<std::string> base{"estimate", "--model-params", "1B", "--torch-dtype", "bfloat16",
+                                      "--batch", "2", "--seq-len", "512"};
+  auto every = base;
+  every.insert(every.end(), {"--gradient-checkpointing", "--checkpoint-every", "2", "--loss-dtype", "logits",
+                             "--num-gpus", "2", "--fsdp", "no_shard", "--show-config"});
+  auto r = run_cli(every);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("checkpoint_every") != std::string::npos);
+  CHECK(r.out.find("--checkpoint-every") != std::string::npos);
+  CHECK(r.out.find("loss_dtype") != std::string::npos);
+  CHECK(r.out.find("--loss-dtype") != std::string::npos);
+  CHECK(r.out.find("fsdp_no_shard") != std::string::npos);
+  auto alone = base;
+  alone.insert(alone.end(), {"--checkpoint-every", "2"});
+  r = run_cli(alone);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("checkpoint-every checkpoints every N-th layer: it needs gradient checkpointing") != std::string::npos);
+  auto bad = base;
+  bad.insert(bad.end(), {"--loss-dtype", "bf16"});
+  r = run_cli(bad);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("--loss-dtype = 'bf16' must be float32 or logits") != std::string::npos);
+}

@@ -321,3 +321,48 @@ TEST_CASE("Liger DPO holds one pair's logits whatever the batch") {
   CHECK(liger_fwd->peak < eager_fwd->peak);
   CHECK(liger_fwd->warnings.empty());  // modelled: no "estimated as eager" warning
 }
+
+TEST_CASE("every-N checkpointing extrapolates exactly and is refused without checkpointing") {
+  // docs/formulas.md#every-n-checkpointing: the reduced models repeat whole periods of N layers;
+  // simulating all 10 layers gives the same peaks.
+  const ModelSpec m = toy_llama(10);
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.gradient_checkpointing = true;
+  c.checkpoint_reentrant = false;
+  for (const int n : {2, 3}) {
+    INFO("every " << n);
+    c.checkpoint_every = n;
+    memplan::testing::same_as_every_layer(m, c, {{1, 64}, {2, 128}});
+  }
+  c.gradient_checkpointing = false;
+  auto e = Estimator::create(m, c);
+  REQUIRE_FALSE(e.has_value());
+  CHECK(e.error().message == "checkpoint-every checkpoints every N-th layer: it needs gradient checkpointing");
+}
+
+TEST_CASE("a loss on 16-bit logits holds 6 bytes per logit instead of the fp32 upcast's") {
+  // docs/formulas.md#loss-dtype: without .float() the log-probs log_softmax saves are bf16, and
+  // in backward NLL's and log_softmax's gradients are bf16 too: 3 x 2 bytes per logit where the
+  // upcast holds the fp32 copy's 4 + 4 saved + 4 + 4 gradients. The difference between the two
+  // estimates is therefore at least (12 - 6) bytes per logit, b * s * V = 2 * 64 * 8000.
+  const ModelSpec m = toy_llama(4);
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  auto up = Estimator::create(m, c);
+  c.loss_upcast = false;
+  auto own = Estimator::create(m, c);
+  REQUIRE(up.has_value());
+  REQUIRE(own.has_value());
+  // b = 8, s = 512: 32.8M logits, whose 12 bytes each (393 MB) dwarf the toy's weights and
+  // optimizer step (its 7M bf16 parameters: under 100 MB), so both peaks are at the loss.
+  const std::int64_t logits = 8 * 512 * 8000;
+  CHECK(up->peak_bytes(8, 512)->count() - own->peak_bytes(8, 512)->count() >= 6 * logits);
+  // Under autocast cross_entropy upcasts anyway (log_softmax is on autocast's fp32 list).
+  c.torch_dtype = DType::kFloat32;
+  c.autocast = DType::kBFloat16;
+  auto ac_own = Estimator::create(m, c);
+  c.loss_upcast = true;
+  auto ac_up = Estimator::create(m, c);
+  CHECK(ac_own->peak_bytes(8, 512)->count() == ac_up->peak_bytes(8, 512)->count());
+}

@@ -108,6 +108,44 @@ TEST_CASE("DDP adds a gradient bucket copy; ZeRO-3 shards the weights over the G
   CHECK(component(*z3, "master_weights") == 8'030'261'248LL);  // 4 bytes / 4 GPUs
 }
 
+TEST_CASE("FSDP NO_SHARD keeps everything whole like DDP but without its gradient buckets") {
+  // docs/formulas.md#fsdp-no-shard: torch's _reduce_grad_no_shard all-reduces flat_param.grad in
+  // place, so per GPU NO_SHARD = DDP - the bucket copy. Llama-3.1-8B in bf16 on 4 GPUs, full
+  // fine-tuning: every parameter trainable, 8,030,261,248 x 2 bytes of gradients in each.
+  const ModelSpec m = memplan::testing::llama31_8b();
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.micro_batch = 1;
+  c.seq_len = 256;
+  c.parallel.num_gpus = 4;
+  auto ddp = Estimator::create(m, c)->at_phase(1, 256, Phase::kOptimizerStep);
+  c.parallel.sharding = ShardingStrategy::kFsdpNoShard;
+  const ShardPlan p = make_shard_plan(m, c, 100, 200, 10);
+  CHECK(p.fsdp);
+  CHECK_FALSE(p.ddp);
+  CHECK_FALSE(p.shard_params);
+  CHECK_FALSE(p.shard_grads);
+  CHECK_FALSE(p.shard_optim);
+  CHECK(placement_of(p, "weights") == Placement::kReplicated);
+  CHECK(placement_of(p, "gradients") == Placement::kReplicated);
+  auto ns = Estimator::create(m, c)->at_phase(1, 256, Phase::kOptimizerStep);
+  REQUIRE(ddp.has_value());
+  REQUIRE(ns.has_value());
+  require_consistent(*ns);
+  CHECK(component(*ns, "communication_buckets") == 0);
+  CHECK(component(*ns, "weights") == component(*ddp, "weights"));
+  CHECK(component(*ns, "gradients") == component(*ddp, "gradients"));
+  CHECK(component(*ns, "optimizer_states") == component(*ddp, "optimizer_states"));
+  CHECK(ddp->peak.count() - ns->peak.count() == 8'030'261'248LL * 2);
+  // FSDP2 has no NO_SHARD.
+  c.parallel.fsdp_version = 2;
+  auto v2 = Estimator::create(m, c);
+  REQUIRE_FALSE(v2.has_value());
+  CHECK(v2.error().message == "FSDP2 (fully_shard) has no NO_SHARD strategy");
+  CHECK(parse_fsdp("no_shard").value() == ShardingStrategy::kFsdpNoShard);
+  CHECK(to_string(ShardingStrategy::kFsdpNoShard) == "fsdp_no_shard");
+}
+
 TEST_CASE("tensor parallelism divides heads and MLP width per rank") {
   const ModelSpec r = tensor_parallel_rank(memplan::testing::llama31_8b(), 4);
   CHECK(r.num_heads == 8);

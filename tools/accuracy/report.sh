@@ -9,4 +9,5 @@ cmake --build "$build" --target memplan-accuracy >/dev/null
   --capacity tests/data/capacity/h100.json
 # Published peak-memory tables (tests/data/published/, docs/accuracy.md#published).
 "$build/tools/accuracy/memplan-accuracy" --max-median 5 --max-error 8 --max-low 8 \
-  tests/data/published/fms_acceleration_a100.json tests/data/published/fms_acceleration_a100_2024-11.json
+  tests/data/published/fms_acceleration_a100.json tests/data/published/fms_acceleration_a100_2024-11.json \
+  tests/data/published/fsdp_qlora_3090.json

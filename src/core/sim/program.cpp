@@ -1941,7 +1941,11 @@ int Step::embed_and_layers(bool policy) {
     std::vector<int> holds{sliding ? sliding_mask_ : mask_, cos_, sin_};  // the layer's own mask
     if (cos_local_ >= 0) holds.insert(holds.end(), {cos_local_, sin_local_});
     if (cross) holds.insert(holds.end(), {cross_states_, cross_mask_, cross_rows_});  // the call's keyword arguments
-    const int next = policy ? layer_forward(hcur, body, holds, true) : body(hcur);
+    // Every-N checkpointing (torchtitan's selective_ac_option N: its wrapper counts the blocks
+    // from 1 and wraps those whose count is a multiple of N): the other layers run plain.
+    const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
+    const bool wrapped = sp_.checkpoint_every <= 1 || (model_layer + 1) % sp_.checkpoint_every == 0;
+    const int next = policy && wrapped ? layer_forward(hcur, body, holds, true) : body(hcur);
     g_.drop(hcur);
     hcur = next;
   }
@@ -1964,7 +1968,7 @@ void Step::drop_forward_locals() {
     if (*t < 0) continue;
     // Without checkpointing the sliding layers' rotary products saved Gemma 3's local tables:
     // they live until those layers' backward (the last of them, layer 0, ends it).
-    if (g_.grad_enabled() && !sp_.gradient_checkpointing) graph_held_.push_back(*t);
+    if (g_.grad_enabled() && (!sp_.gradient_checkpointing || sp_.checkpoint_every > 1)) graph_held_.push_back(*t);
     else g_.drop(*t);
     *t = -1;
   }
@@ -2083,8 +2087,10 @@ int Step::sft_loss(int logits) {
   // cross_entropy = log_softmax + nll_loss. transformers <= 4.48 shifted the logits instead:
   // logits[..., :-1, :].contiguous() is a second fp32 copy alive until the function returns,
   // and in backward the slice scatters its gradient into a logits-sized zero tensor.
-  const int l32 = ops_.to(logits, DT::kF32);
-  if (sp_.loss_upcast_in_model) {  // `logits = logits.float()` rebinds the model's only reference
+  // A loss on the logits' own dtype (docs/formulas.md#loss-dtype): no fp32 copy; log_softmax
+  // saves its output in that dtype.
+  const int l32 = sp_.loss_upcast ? ops_.to(logits, DT::kF32) : ops_.view(logits);
+  if (sp_.loss_upcast_in_model && sp_.loss_upcast) {  // `logits = logits.float()` rebinds the model's only reference
     g_.drop(logits);
     logits = -1;
   }

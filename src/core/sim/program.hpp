@@ -74,6 +74,12 @@ struct ProgramSpec {
   bool loss_upcast_in_model = false;
   bool gradient_checkpointing = false;
   bool checkpoint_reentrant = true;  // torch.utils.checkpoint use_reentrant
+  // With gradient_checkpointing: only the decoder layers whose 1-based model index is a multiple
+  // of this are checkpointed (torchtitan's selective_ac_option N; docs/formulas.md#every-n-checkpointing).
+  int checkpoint_every = 1;
+  // The eager loss upcasts the logits to fp32 (false: cross_entropy on the logits' own dtype;
+  // docs/formulas.md#loss-dtype).
+  bool loss_upcast = true;
   // FSDP1 with frozen decoder-layer units (PEFT's auto-wrap policy: LoRA/QLoRA) under reentrant
   // checkpointing: the post-backward reshard-only hook on each layer's detached input keeps that
   // input and its .grad alive until the end of backward (docs/formulas.md#fsdp-reshard-only-hook).

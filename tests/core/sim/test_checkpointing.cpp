@@ -44,3 +44,44 @@ TEST_CASE("reentrant checkpointing keeps every layer's RNG state until backward 
     CHECK(checkpoints_at_end(run_step(checkpointed(layers, false))) == 0);
   }
 }
+
+namespace {
+
+// Live bytes when the head begins (the first event of kSegHead): every layer has returned, so
+// what is live is the weights, the inputs and what each layer left saved for its backward.
+std::int64_t at_head(const ProgramResult& r) {
+  for (const auto& e : r.events)
+    if (e.segment == kSegHead) return e.total.eval(2, 128);
+  FAIL("no head event");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("every-N checkpointing: a layer keeps its input or everything, linearly in the count") {
+  // docs/formulas.md#every-n-checkpointing. torchtitan's selective_ac_option N wraps the blocks
+  // whose 1-based count is a multiple of N. Each layer leaves either what a plain layer saves (A)
+  // or a checkpoint's input (C), independently of its neighbours (a layer's input is saved by that
+  // layer's first norm or by its checkpoint, never by the layer before). So at the head, with 4
+  // layers and X the rest: none = 4A + X, every 1 = 4C + X, every 2 (layers 1 and 3) = 2A + 2C + X,
+  // every 4 (layer 3 only) = 3A + C + X.
+  ProgramSpec sp = checkpointed(4, false);
+  const std::int64_t every1 = at_head(run_step(sp));
+  sp.checkpoint_every = 2;
+  const std::int64_t every2 = at_head(run_step(sp));
+  sp.checkpoint_every = 4;
+  const std::int64_t every4 = at_head(run_step(sp));
+  sp.gradient_checkpointing = false;
+  sp.checkpoint_every = 1;
+  const std::int64_t none = at_head(run_step(sp));
+  CHECK(every1 < every2);
+  CHECK(every2 < none);
+  // Linear up to a term where a checkpointed layer follows a plain one (every 2: two such
+  // boundaries, every 4: one): the step keeps 128 bytes per token more activations there
+  // (32,768 bytes at b = 2, s = 128), not yet traced to an op; bounded here, not derived.
+  const std::int64_t tables = 2 * 128 * 64 * 2;
+  CHECK(2 * every2 - (every1 + none) >= 0);
+  CHECK(2 * every2 - (every1 + none) <= 2 * 2 * tables);
+  CHECK(4 * every4 - (3 * none + every1) >= 0);
+  CHECK(4 * every4 - (3 * none + every1) <= 4 * tables);
+}

@@ -1,6 +1,7 @@
 // Dialects and config loading: detection, every dialect's mapping with file:line origins,
 // unknown and contradictory keys, stage overrides, DeepSpeed alongside, key maps, directives;
 // and every shipped example gives the same estimate as the equivalent flags.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -1358,4 +1359,16 @@ TEST_CASE("the shipped torchtitan example gives the estimate of its flags") {
   CHECK(file["training"]["parallel"]["num_gpus"] == 8);
   CHECK(file["training"]["parallel"]["fsdp_mixed_precision"] == true);
   CHECK(file["estimate"]["peak_bytes"].is_number_integer());
+}
+
+TEST_CASE("hf: torch_compile warns at its line that the eager estimate is an upper bound") {
+  // docs/formulas.md#compile: inductor's fused kernels save fewer intermediates than eager mode.
+  MemoryFileSystem fs;
+  fs.files["train.yaml"] = "model_name_or_path: meta-llama/Llama-3.1-8B\nbf16: true\ntorch_compile: true\n";
+  const LoadedConfig c = load_ok(fs, {"train.yaml"});
+  CHECK(std::count(c.inputs.warnings.begin(), c.inputs.warnings.end(),
+                   "train.yaml:3: torch_compile: torch.compile is not modelled; its fused kernels save fewer "
+                   "intermediates, so the estimate (eager execution) is an upper bound") == 1);
+  fs.files["train.yaml"] = "model_name_or_path: meta-llama/Llama-3.1-8B\nbf16: true\ntorch_compile: false\n";
+  for (const auto& w : load_ok(fs, {"train.yaml"}).inputs.warnings) CHECK(w.find("torch_compile") == std::string::npos);
 }

@@ -142,6 +142,7 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
   }
   if (key == "gradient_checkpointing") return as_bool(c.gradient_checkpointing);
   if (key == "use_reentrant") return as_bool(c.reentrant_checkpointing());
+  if (key == "checkpoint_every") return as_int(c.checkpoint_every);
   if (key == "precision") {
     const std::string got = c.autocast ? to_string(*c.autocast) + " autocast" : to_string(c.torch_dtype) + " weights";
     auto dt = parse_dtype(w);
@@ -163,7 +164,8 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
     const ShardingStrategy s = c.parallel.sharding;
     const bool ok = (w == "full_shard" && s == ShardingStrategy::kFsdpFullShard) ||
                     (w == "shard_grad_op" && s == ShardingStrategy::kFsdpShardGradOp) ||
-                    (w == "hybrid_shard" && s == ShardingStrategy::kFsdpHybridShard);
+                    (w == "hybrid_shard" && s == ShardingStrategy::kFsdpHybridShard) ||
+                    (w == "no_shard" && s == ShardingStrategy::kFsdpNoShard);
     return {ok, to_string(s)};
   }
   if (key == "loss_kernel") return {to_string(c.loss_kernel) == w, to_string(c.loss_kernel)};

@@ -96,10 +96,8 @@ Status map_accelerate(Mapper& m, bool primary) {
     else if (v == "2" || v == "false") v = "shard_grad_op";
     else if (v == "3") v = "no_shard";
     else if (v == "4") v = "hybrid_shard";
-    if (v == "no_shard") {
-      c.parallel.sharding = ShardingStrategy::kNone;
-    } else {
-      auto parsed = parse_fsdp(v);
+    {
+      auto parsed = parse_fsdp(v);  // no_shard: FSDP1's NO_SHARD (docs/formulas.md#fsdp-no-shard)
       if (!parsed) return m.error_at(*s, parsed.error().code, parsed.error().message, parsed.error().suggestion);
       c.parallel.sharding = *parsed;
     }

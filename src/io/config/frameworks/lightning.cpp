@@ -64,10 +64,8 @@ Status read_strategy_object(Mapper& m, const std::string& key) {
   if (v.find("fsdpstrategy") != std::string::npos) {
     MEMPLAN_TRY(auto ss, m.text(args + "sharding_strategy"));
     const std::string st = to_lower(ss.value_or("FULL_SHARD"));
-    if (st == "no_shard") {
-      c.parallel.sharding = ShardingStrategy::kNone;
-    } else {
-      auto parsed = parse_fsdp(st);
+    {
+      auto parsed = parse_fsdp(st);  // no_shard: FSDP1's NO_SHARD (docs/formulas.md#fsdp-no-shard)
       if (!parsed) return m.error_at(*m.node(args + "sharding_strategy"), parsed.error().code, parsed.error().message,
                                      parsed.error().suggestion);
       c.parallel.sharding = *parsed;

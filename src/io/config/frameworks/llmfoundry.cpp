@@ -117,10 +117,8 @@ Status map_llm_foundry(Mapper& m) {
   if (const YamlNode* f = m.node("fsdp_config"); f != nullptr && f->is_map()) {
     MEMPLAN_TRY(auto s, m.text("fsdp_config.sharding_strategy"));
     const std::string v = to_lower(s.value_or("FULL_SHARD"));
-    if (v == "no_shard") {
-      c.parallel.sharding = ShardingStrategy::kNone;
-    } else {
-      auto parsed = parse_fsdp(v);
+    {
+      auto parsed = parse_fsdp(v);  // no_shard: FSDP1's NO_SHARD (docs/formulas.md#fsdp-no-shard)
       if (!parsed) return m.error_at(*m.node("fsdp_config.sharding_strategy"), parsed.error().code,
                                      parsed.error().message, parsed.error().suggestion);
       c.parallel.sharding = *parsed;

@@ -98,7 +98,7 @@ Status read_oumi_fsdp(Mapper& m) {
   if (s == "full_shard") c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
   else if (s == "shard_grad_op" || s == "hybrid_shard_zero2") c.parallel.sharding = ShardingStrategy::kFsdpShardGradOp;
   else if (s == "hybrid_shard") c.parallel.sharding = ShardingStrategy::kFsdpHybridShard;
-  else if (s == "no_shard") c.parallel.sharding = ShardingStrategy::kNone;
+  else if (s == "no_shard") c.parallel.sharding = ShardingStrategy::kFsdpNoShard;  // docs/formulas.md#fsdp-no-shard
   else
     return m.error_at(at, ErrorCode::kUnknownName, fmt::format("unknown sharding_strategy '{}'", *strategy),
                       did_you_mean(s, {"full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2",

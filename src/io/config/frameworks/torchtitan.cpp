@@ -309,8 +309,9 @@ Status map_torchtitan(Mapper& m) {
       if (!pmb_given) m.derived("batch", "pipeline_parallel_microbatch_size not set: 1");
     }
   }
-  // Activation checkpointing: full is every layer; selective (per-op or every n-th layer) keeps
-  // some activations that memplan does not model: estimated without it, an upper bound.
+  // Activation checkpointing: full is every layer; selective with selective_ac_option N every
+  // N-th layer (docs/formulas.md#every-n-checkpointing); selective per-op keeps some activations
+  // that memplan does not model: estimated without it, an upper bound.
   MEMPLAN_TRY(auto ac, m.text("activation_checkpoint.mode"));
   if (ac) {
     const std::string mode = to_lower(*ac);
@@ -320,8 +321,26 @@ Status map_torchtitan(Mapper& m) {
       c.checkpoint_reentrant = false;  // torchtitan's checkpoint_wrapper: non-reentrant
       m.from_file("gradient_checkpointing", n, "activation_checkpoint.mode");
     } else if (mode == "selective") {
-      m.warn_at(n, "selective activation checkpointing is not modelled; estimated without checkpointing (an upper "
-                   "bound)");
+      // torchtitan's _apply_ac_to_transformer_block: selective_ac_option "op" (its default) or an
+      // integer N, the wrapper counting blocks from 1 and wrapping every N-th.
+      MEMPLAN_TRY(auto opt, m.text("activation_checkpoint.selective_ac_option"));
+      const std::string o = to_lower(opt.value_or("op"));
+      const YamlNode& at = opt ? *m.node("activation_checkpoint.selective_ac_option") : n;
+      if (o == "op") {
+        m.warn_at(at, "selective per-op activation checkpointing is not modelled; estimated without checkpointing "
+                      "(an upper bound)");
+      } else {
+        auto every = parse_int(o, "activation_checkpoint.selective_ac_option");
+        if (!every || *every < 1)
+          return m.error_at(at, ErrorCode::kInvalidConfig,
+                            fmt::format("selective_ac_option '{}' is neither 'op' nor a positive layer count", o),
+                            "write selective_ac_option: op, or an integer N to checkpoint every N-th layer");
+        c.gradient_checkpointing = true;
+        c.checkpoint_reentrant = false;  // ptd_checkpoint_wrapper: non-reentrant
+        c.checkpoint_every = static_cast<int>(*every);
+        m.from_file("gradient_checkpointing", n, "activation_checkpoint.mode");
+        m.from_file("checkpoint_every", at, "activation_checkpoint.selective_ac_option");
+      }
     }
   }
   // FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states in CPU memory.

@@ -183,3 +183,30 @@ TEST_CASE("torchtitan: tensor parallelism brings sequence and loss parallelism; 
                    "job.toml:5: fsdp_reshard_after_forward 'sometimes' is not a torchtitan policy (default, always, "
                    "never); read as default") == 1);
 }
+
+TEST_CASE("torchtitan: selective checkpointing every N layers is read; per-op selective warns") {
+  // docs/formulas.md#every-n-checkpointing: selective_ac_option N (a string in torchtitan's TOML,
+  // int() of it in _apply_ac_to_transformer_block) checkpoints every N-th block, non-reentrant.
+  LoadedConfig c = load_toml(
+      "[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
+      "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"2\"\n");
+  CHECK(c.inputs.config.gradient_checkpointing);
+  CHECK(c.inputs.config.checkpoint_every == 2);
+  CHECK(c.inputs.config.checkpoint_reentrant == false);
+  c = load_toml(
+      "[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
+      "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n");
+  CHECK_FALSE(c.inputs.config.gradient_checkpointing);
+  CHECK(std::count(c.inputs.warnings.begin(), c.inputs.warnings.end(),
+                   "job.toml:6: selective per-op activation checkpointing is not modelled; estimated without "
+                   "checkpointing (an upper bound)") == 1);
+  MemoryFileSystem fs;
+  fs.files["job.toml"] =
+      "[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
+      "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"zero\"\n";
+  ConfigRequest req;
+  req.files = {"job.toml"};
+  auto r = load_config(req, fs);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message == "selective_ac_option 'zero' is neither 'op' nor a positive layer count");
+}
