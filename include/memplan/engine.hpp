@@ -47,6 +47,18 @@ class Estimator {
   // does not run for this configuration.
   Result<Estimate> at_phase(std::int64_t micro_batch, std::int64_t seq_len, Phase phase) const;
 
+  // The caching allocator replayed over the step at (micro_batch, seq_len) and the config's
+  // lengths (docs/formulas.md#the-caching-allocator), with cudaMalloc limited to `capacity` bytes
+  // (nullopt: unlimited): whether the allocator runs out of memory after releasing its cache.
+  // nullopt on the CPU and where no allocation trace exists (encoders).
+  struct AllocatorReplay {
+    Bytes peak_allocated;  // the replay's own (the unsharded step of the worst pipeline stage)
+    Bytes peak_reserved;
+    bool out_of_memory = false;
+  };
+  std::optional<AllocatorReplay> replay_allocator(std::int64_t micro_batch, std::int64_t seq_len,
+                                                  std::optional<Bytes> capacity = std::nullopt) const;
+
   const ModelSpec& model() const;
   const TrainingConfig& config() const;
 

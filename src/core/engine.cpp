@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -568,7 +569,8 @@ struct Estimator::Impl {
   // The caching allocator replayed over the step of the rank at (b, s) and the run's lengths
   // (docs/formulas.md#the-caching-allocator); nullopt where no trace exists (encoders) or sizes
   // overflow.
-  std::optional<sim::ReplayResult> replay(const RankSim& rank, std::int64_t b, std::int64_t s);
+  std::optional<sim::ReplayResult> replay(const RankSim& rank, std::int64_t b, std::int64_t s,
+                                         std::int64_t capacity = std::numeric_limits<std::int64_t>::max());
 };
 
 namespace {
@@ -1926,7 +1928,8 @@ std::vector<std::int64_t> replay_lengths(const SequenceLengths& l, std::int64_t 
   return out;
 }
 
-std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, std::int64_t b, std::int64_t s) {
+std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, std::int64_t b, std::int64_t s,
+                                                         std::int64_t capacity) {
   try {
     const std::size_t cls = program_class(b, s, window_from);
     ensure(cls);
@@ -1967,10 +1970,23 @@ std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, st
     sim::CachingAllocatorSettings settings;
     settings.expandable_segments = config.allocator.expandable_segments;
     if (config.allocator.max_split_size_mb) settings.max_split_size = *config.allocator.max_split_size_mb << 20;
+    settings.capacity = capacity;
     return sim::replay(trace, steps, opt, settings, static_cast<int>(std::min<std::int64_t>(config.empty_cache_steps, 1 << 20)));
   } catch (const SizeOverflow&) {
     return std::nullopt;
   }
+}
+
+std::optional<Estimator::AllocatorReplay> Estimator::replay_allocator(std::int64_t b, std::int64_t s,
+                                                                      std::optional<Bytes> capacity) const {
+  if (impl_->config.device != Device::kCuda) return std::nullopt;
+  if (!peak_bytes(b, s)) return std::nullopt;
+  const Worst w = evaluate(impl_->sims, impl_->ranks, impl_->config, impl_->window_from, b, s,
+                           impl_->config.grad_accum, std::nullopt);
+  if (w.rank == nullptr) return std::nullopt;
+  const auto r = impl_->replay(*w.rank, b, s, capacity ? capacity->count() : std::numeric_limits<std::int64_t>::max());
+  if (!r) return std::nullopt;
+  return AllocatorReplay{Bytes::of(r->peak_allocated), Bytes::of(r->peak_reserved), r->out_of_memory};
 }
 
 Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optional<Phase> only) const {

@@ -32,6 +32,12 @@
 namespace {
 
 // Plans every capacity experiment run with PyTorch's default allocator; returns the failures.
+int replay_disagreements = 0;
+
+// What PyTorch's allocator could reserve on the measured H100: torch's total_memory
+// (85,017,493,504 B) less the memory the process held outside the allocator (804,061,184 B).
+constexpr std::int64_t allocator_reach = 85'017'493'504 - 804'061'184;
+
 int check_capacity(const std::vector<std::string>& files, std::int64_t capacity_bytes) {
   int failures = 0;
   for (const auto& path : files) {
@@ -41,6 +47,25 @@ int check_capacity(const std::vector<std::string>& files, std::int64_t capacity_
       return failures + 1;
     }
     for (const auto& c : *cases) {
+      // The allocator replayed with cudaMalloc limited to what the run's allocator could reach:
+      // does it run out of memory where the GPU did (docs/accuracy.md#capacity-on-a-real-gpu)?
+      {
+        memplan::TrainingConfig cfg = c.config;
+        if (!c.allocator_conf.empty())
+          if (auto a = memplan::parse_allocator_conf(c.allocator_conf)) cfg.allocator = *a;
+        auto est = memplan::Estimator::create(c.model, cfg);
+        const auto oom_at = [&](std::int64_t b) -> std::string {
+          if (!est || b <= 0) return "-";
+          const auto r = est->replay_allocator(b, cfg.sequence_length(), memplan::Bytes::of(allocator_reach));
+          return !r ? "?" : r->out_of_memory ? "OOM" : "ran";
+        };
+        const std::string ran = oom_at(c.largest_ran), oom = oom_at(c.smallest_oom);
+        const bool agree = (c.largest_ran == 0 || ran == "ran") && (c.smallest_oom == 0 || oom == "OOM");
+        if (!agree) ++replay_disagreements;
+        std::cout << fmt::format("{:<44} replay with {:.2f} GiB: batch {} {} (ran), batch {} {} (OOM)  {}\n", c.id,
+                                 static_cast<double>(allocator_reach) / 1073741824.0, c.largest_ran, ran,
+                                 c.smallest_oom, oom, agree ? "agrees" : "DISAGREES");
+      }
       if (!c.allocator_conf.empty()) continue;  // the default margin assumes the default allocator
       auto budget = memplan::make_budget(memplan::Bytes::of(capacity_bytes), std::nullopt, memplan::Bytes::zero());
       if (!budget) {
@@ -198,6 +223,8 @@ int main(int argc, char** argv) {
   if (!capacity_files.empty()) {
     std::cout << "\n";
     const int cap_failures = check_capacity(capacity_files, capacity_bytes);
+    std::cout << fmt::format("allocator replay at capacity: {} experiment(s) where it disagrees with the GPU\n",
+                             replay_disagreements);
     if (cap_failures > 0) {
       std::cout << cap_failures << " capacity experiment(s) where the plan would run out of memory\n";
       return 1;
