@@ -14,6 +14,7 @@
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -118,20 +119,27 @@ struct Candidate {
 
 // The quant state of every Params4bit in decoder layers [first, first + n) (docs/formulas.md#qlora),
 // as program.cpp stores it. A layer's Linears depend on the layer only through whether it is an
-// MoE layer (layer_linears; tests/core/test_model.cpp), so each kind is listed once.
+// MoE layer (layer_linears; tests/core/test_model.cpp), so each kind is listed once; a hybrid
+// model's layers (docs/models.md#hybrid-layers) differ in their mixers and are listed one by one.
 std::int64_t quant_state_bytes(const ModelSpec& m, int first, int n, bool double_quant) {
+  const auto of_layer = [&](int layer) {
+    std::int64_t b = 0;
+    for (const auto& mod : layer_linears(m, layer)) {
+      if (!mod.nn_linear) continue;
+      const std::int64_t blocks = (mod.weight_params() + 63) / 64;
+      b += double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
+    }
+    return b;
+  };
   std::array<std::optional<std::int64_t>, 2> of_kind;
   std::int64_t bytes = 0;
   for (int layer = first; layer < first + n; ++layer) {
-    std::optional<std::int64_t>& kind = of_kind[m.moe.is_moe_layer(layer) ? 1 : 0];
-    if (!kind) {
-      kind = 0;
-      for (const auto& mod : layer_linears(m, layer)) {
-        if (!mod.nn_linear) continue;
-        const std::int64_t blocks = (mod.weight_params() + 63) / 64;
-        *kind += double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
-      }
+    if (m.hybrid.enabled()) {
+      bytes += of_layer(layer);
+      continue;
     }
+    std::optional<std::int64_t>& kind = of_kind[m.moe.is_moe_layer(layer) ? 1 : 0];
+    if (!kind) kind = of_layer(layer);
     bytes += *kind;
   }
   return bytes;
@@ -154,7 +162,7 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
   for (int layer = 0; layer < m.num_layers; ++layer) {
     for (const auto& mod : layer_linears(m, layer))
       if (mod.nn_linear && std::find(names.begin(), names.end(), mod.name) == names.end()) names.push_back(mod.name);
-    if (!m.moe.enabled()) break;
+    if (!m.moe.enabled() && !m.hybrid.enabled()) break;  // hybrids: layers differ (docs/models.md#hybrid-layers)
   }
   // A vision tower's Linears are PEFT targets too; LoRA reaches them when the tower is trained
   // (docs/formulas.md#vision-language-models).
@@ -894,6 +902,12 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
   std::vector<int> x;
   if (!model.cross_attention_layers.empty()) {
     x = model.cross_attention_layers;
+  } else if (model.hybrid.enabled()) {
+    // Hybrid layers (docs/models.md#hybrid-layers): the attention layers among the others, when
+    // the whole layout repeats with their period (Qwen3-Next: every fourth); else in full.
+    for (int l = first; l <= last; ++l)
+      if (model.hybrid.mixer(l) == MixerKind::kAttention) x.push_back(l);
+    if (x.size() < 2) return all();
   } else if (windowed && model.mixes_attention_kinds()) {
     x = model.full_attention_layers;
   }
@@ -914,8 +928,12 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
     const int units = cross ? static_cast<int>(x.size()) - 1 : (n - 2) / period;
     const int u0 = cross ? x.front() : first + 1;
     const auto special = [&x](int l) { return std::binary_search(x.begin(), x.end(), l); };
+    // A layer's kind: its mixer, MLP or MoE (hybrids), and whether it is one of x.
+    const auto kind = [&](int l) {
+      return std::tuple(special(l), model.hybrid.mixer(l), model.hybrid.has_ffn(l), model.moe.is_moe_layer(l));
+    };
     for (int l = u0; l + period < u0 + units * period; ++l)
-      if (special(l) != special(l + period)) return all();
+      if (kind(l) != kind(l + period)) return all();
     // Fewer layers in all than the two reduced models would simulate: simulate them all.
     if (units < 2 || 2 * (n - units * period) + 3 * period >= n) return all();
     const auto add = [&](std::vector<int>& layers, std::vector<std::pair<int, int>>& slots, int units_simulated) {
