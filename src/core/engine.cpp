@@ -296,6 +296,15 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
 
 Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
   const ParallelConfig& p = c.parallel;
+  // docs/models.md#hybrid-layers: how Megatron splits Gated DeltaNet / Mamba-2 / short-conv mixers
+  // over ranks is not simulated.
+  if (m.hybrid.enabled() && (p.pipeline_parallel > 1 || p.tensor_parallel > 1 || p.context_parallel > 1 ||
+                             p.sequence_parallel))
+    return make_error(ErrorCode::kUnsupported,
+                      fmt::format("{} ({}) with tensor, pipeline, context or sequence parallelism is not modelled: "
+                                  "its linear-attention, Mamba-2 or short-convolution layers are simulated on one rank",
+                                  m.name.empty() ? m.model_type : m.name, m.model_type),
+                      "estimate a data-parallel (DDP, ZeRO, FSDP) layout");
   if (p.expert_parallel > 1 || p.moe_capacity_factor > 0 || p.expert_tensor_parallel > 0) {
     const char* what = p.expert_parallel > 1           ? "expert-parallel"
                        : p.expert_tensor_parallel > 0 ? "expert-tensor-parallel"

@@ -422,3 +422,24 @@ TEST_CASE("families of 2025 whose layout is not modelled name their blocks, neve
           "model for this type");
   }
 }
+
+TEST_CASE("hybrid models refuse model parallelism and run under QLoRA") {
+  TrainingConfig c = lora_config();
+  c.lora.all_linear = true;
+  c.parallel.num_gpus = 2;
+  c.parallel.tensor_parallel = 2;
+  auto tp = estimate(catalog_spec("nemotron-h-8b"), c);
+  REQUIRE_FALSE(tp.has_value());
+  CHECK(tp.error().message ==
+        "nvidia/Nemotron-H-8B-Base-8K (nemotron_h) with tensor, pipeline, context or sequence parallelism is not "
+        "modelled: its linear-attention, Mamba-2 or short-convolution layers are simulated on one rank");
+  c.parallel.tensor_parallel = 1;
+  c.parallel.num_gpus = 1;
+  c.quant.load_in_4bit = true;
+  for (const char* name : {"qwen3-next-80b-a3b", "lfm2-1.2b", "nemotron-nano-9b-v2"}) {
+    INFO(name);
+    auto e = estimate(catalog_spec(name), c);
+    REQUIRE(e.has_value());
+    memplan::testing::require_consistent(*e);
+  }
+}
