@@ -175,8 +175,13 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
   std::vector<std::string> targets = l.target_modules.empty() ? sim::default_lora_targets(m) : l.target_modules;
   if (targets.empty()) {  // PEFT raises "Please specify `target_modules` in `peft_config`"
     std::string attn;
-    for (const auto& lin : layer_linears(m, 0))
-      if (lin.role == LinearRole::kAttention) attn += (attn.empty() ? "" : ", ") + lin.name;
+    std::vector<std::string> seen;
+    for (int layer = 0; layer < (m.hybrid.enabled() ? m.num_layers : 1); ++layer)  // hybrids: every mixer's
+      for (const auto& lin : layer_linears(m, layer))
+        if (lin.role == LinearRole::kAttention && std::find(seen.begin(), seen.end(), lin.name) == seen.end()) {
+          seen.push_back(lin.name);
+          attn += (attn.empty() ? "" : ", ") + lin.name;
+        }
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("PEFT has no default LoRA target modules for model_type '{}'", m.model_type),
                       "set target_modules (its attention projections: " + attn + ") or all-linear");
