@@ -100,7 +100,8 @@ Status validate_hybrid(const ModelSpec& m) {
       return field_error("linear_key_head_dim", y.gdn_key_head_dim, "must be between 1 and 65536");
     if (y.gdn_value_head_dim <= 0 || y.gdn_value_head_dim > (1 << 16))
       return field_error("linear_value_head_dim", y.gdn_value_head_dim, "must be between 1 and 65536");
-    if (y.gdn_value_heads > (1 << 16)) return field_error("linear_num_value_heads", y.gdn_value_heads, "is implausibly large");
+    if (y.gdn_value_heads > (1 << 16))
+      return field_error("linear_num_value_heads", y.gdn_value_heads, "is implausibly large");
   }
   if (mamba) {
     if (y.mamba_heads <= 0 || y.mamba_heads > (1 << 16))
@@ -254,7 +255,8 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     // the decay's input, one each per value head), out_proj; no biases.
     const HybridSpec& y = m.hybrid;
     out.push_back({"in_proj_qkvz", h, 2 * y.gdn_key_dim() + 2 * y.gdn_value_dim(), false, 1, LinearRole::kAttention});
-    out.push_back({"in_proj_ba", h, 2 * static_cast<std::int64_t>(y.gdn_value_heads), false, 1, LinearRole::kAttention});
+    const std::int64_t ba = 2 * static_cast<std::int64_t>(y.gdn_value_heads);
+    out.push_back({"in_proj_ba", h, ba, false, 1, LinearRole::kAttention});
     out.push_back({"out_proj", y.gdn_value_dim(), h, false, 1, LinearRole::kAttention});
   } else if (mixer == MixerKind::kMamba2) {
     // NemotronHMamba2Mixer: in_proj to (gate z, x, B, C, dt), out_proj; both with use_bias.

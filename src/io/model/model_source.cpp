@@ -615,8 +615,8 @@ Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
     if (pattern.empty())
       return config_error(origin, "model_type 'nemotron_h' has no \"hybrid_override_pattern\"", kWrongFileHint);
     if (static_cast<std::int64_t>(pattern.size()) != n)
-      return config_error(origin, fmt::format("\"hybrid_override_pattern\" names {} blocks, \"num_hidden_layers\" is {}",
-                                              pattern.size(), n));
+      return config_error(origin, fmt::format("\"hybrid_override_pattern\" names {} blocks, "
+                                              "\"num_hidden_layers\" is {}", pattern.size(), n));
     for (std::size_t i = 0; i < pattern.size(); ++i) {
       const char c = pattern[i];
       if (c == 'M') y.mixers.push_back(MixerKind::kMamba2);
@@ -813,7 +813,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   std::optional<std::int64_t> inter_fallback;
   // n_inner null means 4 x n_embd (checked: n_embd is not validated yet; validate() refuses the huge ones).
   if (gpt2) inter_fallback = m.hidden_size <= (std::int64_t{1} << 40) ? 4 * m.hidden_size : m.hidden_size;
-  if (t == "qwen2_moe" || t == "qwen3_moe" || t == "qwen3_next") inter_fallback = 0;  // all-MoE models may omit the dense width
+  // All-MoE models may omit the dense width.
+  if (t == "qwen2_moe" || t == "qwen3_moe" || t == "qwen3_next") inter_fallback = 0;
   MEMPLAN_TRY(m.intermediate_size, f.integer({"intermediate_size", "n_inner"}, inter_fallback));
   MEMPLAN_TRY(m.max_position_embeddings, f.integer({"max_position_embeddings", "n_positions"}, 0));
 
@@ -852,7 +853,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
     m.qk_norm = qk.value_or(false);
   }
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "qwen3_next" || t == "lfm2";
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "qwen3_next" ||
+              t == "lfm2";
   m.qk_norm_per_head = t != "olmo2";
   if (t == "gemma2" || t == "gemma3_text") m.norms_per_layer = 4;
   m.scale_embeddings = gemma;
