@@ -12,7 +12,7 @@
 
 namespace memplan {
 
-enum class Activation { kSilu, kGelu, kGeluTanh, kRelu };
+enum class Activation { kSilu, kGelu, kGeluTanh, kRelu, kRelu2 };  // kRelu2: relu(x)^2 (Nemotron-H)
 enum class NormKind { kRmsNorm, kLayerNorm };
 
 // The head on top of an encoder (docs/formulas.md#encoders): which AutoModel class is trained.
@@ -59,6 +59,44 @@ struct MoeSpec {
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int layer) const;
   bool operator==(const MoeSpec&) const = default;
+};
+
+// The token mixer of one layer of a hybrid model (docs/models.md#hybrid-layers).
+enum class MixerKind {
+  kAttention,      // the model's self-attention
+  kGatedDeltaNet,  // Qwen3-Next Qwen3NextGatedDeltaNet: linear attention with a delta-rule state
+  kMamba2,         // Nemotron-H NemotronHMamba2Mixer: Mamba-2 SSD
+  kShortConv,      // LFM2 Lfm2ShortConv: gated depthwise short convolution
+  kNone,           // Nemotron-H MLP / MoE layers: no mixer at all
+};
+
+// Per-layer layout of a hybrid model. Empty mixers: every layer attends (all other models).
+struct HybridSpec {
+  std::vector<MixerKind> mixers;   // one per layer
+  std::vector<bool> no_ffn;        // Nemotron-H: true for a layer without MLP / MoE (empty: all have one)
+  // Gated DeltaNet (linear_num_key_heads, linear_key_head_dim, ...; linear_conv_kernel_dim).
+  int gdn_key_heads = 0, gdn_value_heads = 0;
+  std::int64_t gdn_key_head_dim = 0, gdn_value_head_dim = 0;
+  // Mamba-2 (mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, chunk_size).
+  int mamba_heads = 0, mamba_groups = 0;
+  std::int64_t mamba_head_dim = 0, ssm_state = 0, mamba_chunk = 0;
+  bool mamba_conv_bias = true;     // use_conv_bias
+  bool mamba_proj_bias = false;    // use_bias: in_proj and out_proj
+  int conv_kernel = 0;             // GDN linear_conv_kernel_dim, Mamba conv_kernel, LFM2 conv_L_cache
+  bool short_conv_bias = false;    // LFM2 conv_bias: in_proj, conv and out_proj
+
+  bool enabled() const { return !mixers.empty(); }
+  MixerKind mixer(int layer) const {
+    return layer >= 0 && static_cast<std::size_t>(layer) < mixers.size() ? mixers[static_cast<std::size_t>(layer)]
+                                                                           : MixerKind::kAttention;
+  }
+  bool has_ffn(int layer) const {
+    return !(layer >= 0 && static_cast<std::size_t>(layer) < no_ffn.size() && no_ffn[static_cast<std::size_t>(layer)]);
+  }
+  std::int64_t gdn_key_dim() const { return gdn_key_heads * gdn_key_head_dim; }
+  std::int64_t gdn_value_dim() const { return gdn_value_heads * gdn_value_head_dim; }
+  std::int64_t mamba_inner() const { return mamba_heads * mamba_head_dim; }
+  bool operator==(const HybridSpec&) const = default;
 };
 
 // The vision tower of a vision-language model (docs/formulas.md#vision-language-models), as
@@ -210,6 +248,11 @@ struct ModelSpec {
   // transformers' DeepseekV3ForCausalLM does not load it, so it is not counted.
   int mtp_layers = 0;
   VisionSpec vision;                   // vision-language models: the vision tower and projector
+  // Hybrid models (docs/models.md#hybrid-layers): Qwen3-Next, Nemotron-H, LFM2.
+  HybridSpec hybrid;
+  // Qwen3-Next gated attention: q_proj gives queries and an output gate (2 x heads x head_dim),
+  // o_proj's input is attention * sigmoid(gate).
+  bool attn_output_gate = false;
   // Llama 3.2 Vision: the decoder layers that are MllamaCrossAttentionDecoderLayer (their K/V
   // read the projected image features), and the embedding rows beyond vocab_size (8: the
   // <|image|> token and 7 reserved; lm_head has vocab_size rows).
@@ -275,6 +318,13 @@ Status validate(const ModelSpec& m);
 
 // The Linear modules of decoder layer `layer` (0-based), in forward order.
 std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer);
+
+// Hybrid layers (docs/models.md#hybrid-layers): the name of the attention output projection
+// (LFM2: out_proj), the parameters of a layer's mixer that are not Linear weights (convolution
+// weights, A_log, dt_bias, D, gated norms), and the layer norms of a layer (Nemotron-H: one).
+std::string attention_out_name(const ModelSpec& m);
+std::int64_t mixer_params(const ModelSpec& m, int layer);
+int layer_norm_count(const ModelSpec& m, int layer);
 
 // Exact parameter count as PyTorch's sum(p.numel() for p in model.parameters()), with
 // sentence-transformers' Dense modules (in lm_head) for an embedding model that has them.

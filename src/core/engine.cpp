@@ -16,6 +16,7 @@
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -121,20 +122,27 @@ struct Candidate {
 
 // The quant state of every Params4bit in decoder layers [first, first + n) (docs/formulas.md#qlora),
 // as program.cpp stores it. A layer's Linears depend on the layer only through whether it is an
-// MoE layer (layer_linears; tests/core/test_model.cpp), so each kind is listed once.
+// MoE layer (layer_linears; tests/core/test_model.cpp), so each kind is listed once; a hybrid
+// model's layers (docs/models.md#hybrid-layers) differ in their mixers and are listed one by one.
 std::int64_t quant_state_bytes(const ModelSpec& m, int first, int n, bool double_quant) {
+  const auto of_layer = [&](int layer) {
+    std::int64_t b = 0;
+    for (const auto& mod : layer_linears(m, layer)) {
+      if (!mod.nn_linear) continue;
+      const std::int64_t blocks = (mod.weight_params() + 63) / 64;
+      b += double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
+    }
+    return b;
+  };
   std::array<std::optional<std::int64_t>, 2> of_kind;
   std::int64_t bytes = 0;
   for (int layer = first; layer < first + n; ++layer) {
-    std::optional<std::int64_t>& kind = of_kind[m.moe.is_moe_layer(layer) ? 1 : 0];
-    if (!kind) {
-      kind = 0;
-      for (const auto& mod : layer_linears(m, layer)) {
-        if (!mod.nn_linear) continue;
-        const std::int64_t blocks = (mod.weight_params() + 63) / 64;
-        *kind += double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
-      }
+    if (m.hybrid.enabled()) {
+      bytes += of_layer(layer);
+      continue;
     }
+    std::optional<std::int64_t>& kind = of_kind[m.moe.is_moe_layer(layer) ? 1 : 0];
+    if (!kind) kind = of_layer(layer);
     bytes += *kind;
   }
   return bytes;
@@ -157,7 +165,7 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
   for (int layer = 0; layer < m.num_layers; ++layer) {
     for (const auto& mod : layer_linears(m, layer))
       if (mod.nn_linear && std::find(names.begin(), names.end(), mod.name) == names.end()) names.push_back(mod.name);
-    if (!m.moe.enabled()) break;
+    if (!m.moe.enabled() && !m.hybrid.enabled()) break;  // hybrids: layers differ (docs/models.md#hybrid-layers)
   }
   // A vision tower's Linears are PEFT targets too; LoRA reaches them when the tower is trained
   // (docs/formulas.md#vision-language-models).
@@ -170,8 +178,13 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
   std::vector<std::string> targets = l.target_modules.empty() ? sim::default_lora_targets(m) : l.target_modules;
   if (targets.empty()) {  // PEFT raises "Please specify `target_modules` in `peft_config`"
     std::string attn;
-    for (const auto& lin : layer_linears(m, 0))
-      if (lin.role == LinearRole::kAttention) attn += (attn.empty() ? "" : ", ") + lin.name;
+    std::vector<std::string> seen;
+    for (int layer = 0; layer < (m.hybrid.enabled() ? m.num_layers : 1); ++layer)  // hybrids: every mixer's
+      for (const auto& lin : layer_linears(m, layer))
+        if (lin.role == LinearRole::kAttention && std::find(seen.begin(), seen.end(), lin.name) == seen.end()) {
+          seen.push_back(lin.name);
+          attn += (attn.empty() ? "" : ", ") + lin.name;
+        }
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("PEFT has no default LoRA target modules for model_type '{}'", m.model_type),
                       "set target_modules (its attention projections: " + attn + ") or all-linear");
@@ -291,6 +304,15 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
 
 Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
   const ParallelConfig& p = c.parallel;
+  // docs/models.md#hybrid-layers: how Megatron splits Gated DeltaNet / Mamba-2 / short-conv mixers
+  // over ranks is not simulated.
+  if (m.hybrid.enabled() && (p.pipeline_parallel > 1 || p.tensor_parallel > 1 || p.context_parallel > 1 ||
+                             p.sequence_parallel))
+    return make_error(ErrorCode::kUnsupported,
+                      fmt::format("{} ({}) with tensor, pipeline, context or sequence parallelism is not modelled: "
+                                  "its linear-attention, Mamba-2 or short-convolution layers are simulated on one rank",
+                                  m.name.empty() ? m.model_type : m.name, m.model_type),
+                      "estimate a data-parallel (DDP, ZeRO, FSDP) layout");
   if (p.expert_parallel > 1 || p.moe_capacity_factor > 0 || p.expert_tensor_parallel > 0) {
     const char* what = p.expert_parallel > 1           ? "expert-parallel"
                        : p.expert_tensor_parallel > 0 ? "expert-tensor-parallel"
@@ -929,6 +951,12 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
   std::vector<int> x;
   if (!model.cross_attention_layers.empty()) {
     x = model.cross_attention_layers;
+  } else if (model.hybrid.enabled()) {
+    // Hybrid layers (docs/models.md#hybrid-layers): the attention layers among the others, when
+    // the whole layout repeats with their period (Qwen3-Next: every fourth); else in full.
+    for (int l = first; l <= last; ++l)
+      if (model.hybrid.mixer(l) == MixerKind::kAttention) x.push_back(l);
+    if (x.size() < 2) return all();
   } else if (windowed && model.mixes_attention_kinds()) {
     x = model.full_attention_layers;
   }
@@ -956,8 +984,12 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
     const int units = cross ? static_cast<int>(x.size()) - 1 : (n - 2) / period;
     const int u0 = cross ? x.front() : first + 1;
     const auto special = [&x](int l) { return std::binary_search(x.begin(), x.end(), l); };
+    // A layer's kind: its mixer, MLP or MoE (hybrids), and whether it is one of x.
+    const auto kind = [&](int l) {
+      return std::tuple(special(l), model.hybrid.mixer(l), model.hybrid.has_ffn(l), model.moe.is_moe_layer(l));
+    };
     for (int l = u0; l + period < u0 + units * period; ++l)
-      if (special(l) != special(l + period)) return all();
+      if (kind(l) != kind(l + period)) return all();
     // Fewer layers in all than the two reduced models would simulate: simulate them all.
     if (units < 2 || 2 * (n - units * period) + 3 * period >= n) return all();
     const auto add = [&](std::vector<int>& layers, std::vector<std::pair<int, int>>& slots, int units_simulated) {

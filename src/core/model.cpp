@@ -77,6 +77,51 @@ double approximate_total(const ModelSpec& m) {
          (m.learned_positions ? static_cast<double>(m.max_position_embeddings) * h : 0);
 }
 
+// docs/models.md#hybrid-layers: the layout a hybrid config describes must be one per layer, with
+// the sizes of the mixers it uses.
+Status validate_hybrid(const ModelSpec& m) {
+  const HybridSpec& y = m.hybrid;
+  if (!y.enabled()) return Ok{};
+  if (static_cast<std::int64_t>(y.mixers.size()) != m.num_layers)
+    return field_error("num_hidden_layers", m.num_layers,
+                       fmt::format("must equal the layers the layout names ({})", y.mixers.size()));
+  bool gdn = false, mamba = false, conv = false;
+  for (const MixerKind k : y.mixers) {
+    gdn = gdn || k == MixerKind::kGatedDeltaNet;
+    mamba = mamba || k == MixerKind::kMamba2;
+    conv = conv || k == MixerKind::kShortConv;
+  }
+  if (gdn) {
+    if (y.gdn_key_heads <= 0) return field_error("linear_num_key_heads", y.gdn_key_heads, "must be positive");
+    if (y.gdn_value_heads <= 0 || y.gdn_value_heads % y.gdn_key_heads != 0)
+      return field_error("linear_num_value_heads", y.gdn_value_heads,
+                         fmt::format("must be a positive multiple of linear_num_key_heads ({})", y.gdn_key_heads));
+    if (y.gdn_key_head_dim <= 0 || y.gdn_key_head_dim > (1 << 16))
+      return field_error("linear_key_head_dim", y.gdn_key_head_dim, "must be between 1 and 65536");
+    if (y.gdn_value_head_dim <= 0 || y.gdn_value_head_dim > (1 << 16))
+      return field_error("linear_value_head_dim", y.gdn_value_head_dim, "must be between 1 and 65536");
+    if (y.gdn_value_heads > (1 << 16))
+      return field_error("linear_num_value_heads", y.gdn_value_heads, "is implausibly large");
+  }
+  if (mamba) {
+    if (y.mamba_heads <= 0 || y.mamba_heads > (1 << 16))
+      return field_error("mamba_num_heads", y.mamba_heads, "must be between 1 and 65536");
+    if (y.mamba_head_dim <= 0 || y.mamba_head_dim > (1 << 16))
+      return field_error("mamba_head_dim", y.mamba_head_dim, "must be between 1 and 65536");
+    if (y.ssm_state <= 0 || y.ssm_state > (1 << 16))
+      return field_error("ssm_state_size", y.ssm_state, "must be between 1 and 65536");
+    if (y.mamba_groups <= 0 || y.mamba_heads % y.mamba_groups != 0)
+      return field_error("n_groups", y.mamba_groups,
+                         fmt::format("must be positive and divide mamba_num_heads ({})", y.mamba_heads));
+    if (y.mamba_chunk <= 0 || y.mamba_chunk > (1 << 16))
+      return field_error("chunk_size", y.mamba_chunk, "must be between 1 and 65536");
+  }
+  if ((gdn || mamba || conv) && (y.conv_kernel <= 0 || y.conv_kernel > 1024))
+    return field_error(conv ? "conv_L_cache" : mamba ? "conv_kernel" : "linear_conv_kernel_dim", y.conv_kernel,
+                       "must be between 1 and 1024");
+  return Ok{};
+}
+
 }  // namespace
 
 Status validate(const ModelSpec& m) {
@@ -138,6 +183,7 @@ Status validate(const ModelSpec& m) {
   for (const int l : m.full_attention_layers)
     if (l < 0 || l >= m.num_layers)
       return field_error("layer_types", l, fmt::format("names a full-attention layer outside 0..{}", m.num_layers - 1));
+  if (auto h = validate_hybrid(m); !h) return h;
   return validate_vision(m.vision);
 }
 
@@ -157,6 +203,37 @@ bool ModelSpec::is_cross_attention_layer(int layer) const {
   return std::find(cross_attention_layers.begin(), cross_attention_layers.end(), layer) != cross_attention_layers.end();
 }
 
+std::string attention_out_name(const ModelSpec& m) { return m.model_type == "lfm2" ? "out_proj" : "o_proj"; }
+
+std::int64_t mixer_params(const ModelSpec& m, int layer) {
+  const HybridSpec& y = m.hybrid;
+  const std::int64_t k = y.conv_kernel;
+  switch (y.mixer(layer)) {
+    case MixerKind::kGatedDeltaNet: {
+      // conv1d (depthwise over q, k, v; no bias), dt_bias, A_log, norm (RMSNormGated over head_v_dim).
+      const std::int64_t conv_dim = 2 * y.gdn_key_dim() + y.gdn_value_dim();
+      return conv_dim * k + 2 * static_cast<std::int64_t>(y.gdn_value_heads) + y.gdn_value_head_dim;
+    }
+    case MixerKind::kMamba2: {
+      // conv1d over (x, B, C) with use_conv_bias; dt_bias, A_log, D per head; norm over the inner width.
+      const std::int64_t conv_dim = y.mamba_inner() + 2 * y.mamba_groups * y.ssm_state;
+      return conv_dim * k + (y.mamba_conv_bias ? conv_dim : 0) + 3 * static_cast<std::int64_t>(y.mamba_heads) +
+             y.mamba_inner();
+    }
+    case MixerKind::kShortConv:  // depthwise Conv1d(hidden, hidden, L_cache) with conv_bias
+      return m.hidden_size * k + (y.short_conv_bias ? m.hidden_size : 0);
+    case MixerKind::kAttention:
+    case MixerKind::kNone: return 0;
+  }
+  return 0;
+}
+
+int layer_norm_count(const ModelSpec& m, int layer) {
+  // Every layer has the same norms (Nemotron-H: one, its parser sets norms_per_layer to 1).
+  (void)layer;
+  return m.norms_per_layer;
+}
+
 std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   if (m.is_encoder()) return encoder_layer_linears(m);
   std::vector<LinearModule> out;
@@ -172,7 +249,28 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     out.push_back({"c_proj", m.intermediate_size, h, true, 1, LinearRole::kMlp});
     return out;
   }
-  if (m.is_mla()) {
+  const MixerKind mixer = m.hybrid.mixer(layer);
+  if (mixer == MixerKind::kGatedDeltaNet) {
+    // Qwen3NextGatedDeltaNet: in_proj_qkvz (q, k, v and the output gate z), in_proj_ba (beta and
+    // the decay's input, one each per value head), out_proj; no biases.
+    const HybridSpec& y = m.hybrid;
+    out.push_back({"in_proj_qkvz", h, 2 * y.gdn_key_dim() + 2 * y.gdn_value_dim(), false, 1, LinearRole::kAttention});
+    const std::int64_t ba = 2 * static_cast<std::int64_t>(y.gdn_value_heads);
+    out.push_back({"in_proj_ba", h, ba, false, 1, LinearRole::kAttention});
+    out.push_back({"out_proj", y.gdn_value_dim(), h, false, 1, LinearRole::kAttention});
+  } else if (mixer == MixerKind::kMamba2) {
+    // NemotronHMamba2Mixer: in_proj to (gate z, x, B, C, dt), out_proj; both with use_bias.
+    const HybridSpec& y = m.hybrid;
+    const std::int64_t d_in = 2 * y.mamba_inner() + 2 * y.mamba_groups * y.ssm_state + y.mamba_heads;
+    out.push_back({"in_proj", h, d_in, y.mamba_proj_bias, 1, LinearRole::kAttention});
+    out.push_back({"out_proj", y.mamba_inner(), h, y.mamba_proj_bias, 1, LinearRole::kAttention});
+  } else if (mixer == MixerKind::kShortConv) {
+    // Lfm2ShortConv: in_proj to (B, C, x), out_proj; both with conv_bias.
+    out.push_back({"in_proj", h, 3 * h, m.hybrid.short_conv_bias, 1, LinearRole::kAttention});
+    out.push_back({"out_proj", h, h, m.hybrid.short_conv_bias, 1, LinearRole::kAttention});
+  } else if (mixer == MixerKind::kNone) {
+    // Nemotron-H MLP / MoE layers
+  } else if (m.is_mla()) {
     // DeepseekV3Attention / DeepseekV2Attention (docs/formulas.md#mla); attention_bias gives
     // q_a_proj, kv_a_proj_with_mqa and o_proj a bias, never q_proj, q_b_proj or kv_b_proj.
     const std::int64_t heads = m.num_heads;
@@ -190,15 +288,21 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   } else if (m.fused_qkv) {
     out.push_back({"qkv_proj", h, q + 2 * kv, m.qkv_bias, 1, LinearRole::kAttention});
   } else {
-    out.push_back({"q_proj", h, q, m.qkv_bias, 1, LinearRole::kAttention});
+    // Qwen3-Next gated attention: q_proj gives the queries and their output gate.
+    out.push_back({"q_proj", h, m.attn_output_gate ? 2 * q : q, m.qkv_bias, 1, LinearRole::kAttention});
     out.push_back({"k_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
     out.push_back({"v_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
   }
-  if (!m.is_mla()) out.push_back({"o_proj", q, h, m.o_bias, 1, LinearRole::kAttention});
+  if (mixer == MixerKind::kAttention && !m.is_mla())
+    out.push_back({attention_out_name(m), q, h, m.o_bias, 1, LinearRole::kAttention});
 
+  if (!m.hybrid.has_ffn(layer)) return out;
   if (!m.moe.is_moe_layer(layer)) {
     if (m.gated_mlp) {
-      add_gated_mlp(out, m, m.intermediate_size, 1, LinearRole::kMlp, false);
+      add_gated_mlp(out, m, m.intermediate_size, 1, LinearRole::kMlp, m.model_type == "lfm2");
+    } else if (m.model_type == "nemotron_h") {  // NemotronHMLP: up_proj, relu2, down_proj
+      out.push_back({"up_proj", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
+      out.push_back({"down_proj", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
     } else {
       out.push_back({"fc1", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
       out.push_back({"fc2", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
@@ -260,8 +364,10 @@ ParameterCounts count_model_parameters(const ModelSpec& m) {
       else
         active += p;
     }
-    c.attention += qk_norm_params(m);
-    active += qk_norm_params(m);
+    const std::int64_t mixer_extra =
+        (m.hybrid.mixer(l) == MixerKind::kAttention ? qk_norm_params(m) : 0) + mixer_params(m, l);
+    c.attention += mixer_extra;
+    active += mixer_extra;
     if (m.is_cross_attention_layer(l)) {
       // MllamaCrossAttentionDecoderLayer: q_norm and k_norm (RMSNorm over head_dim) and the two
       // scalar tanh gates, cross_attn_attn_gate and cross_attn_mlp_gate.
@@ -269,8 +375,8 @@ ParameterCounts count_model_parameters(const ModelSpec& m) {
       c.mlp += 1;
       active += 2 * m.head_dim + 2;
     }
-    c.norms += m.norms_per_layer * norm_params(m, h);
-    active += m.norms_per_layer * norm_params(m, h);
+    c.norms += layer_norm_count(m, l) * norm_params(m, h);
+    active += layer_norm_count(m, l) * norm_params(m, h);
   }
   c.norms += norm_params(m, h);  // final norm
   active += norm_params(m, h);
@@ -293,6 +399,7 @@ std::string to_string(Activation a) {
     case Activation::kGelu: return "gelu";
     case Activation::kGeluTanh: return "gelu_pytorch_tanh";
     case Activation::kRelu: return "relu";
+    case Activation::kRelu2: return "relu2";
   }
   return "?";
 }

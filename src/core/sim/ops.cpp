@@ -210,6 +210,12 @@ int Ops::mean_last(int x, Poly out_numel) {
   return y;
 }
 
+int Ops::sum(int x, Poly out_numel) {
+  const int y = g_.make(out_numel, g_.at(x).dt, cat);
+  g_.node({x}, {y}, {}, [x](Bwd& c) { c.pass(x, c.grad()); });
+  return y;
+}
+
 int Ops::neg(int x) { return scalar_op(x); }
 
 int Ops::silu(int x) {

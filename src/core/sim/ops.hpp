@@ -62,6 +62,9 @@ class Ops {
   int pow2(int x);                             // x.pow(2): saves x
   int rsqrt(int x);                            // saves its result
   int mean_last(int x, Poly out_numel);        // x.mean(-1, keepdim=True)
+  // x.sum(dims) (also cumsum): saves nothing; SumBackward's grad.expand is a view of the
+  // incoming gradient, so nothing is allocated for x's gradient.
+  int sum(int x, Poly out_numel);
   int neg(int x);
   int silu(int x);                             // saves x
   int gelu(int x);                             // saves x

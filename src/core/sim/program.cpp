@@ -31,6 +31,11 @@ struct LayerParams {
   bool cross = false;                        // mllama MllamaCrossAttentionDecoderLayer
   bool sliding = false;                      // a sliding-window attention layer (Gemma 2/3, Mistral v0.1)
   int attn_gate = -1, mlp_gate = -1;         // its tanh gates (mllama global vision layers: gate_attn/gate_ffn)
+  // Hybrid layers (docs/models.md#hybrid-layers): the mixer, whether an MLP / MoE follows, and
+  // the mixer's non-Linear parameters (conv1d weight and bias, dt_bias, A_log, D, gated norm).
+  MixerKind mixer = MixerKind::kAttention;
+  bool ffn = true;
+  int conv_w = -1, conv_b = -1, dt_bias = -1, a_log = -1, d = -1, mix_norm = -1;
 };
 
 // Qwen2.5-VL get_window_index: the merged-token grid of an image is cut into windows of
@@ -149,6 +154,12 @@ class Step {
   int moe(int x, LayerParams& lp);
   int gelu_new(int x);
   int decoder_layer(int h, int layer);
+  // Hybrid layers (docs/models.md#hybrid-layers), as transformers' torch fallbacks run them.
+  int hybrid_layer(int h, LayerParams& lp);
+  int short_conv(int x, LayerParams& lp);
+  int mamba2_mixer(int x, LayerParams& lp);
+  int gated_deltanet(int x, LayerParams& lp);
+  int f32_copy(int x);  // x.to(torch.float32): a copy unless x is already fp32 (x is taken)
   // torch.utils.checkpoint around `body` (a decoder layer or a vision block): `holds` are the
   // tensors the bound arguments keep (mask, rotary tables); fsdp_unit: the body is an FSDP unit
   // whose reshard-only hook keeps its input (decoder layers under PEFT's wrap policy).
@@ -327,8 +338,10 @@ void Step::make_params() {
     cur_layer_ = l;
     LayerParams lp;
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
-    lp.moe = m_.moe.is_moe_layer(model_layer);
+    lp.moe = m_.moe.is_moe_layer(model_layer) && m_.hybrid.has_ffn(model_layer);
     lp.sliding = m_.is_sliding_layer(model_layer);
+    lp.mixer = m_.hybrid.mixer(model_layer);
+    lp.ffn = m_.hybrid.has_ffn(model_layer);
     no_grad_params_ = m_.is_cross_attention_layer(model_layer) && !vision_on();
     for (const auto& mod : layer_linears(m_, model_layer)) {
       std::string key = mod.name;
@@ -350,9 +363,29 @@ void Step::make_params() {
     } else if (m_.is_mla()) {  // q_a_layernorm (with q LoRA) and kv_a_layernorm
       if (m_.q_lora_rank > 0) lp.q_norm = make_param(m_.q_lora_rank, other_dt(), sp_.full_finetune);
       lp.k_norm = make_param(m_.kv_lora_rank, other_dt(), sp_.full_finetune);
-    } else if (m_.qk_norm) {
+    } else if (m_.qk_norm && lp.mixer == MixerKind::kAttention) {
       lp.q_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
       lp.k_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
+    }
+    const HybridSpec& hy = m_.hybrid;
+    const bool ft = sp_.full_finetune;
+    if (lp.mixer == MixerKind::kGatedDeltaNet) {
+      const std::int64_t conv_dim = 2 * hy.gdn_key_dim() + hy.gdn_value_dim();
+      lp.conv_w = make_param(conv_dim * hy.conv_kernel, sp_.weight_dt, ft);
+      lp.dt_bias = make_param(hy.gdn_value_heads, other_dt(), ft);
+      lp.a_log = make_param(hy.gdn_value_heads, other_dt(), ft);
+      lp.mix_norm = make_param(hy.gdn_value_head_dim, other_dt(), ft);
+    } else if (lp.mixer == MixerKind::kMamba2) {
+      const std::int64_t conv_dim = hy.mamba_inner() + 2 * hy.mamba_groups * hy.ssm_state;
+      lp.conv_w = make_param(conv_dim * hy.conv_kernel, sp_.weight_dt, ft);
+      if (hy.mamba_conv_bias) lp.conv_b = make_param(conv_dim, other_dt(), ft);
+      lp.dt_bias = make_param(hy.mamba_heads, other_dt(), ft);
+      lp.a_log = make_param(hy.mamba_heads, other_dt(), ft);
+      lp.d = make_param(hy.mamba_heads, other_dt(), ft);
+      lp.mix_norm = make_param(hy.mamba_inner(), other_dt(), ft);
+    } else if (lp.mixer == MixerKind::kShortConv) {
+      lp.conv_w = make_param(h * hy.conv_kernel, sp_.weight_dt, ft);
+      if (hy.short_conv_bias) lp.conv_b = make_param(h, other_dt(), ft);
     }
     w_->layers.push_back(std::move(lp));
     no_grad_params_ = false;
@@ -504,7 +537,8 @@ int Step::norm(int x, int w, int bias, std::int64_t width, Poly numel) {
   Poly rows = numel;
   for (auto& v : rows.c) v /= width;
   if (m_.norm == NormKind::kLayerNorm) return layer_norm(x, w, bias, numel, rows);
-  if (m_.model_type.rfind("gemma", 0) == 0) return gemma_rmsnorm(x, w, numel, rows);
+  // Qwen3NextRMSNorm is Gemma's zero-centred (1 + weight) norm.
+  if (m_.model_type.rfind("gemma", 0) == 0 || m_.model_type == "qwen3_next") return gemma_rmsnorm(x, w, numel, rows);
   return llama_rmsnorm(x, w, numel, rows);
 }
 
@@ -650,6 +684,7 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   const std::int64_t nh = m_.num_heads, nkv = m_.num_kv_heads, hd = m_.head_dim;
   const Poly qn = tok(nh * hd), kvn = tok(nkv * hd);
   int q, k, v;
+  int out_gate = -1;
   if (m_.fused_qkv) {
     const int qkv = lin(x, lp.lin.at(m_.model_type == "gpt2" ? "c_attn" : "qkv_proj"), tok(nh * hd + 2 * nkv * hd));
     q = ops_.slice(qkv, qn, false);
@@ -657,7 +692,18 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     v = ops_.slice(qkv, kvn, false);
     g_.drop(qkv);
   } else {
-    q = lin(x, lp.lin.at("q_proj"), qn);
+    if (m_.attn_output_gate) {
+      // Qwen3NextAttention: chunk(q_proj(x).view(..., 2 * head_dim), 2): queries and a gate, whose
+      // reshape(*input_shape, -1) copies (a chunk is not contiguous).
+      const int qg = lin(x, lp.lin.at("q_proj"), qn * 2);
+      q = ops_.slice(qg, qn, false);
+      const int gv = ops_.slice(qg, qn, false);
+      out_gate = ops_.clone(gv);
+      g_.drop(gv);
+      g_.drop(qg);
+    } else {
+      q = lin(x, lp.lin.at("q_proj"), qn);
+    }
     k = lin(x, lp.lin.at("k_proj"), kvn);
     v = lin(x, lp.lin.at("v_proj"), kvn);
   }
@@ -737,9 +783,17 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     out = ops_.view(o);  // already (b, s, heads, d)
     g_.drop(o);
   }
-  const int r = ops_.view(out);  // reshape(*input_shape, -1).contiguous()
+  int r = ops_.view(out);  // reshape(*input_shape, -1).contiguous()
   g_.drop(out);
-  const int o = lin(r, lp.lin.at(m_.model_type == "gpt2" ? "c_proj" : "o_proj"), tok(m_.hidden_size));
+  if (out_gate >= 0) {  // attn_output * torch.sigmoid(gate): sigmoid saves its result, the product both
+    const int sg = ops_.tanh(out_gate);
+    g_.drop(out_gate);
+    const int gr = ops_.mul(r, sg, qn);
+    g_.drop(r);
+    g_.drop(sg);
+    r = gr;
+  }
+  const int o = lin(r, lp.lin.at(m_.model_type == "gpt2" ? "c_proj" : attention_out_name(m_)), tok(m_.hidden_size));
   g_.drop(r);
   // query_states/key_states/value_states are locals of the attention forward until it returns.
   g_.drop(qe);
@@ -783,7 +837,18 @@ int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t wi
     g_.drop(a);
     return o;
   }
-  const bool mixtral = m_.model_type == "mixtral" && prefix.empty() && lp.moe;
+  if (!m_.gated_mlp) {  // NemotronHMLP: down_proj(square(relu(up_proj(x))))
+    const int u = lin(x, lp.lin.at(prefix + "up_proj"), wide);
+    const int r = ops_.tanh(u);  // relu: saves its result
+    g_.drop(u);
+    const int sq = ops_.pow2(r);  // torch.square: saves its input
+    g_.drop(r);
+    const int o = lin(sq, lp.lin.at(prefix + "down_proj"), narrow);
+    g_.drop(sq);
+    return o;
+  }
+  // Mixtral's experts and LFM2's MLP are w1 (gate), w3 (up), w2 (down).
+  const bool mixtral = (m_.model_type == "mixtral" && prefix.empty() && lp.moe) || m_.model_type == "lfm2";
   int act, up;
   if (m_.fused_gate_up) {
     Poly both = wide * 2;
@@ -958,6 +1023,7 @@ int Step::moe(int x, LayerParams& lp) {
 int Step::decoder_layer(int h, int layer) {
   LayerParams& lp = w_->layers[static_cast<std::size_t>(layer)];
   if (lp.cross) return cross_decoder_layer(h, lp);
+  if (lp.mixer != MixerKind::kAttention || !lp.ffn) return hybrid_layer(h, lp);
   const std::int64_t hs = m_.hidden_size;
   const bool gpt2 = m_.model_type == "gpt2";
   const bool post_norms = m_.norms_per_layer == 4;
@@ -1019,6 +1085,356 @@ int Step::decoder_layer(int h, int layer) {
   g_.drop(h2);
   if (probs >= 0) g_.drop(probs);  // `hidden_states, _ = self.self_attn(...)`: `_` lives to here
   return h3;
+}
+
+// ---- hybrid layers (docs/models.md#hybrid-layers)
+
+int Step::f32_copy(int x) {
+  const int y = ops_.to(x, DT::kF32);
+  g_.drop(x);
+  return y;
+}
+
+int Step::hybrid_layer(int h, LayerParams& lp) {
+  // Qwen3NextDecoderLayer / Lfm2DecoderLayer: norm -> mixer -> add, norm -> MLP or MoE -> add.
+  // NemotronHBlock: norm -> mixer (Mamba-2, attention, MLP) -> add, one per block.
+  const std::int64_t hs = m_.hidden_size;
+  const Poly H = htok();
+  g_.hold(h);
+  int cur = h;
+  std::size_t ni = 0;
+  int probs = -1;
+  if (lp.mixer != MixerKind::kNone) {
+    const int n1 = norm(cur, lp.norms[0], lp.norms[1], hs, H);
+    int a = -1;
+    switch (lp.mixer) {
+      case MixerKind::kAttention: std::tie(a, probs) = attention(n1, lp); break;
+      case MixerKind::kGatedDeltaNet: a = gated_deltanet(n1, lp); break;
+      case MixerKind::kMamba2: a = mamba2_mixer(n1, lp); break;
+      case MixerKind::kShortConv: a = short_conv(n1, lp); break;
+      case MixerKind::kNone: break;
+    }
+    g_.drop(n1);
+    const int h2 = ops_.add(cur, a, H);
+    g_.drop(a);
+    g_.drop(cur);
+    cur = h2;
+    ni = 2;
+  }
+  if (lp.ffn) {
+    const int n2 = norm(cur, lp.norms[ni], lp.norms[ni + 1], hs, H);
+    const int mo = lp.moe ? moe(n2, lp) : mlp(n2, lp, "", m_.intermediate_size, tok(1), false);
+    g_.drop(n2);
+    const int h3 = ops_.add(cur, mo, H);
+    g_.drop(mo);
+    g_.drop(cur);
+    cur = h3;
+  }
+  if (probs >= 0) g_.drop(probs);
+  return cur;
+}
+
+int Step::short_conv(int x, LayerParams& lp) {
+  // Lfm2ShortConv.slow_forward (transformers' path without causal-conv1d's CUDA kernel):
+  // BCx = in_proj(x).transpose(-1, -2); B, C, x = BCx.chunk(3); Bx = B * x;
+  // conv_out = conv(Bx)[..., :s]; y = C * conv_out; out_proj(y.transpose(-1, -2).contiguous()).
+  const std::int64_t h = m_.hidden_size;
+  const Poly n = tok(h);
+  const int bcx = lin(x, lp.lin.at("in_proj"), tok(3 * h));
+  const int bt = ops_.transpose_view(bcx);
+  g_.drop(bcx);
+  const int b = ops_.slice(bt, n, false), c = ops_.slice(bt, n, false), xv = ops_.slice(bt, n, false);
+  g_.drop(bt);
+  const int bx = ops_.mul(b, xv, n);  // saves B and x: views that keep in_proj's output
+  g_.drop(b);
+  g_.drop(xv);
+  // The depthwise Conv1d (padding L_cache - 1) saves its input and weight; [..., :s] is a view.
+  const int conv = ops_.patch_conv(bx, lp.conv_w, lp.conv_b, n);
+  g_.drop(bx);
+  const int y = ops_.mul(c, conv, n);
+  g_.drop(c);
+  g_.drop(conv);
+  const int yt = ops_.transpose_view(y);
+  g_.drop(y);
+  const int yc = ops_.clone(yt);
+  g_.drop(yt);
+  const int o = lin(yc, lp.lin.at("out_proj"), tok(h));
+  g_.drop(yc);
+  return o;
+}
+
+int Step::mamba2_mixer(int x, LayerParams& lp) {
+  // NemotronHMamba2Mixer.torch_forward (no mamba_ssm / causal-conv1d kernels; the CPU path), with
+  // the chunked SSD scan in fp32. Named locals live until the method returns.
+  const HybridSpec& y = m_.hybrid;
+  const std::int64_t I = y.mamba_inner(), Hh = y.mamba_heads, N = y.ssm_state, G = y.mamba_groups;
+  const std::int64_t l = y.mamba_chunk;
+  const std::int64_t conv_dim = I + 2 * G * N;
+  std::vector<int> locals;
+  const auto keep = [&](int t) { locals.push_back(t); return t; };
+  const int proj = lin(x, lp.lin.at("in_proj"), tok(2 * I + 2 * G * N + Hh));
+  const int gate = keep(ops_.slice(proj, tok(I), false));
+  const int xbc = ops_.slice(proj, tok(conv_dim), false);
+  const int dt = ops_.slice(proj, tok(Hh), false);
+  g_.drop(proj);
+  // act(conv1d(xBC.transpose(1, 2))[..., :s].transpose(1, 2)): silu saves the conv's output.
+  const int xt = ops_.transpose_view(xbc);
+  g_.drop(xbc);
+  const int conv = ops_.patch_conv(xt, lp.conv_w, lp.conv_b, tok(conv_dim));
+  g_.drop(xt);
+  const int act = ops_.silu(conv);
+  g_.drop(conv);
+  const int hs0 = ops_.slice(act, tok(I), false);
+  const int b0 = ops_.slice(act, tok(G * N), false);
+  const int c0 = ops_.slice(act, tok(G * N), false);
+  g_.drop(act);
+  // dt = clamp(softplus(dt + dt_bias)): softplus and clamp save their inputs.
+  const int dtb = ops_.add(dt, lp.dt_bias, tok(Hh));
+  g_.drop(dt);
+  const int sp = ops_.silu(dtb);
+  g_.drop(dtb);
+  const int dtc = keep(ops_.silu(sp));
+  g_.drop(sp);
+  const int hs = keep(f32_copy(hs0));
+  // B, C: .float() and repeat_interleave to every head.
+  const int rep = static_cast<int>(Hh / G);
+  const int b32 = f32_copy(b0), c32 = f32_copy(c0);
+  const int bh = keep(ops_.repeat_kv(b32, rep, false));
+  const int ch = keep(ops_.repeat_kv(c32, rep, false));
+  g_.drop(b32);
+  g_.drop(c32);
+  const int dres = keep(ops_.mul(lp.d, hs, tok(I)));          // D_residual
+  const int hsd = keep(ops_.mul(hs, dtc, tok(I)));            // hidden_states * dt
+  const int adt = keep(ops_.mul(lp.a_log, dtc, tok(Hh)));     // A * dt
+  const int acs = keep(ops_.sum(adt, tok(Hh)));               // A_cumsum
+  // L = exp(segment_sum(A)): (b, heads, chunks, l, l); segment_sum's masked_fill / cumsum /
+  // masked_fill are locals of that function.
+  const Poly LL = tok(Hh * l);
+  const int seg1 = ops_.scalar_op(acs);
+  const int seg_full = ops_.add(seg1, seg1, LL);
+  g_.drop(seg1);
+  const int seg2 = ops_.sum(seg_full, LL);
+  g_.drop(seg_full);
+  const int seg3 = ops_.scalar_op(seg2);
+  g_.drop(seg2);
+  const int L = keep(ops_.tanh(seg3));  // exp: saves its result
+  g_.drop(seg3);
+  // G_intermediate = C[:, :, :, None] * B[:, :, None]: (b, chunks, l, l, heads, N), a local.
+  const int gi = keep(ops_.mul(ch, bh, tok(l * Hh * N)));
+  const int gs = keep(ops_.sum(gi, LL));
+  const int mi = keep(ops_.mul(gs, L, LL));
+  const int mm = keep(ops_.sum(mi, LL));
+  // Y_diag = (M[..., None] * hidden_states[:, :, None]).sum(dim=3): the product is a temporary.
+  const int yt = ops_.mul(mm, hsd, tok(l * I));
+  const int yd = keep(ops_.sum(yt, tok(I)));
+  g_.drop(yt);
+  // decay_states, B_decay, states = (B_decay[..., None, :] * hidden_states[..., None]).sum(dim=2)
+  const int ds = keep(ops_.tanh(acs));
+  const int bd = keep(ops_.mul(bh, ds, tok(Hh * N)));
+  const std::int64_t per_chunk = std::max<std::int64_t>(1, I * N / l);
+  const int st = ops_.mul(bd, hsd, tok(I * N));
+  const int states = keep(ops_.sum(st, tok(per_chunk)));
+  g_.drop(st);
+  // Inter-chunk recurrence: cat with a zero state, decay_chunk (b, heads, c + 1, c + 1), and the
+  // (b, c + 1, c + 1, heads, P, N) product summed over the source chunk.
+  const int st_all = keep(ops_.scalar_op(states));
+  const Poly quad = scores(std::max<std::int64_t>(1, I * N / (l * l)));
+  const int nst = ops_.mul(st_all, st_all, quad);
+  const int new_states = keep(ops_.sum(nst, tok(per_chunk)));
+  g_.drop(nst);
+  // C_times_states = C[..., None, :] * states[:, :, None]: (b, chunks, l, heads, P, N), a local.
+  const int cts = keep(ops_.mul(ch, new_states, tok(I * N)));
+  const int csum = ops_.sum(cts, tok(I));
+  const int sdo = keep(ops_.tanh(acs));  // state_decay_out = exp(A_cumsum)
+  const int yoff = keep(ops_.mul(csum, sdo, tok(I)));
+  g_.drop(csum);
+  const int y1 = ops_.add(yd, yoff, tok(I));
+  const int y2 = ops_.add(y1, dres, tok(I));
+  g_.drop(y1);
+  // MambaRMSNormGated(y, gate): y * silu(gate.float()), RMS over the inner width, * weight; then
+  // out_proj(scan_output.to(dtype)).
+  const int g32 = f32_copy((g_.hold(gate), gate));
+  const int sg = ops_.silu(g32);
+  g_.drop(g32);
+  const int yg = ops_.mul(y2, sg, tok(I));
+  g_.drop(y2);
+  g_.drop(sg);
+  const int nrm = llama_rmsnorm(yg, lp.mix_norm, tok(I), tok(1), false);
+  g_.drop(yg);
+  const int nb = ops_.to(nrm, sp_.weight_dt);
+  g_.drop(nrm);
+  const int o = lin(nb, lp.lin.at("out_proj"), tok(m_.hidden_size));
+  g_.drop(nb);
+  for (const int t : locals) g_.drop(t);
+  return o;
+}
+
+int Step::gated_deltanet(int x, LayerParams& lp) {
+  // Qwen3NextGatedDeltaNet.forward without flash-linear-attention (torch_causal_conv1d_update is
+  // inference only; training runs conv1d + silu and torch_chunk_gated_delta_rule, chunk 64).
+  const HybridSpec& y = m_.hybrid;
+  const std::int64_t K = y.gdn_key_dim(), V = y.gdn_value_dim(), Hv = y.gdn_value_heads;
+  const std::int64_t dk = y.gdn_key_head_dim, dv = y.gdn_value_head_dim, l = 64;
+  const std::int64_t HK = Hv * dk;  // keys repeated to the value heads
+  std::vector<int> locals;
+  const auto keep = [&](int t) { locals.push_back(t); return t; };
+  const auto copy_of = [&](int src, const Poly& n) {
+    const int v = ops_.slice(src, n, false);
+    const int c = ops_.clone(v);
+    g_.drop(v);
+    return c;
+  };
+  const int qkvz = lin(x, lp.lin.at("in_proj_qkvz"), tok(2 * K + 2 * V));
+  const int ba = lin(x, lp.lin.at("in_proj_ba"), tok(2 * Hv));
+  // fix_query_key_value_ordering: q, k, v reshaped out of the head-interleaved projection (copies).
+  const int qc = copy_of(qkvz, tok(K)), kc = copy_of(qkvz, tok(K)), vc = copy_of(qkvz, tok(V));
+  const int z = keep(ops_.slice(qkvz, tok(V), false));
+  const int bsl = ops_.slice(ba, tok(Hv), false), asl = ops_.slice(ba, tok(Hv), false);
+  g_.drop(qkvz);
+  g_.drop(ba);
+  const int mixed = ops_.concat({qc, kc, vc});
+  g_.drop(qc);
+  g_.drop(kc);
+  g_.drop(vc);
+  const int mt = ops_.transpose_view(mixed);
+  g_.drop(mixed);
+  const int conv = ops_.patch_conv(mt, lp.conv_w, -1, tok(2 * K + V));
+  g_.drop(mt);
+  const int act = ops_.silu(conv);
+  g_.drop(conv);
+  const int q0 = ops_.slice(act, tok(K), false), k0 = ops_.slice(act, tok(K), false);
+  const int v0 = ops_.slice(act, tok(V), false);
+  g_.drop(act);
+  const int beta = ops_.tanh(bsl);  // sigmoid
+  g_.drop(bsl);
+  // g = -A_log.exp() * softplus(a.float() + dt_bias)
+  const int a32 = f32_copy(asl);
+  const int ad = ops_.add(a32, lp.dt_bias, tok(Hv));
+  g_.drop(a32);
+  const int spl = ops_.silu(ad);
+  g_.drop(ad);
+  const int gdec = ops_.mul(spl, lp.a_log, tok(Hv));
+  g_.drop(spl);
+  const int rep = static_cast<int>(Hv / y.gdn_key_heads);
+  const int qr = ops_.repeat_kv(q0, rep, false), kr = ops_.repeat_kv(k0, rep, false);
+  g_.drop(q0);
+  g_.drop(k0);
+  // torch_chunk_gated_delta_rule: l2norm(q), l2norm(k) = x * rsqrt((x * x).sum(-1) + eps)
+  const auto l2 = [&](int t) {
+    const int sq = ops_.mul(t, t, tok(HK));
+    const int s = ops_.sum(sq, tok(Hv));
+    g_.drop(sq);
+    const int e = ops_.scalar_op(s);
+    g_.drop(s);
+    const int r = ops_.rsqrt(e);
+    g_.drop(e);
+    const int o = ops_.mul(t, r, tok(HK));
+    g_.drop(r);
+    g_.drop(t);
+    return o;
+  };
+  const int qn = l2(qr), kn = l2(kr);
+  // x.transpose(1, 2).contiguous().to(torch.float32)
+  const auto tf32 = [&](int t) {
+    const int tv = ops_.transpose_view(t);
+    g_.drop(t);
+    const int c = ops_.clone(tv);
+    g_.drop(tv);
+    return f32_copy(c);
+  };
+  const int q32 = tf32(qn), k32 = keep(tf32(kn)), v32 = tf32(v0), b32 = tf32(beta), g32 = tf32(gdec);
+  const int qs = keep(ops_.scalar_op(q32));  // query * scale
+  g_.drop(q32);
+  const int vb = keep(ops_.mul(v32, b32, tok(Hv * dv)));
+  const int kb = keep(ops_.mul(k32, b32, tok(HK)));
+  g_.drop(v32);
+  g_.drop(b32);
+  const int gc = keep(ops_.sum(g32, tok(Hv)));  // g.cumsum(-1)
+  g_.drop(g32);
+  // decay_mask = ((g[..., None] - g[..., None, :]).tril().exp().float()).tril(): (b, H, c, l, l)
+  const Poly LL = tok(Hv * l);
+  const int dm1 = ops_.add(gc, gc, LL);
+  const int dm2 = ops_.scalar_op(dm1);
+  g_.drop(dm1);
+  const int dm3 = ops_.tanh(dm2);  // exp
+  g_.drop(dm2);
+  const int dm = keep(ops_.scalar_op(dm3));
+  g_.drop(dm3);
+  // attn = -((k_beta @ key^T) * decay_mask).masked_fill(mask, 0)
+  const int kk = ops_.matmul(kb, k32, LL);
+  const int at1 = ops_.mul(kk, dm, LL);
+  g_.drop(kk);
+  const int at2 = ops_.scalar_op(at1);
+  g_.drop(at1);
+  const int attn = ops_.neg(at2);
+  g_.drop(at2);
+  // The row-by-row solve: for i in 1..l-1, attn[..., i, :i] += (row[..., None] * sub).sum(-2) with
+  // row and sub clones the products save: sum of i^2 values per chunk and head.
+  const std::int64_t solve = (l - 1) * l * (2 * l - 1) / 6;
+  const int subs_v = ops_.slice(attn, tok(Hv * solve / l), false);
+  const int subs = ops_.clone(subs_v);
+  g_.drop(subs_v);
+  const int prod = ops_.mul(subs, subs, tok(Hv * solve / l));
+  g_.drop(subs);
+  const int upd = ops_.sum(prod, LL);
+  g_.drop(prod);
+  const int attn2 = ops_.add(attn, upd, LL);
+  g_.drop(attn);
+  g_.drop(upd);
+  const int attn_i = ops_.scalar_op(attn2);  // + eye
+  g_.drop(attn2);
+  const int value = keep(ops_.matmul(attn_i, vb, tok(Hv * dv)));
+  const int ge = keep(ops_.tanh(gc));  // g.exp()
+  const int kbg = ops_.mul(kb, ge, tok(HK));
+  const int kcd = keep(ops_.matmul(attn_i, kbg, tok(HK)));
+  g_.drop(kbg);
+  g_.drop(attn_i);
+  // The loop over chunks: per chunk attn = (q_i @ k_i^T * decay_mask_i).masked_fill_, v_new =
+  // v_i - k_cumdecay_i @ state, out_i = (q_i * g_i.exp()) @ state + attn @ v_new, and the next
+  // state (b, H, dk, dv) -- one per chunk, each kept by the next chunk's products.
+  const int state0 = ops_.scalar_op(ge);
+  const Poly states_n = tok(std::max<std::int64_t>(1, Hv * dk * dv / l));
+  const int states = keep(ops_.add(state0, state0, states_n));
+  g_.drop(state0);
+  const int qk = ops_.matmul(qs, k32, LL);
+  const int ai = keep(ops_.mul(qk, dm, LL));
+  g_.drop(qk);
+  const int vp = ops_.matmul(kcd, states, tok(Hv * dv));
+  const int vn = keep(ops_.add(value, vp, tok(Hv * dv)));
+  g_.drop(vp);
+  const int qg = ops_.mul(qs, ge, tok(HK));
+  const int inter = ops_.matmul(qg, states, tok(Hv * dv));
+  g_.drop(qg);
+  const int av = ops_.matmul(ai, vn, tok(Hv * dv));
+  const int core = ops_.add(inter, av, tok(Hv * dv));
+  g_.drop(inter);
+  g_.drop(av);
+  const int kd = ops_.mul(k32, ge, tok(HK));
+  const int nxt = ops_.matmul(kd, vn, states_n);
+  g_.drop(kd);
+  g_.drop(nxt);
+  // core_attn_out.transpose(1, 2).contiguous().to(initial dtype)
+  const int ct = ops_.transpose_view(core);
+  g_.drop(core);
+  const int cc = ops_.clone(ct);
+  g_.drop(ct);
+  const int cb = ops_.to(cc, sp_.weight_dt);
+  g_.drop(cc);
+  // Qwen3NextRMSNormGated(core, z): RMS over head_v_dim, * weight, * silu(z.float())
+  const int nrm = llama_rmsnorm(cb, lp.mix_norm, tok(V), tok(Hv), false);
+  g_.drop(cb);
+  const int z32 = f32_copy((g_.hold(z), z));
+  const int sz = ops_.silu(z32);
+  g_.drop(z32);
+  const int gated = ops_.mul(nrm, sz, tok(V));
+  g_.drop(nrm);
+  g_.drop(sz);
+  const int gb = ops_.to(gated, sp_.weight_dt);
+  g_.drop(gated);
+  const int o = lin(gb, lp.lin.at("out_proj"), tok(m_.hidden_size));
+  g_.drop(gb);
+  for (const int t : locals) g_.drop(t);
+  return o;
 }
 
 int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit) {
@@ -2614,7 +3030,8 @@ std::vector<std::string> default_lora_targets(const ModelSpec& m) {
   if (m.model_type == "modernbert") return {"attn.Wqkv"};
   if (m.is_deberta()) return {"query_proj", "key_proj", "value_proj", "dense"};
   if (m.model_type == "phi3") return {"qkv_proj"};
-  if (m.is_mla() || m.is_nomic_bert() || m.is_mpnet()) return {};  // no PEFT mapping: PEFT asks for target_modules
+  // No PEFT mapping (the hybrids too: qwen3_next, nemotron_h, lfm2): PEFT asks for target_modules.
+  if (m.is_mla() || m.is_nomic_bert() || m.is_mpnet() || m.hybrid.enabled()) return {};
   return {"q_proj", "v_proj"};
 }
 

@@ -252,7 +252,8 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
   if (s == "gelu_new" || s == "gelu_fast" || s == "gelu_pytorch_tanh" || s == "gelu_accurate")
     return Activation::kGeluTanh;
   if (s == "relu") return Activation::kRelu;
-  static const std::vector<std::string> known = {"silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu"};
+  if (s == "relu2") return Activation::kRelu2;  // squared ReLU (Nemotron-H mlp_hidden_act)
+  static const std::vector<std::string> known = {"silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2"};
   std::string hint = did_you_mean(s, known);
   return config_error(origin, fmt::format("activation '{}' is not supported", s),
                       hint.empty() ? "supported: silu, gelu, gelu_new, gelu_pytorch_tanh, relu" : hint);
@@ -268,9 +269,6 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
                  "ones are not modelled"},
       {"llama4_text", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with "
                       "dense ones are not modelled"},
-      {"qwen3_next", "its Gated DeltaNet linear-attention layers and gated full attention are not modelled"},
-      {"nemotron_h", "its Mamba-2 mixer layers are not modelled"},
-      {"lfm2", "its gated short-convolution layers are not modelled"},
       {"qwen3_vl", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not modelled"},
       {"qwen3_vl_moe", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not "
                        "modelled"},
@@ -279,12 +277,28 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
                      "modelled"},
       {"starcoder2", "its non-gated MLP with biases (c_fc, c_proj) and its residual and embedding dropout are not "
                      "modelled"},
+      // Families checked from their transformers modelling code (docs/models.md#not-modelled).
+      {"gemma3n", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing "
+                  "(and its vision and audio towers) are not modelled"},
+      {"gemma3n_text", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing "
+                       "are not modelled"},
+      {"granitemoehybrid", "its Mamba-2 layers beside attention layers, its MoE with a shared MLP and its embedding, "
+                           "residual and attention multipliers are not modelled"},
+      {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
+      {"cohere", "its blocks that run attention and the MLP in parallel on one bias-free LayerNorm and its "
+                 "logit_scale are not modelled"},
+      {"cohere2", "its blocks that run attention and the MLP in parallel on one bias-free LayerNorm, its "
+                  "sliding-window layers and its logit_scale are not modelled"},
+      {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
+      {"olmo3", "its sliding-window attention layers (layer_types) on OLMo 2's post-norm layout are not modelled"},
+      {"new", "it is a remote-code encoder (GTE v1.5's NewModel: rotary positions, fused qkv, unpadded inputs) whose "
+              "layout is not modelled"},
   };
   for (const auto& [t, why] : kNotModelled)
     if (type == t) return std::string(why);
   if (type == "phi" || type == "phimoe" || type == "falcon" || type == "gpt_neox" || type == "opt" ||
       type == "bloom" || type == "gptj" || type == "mpt" || type == "gpt_bigcode" ||
-      type == "internlm2" || type == "cohere" || type == "olmo")
+      type == "internlm2" || type == "olmo")
     return std::string("its module layout is not modelled");
   return std::nullopt;
 }
@@ -314,6 +328,8 @@ const char* unmodelled_block_key(const json& j) {
       "final_logit_softcapping", "cross_attention_layers",
       // wrappers around a language model
       "text_config", "vision_config", "audio_config", "llm_config",
+      // bidirectional encoders (BERT-like token types), never a causal Llama
+      "type_vocab_size",
       // per-layer widths
       "num_key_value_heads_per_layer", "intermediate_size_per_layer", "altup_num_inputs",
       "per_layer_input_dim"};
@@ -523,6 +539,151 @@ Result<VisionSpec> parse_vision_config(const json& top, const std::string& type,
   return v;
 }
 
+// LFM2 (docs/models.md#lfm2): Lfm2Config reads block_ff_dim over intermediate_size and
+// full_attn_idxs where layer_types is absent; Lfm2MLP shrinks the width to 2/3 (times
+// block_ffn_dim_multiplier), rounded up to block_multiple_of, when block_auto_adjust_ff_dim.
+Status apply_lfm2_fields(json& j, const std::string& origin) {
+  Fields f(j, origin);
+  if (!f.has("num_attention_heads") && f.has("num_heads")) j["num_attention_heads"] = j["num_heads"];
+  MEMPLAN_TRY(std::int64_t ff, f.integer({"block_ff_dim", "intermediate_size"}, 12288));
+  MEMPLAN_TRY(auto adjust, f.boolean("block_auto_adjust_ff_dim"));
+  if (adjust.value_or(true)) {
+    MEMPLAN_TRY(std::int64_t multiple, f.integer({"block_multiple_of"}, 256));
+    if (multiple <= 0) return config_error(origin, "\"block_multiple_of\" must be positive, got 0");
+    ff = 2 * ff / 3;
+    if (f.has("block_ffn_dim_multiplier")) {
+      MEMPLAN_TRY(double mult, f.number("block_ffn_dim_multiplier"));
+      if (!(mult > 0) || mult > 64)
+        return config_error(origin, fmt::format("\"block_ffn_dim_multiplier\" must be between 0 and 64, got {}", mult));
+      ff = static_cast<std::int64_t>(mult * static_cast<double>(ff));
+    }
+    ff = multiple * ((ff + multiple - 1) / multiple);
+  }
+  j["intermediate_size"] = ff;
+  if (!f.has("hidden_act")) j["hidden_act"] = "silu";  // Lfm2MLP: F.silu
+  if (!j.contains("tie_word_embeddings") && j.contains("tie_embedding")) j["tie_word_embeddings"] = j["tie_embedding"];
+  return Ok{};
+}
+
+Error unsupported_at(const std::string& origin, std::string msg, std::string suggestion) {
+  Error e = make_error(ErrorCode::kUnsupported, std::move(msg), std::move(suggestion));
+  e.where = SourceLocation{origin, 0, 0};
+  return e;
+}
+
+// The per-layer layout of Qwen3-Next, Nemotron-H and LFM2 (docs/models.md#hybrid-layers).
+Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
+  HybridSpec& y = m.hybrid;
+  const std::string& t = m.model_type;
+  const int n = m.num_layers;
+  if (t == "qwen3_next") {
+    // Qwen3NextConfig: layer_types, else every full_attention_interval-th layer (from the
+    // interval's last) attends in full and the others are Gated DeltaNet.
+    if (const json* lt = f.find("layer_types")) {
+      if (!lt->is_array() || lt->size() != static_cast<std::size_t>(n))
+        return config_error(origin, fmt::format("\"layer_types\" must list one entry per layer ({})", n));
+      for (std::size_t i = 0; i < lt->size(); ++i) {
+        const json& v = (*lt)[i];
+        const std::string s = v.is_string() ? v.get<std::string>() : "";
+        if (s == "linear_attention") y.mixers.push_back(MixerKind::kGatedDeltaNet);
+        else if (s == "full_attention") y.mixers.push_back(MixerKind::kAttention);
+        else
+          return config_error(origin, fmt::format("\"layer_types\"[{}] is {}; qwen3_next has \"linear_attention\" and "
+                                                  "\"full_attention\" layers", i, describe(v)));
+      }
+    } else {
+      MEMPLAN_TRY(std::int64_t interval, f.integer({"full_attention_interval"}, 4));
+      if (interval <= 0) return config_error(origin, "\"full_attention_interval\" must be positive, got 0");
+      for (int l = 0; l < n; ++l)
+        y.mixers.push_back((l + 1) % interval == 0 ? MixerKind::kAttention : MixerKind::kGatedDeltaNet);
+    }
+    MEMPLAN_TRY(std::int64_t kh, f.integer({"linear_num_key_heads"}, 16));
+    MEMPLAN_TRY(std::int64_t vh, f.integer({"linear_num_value_heads"}, 32));
+    MEMPLAN_TRY(y.gdn_key_head_dim, f.integer({"linear_key_head_dim"}, 128));
+    MEMPLAN_TRY(y.gdn_value_head_dim, f.integer({"linear_value_head_dim"}, 128));
+    MEMPLAN_TRY(std::int64_t k, f.integer({"linear_conv_kernel_dim"}, 4));
+    y.gdn_key_heads = static_cast<int>(std::min<std::int64_t>(kh, 1 << 20));
+    y.gdn_value_heads = static_cast<int>(std::min<std::int64_t>(vh, 1 << 20));
+    y.conv_kernel = static_cast<int>(std::min<std::int64_t>(k, 1 << 20));
+    m.attn_output_gate = true;
+    return Ok{};
+  }
+  if (t == "nemotron_h") {
+    // NemotronHConfig.hybrid_override_pattern: one character per block, M (Mamba-2), * (attention),
+    // - (MLP), E (MoE); each block is norm -> mixer -> residual add.
+    MEMPLAN_TRY(std::string pattern, f.string("hybrid_override_pattern"));
+    if (pattern.empty())
+      return config_error(origin, "model_type 'nemotron_h' has no \"hybrid_override_pattern\"", kWrongFileHint);
+    if (static_cast<std::int64_t>(pattern.size()) != n)
+      return config_error(origin, fmt::format("\"hybrid_override_pattern\" names {} blocks, "
+                                              "\"num_hidden_layers\" is {}", pattern.size(), n));
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      const char c = pattern[i];
+      if (c == 'M') y.mixers.push_back(MixerKind::kMamba2);
+      else if (c == '*') y.mixers.push_back(MixerKind::kAttention);
+      else if (c == '-') y.mixers.push_back(MixerKind::kNone);
+      else if (c == 'E')
+        return unsupported_at(origin,
+                              fmt::format("\"hybrid_override_pattern\"[{}] is 'E': Nemotron-H's MoE blocks (sigmoid "
+                                          "router, relu2 experts, latent projections) are not modelled", i),
+                              "use --model-params for a Llama-shaped estimate of the same size");
+      else
+        return config_error(origin, fmt::format("\"hybrid_override_pattern\"[{}] is '{}'; nemotron_h has M, *, - and E "
+                                                "blocks", i, std::string(1, c)));
+      y.no_ffn.push_back(c != '-');
+    }
+    MEMPLAN_TRY(std::int64_t heads, f.integer({"mamba_num_heads"}, 128));
+    MEMPLAN_TRY(y.mamba_head_dim, f.integer({"mamba_head_dim"}, 64));
+    MEMPLAN_TRY(y.ssm_state, f.integer({"ssm_state_size"}, 128));
+    MEMPLAN_TRY(std::int64_t groups, f.integer({"n_groups", "mamba_n_groups"}, 8));
+    MEMPLAN_TRY(y.mamba_chunk, f.integer({"chunk_size"}, 128));
+    MEMPLAN_TRY(std::int64_t k, f.integer({"conv_kernel"}, 4));
+    y.mamba_heads = static_cast<int>(std::min<std::int64_t>(heads, 1 << 20));
+    y.mamba_groups = static_cast<int>(std::min<std::int64_t>(groups, 1 << 20));
+    y.conv_kernel = static_cast<int>(std::min<std::int64_t>(k, 1 << 20));
+    MEMPLAN_TRY(auto conv_bias, f.boolean("use_conv_bias"));
+    MEMPLAN_TRY(auto use_bias, f.boolean("use_bias"));
+    MEMPLAN_TRY(auto proj_bias, f.boolean("mamba_proj_bias"));
+    y.mamba_conv_bias = conv_bias.value_or(true);
+    y.mamba_proj_bias = use_bias.value_or(proj_bias.value_or(false));
+    MEMPLAN_TRY(auto fp32_residual, f.boolean("residual_in_fp32"));
+    if (fp32_residual.value_or(false))
+      return unsupported_at(origin, "\"residual_in_fp32\": true (an fp32 residual stream) is not modelled",
+                            "set it to false, as the released Nemotron-H checkpoints do");
+    return Ok{};
+  }
+  if (t == "lfm2") {
+    // Lfm2Config: layer_types ("conv" / "full_attention"), else full_attn_idxs.
+    if (const json* lt = f.find("layer_types")) {
+      if (!lt->is_array() || lt->size() != static_cast<std::size_t>(n))
+        return config_error(origin, fmt::format("\"layer_types\" must list one entry per layer ({})", n));
+      for (std::size_t i = 0; i < lt->size(); ++i) {
+        const json& v = (*lt)[i];
+        const std::string s = v.is_string() ? v.get<std::string>() : "";
+        if (s == "conv") y.mixers.push_back(MixerKind::kShortConv);
+        else if (s == "full_attention") y.mixers.push_back(MixerKind::kAttention);
+        else
+          return config_error(origin, fmt::format("\"layer_types\"[{}] is {}; lfm2 has \"conv\" and \"full_attention\" "
+                                                  "layers", i, describe(v)));
+      }
+    } else {
+      MEMPLAN_TRY(std::vector<int> full, f.int_list("full_attn_idxs"));
+      y.mixers.assign(static_cast<std::size_t>(std::max(n, 0)), MixerKind::kShortConv);
+      for (const int l : full) {
+        if (l < 0 || l >= n)
+          return config_error(origin, fmt::format("\"full_attn_idxs\" names layer {}, outside 0..{}", l, n - 1));
+        y.mixers[static_cast<std::size_t>(l)] = MixerKind::kAttention;
+      }
+    }
+    MEMPLAN_TRY(std::int64_t k, f.integer({"conv_L_cache"}, 3));
+    y.conv_kernel = static_cast<int>(std::min<std::int64_t>(k, 1 << 20));
+    MEMPLAN_TRY(auto bias, f.boolean("conv_bias"));
+    y.short_conv_bias = bias.value_or(false);
+    return Ok{};
+  }
+  return Ok{};
+}
+
 // assumption: where to state how an unknown model_type was read (as a Llama-compatible layout);
 // nullptr refuses unknown types.
 Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* assumption = nullptr) {
@@ -612,6 +773,14 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   const std::string& t = m.model_type;
   if (t == "gemma3_text") apply_gemma3_text_defaults(j);
   if (t == "glm4_moe") apply_glm4_moe_defaults(j);
+  if (t == "lfm2")
+    if (auto s = apply_lfm2_fields(j, origin); !s) return s.error();
+  if (t == "nemotron_h") {
+    // NemotronHConfig: attention_head_dim in the first releases, head_dim later; relu2 MLP.
+    if (!j.contains("head_dim") && j.contains("attention_head_dim")) j["head_dim"] = j["attention_head_dim"];
+    if (j.contains("mlp_hidden_act")) j["hidden_act"] = j["mlp_hidden_act"];
+    else if (!j.contains("hidden_act")) j["hidden_act"] = "relu2";
+  }
   const bool gpt2 = t == "gpt2";
   const bool gemma = starts_with(t, "gemma");
   const bool qwen2_family = t == "qwen2" || t == "qwen2_moe";
@@ -620,7 +789,9 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   // shared experts, first_k_dense_replace) under grouped-query attention (docs/models.md#glm4_moe).
   const bool glm4_moe = t == "glm4_moe";
   const bool deepseek_moe = t == "deepseek" || mla_type || glm4_moe;
-  const bool moe_type = t == "mixtral" || t == "qwen2_moe" || t == "qwen3_moe" || deepseek_moe;
+  // Qwen3-Next: Qwen2-MoE's block (gated shared expert) under hybrid layers (docs/models.md#qwen3_next).
+  const bool qwen_shared_moe = t == "qwen2_moe" || t == "qwen3_next";
+  const bool moe_type = t == "mixtral" || qwen_shared_moe || t == "qwen3_moe" || deepseek_moe;
 
   MEMPLAN_TRY(m.vocab_size, f.integer({"vocab_size"}));
   MEMPLAN_TRY(m.hidden_size, f.integer({"hidden_size", "n_embd"}));
@@ -642,13 +813,14 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   std::optional<std::int64_t> inter_fallback;
   // n_inner null means 4 x n_embd (checked: n_embd is not validated yet; validate() refuses the huge ones).
   if (gpt2) inter_fallback = m.hidden_size <= (std::int64_t{1} << 40) ? 4 * m.hidden_size : m.hidden_size;
-  if (t == "qwen2_moe" || t == "qwen3_moe") inter_fallback = 0;  // all-MoE models may omit the dense width
+  // All-MoE models may omit the dense width.
+  if (t == "qwen2_moe" || t == "qwen3_moe" || t == "qwen3_next") inter_fallback = 0;
   MEMPLAN_TRY(m.intermediate_size, f.integer({"intermediate_size", "n_inner"}, inter_fallback));
   MEMPLAN_TRY(m.max_position_embeddings, f.integer({"max_position_embeddings", "n_positions"}, 0));
 
   // transformers' per-class defaults when the key is absent.
   MEMPLAN_TRY(auto tie, f.boolean("tie_word_embeddings"));
-  m.tie_word_embeddings = tie.value_or(gpt2 || gemma || t == "smollm3");
+  m.tie_word_embeddings = tie.value_or(gpt2 || gemma || t == "smollm3" || t == "lfm2");
   MEMPLAN_TRY(std::string act, f.string(gpt2 ? "activation_function" : "hidden_act"));
   if (gemma) {
     MEMPLAN_TRY(std::string gemma_act, f.string("hidden_activation"));
@@ -681,7 +853,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
     m.qk_norm = qk.value_or(false);
   }
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2";
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "qwen3_next" ||
+              t == "lfm2";
   m.qk_norm_per_head = t != "olmo2";
   if (t == "gemma2" || t == "gemma3_text") m.norms_per_layer = 4;
   m.scale_embeddings = gemma;
@@ -699,6 +872,13 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     if (m.bidirectional && m.sliding_window > 0) m.sliding_window = m.sliding_window / 2 + 1;
   }
   if (t == "phi3") m.fused_qkv = m.fused_gate_up = true;
+  if (t == "nemotron_h") {
+    m.norms_per_layer = 1;  // NemotronHBlock: one norm before its one mixer
+    m.gated_mlp = false;    // NemotronHMLP: up_proj, relu2, down_proj
+    MEMPLAN_TRY(auto nemotron_mlp_bias, f.boolean("mlp_bias"));
+    m.mlp_bias = nemotron_mlp_bias.value_or(false);
+  }
+  if (auto s = parse_hybrid(f, m, origin); !s) return s.error();
   if (gpt2) {
     m.norm = NormKind::kLayerNorm;
     m.norm_bias = true;
@@ -719,7 +899,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     } else if (experts > 0) {
       MEMPLAN_TRY(m.moe.expert_intermediate_size, f.integer({"moe_intermediate_size"}));
     }
-    if (t == "qwen2_moe") {
+    if (qwen_shared_moe) {
       MEMPLAN_TRY(std::int64_t shared, f.integer({"shared_expert_intermediate_size"}, 0));
       if (shared > 0) {
         m.moe.num_shared_experts = 1;
@@ -727,7 +907,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
         m.moe.shared_expert_gate = true;
       }
     }
-    if (t == "qwen2_moe" || t == "qwen3_moe") {
+    if (qwen_shared_moe || t == "qwen3_moe") {
       MEMPLAN_TRY(std::int64_t step, f.integer({"decoder_sparse_step"}, 1));
       m.moe.layer_freq = narrow_count(step);
       m.moe.layer_freq_offset = 1;
@@ -795,7 +975,8 @@ const std::vector<std::string>& supported_model_types() {
                                              "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
                                              "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2",
                                              "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
-                                             "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe"};
+                                             "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe",
+                                             "qwen3_next", "nemotron_h", "lfm2"};
   return t;
 }
 
