@@ -114,7 +114,7 @@ constexpr Signal kSignals[] = {
     {Dialect::kLightning, "training.trainer", 5},
     {Dialect::kLightning, "data_loader.batch_size", 4},
     {Dialect::kLightning, "data.init_args.batch_size", 4},
-    {Dialect::kLightning, "data.batch_size", 2},
+    {Dialect::kLightning, "data.batch_size", 1},  // alone it decides nothing: many trainers have data.batch_size
     {Dialect::kFlat, "max_seq_len", 3},
     {Dialect::kFlat, "micro_batch_size", 2},
     {Dialect::kFlat, "gradient_accumulation_steps", 1},

@@ -268,6 +268,10 @@ Status read_batch_concepts(Mapper& m, Inferrer& in, bool& found) {
   } else {
     MEMPLAN_TRY(auto gb, in.one(generic, "batch sizes", "batch"));
     batch = gb;
+    if (batch)
+      in.assumed(fmt::format("{} = {} is the per-device micro-batch (some trainers mean the global batch by this "
+                             "name: then give --batch and --grad-accum)",
+                             batch->leaf->dotted, batch->value));
   }
   if (batch) {
     c.micro_batch = *as_int(*batch->leaf->node);
@@ -602,7 +606,8 @@ Status read_world(Mapper& m, Inferrer& in) {
                                                         "procs_per_node"})),
                                     "GPU-per-node counts", "num_gpus"));
   MEMPLAN_TRY(auto total, in.one(positive(in.find({"num_gpus", "n_gpus", "gpus", "world_size", "num_processes",
-                                                     "total_gpus", "num_devices", "devices", "ngpus", "gpu_count"})),
+                                                     "total_gpus", "num_devices", "devices", "ngpus", "gpu_count", "num_train_gpus",
+                                                     "train_gpus", "num_trainer_gpus"})),
                                  "GPU counts", "num_gpus"));
   MEMPLAN_TRY(auto nodes, in.one(positive(in.find({"nnodes", "num_nodes", "nodes", "num_machines", "node_count",
                                                      "n_nodes", "actor_num_nodes"})),
