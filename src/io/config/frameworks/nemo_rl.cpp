@@ -8,6 +8,8 @@
 // - policy.precision: the DTensor worker loads the weights in float32 ("to keep master weights in
 //   float32", nemo_rl/models/policy/workers/dtensor_policy_worker.py) and FSDP2's
 //   MixedPrecisionPolicy computes in `precision`: fp32 weights with 16-bit compute.
+// - colocated generation (the default) sleeps while the policy trains (vLLM sleep level 1):
+//   its memory share is not held during the training step;
 // - generation.colocated.enabled: false puts vLLM on its own nodes/GPUs
 //   (colocated.resources), which the training then does not have.
 // docs/configs.md#nemo-rl.
@@ -38,6 +40,13 @@ Status map_nemo_rl(Mapper& m) {
   }
   // Generation on its own resources: the training keeps the rest of the cluster.
   MEMPLAN_TRY(auto colocated, m.boolean("policy.generation.colocated.enabled"));
+  // Colocated (the default), vLLM sleeps while the policy trains: finish_generation() calls
+  // vllm_worker.sleep(), LLM.sleep(level=1) (weights to the CPU, KV cache freed), so its share
+  // is not held during the training step.
+  if (colocated.value_or(true) && c.grpo.vllm == VllmMode::kColocate) {
+    c.grpo.vllm = VllmMode::kNone;
+    m.derived("use_vllm", "NeMo-RL colocated generation: vLLM sleeps (level 1) during the policy's update");
+  }
   if (colocated && !*colocated && c.grpo.vllm != VllmMode::kNone) {
     c.grpo.vllm = VllmMode::kServer;
     MEMPLAN_TRY(auto gen_nodes, m.integer("policy.generation.colocated.resources.num_nodes"));
