@@ -11,7 +11,10 @@ std::string Origin::to_string() const {
   switch (kind) {
     case OriginKind::kDefault: return note.empty() ? "default" : fmt::format("default ({})", note);
     case OriginKind::kFlag: return fmt::format("flag {}", note);
-    case OriginKind::kFile: return loc.to_string();
+    case OriginKind::kFile:
+      // A value found by reading an unknown framework's config by meaning (config/frameworks/inferred.cpp).
+      if (note.rfind("inferred", 0) == 0) return fmt::format("{} ({})", loc.to_string(), note);
+      return loc.to_string();
     case OriginKind::kDetected: return fmt::format("detected ({})", note);
     case OriginKind::kDerived: return fmt::format("derived ({})", note);
   }

@@ -164,7 +164,9 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kMsSwift: return map_ms_swift(m);
     case Dialect::kOumi: return map_oumi(m);
     case Dialect::kMegatronBridge: return map_megatron_bridge(m);
+    case Dialect::kNemoRl: return map_nemo_rl(m);
     case Dialect::kKeyMap: return Ok{};
+    case Dialect::kInferred: return map_inferred(m, m.out().evidence);
   }
   return Ok{};
 }
@@ -434,7 +436,7 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
     out.evidence = {"a DeepSpeed config on its own"};
   } else {
     auto detected = detect_dialect(merged, out.files.front().path);
-    if (detected) {
+    if (detected && !(detected->dialect == Dialect::kInferred && !req.key_map.empty())) {
       out.dialect = detected->dialect;
       out.evidence = detected->evidence;
     } else if (!req.key_map.empty()) {
@@ -447,6 +449,9 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
 
   Mapper m(merged, out);
   MEMPLAN_IO_CHECK(map_primary(out.dialect, m));
+  if (req.dialect.empty() && !launcher_only && !deepspeed_only && out.dialect != Dialect::kInferred &&
+      out.dialect != Dialect::kKeyMap)
+    note_other_framework(m, out.dialect);
   if (!req.key_map.empty()) MEMPLAN_IO_CHECK(map_key_map(m, req.key_map));
   for (auto& w : interpolation_warnings)
     if (m.asked(w.key)) {

@@ -1,6 +1,7 @@
 #include "io/config/dialects.hpp"
 
 #include <algorithm>
+#include <regex>
 #include <utility>
 #include <string_view>
 
@@ -39,7 +40,9 @@ constexpr DialectName kNames[] = {
     {Dialect::kMsSwift, "ms-swift"},
     {Dialect::kOumi, "oumi"},
     {Dialect::kMegatronBridge, "megatron-bridge"},
+    {Dialect::kNemoRl, "nemo-rl"},
     {Dialect::kKeyMap, "keys"},
+    {Dialect::kInferred, "inferred"},
     {Dialect::kHfTrl, "trl"},
     {Dialect::kHfTrl, "transformers"},
     {Dialect::kHfTrl, "huggingface"},
@@ -64,6 +67,10 @@ constexpr DialectName kNames[] = {
     {Dialect::kMsSwift, "ms_swift"},
     {Dialect::kMegatronBridge, "mbridge"},
     {Dialect::kMegatronBridge, "megatron_bridge"},
+    {Dialect::kNemoRl, "nemo_rl"},
+    {Dialect::kNemoRl, "nemorl"},
+    {Dialect::kInferred, "generic"},
+    {Dialect::kInferred, "auto"},
 };
 
 struct Signal {
@@ -107,8 +114,7 @@ constexpr Signal kSignals[] = {
     {Dialect::kLightning, "training.trainer", 5},
     {Dialect::kLightning, "data_loader.batch_size", 4},
     {Dialect::kLightning, "data.init_args.batch_size", 4},
-    {Dialect::kLightning, "trainer", 3},
-    {Dialect::kLightning, "data.batch_size", 2},
+    {Dialect::kLightning, "data.batch_size", 1},  // alone it decides nothing: many trainers have data.batch_size
     {Dialect::kFlat, "max_seq_len", 3},
     {Dialect::kFlat, "micro_batch_size", 2},
     {Dialect::kFlat, "gradient_accumulation_steps", 1},
@@ -213,6 +219,12 @@ constexpr Signal kSignals[] = {
     {Dialect::kMegatronBridge, "optimizer.finetune_lr", 3},
     {Dialect::kMegatronBridge, "logger.log_interval", 2},
     {Dialect::kMegatronBridge, "rng.seed", 2},
+    // NVIDIA NeMo-RL: the policy's worker sections and the cluster.
+    {Dialect::kNemoRl, "policy.dtensor_cfg", 7},
+    {Dialect::kNemoRl, "policy.megatron_cfg", 7},
+    {Dialect::kNemoRl, "policy.train_micro_batch_size", 5},
+    {Dialect::kNemoRl, "policy.max_total_sequence_length", 5},
+    {Dialect::kNemoRl, "cluster.gpus_per_node", 4},
     {Dialect::kDeepSpeed, "train_micro_batch_size_per_gpu", 6},
     {Dialect::kDeepSpeed, "zero_optimization", 6},
     {Dialect::kDeepSpeed, "train_batch_size", 2},
@@ -268,6 +280,18 @@ Result<Detection> detect_dialect(const YamlNode& root, const std::string& label)
   };
   for (const auto& s : kSignals)
     if (root.at(split_key_path(s.path)) != nullptr) add(s.dialect, s.weight, std::string(s.path));
+  // A `trainer:` section is Lightning's only when it holds Lightning Trainer arguments: verl,
+  // NeMo-RL and in-house trainers name a section `trainer` too.
+  if (const YamlNode* t = root.get("trainer"); t != nullptr && t->is_map()) {
+    static constexpr std::string_view kLightningOwn[] = {
+        "accelerator", "accumulate_grad_batches", "strategy", "check_val_every_n_epoch", "val_check_interval",
+        "gradient_clip_val", "num_sanity_val_steps", "limit_train_batches", "limit_val_batches", "max_epochs",
+        "devices", "enable_checkpointing", "log_every_n_steps", "precision", "default_root_dir", "callbacks"};
+    int own = 0;
+    for (const auto& e : t->entries)
+      if (std::find(std::begin(kLightningOwn), std::end(kLightningOwn), e.key.value) != std::end(kLightningOwn)) ++own;
+    if (own >= 2) add(Dialect::kLightning, 3, "trainer (" + std::to_string(own) + " Lightning Trainer arguments)");
+  }
   // nomic-ai/contrastors (train_args / model_args / data_args, checked by its pydantic Config):
   // its own NomicBERT, BERT and decoders with FlashAttention on unpadded batches and fused
   // kernels, none of which is a Hugging Face checkpoint memplan models. Estimating transformers'
@@ -295,13 +319,11 @@ Result<Detection> detect_dialect(const YamlNode& root, const std::string& label)
   }
   std::stable_sort(scores.begin(), scores.end(), [](const Score& a, const Score& b) { return a.score > b.score; });
   if (scores.empty() || scores[0].score < kMinScore) {
-    Error e = make_error(ErrorCode::kInvalidConfig,
-                         "cannot tell which training framework this config is for: no key memplan recognizes",
-                         fmt::format("name it with --dialect ({}) or say where the values are with "
-                                     "--keys batch=KEY,grad_accum=KEY,seq_len=KEY",
-                                     fmt::join(dialect_names(), ", ")));
-    e.where = SourceLocation{label, 0, 0};
-    return e;
+    // No dialect claims the file: it is read by meaning (frameworks/inferred.cpp).
+    Detection d{Dialect::kInferred, {}};
+    for (const auto& s : scores)
+      for (const auto& e : s.evidence) d.evidence.push_back(fmt::format("{} ({})", e, to_string(s.dialect)));
+    return d;
   }
   if (scores.size() > 1 && scores[1].score == scores[0].score) {
     Error e = make_error(ErrorCode::kInvalidConfig,
@@ -313,6 +335,30 @@ Result<Detection> detect_dialect(const YamlNode& root, const std::string& label)
     return e;
   }
   return Detection{scores[0].dialect, scores[0].evidence};
+}
+
+void note_other_framework(Mapper& m, Dialect chosen) {
+  struct Other {
+    int score = 0;
+    std::vector<std::string> keys;
+  };
+  std::vector<std::pair<Dialect, Other>> others;
+  for (const auto& s : kSignals) {
+    if (s.dialect == chosen || s.weight < 2) continue;
+    const std::string path(s.path);
+    if (m.asked(path) || m.root().at(split_key_path(path)) == nullptr) continue;
+    auto it = std::find_if(others.begin(), others.end(), [&](const auto& o) { return o.first == s.dialect; });
+    if (it == others.end()) it = others.insert(others.end(), {s.dialect, Other{}});
+    it->second.score += s.weight;
+    it->second.keys.push_back(path);
+  }
+  const auto best = std::max_element(others.begin(), others.end(),
+                                     [](const auto& a, const auto& b) { return a.second.score < b.second.score; });
+  if (best == others.end() || best->second.score < 5) return;
+  m.warn_file(0, fmt::format("read as {}, but {} are {}'s keys, which the {} reading leaves out: the file looks like a "
+                             "{} config (name it with --dialect {} if it is one)",
+                             to_string(chosen), fmt::join(best->second.keys, ", "), to_string(best->first),
+                             to_string(chosen), to_string(best->first), to_string(best->first)));
 }
 
 // ---- Mapper ----
@@ -928,10 +974,55 @@ void note_packing(Mapper& m, std::string_view key) {
                             key));
 }
 
+namespace {
+
+// PEFT takes a string target_modules as a regular expression matched (re.fullmatch) against each
+// module's full name. The module names of the architectures memplan models, as transformers
+// names them, matched here so that a regex becomes the list of modules it selects.
+std::vector<std::string> regex_targets(const std::string& pattern) {
+  static const char* const kModules[] = {
+      "model.layers.0.self_attn.q_proj",      "model.layers.0.self_attn.k_proj",
+      "model.layers.0.self_attn.v_proj",      "model.layers.0.self_attn.o_proj",
+      "model.layers.0.self_attn.qkv_proj",    "model.layers.0.mlp.gate_proj",
+      "model.layers.0.mlp.up_proj",           "model.layers.0.mlp.down_proj",
+      "model.layers.0.mlp.gate_up_proj",      "model.language_model.layers.0.self_attn.q_proj",
+      "model.language_model.layers.0.self_attn.k_proj", "model.language_model.layers.0.self_attn.v_proj",
+      "model.language_model.layers.0.self_attn.o_proj", "model.language_model.layers.0.mlp.gate_proj",
+      "model.language_model.layers.0.mlp.up_proj",      "model.language_model.layers.0.mlp.down_proj",
+      "transformer.h.0.attn.c_attn",          "transformer.h.0.attn.c_proj",
+      "transformer.h.0.mlp.c_fc",             "transformer.h.0.mlp.c_proj",
+      "model.layers.0.block_sparse_moe.experts.0.w1", "model.layers.0.block_sparse_moe.experts.0.w2",
+      "model.layers.0.block_sparse_moe.experts.0.w3", "lm_head", "model.embed_tokens"};
+  std::vector<std::string> out;
+  try {
+    const std::regex re(pattern, std::regex::ECMAScript);
+    for (const char* name : kModules) {
+      if (!std::regex_match(name, re)) continue;
+      std::string leaf(name);
+      leaf = leaf.substr(leaf.rfind('.') + 1);
+      if (std::find(out.begin(), out.end(), leaf) == out.end()) out.push_back(leaf);
+    }
+  } catch (const std::regex_error&) {
+    return {};
+  }
+  return out;
+}
+
+bool looks_like_regex(const std::string& s) {
+  return s.find_first_of("*()|[]\\^$?+") != std::string::npos;
+}
+
+}  // namespace
+
 void set_lora_targets(TrainingConfig& c, const std::vector<std::string>& targets) {
   const bool all = targets.size() == 1 && (to_lower(targets[0]) == "all-linear" || to_lower(targets[0]) == "all");
   c.lora.all_linear = all;
   c.lora.target_modules = all ? std::vector<std::string>{} : targets;
+  // One string that is a regular expression (PEFT: re.fullmatch on the full module name).
+  if (!all && targets.size() == 1 && looks_like_regex(targets[0])) {
+    std::vector<std::string> matched = regex_targets(targets[0]);
+    if (!matched.empty()) c.lora.target_modules = matched;
+  }
 }
 
 Status apply_lightning_precision(Mapper& m, std::string_view path) {

@@ -33,7 +33,9 @@ enum class Dialect {
   kMsSwift,       // ms-swift `swift sft|rlhf --config` YAML (train_type/tuner_type, rlhf_type, deepspeed presets)
   kOumi,          // oumi TrainingConfig YAML (model:, training:, peft:, fsdp: sections)
   kMegatronBridge,  // Megatron-Bridge ConfigContainer overrides (train:, dataset:, peft:, model: on a recipe)
+  kNemoRl,        // NVIDIA NeMo-RL (policy.dtensor_cfg / megatron_cfg, cluster.gpus_per_node, grpo/sft/dpo)
   kKeyMap,        // only what --keys maps
+  kInferred,      // no framework claims the file: its concepts found by key name, path and value
 };
 
 // "hf", "axolotl", "llama-factory", "torchtune", "lightning", "flat", "deepspeed", "keys".
@@ -47,8 +49,9 @@ struct Detection {
   std::vector<std::string> evidence;  // the keys that decided: "base_model", "micro_batch_size"
 };
 
-// Which dialect a merged config is written in, from its keys. Ambiguous or unrecognizable
-// configs are errors that name the candidates and --dialect / --keys.
+// Which dialect a merged config is written in, from its keys. Configs whose keys tie between two
+// dialects are errors that name the candidates and --dialect; configs no dialect claims (too
+// little evidence) are kInferred, with the weak evidence there was.
 Result<Detection> detect_dialect(const YamlNode& root, const std::string& label);
 
 // Whether a parsed file is a DeepSpeed config (train_micro_batch_size_per_gpu, zero_optimization...).

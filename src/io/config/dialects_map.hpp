@@ -158,6 +158,16 @@ Status map_open_instruct(Mapper& m);  // allenai/open-instruct finetune.py / dpo
 Status map_ms_swift(Mapper& m);       // ms-swift `swift sft|rlhf --config x.yaml` arguments
 Status map_oumi(Mapper& m);           // oumi `oumi train -c x.yaml` TrainingConfig
 Status map_megatron_bridge(Mapper& m);  // Megatron-Bridge ConfigContainer overrides
+// A file no dialect claims, read by meaning (frameworks/inferred.cpp); `weak_evidence`: the keys
+// that pointed at a dialect without deciding it.
+Status map_inferred(Mapper& m, const std::vector<std::string>& weak_evidence);
+// The same reading for a framework whose layout is known by its signals but whose keys are read
+// by their names (`framework` names it in the reading); frameworks/nemo_rl.cpp corrects it after.
+Status read_by_meaning(Mapper& m, const std::string& framework, const std::vector<std::string>& weak_evidence);
+Status map_nemo_rl(Mapper& m);
+// After a detected dialect's mapping: when keys another framework's signals name were left unread
+// (two strong ones at least), a warning says which framework the file looks like.
+void note_other_framework(Mapper& m, Dialect chosen);  // NVIDIA NeMo-RL (policy.*, cluster.*, grpo/sft/dpo sections)
 // OmegaConf `${a.b}` interpolation in a merged tree (dialects_interpolation.cpp), resolved as
 // OmegaConf resolves it; `${oc.env:X,default}` takes the default and is a warning.
 // A warning about one key's interpolation, given only if the dialect reads that key.

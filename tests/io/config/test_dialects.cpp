@@ -83,7 +83,7 @@ TEST_CASE("dialect names and aliases") {
   CHECK(parse_dialect("axolotol").error().to_string() == "unknown dialect 'axolotol'; did you mean 'axolotl'?");
   CHECK(parse_dialect("zzz").error().to_string() ==
         "unknown dialect 'zzz'; known dialects: hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, "
-        "accelerate, litgpt, nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, megatron-bridge, keys");
+        "accelerate, litgpt, nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, megatron-bridge, nemo-rl, keys, inferred");
   CHECK(to_string(Dialect::kLlamaFactory) == "llama-factory");
 }
 
@@ -103,12 +103,21 @@ TEST_CASE("detection from keys") {
 }
 
 TEST_CASE("detection failures name the way out") {
+  // No key of any framework: the file is read by meaning, which finds neither a model nor a batch.
   auto doc = parse_yaml("foo: 1\nbar: 2\n", "x.yaml");
-  CHECK(detect_dialect(doc->root, "x.yaml").error().to_string() ==
-        "x.yaml: cannot tell which training framework this config is for: no key memplan recognizes; name it with "
-        "--dialect (hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, accelerate, litgpt, "
-        "nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, megatron-bridge, keys) or say where the values "
-        "are with --keys batch=KEY,grad_accum=KEY,seq_len=KEY");
+  CHECK(detect_dialect(doc->root, "x.yaml")->dialect == Dialect::kInferred);
+  {
+    MemoryFileSystem nothing;
+    nothing.files["x.yaml"] = "foo: 1\nbar: 2\n";
+    CHECK(load(nothing, {"x.yaml"}).error().to_string() ==
+          "x.yaml: cannot tell which training framework this config is for: no key memplan recognizes, and reading it "
+          "by meaning finds neither the model (no key like model_name_or_path, model.name, base_model, pretrain) nor "
+          "the per-device batch (no key like micro_batch_size, per_device_train_batch_size, batch_size); name it with "
+          "--dialect (hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, accelerate, litgpt, "
+          "nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, "
+          "megatron-bridge, nemo-rl, keys, inferred) or say where the values are with --keys "
+          "batch=KEY,grad_accum=KEY,seq_len=KEY");
+  }
   auto tie = parse_yaml("sequence_len: 1\ncutoff_len: 1\n", "x.yaml");
   CHECK(detect_dialect(tie->root, "x.yaml").error().to_string() ==
         "x.yaml: the keys fit both axolotl (sequence_len) and llama-factory (cutoff_len); name the dialect with "
