@@ -449,6 +449,8 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   MEMPLAN_IO_CHECK(map_primary(out.dialect, m));
   if (!req.key_map.empty()) MEMPLAN_IO_CHECK(map_key_map(m, req.key_map));
   for (auto& w : interpolation_warnings)
+    if (w.refuses && m.asked(w.key)) return w.warning;
+  for (auto& w : interpolation_warnings)
     if (m.asked(w.key)) {
       out.inputs.warnings.push_back(w.warning.to_string());
       out.diagnostics.push_back(std::move(w.warning));
