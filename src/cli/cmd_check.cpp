@@ -87,6 +87,10 @@ FileResult check_one(const CheckOptions& o, const std::string& file, GpuSource& 
   auto inputs = load_inputs(o.flags, {file});
   if (!inputs) return invalid(inputs.error());
   if (inputs->loaded) {
+    // A contradiction the trainer refuses to start with (a DeepSpeed JSON whose batch differs from
+    // the trainer's) fails the file, whatever memplan predicts (issue 34).
+    for (const Error& d : inputs->loaded->diagnostics)
+      if (d.code == ErrorCode::kConflict) return invalid(d);
     r.warnings = inputs->loaded->diagnostics;
     r.where = inputs->loaded->batch_location();
     // Each line names the file it checks: a stage file that leaves the micro-batch to the main
@@ -390,6 +394,7 @@ Command register_check(CLI::App& root) {
             }
             switch (*format) {
               case report::Format::kJson: ctx.out << render_json(results, opts->max_utilization); break;
+              case report::Format::kHtml:  // refused by parse_format
               case report::Format::kGithub: ctx.out << render_github(results, opts->max_utilization); break;
               default: ctx.out << render_text(results, opts->max_utilization); break;
             }

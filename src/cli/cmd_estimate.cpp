@@ -27,9 +27,9 @@ Command register_estimate(CLI::App& root) {
   CLI::App* sub = root.add_subcommand("estimate", "Memory breakdown of one training configuration");
   add_training_flags(*sub, opts->flags);
   add_gpu_flags(*sub, opts->budget);
-  sub->add_option("--format", opts->format, "text (default), json, markdown");
+  sub->add_option("--format", opts->format, "text (default), json, markdown, html (one self-contained page with charts)");
   return {sub, [opts](Context& ctx) -> Result<int> {
-            MEMPLAN_TRY(auto format, report::parse_format(opts->format));
+            MEMPLAN_TRY(auto format, report::parse_format(opts->format, /*html=*/true));
             if (opts->flags.show_config) return show_config(ctx.out, opts->flags, format);
             MEMPLAN_TRY(auto inputs, load_inputs(opts->flags));
             MEMPLAN_TRY(auto gpu, resolve_gpu(opts->budget));

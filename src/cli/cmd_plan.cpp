@@ -1,8 +1,11 @@
 // memplan plan: the largest micro-batch that fits the budget, the grad-accum that keeps the global
 // batch, utilization tiers, and what to change when nothing fits; --solve seq-len for the longest
 // sequence at a given batch.
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <ostream>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -11,12 +14,39 @@
 #include "cli/exit_codes.hpp"
 #include "cli/plan_flags.hpp"
 #include "cli/training_flags.hpp"
+#include "memplan/engine.hpp"
 #include "memplan/plan.hpp"
 #include "memplan/text.hpp"
 #include "io/edit/apply.hpp"
 #include "report/plan_render.hpp"
 
 namespace memplan::cli {
+
+namespace {
+
+// --format html: the plan with the breakdown at the recommendation and the peak against
+// micro-batch (1, 2, 4, ... past twice the recommendation, and the recommendation and one more).
+std::string plan_page(const io::ResolvedInputs& in, const Plan& p) {
+  auto est = Estimator::create(in.model, in.config);
+  std::optional<Estimate> breakdown;
+  std::optional<Sweep> curve;
+  if (est) {
+    const std::int64_t rec = p.recommendation.batch.micro_batch;
+    if (auto e = est->at(rec, p.recommendation.seq_len)) breakdown = std::move(*e);
+    std::vector<std::int64_t> mbs = {rec, rec + 1};
+    for (std::int64_t b = 1; b <= 4096 && b <= 4 * std::max<std::int64_t>(rec, 2); b *= 2) mbs.push_back(b);
+    std::sort(mbs.begin(), mbs.end());
+    mbs.erase(std::unique(mbs.begin(), mbs.end()), mbs.end());
+    SweepRequest req;
+    req.budget = p.budget;
+    req.micro_batches = mbs;
+    req.seq_lens = {p.recommendation.seq_len};
+    if (auto s = sweep(*est, req)) curve = std::move(*s);
+  }
+  return report::render_plan_page(in, p, breakdown ? &*breakdown : nullptr, curve ? &*curve : nullptr);
+}
+
+}  // namespace
 
 namespace {
 
@@ -41,9 +71,9 @@ Command register_plan(CLI::App& root) {
   sub->add_option("--solve", opts->solve, "What to solve for: batch (default) or seq-len (the longest sequence at --batch)");
   sub->add_option("--max-seq-len", opts->max_seq_len,
                   "--solve seq-len: longest sequence tried (default: the model's max_position_embeddings)");
-  sub->add_option("--format", opts->format, "text (default), json, markdown");
+  sub->add_option("--format", opts->format, "text (default), json, markdown, html (one self-contained page with charts)");
   return {sub, [opts](Context& ctx) -> Result<int> {
-            MEMPLAN_TRY(auto format, report::parse_format(opts->format));
+            MEMPLAN_TRY(auto format, report::parse_format(opts->format, /*html=*/true));
             const std::string solve = to_lower(trim(opts->solve));
             if (solve != "batch" && solve != "seq-len" && solve != "seq_len")
               return make_error(ErrorCode::kUnknownName, fmt::format("--solve: unknown '{}'", opts->solve),
@@ -59,6 +89,9 @@ Command register_plan(CLI::App& root) {
             // JSON stays parseable on stdout; the file report goes to stderr.
             std::ostream& report_to = format == report::Format::kJson ? ctx.err : ctx.out;
             if (solve != "batch") {
+              if (format == report::Format::kHtml)
+                return make_error(ErrorCode::kInvalidArgument, "--format html draws the batch plan only",
+                                  "use --format json or text with --solve seq-len");
               SeqLenRequest req{budget, opts->max_seq_len};
               MEMPLAN_TRY(auto p, solve_seq_len(inputs.model, inputs.config, req));
               ctx.out << report::render_seq_len_plan(inputs, p, format);
@@ -70,7 +103,7 @@ Command register_plan(CLI::App& root) {
             }
             MEMPLAN_TRY(auto req, plan_request(budget, opts->budget, opts->search, inputs));
             MEMPLAN_TRY(auto p, plan(inputs.model, inputs.config, req));
-            ctx.out << report::render_plan(inputs, p, format);
+            ctx.out << (format == report::Format::kHtml ? plan_page(inputs, p) : report::render_plan(inputs, p, format));
             const int code = p.recommendation.fits ? kExitOk : kExitDoesNotFit;
             if (!write) return code;
             io::Edits edits;

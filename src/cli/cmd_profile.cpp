@@ -5,6 +5,7 @@
 // seed 000's results table with memplan's prediction beside each rung. docs/profile.md.
 // Exit codes: 0 a safe maximum was found (the ladder ran out, or ended at stopped/oom); 1 no rung
 // finished, or one failed / timed out / was refused; 130 memplan was interrupted (SIGINT).
+#include <signal.h>
 #include <sys/stat.h>
 #include <cerrno>
 #include <cstring>
@@ -199,7 +200,7 @@ struct Limit {
 // --stop-at, else the plan's budget on the GPU, else (no GPU) what is available now less plan's
 // default margin for the machine's size.
 Result<Limit> resolve_limit(const ProfileOptions& o, const std::optional<GpuTarget>& gpu, const TrainingConfig* config,
-                            const io::DeviceMemory& now) {
+                            const io::DeviceMemory& now, bool whole_gpu) {
   Limit l;
   if (!o.stop_at.empty()) {
     MEMPLAN_TRY(l.bytes, parse_size_or_percent(o.stop_at, now.total, "--stop-at"));
@@ -208,6 +209,12 @@ Result<Limit> resolve_limit(const ProfileOptions& o, const std::optional<GpuTarg
     MEMPLAN_TRY(auto b, budget_for(*gpu, o.budget, config ? *config : TrainingConfig{}));
     l.bytes = b.budget();
     l.source = "the plan's budget on " + gpu->description;
+    if (whole_gpu) {
+      // The watchdog compares the whole GPU's used memory; the budget is the run's own, on top of
+      // what is in use now.
+      l.bytes += now.used;
+      l.source += fmt::format(" above the {} in use before the ladder", format_human(now.used));
+    }
   } else {
     const Bytes available = now.total - now.used;
     l.bytes = available - std::min(available, default_safety_margin(now.total));
@@ -220,11 +227,22 @@ Result<Limit> resolve_limit(const ProfileOptions& o, const std::optional<GpuTarg
   return l;
 }
 
-// Seed 000's clean slate: no other process on the GPU; on system memory, at least the limit free.
-Status refuse_busy(const Watch& w, const io::DeviceMemory& now, Bytes limit) {
+// Seed 000's clean slate: no other process on the GPU, and no more memory in use than `slack`
+// beyond what the listed processes hold (issue 34: processes in other containers are not listed,
+// and 19.5 GiB held by them went unnoticed); on system memory, at least the limit free.
+Status refuse_busy(const Watch& w, const io::DeviceMemory& now, Bytes limit, Bytes slack) {
   if (w.kind == "gpu") {
     const auto& g = w.detected->chosen_gpu();
-    if (g.processes.empty()) return Ok{};
+    if (g.processes.empty()) {
+      if (now.used <= slack) return Ok{};
+      return make_error(ErrorCode::kConflict,
+                        fmt::format("GPU {} is in use: {} of its memory is held, and no process is listed (processes "
+                                    "in other containers or namespaces?)",
+                                    g.index, format_human(now.used)),
+                        fmt::format("see nvidia-smi; end them, or pass --allow-busy (the watchdog counts their "
+                                    "memory: --stop-at is the whole GPU's used memory); idle is below {}",
+                                    format_human(slack)));
+    }
     const std::size_t n = g.processes.size();
     return make_error(ErrorCode::kConflict,
                       fmt::format("GPU {} is in use: {} process{} hold{} memory (pid {}{})", g.index, n,
@@ -342,6 +360,8 @@ Result<std::string> save_runs(const io::ProfileResult& result, const ProfileInpu
     m.time = io::utc_now();
     saved.push_back(m);
   }
+  if (saved.empty())
+    return std::string("Nothing saved: no rung ended ok (stopped, failed and no-measurement rungs are never stored).\n");
   MEMPLAN_TRY(auto ok, io::append_measurements(dir, saved));
   (void)ok;
   return fmt::format("Saved {} measured rung{} to {}/measurements.jsonl; run memplan calibrate.\n", saved.size(),
@@ -389,9 +409,11 @@ Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
   MEMPLAN_TRY(auto now, watch.gauge->device());
   // The GPU a budget and a calibration record are for.
   MEMPLAN_TRY(auto gpu, resolve_gpu(o.budget, /*detect_by_default=*/watch.detected.has_value()));
-  MEMPLAN_TRY(auto limit, resolve_limit(o, gpu, pin.training(), now));
+  MEMPLAN_TRY(auto limit, resolve_limit(o, gpu, pin.training(), now, watch.kind == "gpu"));
+  MEMPLAN_TRY(auto slack, parse_size_or_percent(o.settle_slack, now.total, "--settle-slack"));
+  slack = std::max(slack, Bytes::mib(256));
   if (!o.allow_busy) {
-    MEMPLAN_TRY(auto idle, refuse_busy(watch, now, limit.bytes));
+    MEMPLAN_TRY(auto idle, refuse_busy(watch, now, limit.bytes, slack));
     (void)idle;
   }
   MEMPLAN_TRY(auto rungs, build_rungs(o, pin, gpu));
@@ -403,8 +425,7 @@ Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
   lo.rung_timeout = seconds_flag(o.rung_timeout);
   lo.grace = seconds_flag(o.grace);
   lo.settle = seconds_flag(o.settle);
-  MEMPLAN_TRY(auto slack, parse_size_or_percent(o.settle_slack, now.total, "--settle-slack"));
-  lo.settle_slack = std::max(slack, Bytes::mib(256));
+  lo.settle_slack = slack;
   if (o.sample_ms > 0) lo.interval = std::chrono::milliseconds(o.sample_ms);
   if (o.log_dir.empty()) {
     MEMPLAN_TRY(lo.log_dir, default_log_dir());
@@ -446,6 +467,19 @@ Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
               << std::flush;
     };
 
+  // A closed stderr (or stdout) pipe must not kill memplan between rungs with SIGPIPE: a write
+  // then fails with EPIPE, the stream stops, and the table and --save still happen (issue 34).
+  // The rungs' commands get SIGPIPE back (run_watched resets it in the child).
+  struct IgnoreSigpipe {
+    struct sigaction old {};
+    IgnoreSigpipe() {
+      struct sigaction sa {};
+      sa.sa_handler = SIG_IGN;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(SIGPIPE, &sa, &old);
+    }
+    ~IgnoreSigpipe() { ::sigaction(SIGPIPE, &old, nullptr); }
+  } no_sigpipe;
   io::InterruptGuard guard;
   MEMPLAN_TRY(auto result, io::run_ladder(lo, *watch.gauge));
   const int interrupted = io::InterruptGuard::received();
@@ -466,7 +500,7 @@ Result<int> run_profile(const ProfileOptions& o, Context& ctx) {
     (format == report::Format::kJson ? ctx.err : ctx.out) << line;  // JSON stays parseable
   }
   if (interrupted) return kExitInterrupted;
-  if (!result.safe_maximum) return kExitDoesNotFit;
+  if (!result.safe_maximum || !result.error.empty()) return kExitDoesNotFit;
   const auto last = result.runs.back().status;
   const bool expected_end =
       last == io::RungStatus::kOk || last == io::RungStatus::kStopped || last == io::RungStatus::kOom;

@@ -38,9 +38,9 @@ Command register_sweep(CLI::App& root) {
       ->group("Grid");
   CLI::Option* seq_lens = sub->add_option("--seq-lens", opts->seq_lens, "Sequence lengths, same syntax: 512,1024,2048 (default: --seq-len)")
       ->group("Grid");
-  sub->add_option("--format", opts->format, "text (default), json, markdown");
+  sub->add_option("--format", opts->format, "text (default), json, markdown, html (one self-contained page with charts)");
   return {sub, [opts, seq_lens](Context& ctx) -> Result<int> {
-            MEMPLAN_TRY(auto format, report::parse_format(opts->format));
+            MEMPLAN_TRY(auto format, report::parse_format(opts->format, /*html=*/true));
             // --show-config: the inputs and where each came from, not the plan.
             if (opts->flags.show_config) return show_config(ctx.out, opts->flags, format);
             MEMPLAN_TRY(auto loaded, load_inputs(opts->flags));

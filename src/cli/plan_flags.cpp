@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli/calibration_hook.hpp"
+#include "io/edit/shared_files.hpp"
 #include "io/gpu/gpu_detect.hpp"
 #include "io/gpu/gpu_profiles.hpp"
 #include "memplan/plan.hpp"
@@ -387,6 +388,17 @@ Result<int> write_back(std::ostream& report, const std::optional<io::LoadedConfi
     return make_error(ErrorCode::kInvalidArgument, "nothing fits the budget, so there is nothing to write",
                       "apply one of the suggested changes first");
   MEMPLAN_TRY(auto plan, io::plan_apply(*loaded, edits));
+  // A DeepSpeed JSON other configs name too: what is written into it changes their runs.
+  std::vector<std::string> own;
+  for (const auto& f : loaded->files) own.push_back(f.path);
+  for (const auto& change : plan.files) {
+    if (change.file >= loaded->files.size() || !loaded->files[change.file].deepspeed) continue;
+    for (const auto& other : io::other_configs_naming(change.path, own))
+      report << fmt::format("warning: {} is also named by {}; {} the batch for that config too, and its trainer "
+                            "refuses to start when its own batch differs (memplan check it; or give this config a "
+                            "copy of the JSON)\n",
+                            change.path, other, dry_run ? "--apply would change" : "this changes");
+  }
   if (dry_run) {
     report << io::render_dry_run(plan);
     return exit_code;

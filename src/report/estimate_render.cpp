@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "io/model/model_source.hpp"
+#include "report/html.hpp"
 #include "report/json.hpp"
 #include "report/table.hpp"
 
@@ -294,7 +295,8 @@ std::string fit_line(const EstimateFit& f, const Estimate& e) {
 std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, Format f,
                             const std::optional<EstimateFit>& fit) {
   switch (f) {
-    case Format::kJson: {
+    case Format::kJson:
+    case Format::kHtml: {
       nlohmann::ordered_json j = {{"schema", kSchema}, {"command", "estimate"}, {"inputs", inputs_json(in)},
                           {"estimate", to_json(e)}};
       if (fit)
@@ -306,6 +308,7 @@ std::string render_estimate(const io::ResolvedInputs& in, const Estimate& e, For
                     {"safety_margin_bytes", fit->budget.safety_margin.count()},
                     {"headroom_bytes", fit->budget.headroom.count()}};
       j["warnings"] = in.warnings;
+      if (f == Format::kHtml) return estimate_html(j);
       return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     case Format::kMarkdown: return render_markdown(in, e) + (fit ? "\n**" + fit_line(*fit, e) + "**\n" : "");

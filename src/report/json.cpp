@@ -7,14 +7,20 @@ namespace memplan::report {
 
 using json = nlohmann::ordered_json;
 
-Result<Format> parse_format(const std::string& s) {
+Result<Format> parse_format(const std::string& s, bool html) {
   const std::string t = to_lower(s);
+  if (t == "html") {
+    if (html) return Format::kHtml;
+    return make_error(ErrorCode::kInvalidArgument, "--format html is a page for estimate, plan and sweep only",
+                      "use text, json, markdown or github here");
+  }
   if (t == "text") return Format::kText;
   if (t == "json") return Format::kJson;
   if (t == "markdown" || t == "md") return Format::kMarkdown;
   if (t == "github") return Format::kGithub;
   return make_error(ErrorCode::kUnknownName, "unknown format '" + s + "'",
-                    did_you_mean(t, {"text", "json", "markdown", "github"}));
+                    did_you_mean(t, html ? std::vector<std::string>{"text", "json", "markdown", "github", "html"}
+                                         : std::vector<std::string>{"text", "json", "markdown", "github"}));
 }
 
 json to_json(const ModelSpec& m) {

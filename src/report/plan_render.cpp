@@ -8,6 +8,7 @@
 
 #include "io/model/model_source.hpp"
 #include "report/estimate_render.hpp"
+#include "report/html.hpp"
 #include "report/json.hpp"
 #include "report/table.hpp"
 
@@ -505,11 +506,13 @@ json sweep_json(const Sweep& s) {
 
 std::string render_plan(const io::ResolvedInputs& in, const Plan& p, Format f) {
   switch (f) {
-    case Format::kJson: {
+    case Format::kJson:
+    case Format::kHtml: {
       json j = {{"schema", kSchema}, {"command", "plan"}, {"solve", "batch"}, {"inputs", inputs_json(in)},
                 {"budget", budget_json(p.budget)}};
       j.update(plan_json(p));
       j["warnings"] = in.warnings;
+      if (f == Format::kHtml) return plan_html(j);
       return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     case Format::kMarkdown: return render_plan_text(in, p, true);
@@ -519,8 +522,20 @@ std::string render_plan(const io::ResolvedInputs& in, const Plan& p, Format f) {
   return {};
 }
 
+std::string render_plan_page(const io::ResolvedInputs& in, const Plan& p, const Estimate* breakdown,
+                             const Sweep* curve) {
+  json j = {{"schema", kSchema}, {"command", "plan"}, {"solve", "batch"}, {"inputs", inputs_json(in)},
+            {"budget", budget_json(p.budget)}};
+  j.update(plan_json(p));
+  j["warnings"] = in.warnings;
+  if (breakdown) j["estimate"] = to_json(*breakdown);
+  if (curve) j["sweep"] = sweep_json(*curve);
+  return plan_html(j);
+}
+
 std::string render_auto(const io::ResolvedInputs& in, const Plan& p, const Estimate& breakdown, Format f) {
   switch (f) {
+    case Format::kHtml: return render_plan_page(in, p, &breakdown, nullptr);
     case Format::kJson: {
       json j = {{"schema", kSchema}, {"command", "auto"}, {"solve", "batch"}, {"inputs", inputs_json(in)},
                 {"budget", budget_json(p.budget)}};
@@ -547,7 +562,8 @@ std::string render_seq_len_plan(const io::ResolvedInputs& in, const SeqLenPlan& 
     }
     case Format::kMarkdown: return render_seq_text(in, p, true);
     case Format::kText:
-    case Format::kGithub: return render_seq_text(in, p, false);
+    case Format::kGithub:
+    case Format::kHtml: return render_seq_text(in, p, false);
   }
   return {};
 }
@@ -706,10 +722,12 @@ std::string sweep_chart(const Sweep& s, int width, int height) {
 
 std::string render_sweep(const io::ResolvedInputs& in, const Sweep& s, Format f) {
   switch (f) {
-    case Format::kJson: {
+    case Format::kJson:
+    case Format::kHtml: {
       json j = {{"schema", kSchema}, {"command", "sweep"}, {"inputs", inputs_json(in)}, {"budget", budget_json(s.budget)}};
       j.update(sweep_json(s));
       j["warnings"] = in.warnings;
+      if (f == Format::kHtml) return sweep_html(j);
       return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     case Format::kMarkdown: {

@@ -17,6 +17,10 @@ std::string render_plan(const io::ResolvedInputs& in, const Plan& p, Format f);
 // memplan --auto: the plan with the breakdown of the recommended micro-batch (micro-batch 1 when
 // nothing fits) between the budget and the recommendation; JSON adds "estimate".
 std::string render_auto(const io::ResolvedInputs& in, const Plan& p, const Estimate& breakdown, Format f);
+// --format html for plan: the page with the breakdown at the recommendation and the peak against
+// micro-batch (each drawn when given).
+std::string render_plan_page(const io::ResolvedInputs& in, const Plan& p, const Estimate* breakdown,
+                             const Sweep* curve);
 std::string render_seq_len_plan(const io::ResolvedInputs& in, const SeqLenPlan& p, Format f);
 std::string render_sweep(const io::ResolvedInputs& in, const Sweep& s, Format f);
 

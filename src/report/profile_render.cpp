@@ -84,6 +84,7 @@ std::string render_json(const io::ProfileResult& res) {
               {"runs", runs},
               {"not_run", not_run},
               {"safe_maximum", safe},
+              {"error", res.error.empty() ? json(nullptr) : json(res.error)},
               {"notes", res.notes}}}};
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -142,6 +143,7 @@ std::string render_profile(const io::ProfileResult& res, Format format) {
                                            : fmt::format("; {} rung{} not run", res.not_run.size(),
                                                          res.not_run.size() == 1 ? "" : "s"));
   }
+  if (!res.error.empty()) out += "The ladder ended early: " + res.error + "\n";
   out += fmt::format("Watchdog: {}, stop at {} ({}).\n", res.watch_description, format_human(res.stop_at),
                      res.stop_at_source);
   out += fmt::format("Before the first rung: {} of {} in use. Logs: {}\n", format_human(res.baseline),

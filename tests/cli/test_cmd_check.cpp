@@ -298,3 +298,20 @@ TEST_CASE("check (issue 11 item 8): a FIFO as the checked file, --config, --keys
   CHECK(z.err == "memplan: error: /dev/zero: cannot read: a character device, not a regular file\n");
   // No bound on time (issue 34): a FIFO opened for reading would block this test for ever.
 }
+
+TEST_CASE("check (issue 34): a DeepSpeed JSON the trainer refuses to start with fails the file") {
+  memplan::testing::TempDir dir;
+  const std::string train = dir.write("train.yaml",
+                                      "model_name_or_path: gpt2\n"
+                                      "per_device_train_batch_size: 4\n"
+                                      "deepspeed: ds.json\n");
+  dir.write("ds.json", "{\n  \"train_micro_batch_size_per_gpu\": 8,\n  \"zero_optimization\": {\"stage\": 2}\n}\n");
+  const auto r = run_cli({"check", train, "--gpu", "h100-sxm"});
+  INFO(r.out);
+  CHECK(r.code == memplan::cli::kExitInvalidInput);
+  CHECK(r.out.find(dir.path() + "/ds.json:2: invalid: train_micro_batch_size_per_gpu = 8 contradicts the trainer's "
+                                "batch = 4") != std::string::npos);
+  // Agreeing values: fits.
+  dir.write("ds.json", "{\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"zero_optimization\": {\"stage\": 2}\n}\n");
+  CHECK(run_cli({"check", train, "--gpu", "h100-sxm"}).code == 0);
+}

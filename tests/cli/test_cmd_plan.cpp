@@ -513,3 +513,29 @@ TEST_CASE("a detected DGX Spark is named for what it is, with no invented GPU me
   CHECK(r.out.find("GPU memory -") == std::string::npos);
   CHECK(r.out.find("--offload-optimizer") == std::string::npos);
 }
+
+TEST_CASE("plan --apply (issue 34): a DeepSpeed JSON another config names is written with a warning; check then fails "
+          "the other") {
+  memplan::testing::TempDir dir;
+  const std::string trainer =
+      "model_name_or_path: gpt2\nper_device_train_batch_size: 2\ngradient_accumulation_steps: 16\nmax_length: 512\n"
+      "deepspeed: ds.json\n";
+  const std::string a = dir.write("a.yaml", trainer);
+  const std::string b = dir.write("b.yaml", trainer);
+  dir.write("c.yaml", "# names another ds.json: conf/ds.json is not this one\ndeepspeed: conf/ds.json\n");
+  dir.write("ds.json",
+            "{\n  \"train_micro_batch_size_per_gpu\": 2,\n  \"gradient_accumulation_steps\": 16,\n"
+            "  \"zero_optimization\": {\"stage\": 2}\n}\n");
+  REQUIRE(run_cli({"check", b, "--gpu", "h100-sxm"}).code == 0);
+  const auto r = run_cli({"plan", "--config", a, "--gpu", "h100-sxm", "--apply"});
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("warning: " + dir.path() + "/ds.json is also named by " + b +
+                   ":5; this changes the batch for that config too, and its trainer refuses to start when its own "
+                   "batch differs (memplan check it; or give this config a copy of the JSON)\n") != std::string::npos);
+  CHECK(r.out.find("c.yaml") == std::string::npos);
+  // The other config's trainer now refuses to start; check says so and fails.
+  const auto c = run_cli({"check", b, "--gpu", "h100-sxm"});
+  CHECK(c.code == memplan::cli::kExitInvalidInput);
+  CHECK(c.out.find("contradicts the trainer's batch = 2") != std::string::npos);
+}

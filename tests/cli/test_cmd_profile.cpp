@@ -213,8 +213,11 @@ TEST_CASE("profile: children left behind, even in their own session, are ended; 
         profile_args(dir, {"--stop-at", "300MiB", "--batches", "1"}, {"--batch", "{batch}", "--children", "2"}));
     INFO(r.err);
     const json j = json::parse(r.out);
-    CHECK(statuses(j) == std::vector<std::string>{"ok"});
-    CHECK(j["profile"]["runs"][0]["notes"] == "baseline; 2 processes left running after it exited, ended");
+    // Exit 0 while its children run on is a launcher's shape: not a measurement (issue 34).
+    CHECK(statuses(j) == std::vector<std::string>{"no-measurement"});
+    CHECK(j["profile"]["runs"][0]["notes"] ==
+          "exited 0 while 2 processes it started ran on (ended by memplan): a launcher that backgrounds the "
+          "training? run the training itself in the foreground");
   }
   SECTION("the memory is a child's") {
     // Batch 4 grows a grandchild to 4 x 60 = 240 MiB > 200 MiB: the tree's RSS, not the leader's.
@@ -400,21 +403,23 @@ TEST_CASE("profile --save, calibrate, and plan using the fit on this machine") {
 
 TEST_CASE("profile --watch gpu through a stand-in nvidia-smi: the GPU is detected, watched, and a busy one refused") {
   TempDir dir;
-  SECTION("an idle H100: auto chooses the GPU; its used memory does not move, so every rung fits") {
+  SECTION("an idle H100: auto chooses the GPU; its used memory does not move: no rung trained on it") {
     StandInMachine machine("nvidia-smi-h100.csv");
-    auto args = profile_args(dir, {"--stop-at", "300MiB", "--batches", "1,2"}, {"--batch", "{batch}"});
+    // --stop-at is the whole GPU's used memory: above the 479 MiB in use (300 MiB would stop at once).
+    auto args = profile_args(dir, {"--stop-at", "70GiB", "--batches", "1,2"}, {"--batch", "{batch}"});
     args[2] = "auto";
     const auto r = run_cli(args);
     INFO(r.err);
-    REQUIRE(r.code == memplan::cli::kExitOk);
+    REQUIRE(r.code == memplan::cli::kExitDoesNotFit);
     const json j = json::parse(r.out);
     CHECK(j["profile"]["watch"] == "gpu");
     CHECK(j["profile"]["watch_description"] == "GPU 0 NVIDIA H100 80GB HBM3 used memory (nvidia-smi, every 100 ms)");
     // 81559 MiB total, 81080 MiB free: 479 MiB in use before the first rung.
     CHECK(j["profile"]["total_bytes"] == 81559 * kMiB);
     CHECK(j["profile"]["baseline_bytes"] == 479 * kMiB);
-    CHECK(statuses(j) == std::vector<std::string>{"ok", "ok"});
-    CHECK(j["profile"]["runs"][1]["peak_bytes"] == 0);
+    // A run that exits 0 without raising the GPU's memory measured nothing (issue 34).
+    CHECK(statuses(j) == std::vector<std::string>{"no-measurement"});
+    CHECK(j["profile"]["runs"][0]["peak_bytes"] == 0);
   }
   SECTION("the default limit is the plan's budget on the detected GPU") {
     StandInMachine machine("nvidia-smi-h100.csv");
@@ -422,11 +427,12 @@ TEST_CASE("profile --watch gpu through a stand-in nvidia-smi: the GPU is detecte
     args[2] = "gpu";
     const auto r = run_cli(args);
     INFO(r.err);
-    REQUIRE(r.code == memplan::cli::kExitOk);
     const json j = json::parse(r.out);
     // Detected: capacity = free = 81080 MiB; margin 1 GiB + 10% of the total 81559 MiB
-    // (floor(85,520,809,984 / 10) = 8,552,080,998): 85,018,542,080 - 1,073,741,824 - 8,552,080,998.
-    CHECK(j["profile"]["stop_at_bytes"] == 85'018'542'080LL - 1'073'741'824LL - 8'552'080'998LL);
+    // (floor(85,520,809,984 / 10) = 8,552,080,998): 85,018,542,080 - 1,073,741,824 - 8,552,080,998,
+    // on top of the 479 MiB in use before the ladder, since the watchdog compares the whole GPU.
+    CHECK(j["profile"]["stop_at_bytes"] ==
+          85'018'542'080LL - 1'073'741'824LL - 8'552'080'998LL + 479 * kMiB);
   }
   SECTION("a GPU other processes hold memory on is refused") {
     StandInMachine machine("nvidia-smi-mixed.csv", "nvidia-smi-mixed-apps.csv");
@@ -572,4 +578,188 @@ TEST_CASE("profile (issue 34): every numeric flag is bounded, with the range in 
         "memplan: error: --max-batch = 4611686018427387905 must be from 1 to 1048576\n");
   // The ladder itself never overflows: doubling stops at the largest power of two <= max.
   CHECK(memplan::io::doubling_ladder(std::numeric_limits<std::int64_t>::max()).size() == 63);
+}
+
+// ---- issue 34: a profile keeps what it measured whatever ends it; the GPU watch sees the whole GPU ----
+
+namespace {
+
+// tests/data/profile/fake-nvidia-smi-live: an H100 whose used memory is what the rung's command
+// writes into `run` (MiB), plus `held` MiB of processes it does not list.
+struct LiveGpu {
+  explicit LiveGpu(const TempDir& dir, int held_mib = 0)
+      : run(dir.path() + "/gpu-run"),
+        smi_("MEMPLAN_NVIDIA_SMI", std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/profile/fake-nvidia-smi-live"),
+        run_("FAKE_GPU_RUN", run),
+        held_("FAKE_GPU_HELD", std::to_string(held_mib)),
+        rocm_("MEMPLAN_ROCM_SMI", "/nonexistent/rocm-smi"),
+        nvml_("MEMPLAN_DISABLE_NVML", "1"),
+        cuda_("CUDA_VISIBLE_DEVICES", std::nullopt) {}
+  std::string run;
+
+ private:
+  ScopedEnv smi_, run_, held_, rocm_, nvml_, cuda_;
+};
+
+// profile --watch gpu with a shell command as the training: `script` sees the micro-batch as $1.
+std::vector<std::string> gpu_profile_args(const TempDir& dir, const std::vector<std::string>& options,
+                                          const std::string& script) {
+  std::vector<std::string> args = {"profile", "--watch",        "gpu", "--format", "json",  "--log-dir",
+                                   dir.path() + "/logs", "--settle", "3", "--grace",  "2"};
+  args.insert(args.end(), options.begin(), options.end());
+  args.insert(args.end(), {"--", "sh", "-c", script, "sh", "{batch}"});
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("profile (issue 34): a failed nvidia-smi query keeps, prints and saves the rungs that finished") {
+  TempDir dir;
+  LiveGpu gpu(dir);
+  ScopedEnv data("MEMPLAN_DATA_DIR", dir.path() + "/data");
+  // Rung 1 holds 1000 MiB for 0.4 s; at rung 2 the driver stops answering.
+  const std::string script = "echo $((1000 * $1)) > " + gpu.run + "; [ $1 = 2 ] && touch " + gpu.run +
+                             ".fail; sleep 0.4; echo 0 > " + gpu.run;
+  const auto r = run_cli(gpu_profile_args(dir, {"--stop-at", "70GiB", "--batches", "1,2,4", "--save"}, script));
+  INFO(r.err);
+  CHECK(r.code == memplan::cli::kExitDoesNotFit);
+  const json j = json::parse(r.out);
+  CHECK(statuses(j) == std::vector<std::string>{"ok", "interrupted"});
+  // The rung's own memory: 1000 MiB above the 479 MiB in use before (nvidia-smi-h100.csv).
+  CHECK(j["profile"]["runs"][0]["peak_bytes"] == 1000 * kMiB);
+  CHECK(j["profile"]["runs"][1]["notes"].get<std::string>().rfind(
+            "ended by memplan: the memory could no longer be read: ", 0) == 0);
+  CHECK(j["profile"]["not_run"].size() == 1);
+  CHECK(j["profile"]["error"].get<std::string>().find("Unknown Error") != std::string::npos);
+  CHECK(r.err.find("Saved 1 measured rung to ") != std::string::npos);
+  const auto saved = lines_of(read_file(dir.path() + "/data/measurements.jsonl"));
+  REQUIRE(saved.size() == 1);
+  CHECK(json::parse(saved[0])["measured_bytes"] == 1000 * kMiB);
+  CHECK(json::parse(saved[0])["driver"] == "");  // the driver stopped answering before --save asked
+}
+
+TEST_CASE("profile (issue 34): a launcher that backgrounds the job and exits 0 is no-measurement, never saved") {
+  TempDir dir;
+  ScopedEnv data("MEMPLAN_DATA_DIR", dir.path() + "/data");
+  SECTION("system watch: its processes run on after it exits") {
+    const auto r = run_cli(profile_args(dir, {"--stop-at", "300MiB", "--batches", "1,2", "--save"},
+                                        {"--batch", "{batch}", "--children", "1"}));
+    INFO(r.err);
+    CHECK(r.code == memplan::cli::kExitDoesNotFit);
+    const json j = json::parse(r.out);
+    CHECK(statuses(j) == std::vector<std::string>{"no-measurement"});
+    CHECK(j["profile"]["runs"][0]["notes"] ==
+          "exited 0 while 1 process it started ran on (ended by memplan): a launcher that backgrounds the training? "
+          "run the training itself in the foreground");
+    CHECK(r.err.find("Nothing saved: no rung ended ok") != std::string::npos);
+    CHECK(!std::filesystem::exists(dir.path() + "/data/measurements.jsonl"));
+    CHECK(processes_mentioning(dir.path()).empty());
+  }
+  SECTION("GPU watch: the GPU's used memory never rose") {
+    LiveGpu gpu(dir);
+    const auto r = run_cli(gpu_profile_args(dir, {"--stop-at", "70GiB", "--batches", "1,2", "--save"}, "sleep 0.3"));
+    INFO(r.err);
+    CHECK(r.code == memplan::cli::kExitDoesNotFit);
+    const json j = json::parse(r.out);
+    CHECK(statuses(j) == std::vector<std::string>{"no-measurement"});
+    CHECK(j["profile"]["runs"][0]["notes"].get<std::string>().rfind(
+              "exited 0, but the GPU's used memory never rose 64 MiB above its level before the rung", 0) == 0);
+    CHECK(!std::filesystem::exists(dir.path() + "/data/measurements.jsonl"));
+  }
+}
+
+TEST_CASE("profile --watch gpu (issue 34): --stop-at is the whole GPU's used memory; unlisted holders are refused") {
+  TempDir dir;
+  // 19.5 GiB = 19968 MiB held by processes nvidia-smi does not list.
+  LiveGpu gpu(dir, 19968);
+  const std::string script = "echo 60000 > " + gpu.run + "; sleep 30";
+  SECTION("the preflight counts them") {
+    const auto r = run_cli(gpu_profile_args(dir, {"--stop-at", "90%", "--batches", "1"}, script));
+    CHECK(r.code == memplan::cli::kExitInvalidInput);
+    // used = 81559 - (81080 - 19968) = 20447 MiB = 19.97 GiB; idle is below the 2% slack of 81559 MiB.
+    CHECK(r.err.rfind("memplan: error: GPU 0 is in use: 19.97 GiB of its memory is held, and no process is listed", 0) ==
+          0);
+  }
+  SECTION("--allow-busy: the watchdog stops the rung when the whole GPU passes 90%") {
+    const auto r =
+        run_cli(gpu_profile_args(dir, {"--stop-at", "90%", "--batches", "1", "--allow-busy"}, script));
+    INFO(r.err);
+    const json j = json::parse(r.out);
+    // 90% of 81559 MiB = 73403.1 MiB; the rung's 60000 MiB above 20447 MiB makes 80447 MiB (98.6%):
+    // stopped. Measured above the memory in use before, 60000 MiB would have passed as ok.
+    CHECK(j["profile"]["stop_at_bytes"] == 81559LL * kMiB * 9 / 10);
+    CHECK(statuses(j) == std::vector<std::string>{"stopped"});
+    CHECK(j["profile"]["runs"][0]["peak_bytes"] == 60000 * kMiB);
+    CHECK(j["profile"]["runs"][0]["notes"] == "a sample of 78.56 GiB passed --stop-at 71.68 GiB");
+  }
+}
+
+TEST_CASE("profile (issue 34): SIGTERM mid-ladder prints and saves the finished rungs") {
+  TempDir dir;
+  LiveGpu gpu(dir);
+  ScopedEnv data("MEMPLAN_DATA_DIR", dir.path() + "/data");
+  const std::string started = dir.path() + "/started";
+  const std::string script = "echo $((500 * $1)) > " + gpu.run + "; if [ $1 = 2 ]; then touch " + started +
+                             "; sleep 30; fi; sleep 0.4; echo 0 > " + gpu.run;
+  std::thread term([&] {
+    for (int i = 0; i < 1200 && !std::filesystem::exists(started); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::kill(::getpid(), SIGTERM);
+  });
+  const auto r = run_cli(gpu_profile_args(dir, {"--stop-at", "70GiB", "--batches", "1,2,4", "--save"}, script));
+  term.join();
+  INFO(r.err);
+  CHECK(r.code == 130);
+  const json j = json::parse(r.out);
+  CHECK(statuses(j) == std::vector<std::string>{"ok", "interrupted"});
+  CHECK(j["profile"]["runs"][1]["notes"] == "memplan received SIGTERM");
+  const auto saved = lines_of(read_file(dir.path() + "/data/measurements.jsonl"));
+  REQUIRE(saved.size() == 1);
+  CHECK(json::parse(saved[0])["measured_bytes"] == 500 * kMiB);
+}
+
+namespace {
+
+// An ostream writing to a file descriptor, unbuffered: stderr as a pipe whose reader is gone.
+class FdBuf : public std::streambuf {
+ public:
+  explicit FdBuf(int fd) : fd_(fd) {}
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c == traits_type::eof()) return traits_type::not_eof(c);
+    const char ch = static_cast<char>(c);
+    return ::write(fd_, &ch, 1) == 1 ? c : traits_type::eof();
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    const ssize_t w = ::write(fd_, s, static_cast<std::size_t>(n));
+    return w < 0 ? 0 : w;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+TEST_CASE("profile (issue 34): a closed stderr pipe does not kill it between rungs; the table and --save happen") {
+  TempDir dir;
+  ScopedEnv data("MEMPLAN_DATA_DIR", dir.path() + "/data");
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  ::close(fds[0]);  // nobody reads stderr any more: every write is EPIPE (and SIGPIPE unless ignored)
+  FdBuf buf(fds[1]);
+  std::ostream err(&buf);
+  std::ostringstream out;
+  const int code = memplan::cli::run(
+      profile_args(dir, {"--stop-at", "300MiB", "--batches", "1,2", "--save"}, {"--batch", "{batch}"}), out, err);
+  ::close(fds[1]);
+  CHECK(code == memplan::cli::kExitOk);
+  const json j = json::parse(out.str());
+  CHECK(statuses(j) == std::vector<std::string>{"ok", "ok"});
+  CHECK(lines_of(read_file(dir.path() + "/data/measurements.jsonl")).size() == 2);
+  struct sigaction now {};
+  ::sigaction(SIGPIPE, nullptr, &now);
+  CHECK(now.sa_handler == SIG_DFL);  // given back as it was
 }

@@ -454,6 +454,8 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
     note_other_framework(m, out.dialect);
   if (!req.key_map.empty()) MEMPLAN_IO_CHECK(map_key_map(m, req.key_map));
   for (auto& w : interpolation_warnings)
+    if (w.refuses && m.asked(w.key)) return w.warning;
+  for (auto& w : interpolation_warnings)
     if (m.asked(w.key)) {
       out.inputs.warnings.push_back(w.warning.to_string());
       out.diagnostics.push_back(std::move(w.warning));

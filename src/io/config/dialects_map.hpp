@@ -174,6 +174,9 @@ void note_other_framework(Mapper& m, Dialect chosen);  // NVIDIA NeMo-RL (policy
 struct InterpolationWarning {
   std::string key;  // dotted path of the value ("model.micro_batch_size")
   Error warning;
+  // The value could not be resolved at all (a cycle, too deep, too many references): when the
+  // dialect reads the key, the config is refused, never read with the key's default (issue 34).
+  bool refuses = false;
 };
 Status resolve_interpolations(YamlNode& root, LoadedConfig& out, std::vector<InterpolationWarning>& warnings);
 // A custom architecture written in a config (`model: {n_layers, d_model, n_heads, ...}`) with its

@@ -132,6 +132,15 @@ struct Resolver {
     deferred.push_back({path, std::move(w)});
   }
 
+  // A value that cannot be resolved: the config is refused if the dialect reads its key (once
+  // per key); a key memplan never reads keeps OmegaConf's laziness.
+  void unresolvable(const YamlNode& at, std::string message) {
+    if (!deferred.empty() && deferred.back().refuses && deferred.back().key == path) return;
+    Error w = make_error(ErrorCode::kInvalidConfig, std::move(message), "write the value itself");
+    w.where = where(at);
+    deferred.push_back({path, std::move(w), true});
+  }
+
   // The value of the config being resolved (not a copy some reference made): refusals point at
   // the line that asks for the copies.
   const YamlNode* top = nullptr;
@@ -268,8 +277,11 @@ struct Resolver {
     if (!charge(at, node_bytes(t, kMaxBuiltBytes))) return std::nullopt;
     YamlNode copy = t;
     // The target may interpolate in turn, relative to where it is written.
+    // Past the depth bound the value is refused, never treated as absent: a key memplan reads
+    // would silently take its default (issue 34: ${a39} of doubling ${a38}${a38} read as batch 8).
     if (depth >= kMaxDepth) {
-      warn(at, fmt::format("interpolation ${{{}}} refers to itself", current));
+      unresolvable(at, fmt::format("interpolation ${{{}}} nests more than {} interpolations deep; memplan refuses it",
+                                   current, kMaxDepth));
       return std::nullopt;
     }
     resolve(copy, chain, depth + 1, path);
@@ -278,6 +290,7 @@ struct Resolver {
   }
 
   std::string current;  // the body being resolved, for messages
+  std::vector<const YamlNode*> active;  // the targets being resolved, outermost first (cycles)
 
   // Resolves one `${...}` body. Returns the replacement node, or nullptr when it cannot be
   // resolved (a warning has been given).
@@ -286,10 +299,9 @@ struct Resolver {
     const std::string b = trim(inner);
     if (fatal) return std::nullopt;
     if (++resolutions > kMaxResolutions) {
-      if (resolutions == kMaxResolutions + 1)
-        warn(at, fmt::format("more than {} interpolations to resolve (they refer to each other); the rest are "
-                             "treated as absent",
-                             kMaxResolutions));
+      unresolvable(at, fmt::format("more than {} interpolations to resolve (references that repeat references); "
+                                   "memplan refuses it",
+                                   kMaxResolutions));
       return std::nullopt;
     }
     if (b.empty() || b.find_first_not_of('.') == std::string::npos) {
@@ -310,9 +322,16 @@ struct Resolver {
       warn(at, fmt::format("interpolation ${{{}}}: no key '{}' in the config", b, b));
       return std::nullopt;
     }
+    // A reference to a value being resolved is a cycle (OmegaConf raises on it when resolving).
+    if (std::find(active.begin(), active.end(), t) != active.end()) {
+      unresolvable(at, fmt::format("interpolation ${{{}}} refers to itself", b));
+      return std::nullopt;
+    }
     const std::string outer = current;
     current = b;
+    active.push_back(t);
     auto r = copy_of(*t, chain, at, depth);
+    active.pop_back();
     current = outer;
     return r;
   }

@@ -109,8 +109,10 @@ class NvmlGauge : public MemoryGauge {
   std::string description() const override { return fmt::format("GPU {} {} used memory (NVML)", index_, name_); }
   Result<Bytes> sample(const std::vector<ProcEntry>&) override {
     MEMPLAN_TRY(auto d, device());
+    whole_ = d.used;
     return d.used > baseline_ ? d.used - baseline_ : Bytes::zero();
   }
+  Bytes level(Bytes) const override { return whole_; }
   Result<DeviceMemory> device() override {
     MEMPLAN_TRY(auto devs, nvml_->devices());
     if (index_ < 0 || static_cast<std::size_t>(index_) >= devs.size() || !devs[index_].total || !devs[index_].free)
@@ -124,6 +126,7 @@ class NvmlGauge : public MemoryGauge {
   int index_;
   std::string name_;
   Bytes baseline_;
+  Bytes whole_;  // the device's used memory at the latest sample
 };
 
 class SmiGauge : public MemoryGauge {
@@ -136,8 +139,10 @@ class SmiGauge : public MemoryGauge {
   }
   Result<Bytes> sample(const std::vector<ProcEntry>&) override {
     MEMPLAN_TRY(auto d, device());
+    whole_ = d.used;
     return d.used > baseline_ ? d.used - baseline_ : Bytes::zero();
   }
+  Bytes level(Bytes) const override { return whole_; }
   Result<DeviceMemory> device() override {
     const auto r = probe_.run({program_, "--query-gpu=index,uuid,name,memory.total,memory.free,memory.used",
                                "--format=csv,noheader,nounits"});
@@ -160,6 +165,7 @@ class SmiGauge : public MemoryGauge {
   int index_;
   std::string name_;  // the driver's, from the latest answer
   Bytes baseline_;
+  Bytes whole_;  // the device's used memory at the latest sample
 };
 
 // ---- running --------------------------------------------------------------------------------
@@ -393,6 +399,7 @@ Result<RunOutcome> run_watched(const RunSpec& spec, MemoryGauge& gauge) {
   auto last_sample = start;
   auto last_tick = start;
   Bytes current;
+  Bytes level;  // what --stop-at is compared with (gauge.level)
   std::optional<Error> gauge_error;
 
   auto terminate = [&](EndReason why, const std::vector<ProcEntry>& tree) {
@@ -427,6 +434,7 @@ Result<RunOutcome> run_watched(const RunSpec& spec, MemoryGauge& gauge) {
     auto s = gauge.sample(alive);
     if (s) {
       current = *s;
+      level = gauge.level(current);
       out.peak = std::max(out.peak, current);
       ++out.samples;
     } else if (!gauge_error) {
@@ -453,9 +461,9 @@ Result<RunOutcome> run_watched(const RunSpec& spec, MemoryGauge& gauge) {
         out.interrupt_signal = sig;
         terminate(EndReason::kInterrupted, alive);
       } else if (gauge_error) {
-        terminate(EndReason::kInterrupted, alive);
-      } else if (spec.stop_at && current > *spec.stop_at) {
-        out.limit_sample = current;
+        terminate(EndReason::kGaugeFailed, alive);
+      } else if (spec.stop_at && level > *spec.stop_at) {
+        out.limit_sample = level;
         terminate(EndReason::kWatchdog, alive);
       } else if (spec.timeout.count() > 0 && now - start >= spec.timeout) {
         terminate(EndReason::kTimeout, alive);
@@ -472,7 +480,7 @@ Result<RunOutcome> run_watched(const RunSpec& spec, MemoryGauge& gauge) {
   }
   guard.armed = false;
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (gauge_error) return *gauge_error;
+  out.gauge_error = gauge_error;
   return out;
 }
 

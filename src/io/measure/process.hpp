@@ -61,6 +61,10 @@ class MemoryGauge {
   virtual Result<DeviceMemory> device() = 0;
   // How often sample() can usefully be called.
   virtual std::chrono::milliseconds interval() const = 0;
+  // What --stop-at is compared with after the latest sample(): system, the tree's memory (the
+  // sample itself); GPU, the whole device's used memory, whoever holds it (issue 34: a limit
+  // measured above the memory already in use let the GPU reach 99%).
+  virtual Bytes level(Bytes sample) const { return sample; }
 };
 
 // RSS of the process tree; device() reads MemTotal and MemAvailable from `meminfo_path`.
@@ -93,7 +97,9 @@ struct RunSpec {
   std::function<void(double seconds, Bytes current, Bytes peak)> on_tick;
 };
 
-enum class EndReason { kExited, kWatchdog, kTimeout, kInterrupted };
+// kGaugeFailed: the memory could no longer be read (a failed nvidia-smi query); memplan ended the
+// run, since a watchdog that cannot see is no watchdog.
+enum class EndReason { kExited, kWatchdog, kTimeout, kInterrupted, kGaugeFailed };
 
 struct RunOutcome {
   pid_t pid = 0;                 // the leader, which is also the group id
@@ -110,11 +116,13 @@ struct RunOutcome {
   double max_gap_ms = 0;  // the longest time between two samples
   int stragglers = 0;     // processes still alive after the leader exited, then ended
   int unkillable = 0;     // still there 30 s after SIGKILL (uninterruptible sleep): the run gave up on them
+  std::optional<Error> gauge_error;  // kGaugeFailed: why the memory could not be read
 };
 
 // Starts the command, watches it, and returns once every process of its tree is gone. An error
-// only when the command cannot be started at all ("cannot run 'x': No such file or directory")
-// or the gauge fails.
+// only when the command cannot be started at all ("cannot run 'x': No such file or directory");
+// a gauge that fails mid-run ends the run (kGaugeFailed) and is an outcome, so what the ladder
+// measured before is kept.
 Result<RunOutcome> run_watched(const RunSpec& spec, MemoryGauge& gauge);
 
 // `argv` quoted for a POSIX shell, as the logs show the exact command.

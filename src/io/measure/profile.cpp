@@ -57,6 +57,10 @@ std::string tail_of(const std::string& path, std::size_t max) {
   return out;
 }
 
+// Less than any CUDA context (PyTorch's alone is ~300-500 MiB): a rung that raised the GPU's used
+// memory by less did not run on it.
+const Bytes kMinGpuRise = Bytes::mib(64);
+
 std::string size_text(Bytes b) { return fmt::format("{:.0f} MiB", b.as_mib()); }
 
 std::string rung_text(const Rung& r) {
@@ -107,6 +111,8 @@ const char* to_string(RungStatus s) {
       return "interrupted";
     case RungStatus::kRefused:
       return "refused";
+    case RungStatus::kNoMeasurement:
+      return "no-measurement";
   }
   return "?";
 }
@@ -239,6 +245,13 @@ Result<ProfileResult> run_ladder(const LadderOptions& o, MemoryGauge& gauge) {
   const auto say = [&](const std::string& line) {
     if (o.progress) o.progress(line);
   };
+  // An error after the ladder started (a failed memory query, a file that cannot be written)
+  // ends it, and what was measured before stays in the result (issue 34: one failed nvidia-smi
+  // query lost every finished rung). Before the first rung it is the command's error.
+  const auto end_early = [&](const Error& e, std::size_t i) {
+    res.not_run.assign(o.rungs.begin() + static_cast<std::ptrdiff_t>(i), o.rungs.end());
+    res.error = e.to_string();
+  };
 
   for (std::size_t i = 0; i < o.rungs.size(); ++i) {
     const Rung& rung = o.rungs[i];
@@ -251,11 +264,20 @@ Result<ProfileResult> run_ladder(const LadderOptions& o, MemoryGauge& gauge) {
     if (i > 0) {
       const auto deadline = Clock::now() + o.settle;
       Bytes used;
+      std::optional<Error> failed;
       while (true) {
-        MEMPLAN_TRY(auto now, gauge.device());
-        used = now.used;
+        auto now = gauge.device();
+        if (!now) {
+          failed = now.error();
+          break;
+        }
+        used = now->used;
         if (used <= res.baseline + o.settle_slack || Clock::now() >= deadline || InterruptGuard::received()) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (failed) {
+        end_early(*failed, i);
+        break;
       }
       if (InterruptGuard::received()) {
         res.not_run.assign(o.rungs.begin() + static_cast<std::ptrdiff_t>(i), o.rungs.end());
@@ -282,30 +304,40 @@ Result<ProfileResult> run_ladder(const LadderOptions& o, MemoryGauge& gauge) {
     // planted in their place is never written through.
     if (::mkdir(dir.c_str(), 0700) != 0) {
       struct stat st {};
-      if (errno != EEXIST || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
-        return make_error(ErrorCode::kIoError,
-                          fmt::format("cannot create {}: {}", dir.string(),
-                                      errno == EEXIST ? "it exists and is not a folder of this user" : std::strerror(errno)),
-                          "choose another --log-dir");
+      if (errno != EEXIST || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+        const Error e = make_error(
+            ErrorCode::kIoError,
+            fmt::format("cannot create {}: {}", dir.string(),
+                        errno == EEXIST ? "it exists and is not a folder of this user" : std::strerror(errno)),
+            "choose another --log-dir");
+        if (res.runs.empty()) return e;
+        end_early(e, i);
+        break;
+      }
       for (const char* f : {"output.log", "command.txt"}) ::unlink((dir / f).c_str());
       if (o.config) ::unlink((dir / fs::path(o.config->files[0].path).filename()).c_str());
     }
     r.log_dir = dir.string();
-    std::optional<std::string> config_copy;
-    if (o.config) {
-      MEMPLAN_TRY(auto text, config_for_rung(*o.config, rung));
-      const fs::path copy = dir / fs::path(o.config->files[0].path).filename();
-      // The copy keeps the source's mode (a 0600 config with a token stays 0600).
-      struct stat st {};
-      const mode_t mode = ::stat(o.config->files[0].path.c_str(), &st) == 0 ? (st.st_mode & 0666) : 0600;
-      MEMPLAN_TRY(auto written, write_text(copy, text, mode));
-      (void)written;
-      config_copy = fs::absolute(copy).string();
-    }
-    MEMPLAN_TRY(r.argv, substitute(o.command, rung, config_copy));
-    {
-      MEMPLAN_TRY(auto w, write_text(dir / "command.txt", shell_quote(r.argv) + "\n", 0644));
-      (void)w;
+    // The rung's files: its config copy, its command; then the run itself.
+    const auto prepare = [&]() -> Status {
+      std::optional<std::string> config_copy;
+      if (o.config) {
+        MEMPLAN_TRY(auto text, config_for_rung(*o.config, rung));
+        const fs::path copy = dir / fs::path(o.config->files[0].path).filename();
+        // The copy keeps the source's mode (a 0600 config with a token stays 0600).
+        struct stat st {};
+        const mode_t mode = ::stat(o.config->files[0].path.c_str(), &st) == 0 ? (st.st_mode & 0666) : 0600;
+        MEMPLAN_TRY(auto written, write_text(copy, text, mode));
+        (void)written;
+        config_copy = fs::absolute(copy).string();
+      }
+      MEMPLAN_TRY(r.argv, substitute(o.command, rung, config_copy));
+      return write_text(dir / "command.txt", shell_quote(r.argv) + "\n", 0644);
+    };
+    if (auto ready = prepare(); !ready) {
+      if (res.runs.empty()) return ready.error();
+      end_early(ready.error(), i);
+      break;
     }
     say(fmt::format("{}: running", step));
 
@@ -318,7 +350,13 @@ Result<ProfileResult> run_ladder(const LadderOptions& o, MemoryGauge& gauge) {
     spec.interval = o.interval;
     if (o.live)
       spec.on_tick = [&o, step](double seconds, Bytes current, Bytes peak) { o.live(step, seconds, current, peak); };
-    MEMPLAN_TRY(auto out, run_watched(spec, gauge));
+    auto watched = run_watched(spec, gauge);
+    if (!watched) {
+      if (res.runs.empty()) return watched.error();
+      end_early(watched.error(), i);
+      break;
+    }
+    const RunOutcome& out = *watched;
     r.peak = out.peak;
     r.kernel_max_rss = out.kernel_max_rss;
     r.seconds = out.seconds;
@@ -343,8 +381,26 @@ Result<ProfileResult> run_ladder(const LadderOptions& o, MemoryGauge& gauge) {
         r.status = RungStatus::kInterrupted;
         notes.push_back(fmt::format("memplan received {}", signal_name(out.interrupt_signal)));
         break;
+      case EndReason::kGaugeFailed:
+        break;  // below: whatever the reason, a run memplan could not watch to its end
       case EndReason::kExited:
-        if (out.exit_code && *out.exit_code == 0) {
+        if (out.exit_code && *out.exit_code == 0 && out.stragglers > 0) {
+          // The leader's job is not done when it exits while its children run on: a launcher
+          // that backgrounds the real training (issue 34). What was measured is not the run's.
+          r.status = RungStatus::kNoMeasurement;
+          notes.push_back(fmt::format(
+              "exited 0 while {} process{} it started ran on (ended by memplan): a launcher that backgrounds the "
+              "training? run the training itself in the foreground",
+              out.stragglers, out.stragglers == 1 ? "" : "es"));
+        } else if (out.exit_code && *out.exit_code == 0 && gauge.kind() == "gpu" && out.peak < kMinGpuRise) {
+          // Every CUDA process holds a context of a few hundred MiB: a run that never raised
+          // the GPU's used memory did not train on it.
+          r.status = RungStatus::kNoMeasurement;
+          notes.push_back(fmt::format(
+              "exited 0, but the GPU's used memory never rose {} above its level before the rung: the training did "
+              "not run here (a launcher that backgrounds it? the wrong GPU?)",
+              size_text(kMinGpuRise)));
+        } else if (out.exit_code && *out.exit_code == 0) {
           r.status = RungStatus::kOk;
           if (mentions_oom(output)) notes.push_back("exited 0, but its output mentions out of memory");
         } else if ((out.exit_code && *out.exit_code == 137) || (out.signal && *out.signal == SIGKILL)) {
@@ -361,8 +417,13 @@ Result<ProfileResult> run_ladder(const LadderOptions& o, MemoryGauge& gauge) {
         }
         break;
     }
+    if (out.gauge_error) {
+      r.status = RungStatus::kInterrupted;
+      notes.assign(1, "ended by memplan: the memory could no longer be read: " + out.gauge_error->message);
+      res.error = out.gauge_error->to_string();
+    }
     if (i == 0 && notes.empty()) notes.push_back("baseline");
-    if (out.stragglers > 0)
+    if (out.stragglers > 0 && r.status != RungStatus::kNoMeasurement)
       notes.push_back(fmt::format("{} process{} left running after it exited, ended", out.stragglers,
                                   out.stragglers == 1 ? "" : "es"));
     if (out.needed_sigkill) notes.push_back("SIGKILL needed after the grace period");

@@ -27,8 +27,11 @@ struct Rung {
 // ok: exited 0. stopped: the watchdog ended it at --stop-at. oom: it died by itself with an
 // out-of-memory message or exit 137 / SIGKILL it did not get from memplan. failed: any other
 // non-zero exit or signal. timeout: --rung-timeout ended it. interrupted: memplan got
-// SIGINT/SIGTERM/SIGHUP. refused: preflight found memory not back to its pre-ladder level.
-enum class RungStatus { kOk, kStopped, kOom, kFailed, kTimeout, kInterrupted, kRefused };
+// SIGINT/SIGTERM/SIGHUP, or ended it when the memory could no longer be read. refused: preflight
+// found memory not back to its pre-ladder level. no-measurement: exited 0 without the training
+// having run under the watch (a launcher that backgrounds the job: its processes ran on after it
+// exited, or the GPU's memory never rose); never saved for calibration.
+enum class RungStatus { kOk, kStopped, kOom, kFailed, kTimeout, kInterrupted, kRefused, kNoMeasurement };
 const char* to_string(RungStatus s);
 
 struct RungResult {
@@ -59,6 +62,7 @@ struct ProfileResult {
   std::vector<Rung> not_run;                // rungs after the one that ended the ladder
   std::optional<std::size_t> safe_maximum;  // index in runs of the last ok rung before the end
   std::vector<std::string> notes;
+  std::string error;  // an error that ended the ladder after it started ("file:line: message"), or empty
 };
 
 // "1,2,4,8" -> {1, 2, 4, 8}: positive, strictly increasing. `flag` names it in errors.
@@ -104,7 +108,7 @@ struct LadderOptions {
   std::function<void(const std::string&, double, Bytes, Bytes)> live;
 };
 
-// Runs the ladder. Errors only when nothing could be run (a command that does not start,
+// Runs the ladder. Errors only when nothing was measured yet (a command that does not start,
 // a log folder that cannot be made); a rung that ends badly is a result.
 Result<ProfileResult> run_ladder(const LadderOptions& options, MemoryGauge& gauge);
 

@@ -67,3 +67,21 @@ TEST_CASE("load_config (issue 11 item 9): the cost of many keys grows linearly, 
   INFO("two layered files over one: x" << two / std::max(one, 1e-3));
   CHECK(two / std::max(one, 1e-3) < 5);
 }
+
+TEST_CASE("load_config (issue 34): CR-only and CRLF line breaks in YAML are read as PyYAML reads them") {
+  MemoryFileSystem fs;
+  fs.files["cr.yaml"] = "model_name_or_path: gpt2\rper_device_train_batch_size: 3\rgradient_accumulation_steps: 5\r";
+  fs.files["crlf.yaml"] =
+      "model_name_or_path: gpt2\r\nper_device_train_batch_size: 3\r\ngradient_accumulation_steps: 5\r\n";
+  for (const char* name : {"cr.yaml", "crlf.yaml"}) {
+    INFO(name);
+    ConfigRequest req;
+    req.files = {name};
+    auto c = load_config(req, fs);
+    REQUIRE(c.has_value());
+    CHECK(c->inputs.config.micro_batch == 3);
+    CHECK(c->inputs.config.grad_accum == 5);
+    // Lines are counted at each CR as PyYAML counts them: the batch is on line 2.
+    CHECK(c->batch_location().line == 2);
+  }
+}

@@ -69,6 +69,31 @@ TEST_CASE("interpolation (issue 34): bounded by the size of what it builds, refu
         "themselves, or refer to smaller ones");
 }
 
+TEST_CASE("interpolation (issue 34): a chain too long to resolve is refused, never read as absent (the default)") {
+  MemoryFileSystem fs;
+  // a39 = ${a38}${a38}, ...: 2^39 references of a 3-byte string. It was "refers to itself", a
+  // warning, and the micro-batch silently took HF's default 8.
+  std::string text = "model_name_or_path: gpt2\nper_device_train_batch_size: ${a39}\na0: xyz\n";
+  for (int k = 1; k < 40; ++k)
+    text += "a" + std::to_string(k) + ": ${a" + std::to_string(k - 1) + "}${a" + std::to_string(k - 1) + "}\n";
+  fs.files["chain.yaml"] = text;
+  const auto r = load(fs, "chain.yaml");
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().to_string().rfind("chain.yaml:", 0) == 0);
+  CHECK(r.error().message.find("memplan refuses it") != std::string::npos);
+  // Repeating a reference is no cycle: b = ${a}${a} is "11" (OmegaConf), and c = ${b}${b} "1111".
+  fs.files["twice.yaml"] =
+      "model_name_or_path: gpt2\na: 1\nb: ${a}${a}\nc: ${b}${b}\nper_device_train_batch_size: ${c}\n";
+  const auto t = load(fs, "twice.yaml");
+  REQUIRE(t.has_value());
+  CHECK(t->inputs.config.micro_batch == 1111);
+  // A real cycle is refused at its line.
+  fs.files["cycle.yaml"] = "model_name_or_path: gpt2\na: ${b}\nb: ${a}\nper_device_train_batch_size: ${a}\n";
+  const auto c = load(fs, "cycle.yaml");
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error().message.find("refers to itself") != std::string::npos);
+}
+
 TEST_CASE("interpolation (issue 34): ${.x} inside another interpolation's target is relative to where it is written") {
   MemoryFileSystem fs;
   // OmegaConf: cfg.micro_batch_size -> cfg.train.mbs -> ${.base} in `train` -> train.base = 8 (the root's

@@ -31,6 +31,8 @@ Result<std::optional<std::int64_t>> read_matching(Mapper& m, bool primary, std::
     m.warn_at(*n, fmt::format("{} = {} contradicts the trainer's {} = {} ({}); the trainer refuses to start with "
                               "both; memplan uses {}",
                               key, *v, input, field, from, field));
+    // A start-up refusal, not a style note: check fails the file on it (issue 34).
+    m.out().diagnostics.back().code = ErrorCode::kConflict;
   }
   return v;
 }
