@@ -243,6 +243,10 @@ struct Recommendation {
   Bytes peak;            // Estimator::peak_bytes(batch.micro_batch, seq_len): what estimate reports
   Bytes budget;
   double utilization = 0;  // peak / capacity
+  // max_memory_reserved at the recommendation: the peak plus what the replayed caching allocator
+  // holds beyond its blocks (docs/formulas.md#the-caching-allocator); nullopt on the CPU and for
+  // the encoder programs. What nvidia-smi shows adds the CUDA context (768 MiB).
+  std::optional<Bytes> reserved;
   // Micro-batch 1 does not fit the budget but fits capacity - headroom: only the safety margin
   // rejects it (the output names --safety-margin and PYTORCH_CUDA_ALLOC_CONF).
   bool margin_only = false;

@@ -1029,6 +1029,13 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
     rec.margin_only = rec.peak <= req.budget.capacity - req.budget.headroom;
   }
   rec.utilization = utilization(rec.peak, req.budget.capacity);
+  if (rec.fits && rec.peak < kUnbounded) {
+    if (const auto r = est.replay_allocator(rec.batch.micro_batch, seq)) {
+      constexpr std::int64_t kSegment = 2LL << 20;
+      const std::int64_t slack = std::max<std::int64_t>(0, r->peak_reserved.count() - r->peak_allocated.count());
+      rec.reserved = Bytes::of((rec.peak.count() + slack + kSegment - 1) / kSegment * kSegment);
+    }
+  }
   if (c.method == Method::kGrpo) out.generation = generation_batch(c, rec.batch.micro_batch, rec.batch.grad_accum);
 
   // Tiers: the same choice under lower limits, on the room above the fixed memory.

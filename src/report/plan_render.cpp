@@ -280,6 +280,10 @@ std::string render_plan_text(const io::ResolvedInputs& in, const Plan& p, bool m
                       gpus(g.data_parallel), global_text(g), is_grpo(in) ? " completions" : ""));
     l.add(fmt::format("predicted peak {} of the {} budget ({} of GPU memory)", gib(r.peak), gib(r.budget),
                       pct(r.utilization)));
+    if (r.reserved)
+      l.add(fmt::format("reserved by PyTorch's caching allocator (replayed): {}; about {} as nvidia-smi shows it "
+                        "with the CUDA context",
+                        gib(*r.reserved), gib(*r.reserved + Bytes::mib(768))));
     l.add(largest_text(p));
     l.add(policy_text(p, g));
     if (const std::string why = why_text(in, p); !why.empty()) l.add(why);
@@ -426,7 +430,8 @@ json plan_json(const Plan& p) {
                                            {"grad_accum", r.largest->grad_accum},
                                            {"global_batch", r.largest->global_batch}}
                                     : json(nullptr)},
-              {"margin_only", r.margin_only}};
+              {"margin_only", r.margin_only},
+              {"reserved_bytes", optional_bytes(r.reserved)}};
   json generation = nullptr;
   if (p.generation)
     generation = {{"num_generations", p.generation->num_generations},
