@@ -1025,6 +1025,19 @@ void set_lora_targets(TrainingConfig& c, const std::vector<std::string>& targets
   }
 }
 
+Status read_recompute_granularity(Mapper& m) {
+  MEMPLAN_TRY(auto rc, m.text("recompute_granularity"));
+  if (!rc) return Ok{};
+  const std::string g = to_lower(*rc);
+  m.config().gradient_checkpointing = g == "full" || g == "selective";
+  m.from_file("gradient_checkpointing", *m.node("recompute_granularity"), "recompute_granularity");
+  if (g == "selective")
+    m.warn_at(*m.node("recompute_granularity"),
+              "recompute_granularity: selective recomputes attention only; memplan estimates full recomputation "
+              "(an underestimate)");
+  return Ok{};
+}
+
 Status apply_lightning_precision(Mapper& m, std::string_view path) {
   MEMPLAN_TRY(auto p, m.text(path));
   if (!p) return Ok{};

@@ -198,6 +198,10 @@ const std::vector<std::string>& deepspeed_zero_keys();
 const std::vector<std::string>& open_instruct_known_keys();
 const std::vector<std::string>& ms_swift_known_keys();
 
+// Megatron's recompute_granularity (LLaMA-Factory's mcore_adapter, ms-swift's Megatron
+// arguments): full or selective turn checkpointing on; selective is warned as estimated full.
+Status read_recompute_granularity(Mapper& m);
+
 // Shared precision helpers.
 // Lightning-style precision values: 32, 16, "16-mixed", "bf16-mixed", "bf16-true", "bf16", ...
 Status apply_lightning_precision(Mapper& m, std::string_view path);

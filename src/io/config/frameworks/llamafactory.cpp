@@ -79,16 +79,7 @@ Status read_llamafactory_megatron(Mapper& m) {
     m.from_file("sharding", *m.node("use_distributed_optimizer"),
                 "use_distributed_optimizer (Megatron's distributed optimizer: ZeRO-1)");
   }
-  MEMPLAN_TRY(auto rc, m.text("recompute_granularity"));
-  if (rc) {
-    const std::string g = to_lower(*rc);
-    c.gradient_checkpointing = g == "full" || g == "selective";
-    m.from_file("gradient_checkpointing", *m.node("recompute_granularity"), "recompute_granularity");
-    if (g == "selective")
-      m.warn_at(*m.node("recompute_granularity"),
-                "recompute_granularity: selective recomputes attention only; memplan estimates full recomputation "
-                "(an underestimate)");
-  }
+  MEMPLAN_IO_CHECK(read_recompute_granularity(m));
   return Ok{};
 }
 

@@ -183,16 +183,7 @@ Status read_swift_megatron(Mapper& m) {
   MEMPLAN_IO_CHECK(degree("expert_model_parallel_size", "expert_parallel", c.parallel.expert_parallel));
   MEMPLAN_IO_CHECK(degree("context_parallel_size", "context_parallel", c.parallel.context_parallel));
   MEMPLAN_IO_CHECK(m.read(swift_key(m, "sequence_parallel"), "sequence_parallel", c.parallel.sequence_parallel));
-  MEMPLAN_TRY(auto rc, m.text("recompute_granularity"));
-  if (rc) {
-    const std::string g = to_lower(*rc);
-    c.gradient_checkpointing = g == "full" || g == "selective";
-    m.from_file("gradient_checkpointing", *m.node("recompute_granularity"), "recompute_granularity");
-    if (g == "selective")
-      m.warn_at(*m.node("recompute_granularity"),
-                "recompute_granularity: selective recomputes attention only; memplan estimates full recomputation "
-                "(an underestimate)");
-  }
+  MEMPLAN_IO_CHECK(read_recompute_granularity(m));
   return Ok{};
 }
 
