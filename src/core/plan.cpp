@@ -16,6 +16,7 @@
 
 #include "core/parallel.hpp"
 #include "core/sharding.hpp"
+#include "core/sim/caching_allocator.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan {
@@ -1031,9 +1032,8 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   rec.utilization = utilization(rec.peak, req.budget.capacity);
   if (rec.fits && rec.peak < kUnbounded) {
     if (const auto r = est.replay_allocator(rec.batch.micro_batch, seq)) {
-      constexpr std::int64_t kSegment = 2LL << 20;
-      const std::int64_t slack = std::max<std::int64_t>(0, r->peak_reserved.count() - r->peak_allocated.count());
-      rec.reserved = Bytes::of((rec.peak.count() + slack + kSegment - 1) / kSegment * kSegment);
+      rec.reserved = Bytes::of(
+          sim::reserved_for_peak(rec.peak.count(), r->peak_reserved.count(), r->peak_allocated.count()));
     }
   }
   if (c.method == Method::kGrpo) out.generation = generation_batch(c, rec.batch.micro_batch, rec.batch.grad_accum);

@@ -230,6 +230,12 @@ void CachingAllocator::empty_cache() {
 
 namespace memplan::sim {
 
+std::int64_t reserved_for_peak(std::int64_t peak, std::int64_t replay_reserved, std::int64_t replay_allocated) {
+  constexpr std::int64_t kSegment = CachingAllocator::kRoundLarge;
+  const std::int64_t reserved = peak + std::max<std::int64_t>(0, replay_reserved - replay_allocated);
+  return (reserved + kSegment - 1) / kSegment * kSegment;
+}
+
 ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& steps, const OptimizerAllocations& opt,
                     const CachingAllocatorSettings& settings, int empty_cache_every) {
   CachingAllocator a(settings);
