@@ -268,8 +268,9 @@ struct ModelSpec {
   // Both kinds of layer: Gemma 2 and 3 build a full and a sliding mask each forward.
   bool mixes_attention_kinds() const;
   bool is_mla() const { return kv_lora_rank > 0; }
-  // Gemma 3 builds a second pair of rotary tables for its sliding layers (rope_local_base_freq).
-  bool local_rotary_tables() const { return model_type == "gemma3_text"; }
+  // Gemma 3 builds a second pair of rotary tables for its sliding layers (rope_local_base_freq),
+  // OLMo 3 one without the rope scaling of its full-attention layers.
+  bool local_rotary_tables() const { return model_type == "gemma3_text" || model_type == "olmo3"; }
   bool is_modernbert() const { return model_type == "modernbert"; }  // docs/formulas.md#modernbert
   bool is_deberta() const { return model_type == "deberta-v2"; }     // docs/formulas.md#deberta
   bool is_nomic_bert() const { return model_type == "nomic_bert"; }  // docs/formulas.md#nomicbert

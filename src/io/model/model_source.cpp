@@ -290,7 +290,6 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
       {"cohere2", "its blocks that run attention and the MLP in parallel on one bias-free LayerNorm, its "
                   "sliding-window layers and its logit_scale are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
-      {"olmo3", "its sliding-window attention layers (layer_types) on OLMo 2's post-norm layout are not modelled"},
       {"new", "it is a remote-code encoder (GTE v1.5's NewModel: rotary positions, fused qkv, unpadded inputs) whose "
               "layout is not modelled"},
   };
@@ -375,7 +374,8 @@ bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind
 Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& origin) {
   const std::string& t = m.model_type;
   const bool qwen = starts_with(t, "qwen2") || starts_with(t, "qwen3");
-  const bool windowed_type = t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" || qwen;
+  const bool windowed_type =
+      t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" || t == "olmo3" || qwen;
   MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
   if (qwen) {
     // Qwen configs always carry a sliding_window; it only applies with use_sliding_window.
@@ -408,6 +408,8 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
     MEMPLAN_TRY(std::int64_t pattern, f.integer({"sliding_window_pattern", "_sliding_window_pattern"}, 6));
     if (pattern < 1) return config_error(origin, "\"sliding_window_pattern\" must be positive, got 0");
     for (std::int64_t l = pattern - 1; l < m.num_layers; l += pattern) m.full_attention_layers.push_back(static_cast<int>(l));
+  } else if (t == "olmo3") {  // Olmo3Config: sliding unless (i + 1) % 4 == 0
+    for (int l = 3; l < m.num_layers; l += 4) m.full_attention_layers.push_back(l);
   } else if (qwen) {  // Qwen2Config: sliding if i >= max_window_layers
     MEMPLAN_TRY(std::int64_t below, f.integer({"max_window_layers"}, 28));
     for (std::int64_t l = 0; l < std::min<std::int64_t>(below, m.num_layers); ++l)
@@ -853,9 +855,9 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
     m.qk_norm = qk.value_or(false);
   }
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "qwen3_next" ||
-              t == "lfm2";
-  m.qk_norm_per_head = t != "olmo2";
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "olmo3" ||
+              t == "qwen3_next" || t == "lfm2";
+  m.qk_norm_per_head = t != "olmo2" && t != "olmo3";  // OLMo 2 and 3 norm the whole q and k projections
   if (t == "gemma2" || t == "gemma3_text") m.norms_per_layer = 4;
   m.scale_embeddings = gemma;
   MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));
@@ -973,7 +975,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
 const std::vector<std::string>& supported_model_types() {
   static const std::vector<std::string> t = {"llama",   "mistral",     "mixtral",  "qwen2",     "qwen2_moe",
                                              "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
-                                             "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2",
+                                             "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2", "olmo3",
                                              "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
                                              "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe",
                                              "qwen3_next", "nemotron_h", "lfm2"};

@@ -81,8 +81,61 @@ TEST_CASE("InternLM3-8B: a Llama-compatible layout, qkv_bias and bias read") {
   CHECK(count_parameters(*biased).total == kTinyLlamaParams + 2 * (64 + 64 + 64 + 320));
 }
 
+TEST_CASE("OLMo 3: OLMo 2's layout with three sliding-window layers in four, counted by hand") {
+  const ModelSpec& m7 = catalog_spec("allenai/Olmo-3-1025-7B");
+  CHECK(m7.model_type == "olmo3");
+  // By hand: per layer q/k/v/o 4 x 4,096^2 = 67,108,864, MLP 3 x 4,096 x 11,008 = 135,266,304,
+  // q_norm and k_norm over the whole projections 2 x 4,096 and 2 post-norms 2 x 4,096 = 16,384;
+  // x 32 = 6,476,529,664; embed_tokens and lm_head 2 x 100,278 x 4,096 = 821,477,376; final norm
+  // 4,096. OLMo-2-1124-7B's safetensors total (7,298,617,344) is the same layout with 74 more
+  // vocabulary rows: 7,298,617,344 - 74 x 4,096 x 2 = 7,298,011,136.
+  CHECK(count_parameters(m7).total == 7'298'011'136LL);
+  CHECK(m7.qk_norm);
+  CHECK_FALSE(m7.qk_norm_per_head);
+  CHECK(m7.sliding_window == 4096);
+  CHECK(m7.is_sliding_layer(0));
+  CHECK(m7.is_sliding_layer(2));
+  CHECK_FALSE(m7.is_sliding_layer(3));
+  CHECK_FALSE(m7.is_sliding_layer(31));
+  CHECK(m7.local_rotary_tables());  // the sliding layers' rotary tables skip the YaRN scaling
+  // 32B: q/o 2 x 5,120 x 5,120, k/v 2 x 5,120 x 1,024, MLP 3 x 5,120 x 27,648, norms 5,120 + 1,024
+  // + 2 x 5,120 = 487,604,224 per layer, x 64; embeddings 2 x 100,278 x 5,120; final norm 5,120.
+  CHECK(count_parameters(catalog_spec("olmo-3-32b")).total == 64LL * 487'604'224 + 2LL * 100'278 * 5'120 + 5'120);
+
+  SECTION("without layer_types, Olmo3Config's default: every fourth layer attends in full") {
+    auto m = io::parse_hf_config(R"({"model_type": "olmo3", "sliding_window": 16, )" +
+                                     std::string(R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100})"),
+                                 "c.json");
+    REQUIRE(m.has_value());
+    CHECK(m->full_attention_layers == std::vector<int>{3, 7});
+  }
+  SECTION("past the window, SDPA's sliding layers cost more than full ones; flash_attention_2's nothing") {
+    // docs/formulas.md#sliding-window-attention: from s = sliding_window on, each sliding layer under
+    // SDPA materializes its mask and repeats K/V; FlashAttention-2 takes the window as an argument.
+    TrainingConfig c = lora_config();
+    c.seq_len = 8192;
+    ModelSpec full = m7;
+    full.sliding_window = 0;
+    full.full_attention_layers.clear();
+    for (AttnImpl impl : {AttnImpl::kSdpa, AttnImpl::kFlashAttention2}) {
+      INFO(to_string(impl));
+      c.attn = impl;
+      auto windowed = estimate(m7, c);
+      auto dense = estimate(full, c);
+      REQUIRE(windowed.has_value());
+      REQUIRE(dense.has_value());
+      if (impl == AttnImpl::kSdpa) {
+        CHECK(windowed->peak > dense->peak);
+      } else {
+        CHECK(windowed->peak == dense->peak);
+      }
+    }
+  }
+}
+
 TEST_CASE("GLM-4.5-Air and InternLM3 estimate end to end under LoRA with checkpointing") {
-  for (const char* name : {"glm-4.5-air", "internlm3-8b"}) {
+  for (const char* name : {"glm-4.5-air", "internlm3-8b", "olmo-3-7b"}) {
     INFO(name);
     auto e = estimate(catalog_spec(name), lora_config());
     REQUIRE(e.has_value());
@@ -397,7 +450,7 @@ TEST_CASE("the hybrid models estimate end to end under LoRA with checkpointing a
 }
 
 TEST_CASE("families of 2025 whose layout is not modelled name their blocks, never a near-miss type") {
-  // gemma3n is not gemma3, olmo3 adds sliding-window layers to OLMo 2, cohere2 is not cohere: an
+  // gemma3n is not gemma3, cohere2 is not cohere: an
   // edit-distance suggestion would point at a different architecture.
   const std::pair<const char*, const char*> cases[] = {
       {"gemma3n", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing (and "
@@ -407,7 +460,6 @@ TEST_CASE("families of 2025 whose layout is not modelled name their blocks, neve
       {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
       {"cohere2", "its blocks that run attention and the MLP in parallel on one bias-free LayerNorm, its "
                   "sliding-window layers and its logit_scale are not modelled"},
-      {"olmo3", "its sliding-window attention layers (layer_types) on OLMo 2's post-norm layout are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
   };
   for (const auto& [type, why] : cases) {
