@@ -118,6 +118,11 @@ enum class LossKernel {
   kCce,      // Apple's cut cross-entropy: no logits in memory, backward recomputes them blockwise
 };
 
+// Whose modelling code runs the forward (docs/formulas.md#torchtune-attention): transformers' (the
+// default), or torchtune's TransformerDecoder, whose MultiHeadAttention copies K and V to every
+// query head (expand + flatten) before SDPA instead of passing enable_gqa.
+enum class ModelCode { kTransformers, kTorchtune };
+
 // Contrastive training of an embedding model (sentence-transformers, seed 002's n_positives /
 // n_negatives): each example is an anchor and texts_per_example - 1 candidate texts.
 struct ContrastiveConfig {
@@ -328,6 +333,7 @@ struct TrainingConfig {
   // liger_kernels (Liger's RMSNorm, SwiGLU and RoPE replace the eager modules; CUDA only).
   LossKernel loss_kernel = LossKernel::kEager;
   bool liger_kernels = false;
+  ModelCode model_code = ModelCode::kTransformers;
   ContrastiveConfig contrastive;
   VisionInputs vision;
   // Validation of the engine itself: simulate every decoder layer instead of extrapolating from
@@ -356,6 +362,7 @@ Result<OptimizerKind> parse_optimizer(const std::string& s); // HF optim names a
 Result<Device> parse_device(const std::string& s);
 Result<ShardingStrategy> parse_fsdp(const std::string& s);
 Result<LossKernel> parse_loss_kernel(const std::string& s);  // eager, liger, chunked, cce
+Result<ModelCode> parse_model_code(const std::string& s);    // transformers, torchtune
 Result<PipelineSchedule> parse_pp_schedule(const std::string& s);  // 1f1b, interleaved_1f1b, gpipe, zero_bubble
 
 std::string to_string(Method m);
@@ -365,6 +372,7 @@ std::string to_string(OptimizerKind o);  // canonical HF name
 std::string to_string(Device d);
 std::string to_string(ShardingStrategy s);
 std::string to_string(LossKernel k);
+std::string to_string(ModelCode m);
 std::string to_string(PipelineSchedule s);
 std::int64_t dtype_size(DType d);
 // The k-bit preparation and the loss variant by the names flags and --show-config use:

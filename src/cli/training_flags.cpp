@@ -270,6 +270,10 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
                  "Expert capacity factor with token dropping and padding (default: dropless)")
       ->group("Multi-GPU");
   // Loss kernels, encoders, contrastive training
+  app.add_option("--model-code", f.model_code,
+                 "Whose modelling code runs the forward: transformers (default) or torchtune (its attention copies K/V "
+                 "to every query head; a torchtune recipe config sets it)")
+      ->group("Loss");
   app.add_option("--loss-kernel", f.loss_kernel, "Decoder loss: eager (default), liger (fused linear CE), chunked "
                                                  "(torchtune, 8 chunks), cce (cut cross-entropy)")
       ->group("Loss");
@@ -837,6 +841,12 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     mark("moe_capacity_factor", "--moe-capacity-factor");
   }
   // Loss kernels and contrastive training
+  if (given("--model-code")) {
+    auto mc = parse_model_code(f.model_code);
+    if (!mc) return flag_error("--model-code", mc.error());
+    c.model_code = *mc;
+    mark("model_code", "--model-code");
+  }
   if (given("--loss-kernel")) {
     auto k = parse_loss_kernel(f.loss_kernel);
     if (!k) return flag_error("--loss-kernel", k.error());

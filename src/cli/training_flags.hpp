@@ -106,6 +106,7 @@ struct TrainingFlags {
   bool loss_parallel = false;
   int dp_replicate = 0;
   // Loss kernels, encoders and contrastive training (docs/formulas.md#fused-cross-entropy, #encoders)
+  std::string model_code;        // --model-code transformers|torchtune
   std::string loss_kernel;       // --loss-kernel eager|liger|chunked|cce
   bool liger = false;            // --liger / --use-liger-kernel: Liger FLCE + RMSNorm/SwiGLU/RoPE
   bool fused_ce = false;         // --fused-ce: Liger's fused linear cross-entropy only

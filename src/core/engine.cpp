@@ -1552,6 +1552,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.prompt_len = config.grpo.max_prompt_length;
     sp.gradient_checkpointing = config.gradient_checkpointing;
     sp.checkpoint_every = config.checkpoint_every;
+    sp.expand_kv = config.model_code == ModelCode::kTorchtune;
     // Under autocast cross_entropy runs in fp32 whatever the logits' dtype (its log_softmax is on
     // autocast's fp32 list): a loss without the upcast differs only without autocast.
     sp.loss_upcast = config.loss_upcast || config.autocast.has_value();

@@ -95,6 +95,11 @@ const NameTable<ShardingStrategy>& fsdp_strategies() {
   return t;
 }
 
+const NameTable<ModelCode>& model_codes() {
+  static const NameTable<ModelCode> t{{{"transformers", ModelCode::kTransformers}, {"torchtune", ModelCode::kTorchtune}}};
+  return t;
+}
+
 const NameTable<LossKernel>& loss_kernels() {
   static const NameTable<LossKernel> t{{{"eager", LossKernel::kEager},
                                         {"liger", LossKernel::kLiger},
@@ -168,6 +173,8 @@ DType effective_adapter_dtype(const TrainingConfig& c) {
 }
 
 Result<LossKernel> parse_loss_kernel(const std::string& s) { return loss_kernels().parse(s, "loss kernel"); }
+Result<ModelCode> parse_model_code(const std::string& s) { return model_codes().parse(s, "model code"); }
+std::string to_string(ModelCode m) { return model_codes().name(m); }
 std::string to_string(LossKernel k) { return loss_kernels().name(k); }
 
 Result<PipelineSchedule> parse_pp_schedule(const std::string& s) { return pp_schedules().parse(s, "pipeline schedule"); }

@@ -33,6 +33,7 @@ std::string describe_inputs(const io::ResolvedInputs& in) {
   if (c.lora.enabled) s += fmt::format(" · {}LoRA r={}", c.quant.load_in_4bit ? "Q" : "", c.lora.r);
   if (c.gradient_checkpointing) s += " · gradient checkpointing";
   if (c.loss_kernel != LossKernel::kEager) s += fmt::format(" · {} loss", to_string(c.loss_kernel));
+  if (c.model_code != ModelCode::kTransformers) s += fmt::format(" · {} model code", to_string(c.model_code));
   if (c.liger_kernels) s += " · Liger kernels";
   s += fmt::format(" · {} attention · {}", to_string(c.attn_impl()), to_string(c.device));
   if (c.parallel.world_size() > 1) s += fmt::format(" · {} GPUs", c.parallel.world_size());

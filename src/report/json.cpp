@@ -95,6 +95,7 @@ json to_json(const TrainingConfig& c) {
             {"loss_dtype", c.loss_upcast ? "float32" : "logits"},
             {"attn_implementation", to_string(c.attn_impl())},
             {"loss_kernel", to_string(c.loss_kernel)},
+            {"model_code", to_string(c.model_code)},
             {"liger_kernels", c.liger_kernels},
             {"device", to_string(c.device)}};
   if (c.lora.enabled) {

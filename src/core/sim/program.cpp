@@ -776,7 +776,9 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     // (b, 1, s, s) additive one in q's dtype (convert_boolean_attn_mask), which the
     // memory-efficient kernel saves for backward.
     const bool sdpa_masked = impl == AttnImpl::kSdpa && (lp.sliding ? sp_.sdpa_sliding_mask : sp_.sdpa_full_mask);
-    const bool native_gqa = !sdpa_masked && (impl == AttnImpl::kFlashAttention2 || hd <= 256);
+    // torchtune's MultiHeadAttention expands K and V to every head itself (expand + flatten: a
+    // copy unless there is one KV head) and never passes enable_gqa.
+    const bool native_gqa = !sdpa_masked && !sp_.expand_kv && (impl == AttnImpl::kFlashAttention2 || hd <= 256);
     const int kr0 = native_gqa ? (g_.hold(ke), ke) : ops_.repeat_kv(ke, n_rep, one_kv);
     const int vr0 = native_gqa ? (g_.hold(vt), vt) : ops_.repeat_kv(vt, n_rep, one_kv);
     const int o = sdpa_kernel(qe, kr0, vr0, qn, sdpa_masked ? scores(1) : Poly{}, std::nullopt);

@@ -100,6 +100,9 @@ struct ProgramSpec {
   // accelerate's convert_outputs_to_fp32: under autocast (not DeepSpeed), 16-bit model outputs
   // are converted with .float() before TRL sees them.
   bool fp32_outputs = false;
+  // torchtune's MultiHeadAttention: K and V copied to every query head (expand + flatten) before
+  // SDPA, which saves the copies (docs/formulas.md#torchtune-attention).
+  bool expand_kv = false;
   // PEFT with gradient checkpointing: the trainer calls enable_input_require_grads() (TRL, and
   // transformers for adapters it loaded: sentence-transformers). LLM2Vec's script does not.
   bool input_require_grads = true;

@@ -805,7 +805,7 @@ TEST_CASE("every shipped example gives the same estimate as the equivalent flags
         "--use-bnb-nested-quant", "--lora-r", "16", "--lora-alpha", "32", "--lora-dropout", "0",
         "--lora-target-modules", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--seq-len", "4096", "--batch",
         "4", "--grad-accum", "4", "--torch-dtype", "bf16", "--optim", "adamw_torch_fused", "--gradient-checkpointing",
-        "--device", "cuda", "--loss-kernel", "chunked"}},
+        "--device", "cuda", "--loss-kernel", "chunked", "--model-code", "torchtune"}},
       {{"--config", kExamples + "lightning/config.yaml", "--config", kExamples + "lightning/stages/01_long_context.yaml"},
        {"--model", "meta-llama/Llama-3.1-8B", "--batch", "2", "--grad-accum", "16", "--seq-len", "4096", "--bf16",
         "--gradient-checkpointing", "--num-gpus", "8", "--nodes", "1", "--zero-stage", "3"}},

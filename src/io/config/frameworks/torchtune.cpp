@@ -122,6 +122,9 @@ Status read_model(Mapper& m) {
         fmt::format("{}: torchtune builder '{}' has no known Hugging Face checkpoint; give --model ID|PATH",
                     m.where_text(n), *component);
   }
+  // The model is torchtune's own TransformerDecoder, not transformers' (docs/formulas.md#torchtune-attention).
+  c.model_code = ModelCode::kTorchtune;
+  m.from_file("model_code", n, "model._component_");
   c.lora.enabled = lora;
   m.from_file("use_peft", n, "model._component_");
   if (qlora) {
