@@ -3,7 +3,10 @@ on the path it takes without the mamba_ssm / causal-conv1d kernels (NemotronHMam
 with its naive chunked SSD scan), op for op, for the CPU measurements.
 
 Blocks follow hybrid_override_pattern: M (Mamba-2 mixer), * (attention without rotary embeddings),
-- (NemotronHMLP: up_proj, relu2, down_proj); each block is norm -> mixer -> residual add. The
+- (NemotronHMLP: up_proj, relu2, down_proj), E (NemotronHMoE of Nemotron 3: the fp32 sigmoid router
+with e_score_correction_bias and group-limited top-k, relu2 experts stored as 3-D parameters looped
+over the experts hit, index_add_ into an fp32 accumulator, a relu2 shared expert; no latent
+projections); each block is norm -> mixer -> residual add. The
 mixer's norm is Zamba2RMSNormGated (gate before the group RMS norm, in fp32). The LM head's logits
 are .float()-ed before the loss. The model's mamba mask is None when every token attends (all
 measured inputs), so no padding multiplications run. Shared pieces (RMSNorm, eager attention, the
@@ -34,6 +37,14 @@ class Config(hf_llama.Config):
         self.use_bias = d.get("use_bias", False)
         self.mlp_bias = d.get("mlp_bias", False)
         self.time_step_min = d.get("time_step_min", 0.001)
+        self.n_routed_experts = d.get("n_routed_experts", 8)
+        self.num_experts_per_tok = d.get("num_experts_per_tok", 2)
+        self.moe_intermediate_size = d.get("moe_intermediate_size", 7688)
+        self.moe_shared_expert_intermediate_size = d.get("moe_shared_expert_intermediate_size", 7688)
+        self.n_group = d.get("n_group", 1)
+        self.topk_group = d.get("topk_group", 1)
+        self.norm_topk_prob = d.get("norm_topk_prob", True)
+        self.routed_scaling_factor = d.get("routed_scaling_factor", 1.0)
 
 
 def pad_tensor_by_size(input_tensor, pad_size):
@@ -163,14 +174,98 @@ class NemotronHMamba2Mixer(nn.Module):
 
 
 class NemotronHMLP(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, intermediate_size=None):
         super().__init__()
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        i = intermediate_size or config.intermediate_size
+        self.up_proj = nn.Linear(config.hidden_size, i, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(i, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x):
         # ACT2FN["relu2"] (ReLUSquaredActivation): square(relu(x))
         return self.down_proj(torch.square(F.relu(self.up_proj(x))))
+
+
+class NemotronHExperts(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.num_experts = config.n_routed_experts
+        i, h = config.moe_intermediate_size, config.hidden_size
+        self.up_proj = nn.Parameter(torch.empty(self.num_experts, i, h).normal_(std=0.02))
+        self.down_proj = nn.Parameter(torch.empty(self.num_experts, h, i).normal_(std=0.02))
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        final_hidden_states = torch.zeros_like(hidden_states, dtype=top_k_weights.dtype)
+        with torch.no_grad():
+            expert_mask = F.one_hot(top_k_index, num_classes=self.num_experts)
+            expert_mask = expert_mask.permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero().squeeze(-1)
+        for expert_idx in expert_hit:
+            expert_idx = expert_idx.item()
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            if token_idx.numel() == 0:
+                continue
+            current_state = hidden_states[token_idx]
+            current_hidden_states = F.linear(current_state, self.up_proj[expert_idx])
+            current_hidden_states = torch.square(F.relu(current_hidden_states))
+            current_hidden_states = F.linear(current_hidden_states, self.down_proj[expert_idx])
+            current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+            final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+        return final_hidden_states.to(hidden_states.dtype)
+
+
+class NemotronHTopkRouter(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.weight = nn.Parameter(torch.empty(config.n_routed_experts, config.hidden_size).normal_(std=0.02))
+        self.register_buffer("e_score_correction_bias", torch.zeros(config.n_routed_experts))
+
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.view(-1, self.hidden_size)
+        return F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
+
+
+class NemotronHMoE(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.experts = NemotronHExperts(config)
+        self.gate = NemotronHTopkRouter(config)
+        self.shared_experts = NemotronHMLP(config, config.moe_shared_expert_intermediate_size)
+        self.n_routed_experts = config.n_routed_experts
+        self.n_group = config.n_group
+        self.topk_group = config.topk_group
+        self.norm_topk_prob = config.norm_topk_prob
+        self.routed_scaling_factor = config.routed_scaling_factor
+        self.top_k = config.num_experts_per_tok
+
+    def route_tokens_to_experts(self, router_logits):
+        router_logits = router_logits.sigmoid()
+        router_logits_for_choice = router_logits + self.gate.e_score_correction_bias
+        group_scores = (router_logits_for_choice.view(-1, self.n_group, self.n_routed_experts // self.n_group)
+                        .topk(2, dim=-1)[0].sum(dim=-1))
+        group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores)
+        group_mask.scatter_(1, group_idx, 1)
+        score_mask = (group_mask.unsqueeze(-1).expand(-1, self.n_group, self.n_routed_experts // self.n_group)
+                      .reshape(-1, self.n_routed_experts))
+        scores_for_choice = router_logits_for_choice.masked_fill(~score_mask.bool(), float("-inf"))
+        topk_indices = torch.topk(scores_for_choice, k=self.top_k, dim=-1, sorted=False)[1]
+        topk_weights = router_logits.gather(1, topk_indices)
+        if self.norm_topk_prob:
+            denominator = topk_weights.sum(dim=-1, keepdim=True) + 1e-20
+            topk_weights /= denominator
+        topk_weights = topk_weights * self.routed_scaling_factor
+        return topk_indices, topk_weights
+
+    def forward(self, hidden_states):
+        residuals = hidden_states
+        orig_shape = hidden_states.shape
+        router_logits = self.gate(hidden_states)
+        topk_indices, topk_weights = self.route_tokens_to_experts(router_logits)
+        hidden_states = hidden_states.view(-1, hidden_states.shape[-1])
+        hidden_states = self.experts(hidden_states, topk_indices, topk_weights)  # no latent projections
+        hidden_states = hidden_states.view(*orig_shape)
+        return hidden_states + self.shared_experts(residuals)
 
 
 class NemotronHAttention(nn.Module):
@@ -201,9 +296,9 @@ class NemotronHBlock(hf_llama.GradientCheckpointingLayer):
     def __init__(self, config, layer_idx):
         super().__init__()
         self.norm = hf_llama.LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.block_type = {"M": "mamba", "*": "attention", "-": "mlp"}[config.pattern[layer_idx]]
+        self.block_type = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}[config.pattern[layer_idx]]
         self.mixer = {"mamba": NemotronHMamba2Mixer, "attention": NemotronHAttention,
-                      "mlp": NemotronHMLP}[self.block_type](config)
+                      "mlp": NemotronHMLP, "moe": NemotronHMoE}[self.block_type](config)
 
     def forward(self, hidden_states, attention_mask=None, position_embeddings=None):
         residual = hidden_states

@@ -740,8 +740,25 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
       cos_ = g_.make(tok(hd), g_.at(tables_cos).dt, Cat::kInputs);
       sin_ = g_.make(tok(hd), g_.at(tables_sin).dt, Cat::kInputs);
     }
-    qe = rope(qt, qn);
-    ke = rope(kt, kvn);
+    const std::int64_t rd = m_.qk_rope_head_dim;
+    if (rd > 0 && rd < hd) {
+      // Partial rotary (Qwen3-Next): q[..., :rd] rotated, q[..., rd:] passed, torch.cat of both.
+      const auto partial = [&](int t, std::int64_t heads) {
+        const int rot = ops_.slice(t, tok(heads * rd), false);
+        const int pass = ops_.slice(t, tok(heads * (hd - rd)), false);
+        const int emb = rope(rot, tok(heads * rd));
+        g_.drop(rot);
+        const int out = ops_.concat({emb, pass});
+        g_.drop(emb);
+        g_.drop(pass);
+        return out;
+      };
+      qe = partial(qt, nh);
+      ke = partial(kt, nkv);
+    } else {
+      qe = rope(qt, qn);
+      ke = rope(kt, kvn);
+    }
     g_.drop(qt);
     g_.drop(kt);
     if (m_.mrope) {
@@ -894,7 +911,9 @@ int Step::moe(int x, LayerParams& lp) {
   // DeepseekV3MoE (DeepSeek-V3, Kimi K2; Glm4MoeMoE is the same code): a sigmoid router on fp32
   // copies, its weights kept in fp32, so the weighted expert outputs and the output they are
   // added into are fp32 too.
-  const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2" || m_.model_type == "glm4_moe";
+  // NemotronHMoE (Nemotron 3) routes the same way; its experts are relu2 MLPs.
+  const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2" || m_.model_type == "glm4_moe" ||
+                   m_.model_type == "nemotron_h";
   // The tokens this rank routes: all of them, or its s / t share when the sequence is not
   // gathered for the experts (ProgramSpec::moe_gather).
   const std::int64_t div = seq_par() && !sp_.moe_gather ? sp_.sequence_parallel : 1;
@@ -2345,7 +2364,9 @@ int Step::embed_and_layers(bool policy) {
   }
   // Rotary cos/sin: (1, s, head_dim), computed in fp32 and cast to the activation dtype.
   {
-    const std::int64_t rot_dim = m_.is_mla() ? m_.qk_rope_head_dim : m_.head_dim;  // MLA rotates the rope part
+    // MLA rotates its rope part, Qwen3-Next its partial_rotary_factor share (both in qk_rope_head_dim).
+    const std::int64_t rot_dim =
+        m_.is_mla() || (m_.qk_rope_head_dim > 0 && m_.qk_rope_head_dim < m_.head_dim) ? m_.qk_rope_head_dim : m_.head_dim;
     // Qwen-VL's multimodal rotary embedding computes t/h/w tables per sequence: (3, b, s, d),
     // from get_rope_index's (3, b, s) int64 position ids (a local of the model forward).
     if (m_.mrope) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
