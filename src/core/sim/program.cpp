@@ -1473,7 +1473,10 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   const int core = ops_.add(inter, av, tok(Hv * dv));
   g_.drop(inter);
   g_.drop(av);
-  const int kd = ops_.mul(k32, ge, tok(HK));
+  // The last chunk's state update feeds only last_recurrent_state, which training drops
+  // (output_final_state=False): that branch of the graph dies with it, so its k_i * decay product
+  // is not kept -- one chunk of l positions fewer.
+  const int kd = ops_.mul(k32, ge, tok(HK) - per_seq(l * HK));
   const int nxt = ops_.matmul(kd, vn, states_n);
   g_.drop(kd);
   g_.drop(nxt);
