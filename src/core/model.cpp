@@ -25,6 +25,11 @@ bool is_mixtral_naming(const ModelSpec& m) { return m.model_type == "mixtral"; }
 void add_gated_mlp(std::vector<LinearModule>& out, const ModelSpec& m, std::int64_t width, int count,
                    LinearRole role, bool mixtral_names) {
   const std::int64_t h = m.hidden_size;
+  if (!m.gated_mlp) {  // NemotronHMLP (its MoE's experts and shared expert too): up_proj, relu2, down_proj
+    out.push_back({"up_proj", h, width, m.mlp_bias, count, role});
+    out.push_back({"down_proj", width, h, m.mlp_bias, count, role});
+    return;
+  }
   if (mixtral_names) {
     out.push_back({"w1", h, width, m.mlp_bias, count, role});
     out.push_back({"w3", h, width, m.mlp_bias, count, role});
@@ -311,7 +316,7 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   }
   const bool mixtral = is_mixtral_naming(m);
   LinearModule router{"gate", h, m.moe.num_experts, m.moe.router_bias, 1, LinearRole::kRouter};
-  router.nn_linear = !is_deepseek_family(m);
+  router.nn_linear = !is_deepseek_family(m) && m.model_type != "nemotron_h";  // NemotronHTopkRouter: F.linear
   out.push_back(router);
   add_gated_mlp(out, m, m.moe.expert_intermediate_size, m.moe.local_experts > 0 ? m.moe.local_experts : m.moe.num_experts,
                   LinearRole::kRoutedExpert, mixtral);

@@ -25,11 +25,14 @@ import hf_bert
 import hf_deepseek
 import hf_deberta
 import hf_gemma3
+import hf_lfm2
 import hf_llama
 import hf_mllama
 import hf_modernbert
+import hf_nemotron_h
 import hf_nomic
 import hf_qwen_vl
+import hf_qwen3_next
 import memtrace
 import optimizers
 import peft_lora
@@ -235,13 +238,15 @@ def build(case):
         return build_vlm(case)
     torch.manual_seed(0)
     t = case["training"]
-    # Gemma 3's text model (hf_gemma3), DeepSeek-V3 (hf_deepseek) or the Llama family (hf_llama).
+    # Gemma 3's text model (hf_gemma3), DeepSeek-V3 (hf_deepseek), the hybrids (hf_qwen3_next,
+    # hf_nemotron_h, hf_lfm2) or the Llama family (hf_llama).
     model_type = case["model"].get("model_type")
-    family = hf_gemma3 if model_type in ("gemma3_text", "gemma2") else hf_deepseek if model_type == "deepseek_v3" \
-        else hf_llama
+    family = {"gemma3_text": hf_gemma3, "gemma2": hf_gemma3, "deepseek_v3": hf_deepseek, "qwen3_next": hf_qwen3_next,
+              "nemotron_h": hf_nemotron_h, "lfm2": hf_lfm2}.get(model_type, hf_llama)
     cfg = family.Config(case["model"])
     causal_lm = {hf_gemma3: hf_gemma3.Gemma3ForCausalLM, hf_deepseek: hf_deepseek.DeepseekV3ForCausalLM,
-                 hf_llama: hf_llama.LlamaForCausalLM}[family]
+                 hf_qwen3_next: hf_qwen3_next.Qwen3NextForCausalLM, hf_nemotron_h: hf_nemotron_h.NemotronHForCausalLM,
+                 hf_lfm2: hf_lfm2.Lfm2ForCausalLM, hf_llama: hf_llama.LlamaForCausalLM}[family]
     # A decoder embedding model (head pooling): sentence-transformers loads AutoModel, no LM head.
     embedding = t.get("head") == "pooling"
     model = (hf_llama.LlamaModel(cfg) if embedding else causal_lm(cfg)).to(

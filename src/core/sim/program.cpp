@@ -159,7 +159,8 @@ class Step {
   int short_conv(int x, LayerParams& lp);
   int mamba2_mixer(int x, LayerParams& lp);
   int gated_deltanet(int x, LayerParams& lp);
-  int f32_copy(int x);  // x.to(torch.float32): a copy unless x is already fp32 (x is taken)
+  int f32_copy(int x);
+  int causal_conv(int x, LayerParams& lp, std::int64_t channels, const Poly& n);  // x.to(torch.float32): a copy unless x is already fp32 (x is taken)
   // torch.utils.checkpoint around `body` (a decoder layer or a vision block): `holds` are the
   // tensors the bound arguments keep (mask, rotary tables); fsdp_unit: the body is an FSDP unit
   // whose reshard-only hook keeps its input (decoder layers under PEFT's wrap policy).
@@ -725,11 +726,13 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   g_.drop(k);
   g_.drop(v);
   int qe = qt, ke = kt;
-  if (m_.model_type != "gpt2" && sp_.liger_kernels) {
+  // NemotronHAttention applies no rotary embedding (the Mamba-2 layers carry the positions).
+  const bool no_rope = m_.model_type == "gpt2" || m_.model_type == "nemotron_h";
+  if (!no_rope && sp_.liger_kernels) {
     std::tie(qe, ke) = liger_rope(g_, qt, kt);
     g_.drop(qt);
     g_.drop(kt);
-  } else if (m_.model_type != "gpt2") {
+  } else if (!no_rope) {
     // apply_multimodal_rotary_pos_emb: torch.cat of the mrope sections gives this call its own
     // (b, s, head_dim) cos and sin, which the products with q and k keep for backward.
     const int tables_cos = cos_, tables_sin = sin_;
@@ -737,8 +740,25 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
       cos_ = g_.make(tok(hd), g_.at(tables_cos).dt, Cat::kInputs);
       sin_ = g_.make(tok(hd), g_.at(tables_sin).dt, Cat::kInputs);
     }
-    qe = rope(qt, qn);
-    ke = rope(kt, kvn);
+    const std::int64_t rd = m_.qk_rope_head_dim;
+    if (rd > 0 && rd < hd) {
+      // Partial rotary (Qwen3-Next): q[..., :rd] rotated, q[..., rd:] passed, torch.cat of both.
+      const auto partial = [&](int t, std::int64_t heads) {
+        const int rot = ops_.slice(t, tok(heads * rd), false);
+        const int pass = ops_.slice(t, tok(heads * (hd - rd)), false);
+        const int emb = rope(rot, tok(heads * rd));
+        g_.drop(rot);
+        const int out = ops_.concat({emb, pass});
+        g_.drop(emb);
+        g_.drop(pass);
+        return out;
+      };
+      qe = partial(qt, nh);
+      ke = partial(kt, nkv);
+    } else {
+      qe = rope(qt, qn);
+      ke = rope(kt, kvn);
+    }
     g_.drop(qt);
     g_.drop(kt);
     if (m_.mrope) {
@@ -893,7 +913,9 @@ int Step::moe(int x, LayerParams& lp) {
   // DeepseekV3MoE (DeepSeek-V3, Kimi K2; Glm4MoeMoE is the same code): a sigmoid router on fp32
   // copies, its weights kept in fp32, so the weighted expert outputs and the output they are
   // added into are fp32 too.
-  const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2" || m_.model_type == "glm4_moe";
+  // NemotronHMoE (Nemotron 3) routes the same way; its experts are relu2 MLPs.
+  const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2" || m_.model_type == "glm4_moe" ||
+                   m_.model_type == "nemotron_h";
   // The tokens this rank routes: all of them, or its s / t share when the sequence is not
   // gathered for the experts (ProgramSpec::moe_gather).
   const std::int64_t div = seq_par() && !sp_.moe_gather ? sp_.sequence_parallel : 1;
@@ -1091,6 +1113,16 @@ int Step::decoder_layer(int h, int layer) {
 
 // ---- hybrid layers (docs/models.md#hybrid-layers)
 
+int Step::causal_conv(int x, LayerParams& lp, std::int64_t channels, const Poly& n) {
+  // nn.Conv1d(groups=channels, padding=kernel - 1): the output is kernel - 1 positions longer than
+  // the input; [..., :seq_len] is a view of it.
+  const int full = ops_.patch_conv(x, lp.conv_w, lp.conv_b,
+                                   n + per_seq(channels * (m_.hybrid.conv_kernel - 1)));
+  const int cut = ops_.slice(full, n, false);
+  g_.drop(full);
+  return cut;
+}
+
 int Step::f32_copy(int x) {
   const int y = ops_.to(x, DT::kF32);
   g_.drop(x);
@@ -1150,8 +1182,9 @@ int Step::short_conv(int x, LayerParams& lp) {
   const int bx = ops_.mul(b, xv, n);  // saves B and x: views that keep in_proj's output
   g_.drop(b);
   g_.drop(xv);
-  // The depthwise Conv1d (padding L_cache - 1) saves its input and weight; [..., :s] is a view.
-  const int conv = ops_.patch_conv(bx, lp.conv_w, lp.conv_b, n);
+  // The depthwise Conv1d (padding L_cache - 1) saves its input and weight; its output is
+  // L_cache - 1 positions longer than the sequence and [..., :s] is a view that keeps all of it.
+  const int conv = causal_conv(bx, lp, h, n);
   g_.drop(bx);
   const int y = ops_.mul(c, conv, n);
   g_.drop(c);
@@ -1182,7 +1215,7 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   // act(conv1d(xBC.transpose(1, 2))[..., :s].transpose(1, 2)): silu saves the conv's output.
   const int xt = ops_.transpose_view(xbc);
   g_.drop(xbc);
-  const int conv = ops_.patch_conv(xt, lp.conv_w, lp.conv_b, tok(conv_dim));
+  const int conv = causal_conv(xt, lp, conv_dim, tok(conv_dim));
   g_.drop(xt);
   const int act = ops_.silu(conv);
   g_.drop(conv);
@@ -1201,13 +1234,30 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   // B, C: .float() and repeat_interleave to every head.
   const int rep = static_cast<int>(Hh / G);
   const int b32 = f32_copy(b0), c32 = f32_copy(c0);
-  const int bh = keep(ops_.repeat_kv(b32, rep, false));
-  const int ch = keep(ops_.repeat_kv(c32, rep, false));
+  const int bh0 = ops_.repeat_kv(b32, rep, false);
+  const int ch0 = ops_.repeat_kv(c32, rep, false);
   g_.drop(b32);
   g_.drop(c32);
-  const int dres = keep(ops_.mul(lp.d, hs, tok(I)));          // D_residual
-  const int hsd = keep(ops_.mul(hs, dtc, tok(I)));            // hidden_states * dt
-  const int adt = keep(ops_.mul(lp.a_log, dtc, tok(Hh)));     // A * dt
+  // D_residual = D[..., None] * pad_tensor_by_size(hidden_states, pad_size): F.pad copies even
+  // when pad_size is 0, and the product saves that copy.
+  const int hpad = ops_.clone(hs);
+  const int dres = keep(ops_.mul(lp.d, hpad, tok(I)));
+  g_.drop(hpad);
+  const int hsd0 = ops_.mul(hs, dtc, tok(I));                 // hidden_states * dt
+  // A = -torch.exp(self.A_log.float()) is fp32 whatever the weights, so A * dt, its cumsum and
+  // the (b, heads, chunks, l, l) decay L are fp32 too.
+  const int a32 = ops_.to(lp.a_log, DT::kF32);
+  const int aexp = ops_.tanh(a32);  // exp: saves its result
+  g_.drop(a32);
+  const int aneg = ops_.neg(aexp);
+  g_.drop(aexp);
+  const int adt0 = ops_.mul(aneg, dtc, tok(Hh));               // A * dt
+  g_.drop(aneg);
+  // reshape_into_chunks pads (copies) hidden_states, A, B and C; the list is built before the
+  // names are rebound, so the four originals go only once all four copies exist.
+  const int hsd = keep(ops_.clone(hsd0)), adt = keep(ops_.clone(adt0));
+  const int bh = keep(ops_.clone(bh0)), ch = keep(ops_.clone(ch0));
+  for (const int t : {hsd0, adt0, bh0, ch0}) g_.drop(t);
   const int acs = keep(ops_.sum(adt, tok(Hh)));               // A_cumsum
   // L = exp(segment_sum(A)): (b, heads, chunks, l, l); segment_sum's masked_fill / cumsum /
   // masked_fill are locals of that function.
@@ -1235,14 +1285,18 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   const int bd = keep(ops_.mul(bh, ds, tok(Hh * N)));
   const std::int64_t per_chunk = std::max<std::int64_t>(1, I * N / l);
   const int st = ops_.mul(bd, hsd, tok(I * N));
-  const int states = keep(ops_.sum(st, tok(per_chunk)));
+  const int states = ops_.sum(st, tok(per_chunk));
   g_.drop(st);
-  // Inter-chunk recurrence: cat with a zero state, decay_chunk (b, heads, c + 1, c + 1), and the
-  // (b, c + 1, c + 1, heads, P, N) product summed over the source chunk.
-  const int st_all = keep(ops_.scalar_op(states));
-  const Poly quad = scores(std::max<std::int64_t>(1, I * N / (l * l)));
+  // Inter-chunk recurrence over c + 1 states: torch.cat([zeros_like(states[:, :1]), states])
+  // (the sum's result goes with its name), decay_chunk (b, heads, c + 1, c + 1), and the
+  // (b, heads, c + 1, c + 1, P, N) product summed over the source chunk.
+  const Poly one_state = per_seq(I * N);
+  const int prev = keep(g_.make(one_state, DT::kF32, ops_.cat));
+  const int st_all = keep(ops_.concat({prev, states}));
+  g_.drop(states);
+  const Poly quad = scores(std::max<std::int64_t>(1, I * N / (l * l))) + tok(2 * per_chunk) + one_state;
   const int nst = ops_.mul(st_all, st_all, quad);
-  const int new_states = keep(ops_.sum(nst, tok(per_chunk)));
+  const int new_states = keep(ops_.sum(nst, tok(per_chunk) + one_state));
   g_.drop(nst);
   // C_times_states = C[..., None, :] * states[:, :, None]: (b, chunks, l, heads, P, N), a local.
   const int cts = keep(ops_.mul(ch, new_states, tok(I * N)));
@@ -1286,21 +1340,25 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
     g_.drop(v);
     return c;
   };
-  const int qkvz = lin(x, lp.lin.at("in_proj_qkvz"), tok(2 * K + 2 * V));
-  const int ba = lin(x, lp.lin.at("in_proj_ba"), tok(2 * Hv));
-  // fix_query_key_value_ordering: q, k, v reshaped out of the head-interleaved projection (copies).
-  const int qc = copy_of(qkvz, tok(K)), kc = copy_of(qkvz, tok(K)), vc = copy_of(qkvz, tok(V));
-  const int z = keep(ops_.slice(qkvz, tok(V), false));
-  const int bsl = ops_.slice(ba, tok(Hv), false), asl = ops_.slice(ba, tok(Hv), false);
-  g_.drop(qkvz);
-  g_.drop(ba);
+  // projected_states_qkvz / _ba are locals of forward: alive until it returns.
+  const int qkvz = keep(lin(x, lp.lin.at("in_proj_qkvz"), tok(2 * K + 2 * V)));
+  const int ba = keep(lin(x, lp.lin.at("in_proj_ba"), tok(2 * Hv)));
+  // fix_query_key_value_ordering splits each key head's group [q, k, v, z] of the projection:
+  // with more than one key head, q, k and v reshape(b, s, -1) into copies, and with more than
+  // one value head per key head, so do z, b and a (reshape(..., head_v_dim) / (..., num_v_heads)).
+  const int rep = static_cast<int>(Hv / y.gdn_key_heads);
+  const bool per_head = y.gdn_key_heads > 1, grouped = per_head && rep > 1;
+  const auto part = [&](int src, const Poly& n, bool copy) { return copy ? copy_of(src, n) : ops_.slice(src, n, false); };
+  const int qc = part(qkvz, tok(K), per_head), kc = part(qkvz, tok(K), per_head), vc = part(qkvz, tok(V), per_head);
+  const int z = keep(part(qkvz, tok(V), grouped));
+  const int bsl = part(ba, tok(Hv), grouped), asl = part(ba, tok(Hv), grouped);
   const int mixed = ops_.concat({qc, kc, vc});
   g_.drop(qc);
   g_.drop(kc);
   g_.drop(vc);
   const int mt = ops_.transpose_view(mixed);
   g_.drop(mixed);
-  const int conv = ops_.patch_conv(mt, lp.conv_w, -1, tok(2 * K + V));
+  const int conv = causal_conv(mt, lp, 2 * K + V, tok(2 * K + V));
   g_.drop(mt);
   const int act = ops_.silu(conv);
   g_.drop(conv);
@@ -1317,7 +1375,6 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   g_.drop(ad);
   const int gdec = ops_.mul(spl, lp.a_log, tok(Hv));
   g_.drop(spl);
-  const int rep = static_cast<int>(Hv / y.gdn_key_heads);
   const int qr = ops_.repeat_kv(q0, rep, false), kr = ops_.repeat_kv(k0, rep, false);
   g_.drop(q0);
   g_.drop(k0);
@@ -1370,19 +1427,26 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   g_.drop(at1);
   const int attn = ops_.neg(at2);
   g_.drop(at2);
-  // The row-by-row solve: for i in 1..l-1, attn[..., i, :i] += (row[..., None] * sub).sum(-2) with
-  // row and sub clones the products save: sum of i^2 values per chunk and head.
+  // The row-by-row solve: for i in 1..l-1, row = attn[..., i, :i].clone(), sub = attn[..., :i,
+  // :i].clone(), attn[..., i, :i] = row + (row[..., None] * sub).sum(-2). The products save every
+  // row and sub (sum of i and of i^2 values per chunk and head); the product and its sum are one
+  // step's (i, i) and (i) temporaries. Backward runs the steps one at a time: each CopySlices
+  // clones the (b, heads, chunks, l, l) gradient with the slice zeroed and the clones' slice
+  // backwards scatter into zero-filled gradients of that size, so three of them live at once.
   const std::int64_t solve = (l - 1) * l * (2 * l - 1) / 6;
-  const int subs_v = ops_.slice(attn, tok(Hv * solve / l), false);
-  const int subs = ops_.clone(subs_v);
-  g_.drop(subs_v);
-  const int prod = ops_.mul(subs, subs, tok(Hv * solve / l));
+  const int subs = g_.make(tok(Hv * solve / l), DT::kF32, ops_.cat);
+  const int rows = g_.make(tok(Hv * (l - 1) / 2), DT::kF32, ops_.cat);
+  const int attn2 = g_.make(LL, DT::kF32, ops_.cat);
+  g_.node({attn}, {attn2}, {rows, subs}, [attn, LL](Bwd& c) {
+    const int kept = c.temp(LL, DT::kF32);
+    const int row_grad = c.temp(LL, DT::kF32), sub_grad = c.temp(LL, DT::kF32);
+    c.drop(row_grad);
+    c.drop(sub_grad);
+    c.give(attn, kept);
+  });
   g_.drop(subs);
-  const int upd = ops_.sum(prod, LL);
-  g_.drop(prod);
-  const int attn2 = ops_.add(attn, upd, LL);
+  g_.drop(rows);
   g_.drop(attn);
-  g_.drop(upd);
   const int attn_i = ops_.scalar_op(attn2);  // + eye
   g_.drop(attn2);
   const int value = keep(ops_.matmul(attn_i, vb, tok(Hv * dv)));
@@ -1411,7 +1475,10 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   const int core = ops_.add(inter, av, tok(Hv * dv));
   g_.drop(inter);
   g_.drop(av);
-  const int kd = ops_.mul(k32, ge, tok(HK));
+  // The last chunk's state update feeds only last_recurrent_state, which training drops
+  // (output_final_state=False): that branch of the graph dies with it, so its k_i * decay product
+  // is not kept -- one chunk of l positions fewer.
+  const int kd = ops_.mul(k32, ge, tok(HK) - per_seq(l * HK));
   const int nxt = ops_.matmul(kd, vn, states_n);
   g_.drop(kd);
   g_.drop(nxt);
@@ -2302,13 +2369,18 @@ int Step::embed_and_layers(bool policy) {
   }
   // Rotary cos/sin: (1, s, head_dim), computed in fp32 and cast to the activation dtype.
   {
-    const std::int64_t rot_dim = m_.is_mla() ? m_.qk_rope_head_dim : m_.head_dim;  // MLA rotates the rope part
+    // MLA rotates its rope part, Qwen3-Next its partial_rotary_factor share (both in qk_rope_head_dim).
+    const std::int64_t rot_dim =
+        m_.is_mla() || (m_.qk_rope_head_dim > 0 && m_.qk_rope_head_dim < m_.head_dim) ? m_.qk_rope_head_dim : m_.head_dim;
     // Qwen-VL's multimodal rotary embedding computes t/h/w tables per sequence: (3, b, s, d),
     // from get_rope_index's (3, b, s) int64 position ids (a local of the model forward).
     if (m_.mrope) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
-    const Poly rot = m_.mrope ? tok(3 * rot_dim) : Poly::mono(kS, rot_dim);
+    // NemotronHModel has no rotary embedding: empty tables stand in for them.
+    const bool rotary = m_.model_type != "nemotron_h";
+    const Poly rot = !rotary ? Poly{} : m_.mrope ? tok(3 * rot_dim) : Poly::mono(kS, rot_dim);
     const auto tables = [&](int& cos, int& sin) {
-      const int f = g_.make(m_.mrope ? tok(3 * rot_dim / 2) : Poly::mono(kS, rot_dim / 2), DT::kF32, Cat::kInputs);
+      const int f = g_.make(!rotary ? Poly{} : m_.mrope ? tok(3 * rot_dim / 2) : Poly::mono(kS, rot_dim / 2), DT::kF32,
+                            Cat::kInputs);
       const int e = g_.make(rot, DT::kF32, Cat::kInputs);
       g_.drop(f);
       const int c0 = g_.make(rot, DT::kF32, Cat::kInputs);
@@ -2508,7 +2580,9 @@ int Step::sft_loss(int logits) {
   // A loss on the logits' own dtype (docs/formulas.md#loss-dtype): no fp32 copy; log_softmax
   // saves its output in that dtype.
   const int l32 = sp_.loss_upcast ? ops_.to(logits, DT::kF32) : ops_.view(logits);
-  if (sp_.loss_upcast_in_model && sp_.loss_upcast) {  // `logits = logits.float()` rebinds the model's only reference
+  // `logits = logits.float()` rebinds the model's only reference (transformers <= 4.44; and
+  // NemotronHForCausalLM, whose lm_head(...).float() keeps only the fp32 logits).
+  if ((sp_.loss_upcast_in_model || m_.model_type == "nemotron_h") && sp_.loss_upcast) {
     g_.drop(logits);
     logits = -1;
   }

@@ -608,6 +608,15 @@ Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
     y.gdn_value_heads = static_cast<int>(std::min<std::int64_t>(vh, 1 << 20));
     y.conv_kernel = static_cast<int>(std::min<std::int64_t>(k, 1 << 20));
     m.attn_output_gate = true;
+    // Qwen3NextRotaryEmbedding rotates int(head_dim * partial_rotary_factor) dimensions (0.25 by
+    // default); qk_rope_head_dim holds that rotary part, as it does for MLA.
+    double partial = 0.25;
+    if (f.has("partial_rotary_factor")) {
+      MEMPLAN_TRY(partial, f.number("partial_rotary_factor"));
+    }
+    if (!(partial > 0) || partial > 1)
+      return config_error(origin, fmt::format("\"partial_rotary_factor\" must be in (0, 1], got {}", partial));
+    m.qk_rope_head_dim = static_cast<std::int64_t>(static_cast<double>(m.head_dim) * partial);
     return Ok{};
   }
   if (t == "nemotron_h") {
@@ -624,15 +633,42 @@ Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
       if (c == 'M') y.mixers.push_back(MixerKind::kMamba2);
       else if (c == '*') y.mixers.push_back(MixerKind::kAttention);
       else if (c == '-') y.mixers.push_back(MixerKind::kNone);
-      else if (c == 'E')
-        return unsupported_at(origin,
-                              fmt::format("\"hybrid_override_pattern\"[{}] is 'E': Nemotron-H's MoE blocks (sigmoid "
-                                          "router, relu2 experts, latent projections) are not modelled", i),
-                              "use --model-params for a Llama-shaped estimate of the same size");
+      else if (c == 'E') y.mixers.push_back(MixerKind::kNone);  // NemotronHMoE, below
       else
         return config_error(origin, fmt::format("\"hybrid_override_pattern\"[{}] is '{}'; nemotron_h has M, *, - and E "
                                                 "blocks", i, std::string(1, c)));
-      y.no_ffn.push_back(c != '-');
+      y.no_ffn.push_back(c != '-' && c != 'E');
+      if (c == '-') m.moe.dense_layers.push_back(static_cast<int>(i));
+    }
+    if (pattern.find('E') != std::string::npos) {
+      // NemotronHMoE (Nemotron 3): a sigmoid router with e_score_correction_bias and group-limited
+      // top-k (DeepSeek-V3's), n_routed_experts relu2 experts (up_proj, down_proj) and a shared
+      // relu2 expert of moe_shared_expert_intermediate_size; the '-' blocks stay dense MLPs.
+      MEMPLAN_TRY(std::int64_t latent, f.integer({"moe_latent_size"}, 0));  // null: none
+      if (latent > 0)
+        return unsupported_at(origin,
+                              fmt::format("\"moe_latent_size\": {}: the MoE blocks' latent projections "
+                                          "(fc1_latent_proj / fc2_latent_proj, Nemotron 3 Super) are not modelled",
+                                          latent),
+                              "use --model-params for a Llama-shaped estimate of the same size");
+      MEMPLAN_TRY(std::int64_t experts, f.integer({"n_routed_experts"}, 128));
+      MEMPLAN_TRY(std::int64_t topk, f.integer({"num_experts_per_tok"}, 6));
+      MEMPLAN_TRY(std::int64_t width, f.integer({"moe_intermediate_size"}, 1856));
+      MEMPLAN_TRY(std::int64_t shared, f.integer({"n_shared_experts"}, 1));
+      MEMPLAN_TRY(std::int64_t shared_width, f.integer({"moe_shared_expert_intermediate_size"}, 3712));
+      if (experts <= 0 || experts > (1 << 16))
+        return config_error(origin, fmt::format("\"n_routed_experts\" must be between 1 and 65536, got {}", experts));
+      if (topk <= 0 || topk > experts)
+        return config_error(origin, fmt::format("\"num_experts_per_tok\" must be between 1 and n_routed_experts ({}), "
+                                                "got {}", experts, topk));
+      m.moe.num_experts = static_cast<int>(experts);
+      m.moe.experts_per_token = static_cast<int>(topk);
+      m.moe.expert_intermediate_size = width;
+      // NemotronHMoE builds one shared NemotronHMLP whatever n_shared_experts says (> 0).
+      m.moe.num_shared_experts = shared > 0 ? 1 : 0;
+      m.moe.shared_intermediate_size = shared_width;
+    } else {
+      m.moe.dense_layers.clear();
     }
     MEMPLAN_TRY(std::int64_t heads, f.integer({"mamba_num_heads"}, 128));
     MEMPLAN_TRY(y.mamba_head_dim, f.integer({"mamba_head_dim"}, 64));

@@ -395,16 +395,21 @@ TEST_CASE("Nemotron-H: Mamba-2, attention and MLP blocks from hybrid_override_pa
   REQUIRE(m0.size() == 2);
   CHECK(m0[0].out_features == 2 * 8'192 + 2 * 8 * 128 + 128);  // z, x, B, C, dt
   CHECK(layer_linears(h8, 1)[0].name == "up_proj");
-  SECTION("MoE blocks and an fp32 residual stream are refused with the key named") {
+  SECTION("latent MoE projections and an fp32 residual stream are refused with the key named") {
     const std::string keys = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "mamba_num_heads": 4,
         "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 2)";
-    auto moe = io::parse_hf_config(R"({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*", )" + keys + "}",
-                                   "c.json");
-    REQUIRE_FALSE(moe.has_value());
-    CHECK(moe.error().to_string() ==
-          "c.json: \"hybrid_override_pattern\"[1] is 'E': Nemotron-H's MoE blocks (sigmoid router, relu2 experts, "
-          "latent projections) are not modelled; use --model-params for a Llama-shaped estimate of the same size");
+    auto latent = io::parse_hf_config(
+        R"({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*", "moe_latent_size": 32, )" + keys + "}",
+        "c.json");
+    REQUIRE_FALSE(latent.has_value());
+    CHECK(latent.error().to_string() ==
+          "c.json: \"moe_latent_size\": 32: the MoE blocks' latent projections (fc1_latent_proj / fc2_latent_proj, "
+          "Nemotron 3 Super) are not modelled; use --model-params for a Llama-shaped estimate of the same size");
+    auto no_latent = io::parse_hf_config(
+        R"({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*", "moe_latent_size": null, )" + keys + "}",
+        "c.json");
+    CHECK(no_latent.has_value());
     auto fp32 = io::parse_hf_config(
         R"({"model_type": "nemotron_h", "hybrid_override_pattern": "M-*", "residual_in_fp32": true, )" + keys + "}",
         "c.json");
@@ -477,6 +482,44 @@ TEST_CASE("families of 2025 whose layout is not modelled name their blocks, neve
           "model_type 'acme_bert' is not supported: its config.json has \"type_vocab_size\", a block memplan does not "
           "model for this type");
   }
+}
+
+TEST_CASE("Nemotron 3 Nano (nemotron_h with MoE blocks) from its real config.json: counts by hand, an estimate") {
+  // tests/data/models/README.md: the checkpoint's config.json. By hand from NemotronHForCausalLM's
+  // modules: embeddings + lm_head 2 x 131,072 x 2,688 = 704,643,072; 23 Mamba-2 blocks of 64 heads x 64
+  // (in_proj 2,688 x 10,304, conv1d 6,144 x 4 + 6,144, dt_bias/A_log/D 3 x 64, norm 4,096, out_proj
+  // 4,096 x 2,688, block norm 2,688) = 38,744,896 each; 6 attention blocks (q 2,688 x 4,096, k and v
+  // 2,688 x 256, o 4,096 x 2,688, norm) = 23,399,040 each; 23 MoE blocks (router 128 x 2,688, 128 relu2
+  // experts of 2 x 2,688 x 1,856, a shared one of 2 x 2,688 x 3,712, norm) = 1,297,468,032 each; final
+  // norm 2,688: 31,577,937,344, the model card's "31.6B". A token uses 6 of the 128 experts:
+  // 31,577,937,344 - 23 x 122 x 9,977,856 = 3,580,073,408 ("3.5B active" on the card, 3.6B on others).
+  std::ifstream in(std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/models/nemotron-3-nano-30b-a3b/config.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto spec = io::parse_hf_config(text, "config.json");
+  REQUIRE(spec.has_value());
+  const ModelSpec& m = *spec;
+  CHECK(m.moe.num_experts == 128);
+  CHECK(m.moe.experts_per_token == 6);
+  CHECK(m.moe.num_shared_experts == 1);
+  int moe = 0;
+  for (int l = 0; l < m.num_layers; ++l) moe += m.moe.is_moe_layer(l) && m.hybrid.has_ffn(l) ? 1 : 0;
+  CHECK(moe == 23);
+  CHECK_FALSE(m.hybrid.has_ffn(0));  // 'M'
+  CHECK(m.hybrid.has_ffn(1));        // 'E'
+  const auto e1 = layer_linears(m, 1);
+  REQUIRE(e1.size() == 5);  // gate, up_proj and down_proj (x 128), the shared expert's up_proj and down_proj
+  CHECK(e1[1].name == "up_proj");
+  CHECK(e1[1].count == 128);
+  CHECK(e1[1].out_features == 1'856);
+  CHECK(e1[3].out_features == 3'712);
+  const auto counts = count_parameters(m);
+  CHECK(counts.total == 31'577'937'344);
+  CHECK(counts.active_per_token == 3'580'073'408);
+  TrainingConfig lora = lora_config();
+  lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "in_proj", "out_proj"};
+  auto e = estimate(m, lora);
+  REQUIRE(e.has_value());
+  memplan::testing::require_consistent(*e);
 }
 
 TEST_CASE("hybrid models refuse model parallelism and run under QLoRA") {
