@@ -7,7 +7,8 @@ engine cannot express are kept with the reason, under "not_expressible", so the 
 Rows whose figure is torch.cuda.max_memory_reserved go under "reserved_only": memplan-accuracy
 compares them with the replayed caching allocator, not with the allocated peak.
 
-    python3 tools/accuracy/published_tables.py   # rewrites tests/data/published/{torchtune_readme,ms_swift_benchmark}.json
+    python3 tools/accuracy/published_tables.py
+    # rewrites tests/data/published/{torchtune_readme,torchtune_lora_tutorial,ms_swift_benchmark}.json
 """
 import json
 import os
@@ -115,6 +116,63 @@ def torchtune():
             "env": env, "settings_from": settings, "cases": cases, "not_expressible": ne}
 
 
+# meta-llama/Llama-2-7b-hf as in the catalog (the fsdp_qlora file's block).
+LLAMA2_7B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+             "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False,
+             "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "hidden_act": "silu"}
+
+
+def torchtune_tutorial():
+    commit = "ff594c23113891c99050f730c6be0aeacf511b2f"
+    url = "https://github.com/pytorch/torchtune/blob/%s/docs/source/tutorials/lora_finetune.rst" % commit
+    env = {"gpu": "not stated (one GPU)", "torch": "2.2.2 (inferred: the stable release on 2024-04-15)",
+           "torchtune": "main @ %s (2024-04-15)" % commit}
+    what = ("'Peak Memory' of the lora_finetune_single_device recipe: torch.cuda.max_memory_reserved() / 1e9 "
+            "(torchtune/utils/memory.py memory_stats_log at this commit; the QLoRA tutorial of the same tree gives the "
+            "first row's 15.57 GB as 'Peak memory reserved, training'), over training")
+    settings = ("llama2/7B_lora_single_device.yaml at %s: lora_llama2_7b (lora_dropout 0.05, adapters created in the "
+                "model's bf16), dtype bf16 without autocast, batch_size 2, alpaca_cleaned_dataset with its default "
+                "max_seq_len 512 and padded_collate (each batch padded to its longest row, so the longest batches are "
+                "2 x 512), torch.optim.AdamW (foreach), torch.nn.CrossEntropyLoss on TransformerDecoder's "
+                "output(h).float(), enable_activation_checkpointing True (torch.distributed's checkpoint_wrapper, "
+                "non-reentrant), SDPA with is_causal, no compile, gradient_accumulation_steps 64" % commit)
+    rows = [("q-v-r8", 8, 16, 15.57, "* - Q and V only / - 8 / - 16 / - **15.57 GB**"),
+            ("q-v-r64", 64, 128, 15.86, "* - Q and V only / - 64 / - 128 / - 15.86 GB")]
+    cases = []
+    for key, r, alpha, gb, quote in rows:
+        flags = ["--model", "meta-llama/Llama-2-7b-hf", "--method", "sft", "--batch", "2", "--seq-len", "512",
+                 "--torch-dtype", "bfloat16", "--optim", "adamw_torch", "--device", "cuda", "--num-gpus", "1",
+                 "--attn-implementation", "sdpa", "--gradient-checkpointing", "--use-reentrant", "false",
+                 "--use-peft", "--lora-r", str(r), "--lora-alpha", str(alpha), "--lora-dropout", "0.05",
+                 "--lora-target-modules", "q_proj,v_proj", "--adapter-dtype", "bfloat16"]
+        cases.append({
+            "id": "torchtune-tutorial-llama2-7b-lora-%s-b2s512" % key, "source": url, "quote": quote,
+            "model_name": "meta-llama/Llama-2-7b-hf", "model": LLAMA2_7B,
+            "training": {"method": "sft", "batch": 2, "seq_len": 512, "torch_dtype": "bfloat16", "optim": "adamw_torch",
+                         "attn_implementation": "sdpa", "gradient_checkpointing": True, "checkpoint_reentrant": False,
+                         "device": "cuda", "num_gpus": 1,
+                         "lora": {"r": r, "alpha": float(alpha), "dropout": 0.05, "target_modules": ["q_proj", "v_proj"],
+                                  "adapter_dtype": "bfloat16"}},
+            "measured": {"peak_bytes": int(round(gb * 1e9)), "published_gb": gb, "what": what},
+            "env": env, "flags": flags, "stack": "torch==2.2.2"})
+    ne = [{"id": "torchtune-tutorial-llama2-7b-lora-all-layers", "source": url,
+           "quote": "all layers / 8 / 16 / 15.87 GB; all layers / 64 / 128 / 17.04 GB",
+           "why_not_expressible": "apply_lora_to_output puts LoRA on the output projection (lm_head), which memplan's "
+                                  "LoRA targets do not cover"},
+          {"id": "torchtune-tutorial-llama2-7b-qlora", "source": url.replace("lora_finetune", "qlora_finetune"),
+           "quote": "QLoRA  9.13 GB  9.29 GB (peak memory reserved at model init, in training)",
+           "why_not_expressible": "torchtune's QLoRA stores the base weights as torchao NF4Tensor (its own block "
+                                  "sizes and dequantization), not bitsandbytes' Linear4bit"},
+          {"id": "torchtune-tutorial-llama2-7b-lora-init", "source": url.replace("lora_finetune", "qlora_finetune"),
+           "quote": "GPU peak memory allocation: 13.96 GB / reserved: 13.98 GB (Memory Stats after model init)",
+           "why_not_expressible": "a figure after model initialisation, before training: 0.48e9 B above the bf16 "
+                                  "weights (6,738,415,616 x 2 B), kept as a reference for the rows above"}]
+    return {"source_repo": "pytorch/torchtune", "commit": commit, "path": "docs/source/tutorials/lora_finetune.rst",
+            "section": "the LoRA layers / rank table", "env": env, "settings_from": settings,
+            "reserved_only": cases, "not_expressible": ne}
+
+
 def ms_swift():
     commit = "46922151e06cdfc110882e182757674f12352f2c"
     path = "docs/source_en/LLM/Benchmark.md"
@@ -173,3 +231,4 @@ def write(name, doc):
 if __name__ == "__main__":
     write("torchtune_readme.json", torchtune())
     write("ms_swift_benchmark.json", ms_swift())
+    write("torchtune_lora_tutorial.json", torchtune_tutorial())
