@@ -10,4 +10,7 @@ cmake --build "$build" --target memplan-accuracy >/dev/null
 # Published peak-memory tables (tests/data/published/, docs/accuracy.md#published).
 "$build/tools/accuracy/memplan-accuracy" --max-median 5 --max-error 8 --max-low 8 \
   tests/data/published/fms_acceleration_a100.json tests/data/published/fms_acceleration_a100_2024-11.json \
-  tests/data/published/fsdp_qlora_3090.json
+  tests/data/published/fsdp_qlora_3090.json tests/data/published/torchtune_readme.json
+# Rows that publish only max_memory_reserved, against the allocator replay (docs/accuracy.md#published-reserved).
+"$build/tools/accuracy/memplan-accuracy" tests/data/published/torchtune_lora_tutorial.json \
+  tests/data/published/ms_swift_benchmark.json

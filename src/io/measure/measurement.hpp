@@ -29,6 +29,9 @@ struct MeasuredCase {
   // engine through the door a user has (docs/accuracy.md#published).
   std::vector<std::string> flags;
   std::string stack;
+  // A published row that reports only torch.cuda.max_memory_reserved (its file's "reserved_only"):
+  // reserved_bytes holds that figure and memplan-accuracy compares it with the replayed allocator.
+  bool reserved_only = false;
 };
 
 // Reads a JSON list of cases; errors name the file and the case.
