@@ -1401,6 +1401,12 @@ Result<ResolvedModel> load_model_file(const fs::path& cfg, const std::string& na
   MEMPLAN_TRY(const std::string st, read_sentence_transformers_modules(cfg.parent_path(), r.spec));
   if (!st.empty()) r.via = st;
   if (!assumption.empty()) r.via = cfg.string() + ": " + assumption + (r.via.empty() ? "" : "; " + r.via);
+  if (r.spec.model_type == "gpt_oss" && text.find("\"mxfp4\"") != std::string_view::npos) {
+    // docs/models.md#gpt_oss: the MXFP4 experts are the checkpoint's storage, not a training mode.
+    const std::string note = cfg.string() + ": its experts are stored in MXFP4; from_pretrained dequantizes them to "
+                             "bf16 for training (Mxfp4Config(dequantize=True)), which is what is counted";
+    r.via = r.via.empty() ? note : r.via + "; " + note;
+  }
   return r;
 }
 

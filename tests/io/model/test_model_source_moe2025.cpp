@@ -118,6 +118,9 @@ TEST_CASE("gpt-oss-20b from its config.json path, with the MXFP4 quantization_co
   REQUIRE(r.has_value());
   CHECK(count_parameters(r->spec).total == 20'914'757'184LL);  // the model card's 20.91B, by hand above
   CHECK_FALSE(r->prequantized_4bit);  // from_pretrained dequantizes the MXFP4 experts for training
+  CHECK(r->via == std::string(MEMPLAN_SOURCE_DIR) +
+                      "/tests/data/models/gpt-oss-20b/config.json: its experts are stored in MXFP4; from_pretrained "
+                      "dequantizes them to bf16 for training (Mxfp4Config(dequantize=True)), which is what is counted");
 }
 
 TEST_CASE("MiniMax-M2: the total by hand, q/k norms over all heads, sigmoid router with its correction bias") {
