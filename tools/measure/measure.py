@@ -27,6 +27,7 @@ import hf_deberta
 import hf_gemma3
 import hf_gpt_oss
 import hf_llama
+import hf_minimax_m2
 import hf_mllama
 import hf_modernbert
 import hf_nomic
@@ -240,10 +241,12 @@ def build(case):
     # Gemma 3's text model (hf_gemma3), DeepSeek-V3 (hf_deepseek) or the Llama family (hf_llama).
     model_type = case["model"].get("model_type")
     family = hf_gemma3 if model_type in ("gemma3_text", "gemma2") else hf_deepseek if model_type == "deepseek_v3" \
-        else hf_gpt_oss if model_type == "gpt_oss" else hf_starcoder2 if model_type == "starcoder2" else hf_llama
+        else hf_gpt_oss if model_type == "gpt_oss" else hf_starcoder2 if model_type == "starcoder2" \
+        else hf_minimax_m2 if model_type == "minimax_m2" else hf_llama
     cfg = family.Config(case["model"])
     causal_lm = {hf_gemma3: hf_gemma3.Gemma3ForCausalLM, hf_deepseek: hf_deepseek.DeepseekV3ForCausalLM,
                  hf_gpt_oss: hf_gpt_oss.GptOssForCausalLM, hf_starcoder2: hf_starcoder2.Starcoder2ForCausalLM,
+                 hf_minimax_m2: hf_minimax_m2.MiniMaxM2ForCausalLM,
                  hf_llama: hf_llama.LlamaForCausalLM}[family]
     # A decoder embedding model (head pooling): sentence-transformers loads AutoModel, no LM head.
     embedding = t.get("head") == "pooling"
