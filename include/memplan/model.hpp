@@ -258,6 +258,9 @@ struct ModelSpec {
   // <|image|> token and 7 reserved; lm_head has vocab_size rows).
   std::vector<int> cross_attention_layers;
   std::int64_t extra_embedding_rows = 0;
+  // gpt-oss (docs/models.md#gpt_oss): GptOssAttention.sinks, one learned logit per head that the
+  // eager softmax normalizes over with the scores (cat, max, subtract, softmax over s + 1 columns).
+  bool attention_sinks = false;
 
   bool is_encoder() const { return encoder; }
   // Sentence embeddings (pooled, no vocabulary head): an encoder's pooling head or a decoder

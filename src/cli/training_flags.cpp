@@ -1011,11 +1011,13 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   }
   // DeBERTa-v2/v3 and NomicBERT have only the eager attention: the default follows (an explicit
   // sdpa/flash_attention_2 is refused by the engine, as transformers refuses it).
-  if (in.model.eager_attention_only() && !c.attn) {
+  if ((in.model.eager_attention_only() || in.model.attention_sinks) && !c.attn) {
     c.attn = AttnImpl::kEager;
     io::Origin o;
     o.kind = io::OriginKind::kDerived;
-    o.note = in.model.is_deberta() ? "DeBERTa: eager only" : "NomicBERT: eager only";
+    o.note = in.model.attention_sinks ? "gpt-oss: eager only (attention sinks)"
+             : in.model.is_deberta()  ? "DeBERTa: eager only"
+                                      : "NomicBERT: eager only";
     in.set_origin("attn_implementation", std::move(o));
   }
   if (given("--head")) {

@@ -389,6 +389,20 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
     return make_error(ErrorCode::kUnsupported,
                       fmt::format("{} (torchao) needs PyTorch >= 2.3; --device cpu models PyTorch 1.13", to_string(c.optim.kind)),
                       "use --device cuda, or --optim adamw_torch on the CPU");
+  // gpt-oss (docs/models.md#gpt_oss): GptOssPreTrainedModel has _supports_sdpa = False. Its
+  // flash path is the kernels-community/vllm-flash-attn3 hub kernel (sinks inside the kernel),
+  // which memplan models as flash_attention_2 (no s x s tensor; q, k, v, output and logsumexp saved).
+  if (m.attention_sinks && c.attn && *c.attn == AttnImpl::kSdpa)
+    return make_error(ErrorCode::kUnsupported,
+                      "gpt-oss has no SDPA attention in transformers (GptOssForCausalLM: _supports_sdpa = False); its "
+                      "attention sinks run in the eager attention or in the vllm-flash-attn3 hub kernel",
+                      "use --attn-implementation eager, or flash_attention_2 for the hub kernel");
+  if (m.model_type == "gpt_oss" && (c.parallel.expert_parallel > 1 || c.parallel.sequence_parallel ||
+                                    c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1))
+    return make_error(ErrorCode::kUnsupported,
+                      "gpt-oss's expert loop (GptOssExperts) under tensor, sequence, context or expert parallelism is "
+                      "not modelled",
+                      "estimate it with data parallelism, FSDP or ZeRO");
   if (m.is_encoder()) {
     if (m.eager_attention_only() && c.attn && *c.attn != AttnImpl::kEager)
       return make_error(ErrorCode::kUnsupported,
@@ -1561,7 +1575,8 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.fsdp_frozen_units = fsdp_frozen_layer_units(config);
     sp.ops.inplace_accumulation = config.device == Device::kCuda;
     // DeBERTa-v2 and NomicBERT have no SDPA or flash path: eager whatever the default.
-    sp.attn = model.eager_attention_only() ? AttnImpl::kEager : config.attn_impl();
+    sp.attn = model.eager_attention_only() || (model.attention_sinks && !config.attn) ? AttnImpl::kEager
+                                                                                     : config.attn_impl();
     // No vocabulary head to fuse for an embedding model; sentence-transformers applies no Liger kernel.
     const bool lm_head = !model.is_encoder() && !model.decoder_embedding;
     // DPO and GRPO have TRL's Liger losses (docs/formulas.md#liger-dpo-grpo); the other kernels

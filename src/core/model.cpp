@@ -55,6 +55,12 @@ bool is_deepseek_family(const ModelSpec& m) {
          m.model_type == "kimi_k2" || m.model_type == "glm4_moe";
 }
 
+// gpt-oss and MiniMax-M2 (docs/models.md#gpt_oss): GptOssTopKRouter / MiniMaxM2TopKRouter hold a
+// bare weight Parameter, and the experts are 3-D Parameters (GptOssExperts: gate_up_proj
+// [E, H, 2I] + gate_up_proj_bias, down_proj [E, I, H] + down_proj_bias; MiniMaxM2Experts the same
+// without biases), none of them an nn.Linear PEFT can wrap or bitsandbytes quantize.
+bool has_parameter_experts(const ModelSpec& m) { return m.model_type == "gpt_oss" || m.model_type == "minimax_m2"; }
+
 std::int64_t qk_norm_params(const ModelSpec& m) {
   // MLA: q_a_layernorm (q_lora_rank, absent without q LoRA) and kv_a_layernorm (kv_lora_rank).
   if (m.is_mla()) return m.q_lora_rank + m.kv_lora_rank;
@@ -305,6 +311,9 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   if (!m.moe.is_moe_layer(layer)) {
     if (m.gated_mlp) {
       add_gated_mlp(out, m, m.intermediate_size, 1, LinearRole::kMlp, m.model_type == "lfm2");
+    } else if (m.model_type == "starcoder2") {  // Starcoder2MLP: c_fc, gelu_pytorch_tanh, c_proj (use_bias)
+      out.push_back({"c_fc", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
+      out.push_back({"c_proj", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
     } else if (m.model_type == "nemotron_h") {  // NemotronHMLP: up_proj, relu2, down_proj
       out.push_back({"up_proj", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
       out.push_back({"down_proj", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
@@ -316,10 +325,13 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   }
   const bool mixtral = is_mixtral_naming(m);
   LinearModule router{"gate", h, m.moe.num_experts, m.moe.router_bias, 1, LinearRole::kRouter};
-  router.nn_linear = !is_deepseek_family(m) && m.model_type != "nemotron_h";  // NemotronHTopkRouter: F.linear
+  router.nn_linear = !is_deepseek_family(m) && m.model_type != "nemotron_h" && !has_parameter_experts(m);  // NemotronHTopkRouter: F.linear
   out.push_back(router);
+  const std::size_t first_expert = out.size();
   add_gated_mlp(out, m, m.moe.expert_intermediate_size, m.moe.local_experts > 0 ? m.moe.local_experts : m.moe.num_experts,
                   LinearRole::kRoutedExpert, mixtral);
+  if (has_parameter_experts(m))
+    for (std::size_t i = first_expert; i < out.size(); ++i) out[i].nn_linear = false;
   if (m.moe.num_shared_experts > 0) {
     // DeepSeek fuses n shared experts into one MLP of n x width; Qwen2-MoE has one.
     add_gated_mlp(out, m, m.moe.shared_intermediate_size * m.moe.num_shared_experts, 1, LinearRole::kSharedExpert,
@@ -369,8 +381,10 @@ ParameterCounts count_model_parameters(const ModelSpec& m) {
       else
         active += p;
     }
+    // gpt-oss: GptOssAttention.sinks, one logit per head.
     const std::int64_t mixer_extra =
-        (m.hybrid.mixer(l) == MixerKind::kAttention ? qk_norm_params(m) : 0) + mixer_params(m, l);
+        (m.hybrid.mixer(l) == MixerKind::kAttention ? qk_norm_params(m) + (m.attention_sinks ? m.num_heads : 0) : 0) +
+        mixer_params(m, l);
     c.attention += mixer_extra;
     active += mixer_extra;
     if (m.is_cross_attention_layer(l)) {

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "core/sim/fused_ce.hpp"
+#include "core/sim/gpt_oss.hpp"
 #include "core/sim/mla.hpp"
 #include "core/sim/sentence.hpp"
 #include "memplan/bytes.hpp"
@@ -36,6 +37,7 @@ struct LayerParams {
   MixerKind mixer = MixerKind::kAttention;
   bool ffn = true;
   int conv_w = -1, conv_b = -1, dt_bias = -1, a_log = -1, d = -1, mix_norm = -1;
+  int sinks = -1;  // gpt-oss GptOssAttention.sinks (docs/models.md#gpt_oss)
 };
 
 // Qwen2.5-VL get_window_index: the merged-token grid of an image is cut into windows of
@@ -152,6 +154,9 @@ class Step {
   int sdpa_kernel(int q, int k, int v, const Poly& out_numel, const Poly& bias_numel, std::optional<DT> bias_dt);
   int mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2);
   int moe(int x, LayerParams& lp);
+  // gpt-oss (docs/models.md#gpt_oss): GptOssMLP's training loop; returns the output and the
+  // router scores the decoder layer keeps until it returns.
+  std::pair<int, int> gpt_oss_moe(int x, LayerParams& lp);
   int gelu_new(int x);
   int decoder_layer(int h, int layer);
   // Hybrid layers (docs/models.md#hybrid-layers), as transformers' torch fallbacks run them.
@@ -368,6 +373,8 @@ void Step::make_params() {
       lp.q_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
       lp.k_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
     }
+    if (m_.attention_sinks && lp.mixer == MixerKind::kAttention)
+      lp.sinks = make_param(m_.num_heads, sp_.weight_dt, sp_.full_finetune);
     const HybridSpec& hy = m_.hybrid;
     const bool ft = sp_.full_finetune;
     if (lp.mixer == MixerKind::kGatedDeltaNet) {
@@ -540,6 +547,16 @@ int Step::norm(int x, int w, int bias, std::int64_t width, Poly numel) {
   if (m_.norm == NormKind::kLayerNorm) return layer_norm(x, w, bias, numel, rows);
   // Qwen3NextRMSNorm is Gemma's zero-centred (1 + weight) norm.
   if (m_.model_type.rfind("gemma", 0) == 0 || m_.model_type == "qwen3_next") return gemma_rmsnorm(x, w, numel, rows);
+  if (m_.model_type == "gpt_oss" && !sp_.liger_kernels) {
+    // GptOssRMSNorm: (weight * normalized).to(input dtype): the product is fp32, cast after.
+    const DT in_dt = g_.at(x).dt;
+    const int n = rms_normalize(x, numel, rows);
+    const int o = ops_.mul(w, n, numel);
+    g_.drop(n);
+    const int out = ops_.to(o, in_dt);
+    g_.drop(o);
+    return out;
+  }
   return llama_rmsnorm(x, w, numel, rows);
 }
 
@@ -777,8 +794,17 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     // matmul folds (b, heads) into bmm's batch: the permuted query needs a copy unless b == 1;
     // a stride-0 (single KV head) key/value needs one unless b == 1.
     const bool copy_kv = one_kv && n_rep > 1 && !one_sequence();
-    probs = ops_.eager_probs(qe, ops_.view(kr), lp.sliding && sliding_mask_ >= 0 ? sliding_mask_ : mask_, scores(nh),
-                             !one_sequence(), copy_kv, m_.attn_logit_softcap > 0);
+    const int layer_mask = lp.sliding && sliding_mask_ >= 0 ? sliding_mask_ : mask_;
+    probs = lp.sinks >= 0 ? sink_eager_probs(g_, ops_, qe, ops_.view(kr), layer_mask, lp.sinks, scores(nh), tok(nh),
+                                             !one_sequence(), copy_kv)
+                          : ops_.eager_probs(qe, ops_.view(kr), layer_mask, scores(nh), !one_sequence(), copy_kv,
+                                             m_.attn_logit_softcap > 0);
+    if (m_.model_type == "starcoder2" && m_.attention_dropout > 0) {  // dropout(attn_weights, attention_dropout)
+      ops_.cat = Cat::kAttentionScores;
+      const int pd = ops_.dropout(probs, m_.attention_dropout);
+      g_.drop(probs);
+      probs = pd;
+    }
     g_.hold(probs);  // returned to the caller as well
     out = ops_.attention_output(probs, vr, qn, copy_kv);
     g_.drop(vr);
@@ -859,6 +885,14 @@ int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t wi
     g_.drop(a);
     return o;
   }
+  if (m_.model_type == "starcoder2") {  // Starcoder2MLP: c_proj(act(c_fc(x))), gelu_pytorch_tanh keeps its input
+    const int f = lin(x, lp.lin.at("c_fc"), wide);
+    const int a = ops_.gelu(f);
+    g_.drop(f);
+    const int o = lin(a, lp.lin.at("c_proj"), narrow);
+    g_.drop(a);
+    return o;
+  }
   if (!m_.gated_mlp) {  // NemotronHMLP: down_proj(square(relu(up_proj(x))))
     const int u = lin(x, lp.lin.at(prefix + "up_proj"), wide);
     const int r = ops_.tanh(u);  // relu: saves its result
@@ -913,9 +947,13 @@ int Step::moe(int x, LayerParams& lp) {
   // DeepseekV3MoE (DeepSeek-V3, Kimi K2; Glm4MoeMoE is the same code): a sigmoid router on fp32
   // copies, its weights kept in fp32, so the weighted expert outputs and the output they are
   // added into are fp32 too.
+  // MiniMaxM2TopKRouter scores the same way (sigmoid of fp32 logits, gather, in-place
+  // normalization), but its experts add into zeros_like(hidden_states): the weighted outputs are
+  // cast back to the hidden dtype before index_add_ (docs/models.md#minimax_m2).
+  const bool minimax = m_.model_type == "minimax_m2";
   // NemotronHMoE (Nemotron 3) routes the same way; its experts are relu2 MLPs.
   const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2" || m_.model_type == "glm4_moe" ||
-                   m_.model_type == "nemotron_h";
+                   m_.model_type == "nemotron_h" || minimax;
   // The tokens this rank routes: all of them, or its s / t share when the sequence is not
   // gathered for the experts (ProgramSpec::moe_gather).
   const std::int64_t div = seq_par() && !sp_.moe_gather ? sp_.sequence_parallel : 1;
@@ -952,8 +990,12 @@ int Step::moe(int x, LayerParams& lp) {
     g_.drop(before);
     g_.drop(denom);
     g_.drop(gathered);
-    topw = ops_.scalar_op(normed);
-    g_.drop(normed);
+    if (minimax) {  // no routed_scaling_factor
+      topw = normed;
+    } else {
+      topw = ops_.scalar_op(normed);
+      g_.drop(normed);
+    }
   } else {
     // Mixtral / Qwen-MoE: fp32 softmax, torch.topk (saves its indices).
     const int logits = lin(x, lp.lin.at("gate"), tok(E));
@@ -967,7 +1009,7 @@ int Step::moe(int x, LayerParams& lp) {
   // Mixtral casts the routing weights to the hidden dtype; DeepSeek keeps them fp32.
   const int weights = ds3 ? topw : ops_.to(topw, xdt);
   if (!ds3) g_.drop(topw);
-  const DT out_dt = ds3 ? weights_dt : xdt;
+  const DT out_dt = ds3 && !minimax ? weights_dt : xdt;
   const int out = g_.make(tok(h), out_dt, ops_.cat);  // zeros (zeros_like(..., dtype=topk_weights.dtype))
   // Token-expert pairs this GPU's experts compute: tokens x k with balanced dropless routing;
   // with a capacity factor, every expert padded to its capacity (docs/formulas.md#expert-parallelism).
@@ -1003,9 +1045,14 @@ int Step::moe(int x, LayerParams& lp) {
   int e = mlp(ein, lp, "", m_.moe.expert_intermediate_size, routed(1), false);
   g_.drop(ein);
   if (sp_.expert_parallel > 1) e = all_to_all(e);
-  const int scaled = ops_.mul(e, rw, routed(h));
+  int scaled = ops_.mul(e, rw, routed(h));
   g_.drop(e);
   g_.drop(rw);
+  if (g_.at(scaled).dt != out_dt) {  // MiniMax-M2: .to(final_hidden_states.dtype)
+    const int c2 = ops_.to(scaled, out_dt);
+    g_.drop(scaled);
+    scaled = c2;
+  }
   g_.drop(onehot);
   // final_hidden_states.index_add_(0, token_idx, scaled): its backward
   // (grad.index_select(dim, index).expand_as(source)) saves the source and the index.
@@ -1042,6 +1089,145 @@ int Step::moe(int x, LayerParams& lp) {
   return result;
 }
 
+std::pair<int, int> Step::gpt_oss_moe(int x, LayerParams& lp) {
+  // GptOssMLP in training (transformers 4.55-4.57, docs/models.md#gpt_oss). GptOssTopKRouter:
+  // F.linear with its bias, topk (keeps the indices), softmax over the k values in their dtype,
+  // zeros_like(logits).scatter_ of them: the (tokens, experts) router scores. GptOssExperts'
+  // training branch then loops over the experts hit: hidden_states[token_idx]; `current_state @
+  // self.gate_up_proj[expert_idx] + self.gate_up_proj_bias[expert_idx]`, where expert_idx is a
+  // one-element index tensor, so each expert's weights and biases are gathered into a copy that
+  // the product keeps for backward; gate and up are strided halves, clamped (each clamp keeps its
+  // input), glu = gate * sigmoid(gate * alpha), (up + 1) * glu, the same gather for down_proj,
+  // `out[0] * routing_weights[token_idx, expert_idx, None]`, index_add_ into zeros (tokens x k
+  // rows in all, balanced routing).
+  const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts, k = m_.moe.experts_per_token;
+  const std::int64_t I = m_.moe.expert_intermediate_size;
+  const DT xdt = g_.at(x).dt;
+  const auto routed = [&](std::int64_t w) {
+    return Poly::mono(tok_mono(),
+                      checked_mul(checked_mul(w * k, seqs_per_forward()), sp_.moe_tokens_per_mille) / 1000);
+  };
+  const LinearParams& gate = lp.lin.at("gate");
+  const int logits = ops_.linear(x, gate.w, gate.b, tok(E));
+  const DT ldt = g_.at(logits).dt;
+  const int topv = g_.make(tok(k), ldt, ops_.cat);
+  const int topi = g_.make(tok(k), DT::kI64, ops_.cat);
+  g_.node({logits}, {topv}, {topi}, [logits](Bwd& ctx) { ctx.give(logits, ctx.like(logits)); });
+  g_.drop(logits);
+  const int sm = g_.make(tok(k), ldt, ops_.cat);  // softmax(dtype=router_top_value.dtype)
+  g_.node({topv}, {sm}, {sm}, [topv](Bwd& ctx) { ctx.give(topv, ctx.like(topv)); });
+  g_.drop(topv);
+  const int scores_t = g_.make(tok(E), ldt, ops_.cat);  // zeros_like(logits).scatter_(1, indices, values)
+  g_.node({sm}, {scores_t}, {topi}, [sm](Bwd& ctx) { ctx.give(sm, ctx.like(sm)); });
+  g_.drop(sm);
+  // The experts: next_states = zeros_like; one_hot(router_indices) (int64) through the loop.
+  // The loop runs in G groups of E / G experts (G: E up to 8, else the largest divisor of E up to
+  // 8), so each group's transients and backward temporaries are those of E / G experts, as the
+  // per-expert loop's are of one, at a bounded cost in graph size; what the loop saves is the
+  // same either way (docs/models.md#gpt_oss).
+  int groups = 1;
+  for (int gsz = 1; gsz <= 8; ++gsz)
+    if (E % gsz == 0) groups = gsz;
+  if (E <= 8) groups = static_cast<int>(E);
+  const auto grouped = [&](std::int64_t w) {
+    const Poly r = routed(w);
+    Poly out = r;
+    for (auto& v : out.c) v = (v + groups - 1) / groups;
+    return out;
+  };
+  const LinearParams& gu = lp.lin.at("gate_up_proj");
+  const LinearParams& dp = lp.lin.at("down_proj");
+  // param[expert_idx] for the group's experts: gathered copies (IndexBackward: a zero tensor of
+  // the parameter's size per expert, index_put_).
+  const auto gathered = [&](int param) {
+    Poly n = g_.at(param).numel;
+    for (auto& v : n.c) v /= groups;
+    const int cp = g_.make(n, g_.at(param).dt, ops_.cat, g_.rg(param));
+    g_.node({param}, {cp}, {}, [param](Bwd& ctx) { ctx.give(param, ctx.like(param)); });
+    return cp;
+  };
+  const auto clamp = [&](int v) {  // clamp keeps its input
+    const int y = g_.make(g_.at(v).numel, g_.at(v).dt, ops_.cat);
+    g_.node({v}, {y}, {v}, [v](Bwd& ctx) { ctx.give(v, ctx.like(v)); });
+    g_.drop(v);
+    return y;
+  };
+  int next = g_.make(tok(h), xdt, ops_.cat);
+  const int onehot = g_.make(tok(checked_mul(k, E)), DT::kI64, ops_.cat);
+  for (int grp = 0; grp < groups; ++grp) {
+    const int token_idx = g_.make(grouped(1), DT::kI64, ops_.cat);  // torch.where(expert_mask[e])
+    const int cs = g_.make(grouped(h), xdt, ops_.cat);              // hidden_states[token_idx]
+    // IndexBackward: a zero tensor of the input's size, index_put_ into it.
+    g_.node({x}, {cs}, {token_idx}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
+    const int wgu = gathered(gu.w);
+    const int prod = ops_.matmul(cs, wgu, grouped(2 * I));
+    g_.drop(wgu);
+    g_.drop(cs);
+    int gate_up = prod;
+    if (gu.b >= 0) {
+      const int bgu = gathered(gu.b);
+      gate_up = ops_.add(prod, bgu, grouped(2 * I));
+      g_.drop(prod);
+      g_.drop(bgu);
+    }
+    const int gv = ops_.slice(gate_up, grouped(I), false);  // gate_up[..., ::2]
+    const int uv = ops_.slice(gate_up, grouped(I), false);  // gate_up[..., 1::2]
+    g_.drop(gate_up);
+    const int gc = clamp(gv);
+    const int uc = clamp(uv);
+    const int ga = ops_.scalar_op(gc);  // gate * alpha
+    const int sg = ops_.tanh(ga);       // sigmoid: keeps its result, as tanh does
+    g_.drop(ga);
+    const int glu = ops_.mul(gc, sg, grouped(I));
+    g_.drop(gc);
+    g_.drop(sg);
+    const int u1 = ops_.scalar_op(uc);  // up + 1
+    g_.drop(uc);
+    const int go = ops_.mul(u1, glu, grouped(I));
+    g_.drop(u1);
+    g_.drop(glu);
+    const int wd = gathered(dp.w);
+    const int od = ops_.matmul(go, wd, grouped(h));
+    g_.drop(wd);
+    g_.drop(go);
+    int out = od;
+    if (dp.b >= 0) {
+      const int bd = gathered(dp.b);
+      out = ops_.add(od, bd, grouped(h));
+      g_.drop(od);
+      g_.drop(bd);
+    }
+    const int o0 = ops_.slice(out, grouped(h), false);  // out[0]: SelectBackward fills zeros of out's size
+    g_.drop(out);
+    // routing_weights[token_idx, expert_idx, None]: a gathered copy; IndexBackward fills zeros of
+    // the scores' size.
+    const int rw = g_.make(grouped(1), ldt, ops_.cat);
+    g_.node({scores_t}, {rw}, {token_idx}, [scores_t](Bwd& ctx) { ctx.give(scores_t, ctx.like(scores_t)); });
+    int wo = ops_.mul(o0, rw, grouped(h));
+    g_.drop(o0);
+    g_.drop(rw);
+    if (g_.at(wo).dt != xdt) {  // weighted_output.to(hidden_states.dtype)
+      const int c2 = ops_.to(wo, xdt);
+      g_.drop(wo);
+      wo = c2;
+    }
+    // next_states.index_add_(0, token_idx, weighted_output): IndexAddBackward keeps the index and
+    // the source (grad.index_select(dim, index).expand_as(source)).
+    const int summed = g_.make(tok(h), xdt, ops_.cat);
+    g_.node({next, wo}, {summed}, {wo, token_idx}, [next, wo](Bwd& ctx) {
+      ctx.pass(next, ctx.grad());
+      ctx.give(wo, ctx.like(wo));
+    });
+    g_.drop(next);
+    g_.drop(wo);
+    g_.drop(token_idx);
+    next = summed;
+  }
+  g_.drop(onehot);
+  g_.drop(topi);
+  return {next, scores_t};
+}
+
 // ---- layers
 
 int Step::decoder_layer(int h, int layer) {
@@ -1068,8 +1254,10 @@ int Step::decoder_layer(int h, int layer) {
     g_.drop(attn);
     attn = a2;
   }
-  if (gpt2) {  // resid_dropout
-    const int d = ops_.dropout(attn, 0.1);
+  // GPT-2 resid_dropout; Starcoder2 residual_dropout after o_proj and after c_proj (docs/models.md#starcoder2).
+  const double resid_p = gpt2 ? 0.1 : m_.model_type == "starcoder2" ? m_.hidden_dropout : 0.0;
+  if (resid_p > 0) {
+    const int d = ops_.dropout(attn, resid_p);
     g_.drop(attn);
     attn = d;
   }
@@ -1078,11 +1266,16 @@ int Step::decoder_layer(int h, int layer) {
   g_.drop(residual);
   const int n2 = norm(h2, lp.norms[post_norms ? 4 : 2], lp.norms[post_norms ? 5 : 3], hs, H);
   int m;
+  int router_scores = -1;  // gpt-oss: `hidden_states, _ = self.mlp(...)`, `_` lives to the layer's end
   if (lp.moe) {
     // MoE layers route every token of the sequence: gathered (and kept by the router) under
     // sequence parallelism.
     const int in = seq_par() && sp_.moe_gather ? sp_region(n2, tok(hs)) : n2;
-    m = moe(in, lp);
+    if (m_.model_type == "gpt_oss") {
+      std::tie(m, router_scores) = gpt_oss_moe(in, lp);
+    } else {
+      m = moe(in, lp);
+    }
     if (in != n2) g_.drop(in);
   } else {
     sp_gather_buffer(n2);
@@ -1099,8 +1292,8 @@ int Step::decoder_layer(int h, int layer) {
     g_.drop(m);
     m = m2;
   }
-  if (gpt2) {
-    const int d = ops_.dropout(m, 0.1);
+  if (resid_p > 0) {
+    const int d = ops_.dropout(m, resid_p);
     g_.drop(m);
     m = d;
   }
@@ -1108,6 +1301,7 @@ int Step::decoder_layer(int h, int layer) {
   g_.drop(m);
   g_.drop(h2);
   if (probs >= 0) g_.drop(probs);  // `hidden_states, _ = self.self_attn(...)`: `_` lives to here
+  if (router_scores >= 0) g_.drop(router_scores);
   return h3;
 }
 
@@ -2319,6 +2513,11 @@ int Step::embed_and_layers(bool policy) {
     g_.drop(hcur);
     const int d = ops_.dropout(sum, policy ? 0.1 : 0.0);
     g_.drop(sum);
+    hcur = d;
+  }
+  if (m_.model_type == "starcoder2" && m_.hidden_dropout > 0 && !received) {  // Starcoder2Model embedding_dropout
+    const int d = ops_.dropout(hcur, policy ? m_.hidden_dropout : 0.0);
+    g_.drop(hcur);
     hcur = d;
   }
   if (seq_par() && !received) {  // the embedding's output is scattered over the sequence

@@ -18,6 +18,7 @@
 #include "io/embedded.hpp"
 #include "io/model/model_names.hpp"
 #include "io/model/model_source_encoders.hpp"
+#include "io/model/model_source_moe2025.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::io {
@@ -263,8 +264,6 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
 // estimate that ignored the block would be a silent wrong answer (docs/models.md#not-modelled).
 std::optional<std::string> unsupported_reason(const std::string& type) {
   static const std::pair<const char*, const char*> kNotModelled[] = {
-      {"gpt_oss", "its attention sinks, its experts (fused gate_up_proj with biases and a clamped SwiGLU) and their "
-                  "MXFP4 weights are not modelled"},
       {"llama4", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with dense "
                  "ones are not modelled"},
       {"llama4_text", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with "
@@ -273,10 +272,6 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
       {"qwen3_vl_moe", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not "
                        "modelled"},
       {"deepseek_v32", "its sparse-attention indexer (index_n_heads, index_head_dim, index_topk) is not modelled"},
-      {"minimax_m2", "its MoE block (transformers 5's fused experts, sigmoid routing with a correction bias) is not "
-                     "modelled"},
-      {"starcoder2", "its non-gated MLP with biases (c_fc, c_proj) and its residual and embedding dropout are not "
-                     "modelled"},
       // Families checked from their transformers modelling code (docs/models.md#not-modelled).
       {"gemma3n", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing "
                   "(and its vision and audio towers) are not modelled"},
@@ -374,8 +369,8 @@ bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind
 Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& origin) {
   const std::string& t = m.model_type;
   const bool qwen = starts_with(t, "qwen2") || starts_with(t, "qwen3");
-  const bool windowed_type =
-      t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" || t == "olmo3" || qwen;
+  const bool windowed_type = t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" ||
+                             t == "olmo3" || t == "gpt_oss" || t == "starcoder2" || qwen;
   MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
   if (qwen) {
     // Qwen configs always carry a sliding_window; it only applies with use_sliding_window.
@@ -813,6 +808,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (t == "glm4_moe") apply_glm4_moe_defaults(j);
   if (t == "lfm2")
     if (auto s = apply_lfm2_fields(j, origin); !s) return s.error();
+  if (t == "starcoder2" && !j.contains("hidden_act")) j["hidden_act"] = "gelu_pytorch_tanh";  // Starcoder2Config
   if (t == "nemotron_h") {
     // NemotronHConfig: attention_head_dim in the first releases, head_dim later; relu2 MLP.
     if (!j.contains("head_dim") && j.contains("attention_head_dim")) j["head_dim"] = j["attention_head_dim"];
@@ -829,7 +825,9 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   const bool deepseek_moe = t == "deepseek" || mla_type || glm4_moe;
   // Qwen3-Next: Qwen2-MoE's block (gated shared expert) under hybrid layers (docs/models.md#qwen3_next).
   const bool qwen_shared_moe = t == "qwen2_moe" || t == "qwen3_next";
-  const bool moe_type = t == "mixtral" || qwen_shared_moe || t == "qwen3_moe" || deepseek_moe;
+  // gpt-oss and MiniMax-M2: experts intermediate_size wide, like Mixtral's (docs/models.md#gpt_oss).
+  const bool mixtral_width = t == "mixtral" || t == "gpt_oss" || t == "minimax_m2";
+  const bool moe_type = mixtral_width || qwen_shared_moe || t == "qwen3_moe" || deepseek_moe;
 
   MEMPLAN_TRY(m.vocab_size, f.integer({"vocab_size"}));
   MEMPLAN_TRY(m.hidden_size, f.integer({"hidden_size", "n_embd"}));
@@ -928,11 +926,11 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
 
   if (moe_type) {
     MEMPLAN_TRY(std::int64_t experts, f.integer({"num_local_experts", "num_experts", "n_routed_experts"}, 0));
-    MEMPLAN_TRY(std::int64_t top_k, f.integer({"num_experts_per_tok"}, experts > 0 ? std::nullopt
+    MEMPLAN_TRY(std::int64_t top_k, f.integer({"num_experts_per_tok", "experts_per_token"}, experts > 0 ? std::nullopt
                                                                                       : std::optional<std::int64_t>(0)));
     m.moe.num_experts = narrow_count(experts);
     m.moe.experts_per_token = narrow_count(top_k);
-    if (t == "mixtral") {
+    if (mixtral_width) {
       m.moe.expert_intermediate_size = m.intermediate_size;
     } else if (experts > 0) {
       MEMPLAN_TRY(m.moe.expert_intermediate_size, f.integer({"moe_intermediate_size"}));
@@ -966,6 +964,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   // Glm4MoeTopkRouter's e_score_correction_bias is stored in the checkpoint like DeepSeek-V3's;
   // the MTP layer (num_nextn_predict_layers) is not loaded by Glm4MoeForCausalLM.
   if (glm4_moe) m.moe.router_bias = m.moe.enabled();
+  if (is_moe2025_type(t))
+    if (auto s = apply_moe2025_fields(j, m, origin); !s) return s.error();
   if (t == "mllama") {
     // MllamaTextConfig: cross_attention_layers (default every fifth from 3), and embed_tokens of
     // vocab_size + 8 rows (MllamaTextModel); lm_head has vocab_size.
@@ -1014,7 +1014,8 @@ const std::vector<std::string>& supported_model_types() {
                                              "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2", "olmo3",
                                              "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
                                              "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe",
-                                             "qwen3_next", "nemotron_h", "lfm2"};
+                                             "qwen3_next", "nemotron_h", "lfm2", "gpt_oss", "minimax_m2",
+                                             "starcoder2"};
   return t;
 }
 
@@ -1437,6 +1438,12 @@ Result<ResolvedModel> load_model_file(const fs::path& cfg, const std::string& na
   MEMPLAN_TRY(const std::string st, read_sentence_transformers_modules(cfg.parent_path(), r.spec));
   if (!st.empty()) r.via = st;
   if (!assumption.empty()) r.via = cfg.string() + ": " + assumption + (r.via.empty() ? "" : "; " + r.via);
+  if (r.spec.model_type == "gpt_oss" && text.find("\"mxfp4\"") != std::string_view::npos) {
+    // docs/models.md#gpt_oss: the MXFP4 experts are the checkpoint's storage, not a training mode.
+    const std::string note = cfg.string() + ": its experts are stored in MXFP4; from_pretrained dequantizes them to "
+                             "bf16 for training (Mxfp4Config(dequantize=True)), which is what is counted";
+    r.via = r.via.empty() ? note : r.via + "; " + note;
+  }
   return r;
 }
 

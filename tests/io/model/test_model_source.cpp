@@ -664,7 +664,8 @@ TEST_CASE("unsupported model types: near misses suggested, known ones explained"
         "a Llama-compatible layout; supported model types: llama, mistral, mixtral, qwen2, "
         "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3, gemma3_text, phi3, gpt2, deepseek, olmo2, olmo3, granite, "
         "smollm3, deepseek_v2, deepseek_v3, kimi_k2, qwen2_vl, qwen2_5_vl, mllama, internlm3, glm4_moe, qwen3_next, "
-        "nemotron_h, lfm2, bert, roberta, xlm-roberta, modernbert, deberta-v2, nomic_bert, mpnet");
+        "nemotron_h, lfm2, gpt_oss, minimax_m2, starcoder2, bert, roberta, xlm-roberta, modernbert, deberta-v2, "
+        "nomic_bert, mpnet");
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "gemma3"})", "c.json")) ==
         "c.json: model_type 'gemma3' has no \"text_config\" object; is this the model's config.json? "
         "generation_config.json and tokenizer_config.json do not describe the architecture");
@@ -1460,9 +1461,8 @@ TEST_CASE("resolve_model_source: popular models of a type memplan does not count
         "2779683840 (its published total: Hub API safetensors {\"F16\": 2779683840}; a model_arch record (source "
         "safetensors) gives the same) for a Llama-shaped estimate of the same size");
   CHECK(io::resolve_model("microsoft/phi-2", empty_env()).error().code == ErrorCode::kUnsupported);
-  CHECK(error_text(io::resolve_model("bigcode/starcoder2-3b", empty_env())) ==
-        "model 'bigcode/starcoder2-3b' is a 'starcoder2' model, whose module layout memplan does not model; use "
-        "--model-params with its parameter count for a Llama-shaped estimate of the same size");
+  // StarCoder2 is modelled now (docs/models.md#starcoder2): the 3B is a catalog entry.
+  CHECK(io::resolve_model("bigcode/starcoder2-3b", empty_env())->model_type == "starcoder2");
   // Mirrors and re-uploads of them too; another maker's fine-tune is not assumed to be one.
   CHECK(io::resolve_model("TheBloke/phi-2-GPTQ", empty_env()).error().code == ErrorCode::kUnsupported);
   CHECK(io::resolve_model("someone/phi-2", empty_env()).error().code == ErrorCode::kUnknownName);
