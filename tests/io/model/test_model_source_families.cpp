@@ -94,7 +94,6 @@ TEST_CASE("families whose blocks are not modelled are refused with the block nam
   const std::pair<const char*, const char*> cases[] = {
       {"gpt_oss", "its attention sinks, its experts (fused gate_up_proj with biases and a clamped SwiGLU) and their "
                   "MXFP4 weights are not modelled"},
-      {"deepseek_v32", "its sparse-attention indexer (index_n_heads, index_head_dim, index_topk) is not modelled"},
       {"starcoder2", "its non-gated MLP with biases (c_fc, c_proj) and its residual and embedding dropout are not "
                      "modelled"},
   };
