@@ -162,6 +162,23 @@ TEST_CASE("Llama 4 Maverick: 128 experts in every other layer, dense layers of i
   CHECK(c.active_per_token == 17'184'691'200LL);  // 17B active
 }
 
+TEST_CASE("Llama 4's text model alone (Llama4ForCausalLM's llama4_text config) counts without the tower") {
+  // Scout's text_config saved on its own, as text-only fine-tunes of Scout are (no moe_layers or
+  // no_rope_layers: Llama4TextConfig's defaults give every layer MoE and every fourth NoPE).
+  auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "architectures": ["Llama4ForCausalLM"],
+      "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_hidden_layers": 48,
+      "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 202048,
+      "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1})",
+                               "c.json");
+  REQUIRE(m.has_value());
+  CHECK_FALSE(m->vision.enabled());
+  CHECK(m->nope_layers.size() == 12);
+  CHECK(count_parameters(*m).total == 107'769'861'120LL);  // Scout's text model, by hand above
+  auto no_text = io::parse_hf_config(R"({"model_type": "llama4", "vision_config": {}})", "c.json");
+  REQUIRE_FALSE(no_text.has_value());
+  CHECK(no_text.error().message == "model_type 'llama4' has no \"text_config\" object");
+}
+
 TEST_CASE("Llama 4 estimates text-only fine-tuning; batches with images are refused") {
   const ModelSpec& m = catalog_spec("llama-4-scout");
   auto e = estimate(m, lora_config());
