@@ -59,6 +59,20 @@ TEST_CASE("Qwen3-VL-8B: the Qwen3-8B text model and a DeepStack vision tower, co
   for (const auto& l : vision_projector_linears(m.vision, m.hidden_size)) CHECK(l.bias);
 }
 
+TEST_CASE("Qwen3-VL-4B: tied embeddings, a 24-block tower, DeepStack after blocks 5, 11 and 17") {
+  const ModelSpec& m = catalog_spec("qwen3-vl-4b");
+  CHECK(m.tie_word_embeddings);
+  CHECK(m.vision.deepstack_indexes == std::vector<int>{5, 11, 17});
+  const ParameterCounts c = count_parameters(m);
+  // 24 blocks of 12,596,224 (LayerNorms 4 x 1,024; qkv 1,024 x 3,072 + 3,072; proj 1,024^2 + 1,024;
+  // linear_fc1 1,024 x 4,096 + 4,096; linear_fc2 4,096 x 1,024 + 1,024), patch_embed 1,536 x 1,024 +
+  // 1,024, pos_embed 2,304 x 1,024.
+  CHECK(c.vision == 24 * 12'596'224LL + 1'573'888 + 2'359'296);
+  // Merger LayerNorm(1,024) + 4,096^2 + 4,096 + 4,096 x 2,560 + 2,560; DeepStack mergers with LayerNorm(4,096).
+  CHECK(c.projector == 27'271'680LL + 3 * 27'277'824LL);
+  CHECK(c.total == 4'022'468'096LL + 415'347'712LL);  // Qwen3-4B + the tower: the card's 4.44B
+}
+
 TEST_CASE("Qwen3-VL-30B-A3B: fused experts (no nn.Linear), 31.07B total and 3.35B active by hand") {
   const ModelSpec& m = catalog_spec("qwen3-vl-30b-a3b");
   CHECK(m.model_type == "qwen3_moe");
