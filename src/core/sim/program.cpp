@@ -918,7 +918,11 @@ int Step::moe(int x, LayerParams& lp) {
   // Routed experts, as transformers' eager MoE blocks (docs/formulas.md#the-model-forward): the router, top-k;
   // each expert runs on the tokens routed to it (balanced routing: tokens * k in all), scaled by
   // its routing weight and index_add_-ed into a zero-initialised output.
-  const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts, k = m_.moe.experts_per_token;
+  const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts;
+  // Llama4TextMoe runs every token through every expert (hidden_states.repeat(E, 1) scaled by a
+  // sigmoid score that is 0 for the experts not chosen, two bmm over all experts): E token-expert
+  // pairs per token, and a full (tokens, E) score tensor (docs/models.md#llama-4).
+  const std::int64_t k = m_.model_type == "llama4_text" ? E : m_.moe.experts_per_token;
   const DT xdt = g_.at(x).dt;
   // DeepseekV3MoE (DeepSeek-V3, Kimi K2; Glm4MoeMoE is the same code): a sigmoid router on fp32
   // copies, its weights kept in fp32, so the weighted expert outputs and the output they are

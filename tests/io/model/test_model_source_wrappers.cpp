@@ -193,6 +193,25 @@ TEST_CASE("Llama 4's text model alone (Llama4ForCausalLM's llama4_text config) c
   CHECK(no_text.error().message == "model_type 'llama4' has no \"text_config\" object");
 }
 
+TEST_CASE("Llama 4's MoE runs every token through every expert, whatever num_experts_per_tok") {
+  // Llama4TextMoe: hidden_states.repeat(num_experts, 1) and two bmm over all experts; top-k only
+  // decides which scores are not zero. A top-1 and a top-4 model allocate the same.
+  const auto step = [](int k) {
+    auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
+        "intermediate_size_mlp": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": )" +
+                                     std::to_string(k) + "}",
+                                 "c.json");
+    REQUIRE(m.has_value());
+    TrainingConfig c = lora_config();
+    c.gradient_checkpointing = false;
+    auto e = estimate(*m, c);
+    REQUIRE(e.has_value());
+    return e->peak.count();
+  };
+  CHECK(step(1) == step(4));
+}
+
 TEST_CASE("Llama 4 estimates text-only fine-tuning; batches with images are refused") {
   const ModelSpec& m = catalog_spec("llama-4-scout");
   auto e = estimate(m, lora_config());
