@@ -107,6 +107,8 @@ enum class VisionKind {
   kQwen25Vl,  // Qwen2.5-VL: RMSNorm, gated SiLU MLP with biases, windowed attention, RMSNorm merger
   kSiglip,    // Gemma 3: SigLIP ViT (LayerNorm, GELU-tanh MLP) + average pooling + RMSNorm projector
   kMllama,    // Llama 3.2 Vision: tiled ViT (local + gated global layers) read by cross-attention layers
+  kQwen3Vl,   // Qwen3-VL: LayerNorm, fc1/GELU-tanh/fc2 MLP, learned positions, DeepStack mergers into early layers
+  kLlama4,    // Llama 4: counted (unfold patch Linear, 2D-rope ViT, pixel-shuffle adapter, projector), not simulated
 };
 
 struct VisionSpec {
@@ -130,6 +132,14 @@ struct VisionSpec {
   int max_aspect_ratio_id = 0;          // len(supported_aspect_ratios): 8
   std::vector<int> intermediate_layers;
   std::string model_type;               // the multimodal config's model_type: qwen2_5_vl, qwen2_vl, gemma3
+  // Qwen3-VL (docs/models.md#qwen3-vl): the learned position table (num_position_embeddings rows,
+  // bilinearly interpolated to the patch grid) and the blocks whose outputs go through a DeepStack
+  // merger and are added to the image tokens' hidden states after text layer 0, 1, ...
+  std::int64_t num_position_embeddings = 0;
+  std::vector<int> deepstack_indexes;
+  // Llama 4 (docs/models.md#llama-4): the vision adapter's pixel-shuffle MLP width and output.
+  std::int64_t projector_input_dim = 0;
+  std::int64_t projector_output_dim = 0;
 
   bool enabled() const { return depth > 0; }
   // Rows of the patch-embedding input: channels x temporal x patch x patch values per patch.
@@ -261,6 +271,18 @@ struct ModelSpec {
   // gpt-oss (docs/models.md#gpt_oss): GptOssAttention.sinks, one learned logit per head that the
   // eager softmax normalizes over with the scores (cat, max, subtract, softmax over s + 1 columns).
   bool attention_sinks = false;
+  // DeepSeek-V3.2 lightning indexer (docs/models.md#deepseek-v32): per layer wq_b (q_lora_rank ->
+  // heads x head_dim), wk (hidden -> head_dim), k_norm (LayerNorm), weights_proj (hidden -> heads);
+  // attention then reads the index_topk keys of highest index score. 0 heads: no indexer.
+  int index_heads = 0;
+  std::int64_t index_head_dim = 0;
+  std::int64_t index_topk = 0;
+  // Llama 4 (docs/models.md#llama-4): chunked local attention (attention_chunk_size) on the rotary
+  // layers, the NoPE layers (no_rope_layers == 0) attending in full; use_qk_norm: a weightless L2
+  // norm of q and k on the rotary layers.
+  std::int64_t attention_chunk_size = 0;
+  std::vector<int> nope_layers;
+  bool qk_l2_norm = false;
 
   bool is_encoder() const { return encoder; }
   // Sentence embeddings (pooled, no vocabulary head): an encoder's pooling head or a decoder

@@ -52,7 +52,7 @@ std::int64_t norm_params(const ModelSpec& m, std::int64_t width) {
 // DeepSeek families whose MoEGate / TopkRouter weight is a bare Parameter.
 bool is_deepseek_family(const ModelSpec& m) {
   return m.model_type == "deepseek" || m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3" ||
-         m.model_type == "kimi_k2" || m.model_type == "glm4_moe";
+         m.model_type == "kimi_k2" || m.model_type == "glm4_moe" || m.model_type == "deepseek_v32";
 }
 
 // gpt-oss and MiniMax-M2 (docs/models.md#gpt_oss): GptOssTopKRouter / MiniMaxM2TopKRouter hold a
@@ -63,7 +63,8 @@ bool has_parameter_experts(const ModelSpec& m) { return m.model_type == "gpt_oss
 
 std::int64_t qk_norm_params(const ModelSpec& m) {
   // MLA: q_a_layernorm (q_lora_rank, absent without q LoRA) and kv_a_layernorm (kv_lora_rank).
-  if (m.is_mla()) return m.q_lora_rank + m.kv_lora_rank;
+  // DeepSeek-V3.2's indexer adds k_norm, a LayerNorm (weight and bias) over index_head_dim.
+  if (m.is_mla()) return m.q_lora_rank + m.kv_lora_rank + (m.index_heads > 0 ? 2 * m.index_head_dim : 0);
   if (!m.qk_norm) return 0;
   if (m.qk_norm_per_head) return 2 * m.head_dim;
   return (static_cast<std::int64_t>(m.num_heads) + m.num_kv_heads) * m.head_dim;
@@ -296,6 +297,14 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     out.push_back({"kv_b_proj", m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), false, 1,
                    LinearRole::kAttention});
     out.push_back({"o_proj", heads * m.v_head_dim, h, m.o_bias, 1, LinearRole::kAttention});
+    if (m.index_heads > 0) {
+      // DeepSeek-V3.2's lightning indexer (inference/model.py Indexer, docs/models.md#deepseek-v32):
+      // wq_b reads the query latent, wk and weights_proj the layer input; no biases.
+      const std::int64_t ih = m.index_heads;
+      out.push_back({"indexer.wq_b", m.q_lora_rank, ih * m.index_head_dim, false, 1, LinearRole::kAttention});
+      out.push_back({"indexer.wk", h, m.index_head_dim, false, 1, LinearRole::kAttention});
+      out.push_back({"indexer.weights_proj", h, ih, false, 1, LinearRole::kAttention});
+    }
   } else if (m.fused_qkv) {
     out.push_back({"qkv_proj", h, q + 2 * kv, m.qkv_bias, 1, LinearRole::kAttention});
   } else {
@@ -324,13 +333,19 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     return out;
   }
   const bool mixtral = is_mixtral_naming(m);
+  // Llama 4's Llama4Router is an nn.Linear (PEFT matches it as "router"; memplan names every router gate).
+  const bool llama4 = m.model_type == "llama4_text";
   LinearModule router{"gate", h, m.moe.num_experts, m.moe.router_bias, 1, LinearRole::kRouter};
   router.nn_linear = !is_deepseek_family(m) && m.model_type != "nemotron_h" && !has_parameter_experts(m);  // NemotronHTopkRouter: F.linear
   out.push_back(router);
   const std::size_t first_expert = out.size();
   add_gated_mlp(out, m, m.moe.expert_intermediate_size, m.moe.local_experts > 0 ? m.moe.local_experts : m.moe.num_experts,
                   LinearRole::kRoutedExpert, mixtral);
-  if (has_parameter_experts(m))
+  // Llama4TextExperts and Qwen3VLMoeTextExperts hold the experts as two fused Parameters,
+  // gate_up_proj (E, H, 2I) and down_proj (E, I, H): the same count, but no nn.Linear for PEFT or
+  // bitsandbytes (docs/models.md#qwen3-vl). The names stay gate/up/down for the simulator.
+  // gpt-oss and MiniMax-M2 likewise (has_parameter_experts).
+  if (has_parameter_experts(m) || llama4 || (m.vision.kind == VisionKind::kQwen3Vl && m.moe.enabled()))
     for (std::size_t i = first_expert; i < out.size(); ++i) out[i].nn_linear = false;
   if (m.moe.num_shared_experts > 0) {
     // DeepSeek fuses n shared experts into one MLP of n x width; Qwen2-MoE has one.

@@ -33,6 +33,8 @@ std::string to_string(VisionKind k) {
     case VisionKind::kQwen25Vl: return "qwen2_5_vl";
     case VisionKind::kSiglip: return "siglip";
     case VisionKind::kMllama: return "mllama";
+    case VisionKind::kQwen3Vl: return "qwen3_vl";
+    case VisionKind::kLlama4: return "llama4";
   }
   return "?";
 }
@@ -92,16 +94,26 @@ std::vector<LinearModule> vision_block_linears(const VisionSpec& v) {
     out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
     return out;
   }
+  if (v.kind == VisionKind::kLlama4) {  // Llama4VisionAttention and Llama4VisionMLP: all with biases
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, true, 1, LinearRole::kAttention});
+    out.push_back({"fc1", h, f, true, 1, LinearRole::kMlp});
+    out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
+    return out;
+  }
   if (v.kind == VisionKind::kMllama) {  // MllamaVisionAttention (no biases), MllamaVisionMLP
     for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, false, 1, LinearRole::kAttention});
     out.push_back({"fc1", h, f, true, 1, LinearRole::kMlp});
     out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
     return out;
   }
-  // Qwen2-VL VisionAttention / Qwen2.5-VL Qwen2_5_VLVisionAttention: one qkv Linear and proj.
+  // Qwen2-VL VisionAttention / Qwen2.5-VL Qwen2_5_VLVisionAttention / Qwen3VLVisionAttention:
+  // one qkv Linear and proj.
   out.push_back({"qkv", h, 3 * h, true, 1, LinearRole::kAttention});
   out.push_back({"proj", h, h, true, 1, LinearRole::kAttention});
-  if (v.kind == VisionKind::kQwen25Vl) {  // Qwen2_5_VLMLP(bias=True)
+  if (v.kind == VisionKind::kQwen3Vl) {  // Qwen3VLVisionMLP: linear_fc1, GELU-tanh, linear_fc2, with biases
+    out.push_back({"linear_fc1", h, f, true, 1, LinearRole::kMlp});
+    out.push_back({"linear_fc2", f, h, true, 1, LinearRole::kMlp});
+  } else if (v.kind == VisionKind::kQwen25Vl) {  // Qwen2_5_VLMLP(bias=True)
     out.push_back({"gate_proj", h, f, true, 1, LinearRole::kMlp});
     out.push_back({"up_proj", h, f, true, 1, LinearRole::kMlp});
     out.push_back({"down_proj", f, h, true, 1, LinearRole::kMlp});
@@ -119,10 +131,23 @@ std::vector<LinearModule> vision_projector_linears(const VisionSpec& v, std::int
     w.nn_linear = false;
     return {w};
   }
+  if (v.kind == VisionKind::kLlama4)  // Llama4MultiModalProjector.linear_1, no bias
+    return {{"linear_1", v.projector_output_dim, text_hidden, false, 1, LinearRole::kMlp}};
   if (v.kind == VisionKind::kMllama)  // MllamaModel.multi_modal_projector: Linear(vision_output_dim, text hidden)
     return {{"multi_modal_projector", mllama_output_dim(v), text_hidden, true, 1, LinearRole::kMlp}};
   // Qwen2VLPatchMerger / Qwen2_5_VLPatchMerger: mlp = Linear(4h, 4h), GELU, Linear(4h, text hidden).
   const std::int64_t m = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
+  if (v.kind == VisionKind::kQwen3Vl) {
+    // Qwen3VLVisionPatchMerger (merger, then one per deepstack_visual_indexes entry in
+    // deepstack_merger_list): linear_fc1 (4h, 4h), GELU, linear_fc2 (4h, text hidden), with biases.
+    std::vector<LinearModule> out{{"linear_fc1", m, m, true, 1, LinearRole::kMlp},
+                                  {"linear_fc2", m, text_hidden, true, 1, LinearRole::kMlp}};
+    for (std::size_t i = 0; i < v.deepstack_indexes.size(); ++i) {
+      out.push_back({fmt::format("deepstack_merger_list.{}.linear_fc1", i), m, m, true, 1, LinearRole::kMlp});
+      out.push_back({fmt::format("deepstack_merger_list.{}.linear_fc2", i), m, text_hidden, true, 1, LinearRole::kMlp});
+    }
+    return out;
+  }
   return {{"mlp.0", m, m, true, 1, LinearRole::kMlp}, {"mlp.2", m, text_hidden, true, 1, LinearRole::kMlp}};
 }
 
@@ -150,6 +175,20 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
     c.tower += side * side * h;           // position_embedding
     c.tower += 2 * h;                     // post_layernorm
     c.projector = h;                      // mm_soft_emb_norm (Gemma3RMSNorm)
+  } else if (v.kind == VisionKind::kLlama4) {
+    // Llama4VisionModel: patch_embedding (Unfold + Linear(3 x p x p, h), no bias), class_embedding,
+    // positional_embedding_vlm ((image/patch)^2 + 1 rows), layernorm_pre/post, and the
+    // vision_adapter's pixel-shuffle MLP: fc1 (intermediate_size -> projector_input_dim) and fc2
+    // (projector_output_dim -> projector_output_dim), no biases.
+    const std::int64_t side = v.image_size / v.patch_size;
+    c.tower += v.patch_values() * h + h + (side * side + 1) * h + 4 * h;
+    c.tower += v.intermediate_size * v.projector_input_dim + v.projector_output_dim * v.projector_output_dim;
+  } else if (v.kind == VisionKind::kQwen3Vl) {
+    // patch_embed.proj Conv3d with a bias; pos_embed (num_position_embeddings x h). The merger's
+    // LayerNorm is over h; each DeepStack merger's (use_postshuffle_norm) over 4h.
+    c.tower += v.patch_values() * h + h + v.num_position_embeddings * h;
+    const std::int64_t m = h * v.spatial_merge_size * v.spatial_merge_size;
+    c.projector = 2 * h + 2 * m * static_cast<std::int64_t>(v.deepstack_indexes.size());
   } else if (v.kind != VisionKind::kMllama) {
     c.tower += v.patch_values() * h;      // patch_embed.proj Conv3d, no bias
     c.projector = norm_numel(v);          // merger.ln_q
@@ -196,7 +235,9 @@ ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t widt
   // Qwen2VLImageProcessor smart_resize: each side rounded (half to even, as Python's round) to a
   // multiple of patch x merge, then scaled to stay within [min_pixels, max_pixels].
   const double factor = static_cast<double>(v.patch_size * v.spatial_merge_size);
-  const double min_pixels = 56.0 * 56.0, max_pixels = 12845056.0;
+  // Qwen3-VL's processor: size {shortest_edge: 65536, longest_edge: 16777216}.
+  const bool q3 = v.kind == VisionKind::kQwen3Vl;
+  const double min_pixels = q3 ? 65536.0 : 56.0 * 56.0, max_pixels = q3 ? 16777216.0 : 12845056.0;
   const double hh = static_cast<double>(height), ww = static_cast<double>(width);
   double hb = std::nearbyint(hh / factor) * factor;
   double wb = std::nearbyint(ww / factor) * factor;

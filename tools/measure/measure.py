@@ -36,6 +36,7 @@ import hf_nomic
 import hf_qwen_vl
 import hf_qwen3_next
 import hf_starcoder2
+import hf_qwen3_vl
 import memtrace
 import optimizers
 import peft_lora
@@ -145,13 +146,18 @@ def build_vlm(case):
     train_vision_tower and train_projector (LLaMA-Factory's freeze_* flags inverted)."""
     torch.manual_seed(0)
     t = case["training"]
-    model = from_pretrained_dtype(hf_qwen_vl.Qwen25VLForConditionalGeneration(case["model"]),
-                                  DTYPES[t.get("torch_dtype", "float32")])
+    qwen3 = case["model"].get("model_type") == "qwen3_vl"
+    family = hf_qwen3_vl if qwen3 else hf_qwen_vl
+    cls = hf_qwen3_vl.Qwen3VLForConditionalGeneration if qwen3 else hf_qwen_vl.Qwen25VLForConditionalGeneration
+    model = from_pretrained_dtype(cls(case["model"]), DTYPES[t.get("torch_dtype", "float32")])
     lora = t.get("lora")
     for p in model.visual.parameters():
         p.requires_grad_(t.get("train_vision_tower", False) and not lora)
-    for p in model.visual.merger.parameters():
-        p.requires_grad_(t.get("train_projector", False) and not lora)
+    # The projector: Qwen2.5-VL's merger; Qwen3-VL's merger and DeepStack mergers.
+    projector = model.projector_modules() if qwen3 else [model.visual.merger]
+    for mod in projector:
+        for p in mod.parameters():
+            p.requires_grad_(t.get("train_projector", False) and not lora)
     if lora:
         # LLaMA-Factory: adapters in the language model (and the tower when it is trained); a
         # trained projector is a modules_to_save copy.
@@ -162,6 +168,9 @@ def build_vlm(case):
                              lora.get("target_modules"))
         if t.get("train_projector"):
             model.model.visual.merger = peft_lora.ModulesToSaveWrapper(model.model.visual.merger)
+            if qwen3:
+                model.model.visual.deepstack_merger_list = peft_lora.ModulesToSaveWrapper(
+                    model.model.visual.deepstack_merger_list)
     if t.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable(use_reentrant=t.get("checkpoint_reentrant", True))
         if lora:
@@ -169,7 +178,7 @@ def build_vlm(case):
     model.train()
     opt = optimizers.make_optimizer(t.get("optim", "adamw_torch"),
                                     [p for p in model.parameters() if p.requires_grad], t.get("optim_args"))
-    inputs = hf_qwen_vl.make_inputs(case["model"], t, torch.Generator().manual_seed(1))
+    inputs = family.make_inputs(case["model"], t, torch.Generator().manual_seed(1))
     return model, opt, inputs, None
 
 
@@ -237,7 +246,7 @@ def build(case):
         return build_modernbert(case)
     if case["model"].get("model_type") == "mllama":
         return build_mllama(case)
-    if case["model"].get("model_type") == "qwen2_5_vl":
+    if case["model"].get("model_type") in ("qwen2_5_vl", "qwen3_vl"):
         return build_vlm(case)
     torch.manual_seed(0)
     t = case["training"]

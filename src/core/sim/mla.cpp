@@ -1,5 +1,7 @@
 #include "core/sim/mla.hpp"
 
+#include <algorithm>
+
 namespace memplan::sim {
 
 namespace {
@@ -22,6 +24,40 @@ int expand_heads(Graph& g, int x, const Poly& numel) {
   return v;
 }
 
+// DeepSeek-V3.2's lightning indexer (DeepSeek-V3.2-Exp inference/model.py Indexer.forward,
+// docs/models.md#deepseek-v32) on the layer input x and the query latent qr: q = wq_b(qr)
+// (index heads x index_head_dim, rotary on its rope part: a copy), k = k_norm(wk(x)), weights =
+// weights_proj(x) * scale, then fp8_index's fused sum over heads of weights x relu(q k): one fp32
+// score per query-key pair, [b, s, s]; topk(index_topk) indices, and the additive mask
+// full(-inf).scatter_(-1, topk, 0) the attention adds to its scores. The selection has no
+// gradient: the indexer's outputs die here (its KL training loss is not modelled), only the
+// mask lives on into the attention.
+int lightning_indexer(MlaStep& st, int x, int qr) {
+  Graph& g = st.g;
+  Ops& ops = st.ops;
+  const ModelSpec& m = st.m;
+  const std::int64_t ih = m.index_heads, id = m.index_head_dim;
+  auto tok = [&](std::int64_t k) { return scaled(st.tokens, k); };
+  const int q = st.linear(qr, "indexer.wq_b", tok(ih * id));
+  const int qc = ops.clone(q);  // torch.cat of the rotated rope part and the rest
+  g.drop(q);
+  const int k = st.linear(x, "indexer.wk", tok(id));
+  const int kn = g.make(tok(id), g.at(k).dt, ops.cat);  // k_norm
+  g.drop(k);
+  const int w = st.linear(x, "indexer.weights_proj", tok(ih));
+  const int wf = g.make(tok(ih), DT::kF32, ops.cat);  // * n_heads^-0.5 * softmax_scale, in fp32
+  g.drop(w);
+  const int score = g.make(st.pair_scores, DT::kF32, Cat::kAttentionScores);
+  g.drop(qc);
+  g.drop(kn);
+  g.drop(wf);
+  const int topk = g.make(tok(std::min<std::int64_t>(m.index_topk, 1 << 20)), DT::kI64, Cat::kInputs);
+  const int mask = g.make(st.pair_scores, DT::kF32, Cat::kInputs);
+  g.drop(score);
+  g.drop(topk);
+  return mask;
+}
+
 }  // namespace
 
 std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
@@ -35,11 +71,13 @@ std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
 
   // ---- q: q_b_proj(q_a_layernorm(q_a_proj(x))), or q_proj(x) without q LoRA.
   int q;
+  int index_mask = -1;  // DeepSeek-V3.2: the top-k selection as an additive (b, s, s) mask
   if (m.q_lora_rank > 0) {
     const int qa = st.linear(x, "q_a_proj", tok(m.q_lora_rank));
     const int qn = st.rms_norm(qa, q_norm, m.q_lora_rank, tok(m.q_lora_rank));
     g.drop(qa);
     q = st.linear(qn, "q_b_proj", tok(nh * qk));
+    if (m.index_heads > 0) index_mask = lightning_indexer(st, x, qn);
     g.drop(qn);
   } else {
     q = st.linear(x, "q_proj", tok(nh * qk));
@@ -102,7 +140,8 @@ std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
     // split of the transposed kv_b_proj output: with b > 1 matmul's reshape to (b * heads, s, v)
     // copies it, bmm saves the copy, and the kv_b_proj output dies when the forward returns
     // (measured: docs/accuracy.md#mla).
-    probs = ops.eager_probs(query, ops.view(key), st.mask, st.scores, false, false);
+    // DeepSeek-V3.2: index_mask += mask, added to the scores in place of the causal mask.
+    probs = ops.eager_probs(query, ops.view(key), index_mask >= 0 ? index_mask : st.mask, st.scores, false, false);
     g.hold(probs);  // returned to the caller as well
     out = ops.attention_output(probs, value, tok(nh * vd), !st.one_sequence);
   } else {
@@ -122,7 +161,12 @@ std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
     const int k16 = ops.cast_for_autocast(key);
     const int v16 = ops.cast_for_autocast(v_in);
     g.drop(v_in);
-    const int o = ops.fused_attention(q16, k16, v16, tok(nh * od), st.heads_rows);
+    // DeepSeek-V3.2 under SDPA: the top-k mask goes to the kernel as an attention bias in q's
+    // dtype (a copy the memory-efficient kernel saves for backward). flash_attention_2 takes no
+    // mask: the sparse selection needs DeepSeek's own kernels, which read only the top-k keys.
+    const int bias = index_mask >= 0 && !fa2 ? g.make(st.pair_scores, g.at(q16).dt, Cat::kInputs) : -1;
+    const int o = ops.fused_attention(q16, k16, v16, tok(nh * od), st.heads_rows, bias);
+    if (bias >= 0) g.drop(bias);
     g.drop(q16);
     g.drop(k16);
     g.drop(v16);
@@ -148,6 +192,7 @@ std::pair<int, int> mla_attention(MlaStep& st, int x, int q_norm, int kv_norm) {
   g.drop(value);
   g.drop(query);
   g.drop(key);
+  if (index_mask >= 0) g.drop(index_mask);
   return {o, probs};
 }
 

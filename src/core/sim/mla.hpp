@@ -30,6 +30,7 @@ struct MlaStep {
   std::function<int(int x, const std::string& module, Poly out_numel)> linear;
   std::function<int(int x, int weight, std::int64_t width, Poly numel)> rms_norm;
   std::function<int(int x, Poly numel)> rotate_half_rope;  // x * cos + rotate_half(x) * sin
+  Poly pair_scores;    // (b, s, s): DeepSeek-V3.2's index scores and top-k mask
 };
 
 // The MLA self-attention on `x` (the input layernorm's output). q_norm / kv_norm are the

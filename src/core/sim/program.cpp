@@ -6,6 +6,8 @@
 #include <map>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "core/sim/fused_ce.hpp"
 #include "core/sim/gpt_oss.hpp"
 #include "core/sim/mla.hpp"
@@ -207,6 +209,12 @@ class Step {
   int trained_vision_blocks(int x, const std::vector<int>& holds, const std::function<bool(int)>& full_block);
   int vision_features();
   int merge_image_features(int embeds, int features);
+  // Qwen3-VL (docs/models.md#qwen3-vl): a DeepStack merger on a block's output, the learned
+  // position table's bilinear interpolation, and the add of a merger's features into the image
+  // tokens' hidden states after an early text layer.
+  int deepstack_merger(int x, std::size_t i);
+  int qwen3_vl_positions(int x);
+  int deepstack_add(int h, int features);
   int embed_and_layers(bool policy);
   void drop_forward_locals();
   int head_logits(int h, const Poly& rows);
@@ -251,6 +259,7 @@ class Step {
     int patch_w = -1, patch_b = -1, pos = -1, post_w = -1, post_b = -1;  // patch embedding, SigLIP positions/post norm
     std::vector<LayerParams> blocks;                                    // norms: norm1 (w, b), norm2 (w, b)
     int merge_norm_w = -1, merge_norm_b = -1;                           // Qwen ln_q, Gemma 3 mm_soft_emb_norm
+    std::vector<std::pair<int, int>> deepstack_norms;                   // Qwen3-VL: each DeepStack merger's LayerNorm(4h)
     std::map<std::string, LinearParams> proj;                           // projector Linears
   };
   struct Weights {
@@ -279,6 +288,7 @@ class Step {
   int cross_states_ = -1, cross_mask_ = -1, cross_rows_ = -1, cross_mask_in_ = -1;
   int vision_mask_ = -1;  // mllama: the tower's (images, 1, n, n) aspect-ratio mask while it runs
   int vision_out_ = -1;   // mllama: the tower's concatenated output, a local of MllamaModel.forward
+  std::vector<int> deepstack_;  // Qwen3-VL: the DeepStack features, locals of Qwen3VLModel.forward
   int mrope_ids_ = -1;  // Qwen-VL get_rope_index position ids
   // Qwen2.5-VL windowed blocks: the sum over windows of (patches in the window)^2, per image,
   // and the patches of the largest window.
@@ -441,6 +451,20 @@ void Step::make_vision_params() {
     vw.pos = make_param(h + P * h + 1 + A * T * P * h + 2 * (A * T * h + 1), dt(false, other_dt()), false);
     vw.post_w = make_param(4 * h, dt(false, other_dt()), false);  // layernorm_pre and layernorm_post
   }
+  if (v.kind == VisionKind::kLlama4) {
+    // Counted, never run (docs/models.md#llama-4): class and position embeddings, layernorm_pre/post
+    // and the pixel-shuffle adapter as one frozen tensor.
+    const std::int64_t side = v.image_size / v.patch_size;
+    vw.pos = make_param(h + (side * side + 1) * h + 4 * h + v.intermediate_size * v.projector_input_dim +
+                            v.projector_output_dim * v.projector_output_dim,
+                        dt(false, other_dt()), false);
+  }
+  if (v.kind == VisionKind::kQwen3Vl) {
+    // patch_embed.proj's bias and pos_embed (num_position_embeddings x h), with the tower.
+    vw.patch_b = make_param(h, dt(tower, other_dt()), tower);
+    vw.pos = make_param(v.num_position_embeddings * h, dt(tower, other_dt()), tower, Cat::kWeights,
+                        v.num_position_embeddings, h);
+  }
   if (siglip) {
     vw.patch_b = make_param(h, dt(tower, other_dt()), tower);
     const std::int64_t side = v.image_size / v.patch_size;
@@ -467,9 +491,16 @@ void Step::make_vision_params() {
   const bool copy = sp_.lora.enabled && sp_.train_projector;  // modules_to_save: frozen original + trained copy
   for (int pass = copy ? 0 : 1; pass < 2; ++pass) {
     const bool train = pass == 1 && sp_.train_projector;
-    if (v.kind != VisionKind::kMllama) {  // mllama's projector is one Linear
+    if (v.kind != VisionKind::kMllama && v.kind != VisionKind::kLlama4) {  // their projector is one Linear
       vw.merge_norm_w = make_param(h, dt(train, other_dt()), train);
       vw.merge_norm_b = ln && !siglip ? make_param(h, dt(train, other_dt()), train) : -1;
+    }
+    if (v.kind == VisionKind::kQwen3Vl) {  // the DeepStack mergers' LayerNorm(4h), trained with the projector
+      const std::int64_t wide = h * v.spatial_merge_size * v.spatial_merge_size;
+      vw.deepstack_norms.clear();
+      for (std::size_t i = 0; i < v.deepstack_indexes.size(); ++i)
+        vw.deepstack_norms.emplace_back(make_param(wide, dt(train, other_dt()), train),
+                                        make_param(wide, dt(train, other_dt()), train));
     }
     for (const auto& mod : vision_projector_linears(v, m_.hidden_size))
       vw.proj.insert_or_assign(mod.name, make_linear(mod, train, false, sp_.vision_frozen_dt));
@@ -696,7 +727,8 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     MlaStep st{g_, ops_, m_, tok(1), tok(m_.num_heads), scores(m_.num_heads), sp_.attn, one_sequence(), mask_, cos_,
                [this, &lp](int in, const std::string& name, Poly n) { return lin(in, lp.lin.at(name), n); },
                [this](int in, int w, std::int64_t width, Poly n) { return norm(in, w, -1, width, n); },
-               [this](int in, Poly n) { return rope(in, n); }};
+               [this](int in, Poly n) { return rope(in, n); },
+               scores(1)};  // DeepSeek-V3.2's indexer: one score per query-key pair
     return mla_attention(st, x, lp.q_norm, lp.k_norm);
   }
   const std::int64_t nh = m_.num_heads, nkv = m_.num_kv_heads, hd = m_.head_dim;
@@ -942,7 +974,11 @@ int Step::moe(int x, LayerParams& lp) {
   // Routed experts, as transformers' eager MoE blocks (docs/formulas.md#the-model-forward): the router, top-k;
   // each expert runs on the tokens routed to it (balanced routing: tokens * k in all), scaled by
   // its routing weight and index_add_-ed into a zero-initialised output.
-  const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts, k = m_.moe.experts_per_token;
+  const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts;
+  // Llama4TextMoe runs every token through every expert (hidden_states.repeat(E, 1) scaled by a
+  // sigmoid score that is 0 for the experts not chosen, two bmm over all experts): E token-expert
+  // pairs per token, and a full (tokens, E) score tensor (docs/models.md#llama-4).
+  const std::int64_t k = m_.model_type == "llama4_text" ? E : m_.moe.experts_per_token;
   const DT xdt = g_.at(x).dt;
   // DeepseekV3MoE (DeepSeek-V3, Kimi K2; Glm4MoeMoE is the same code): a sigmoid router on fp32
   // copies, its weights kept in fp32, so the weighted expert outputs and the output they are
@@ -953,7 +989,7 @@ int Step::moe(int x, LayerParams& lp) {
   const bool minimax = m_.model_type == "minimax_m2";
   // NemotronHMoE (Nemotron 3) routes the same way; its experts are relu2 MLPs.
   const bool ds3 = m_.model_type == "deepseek_v3" || m_.model_type == "kimi_k2" || m_.model_type == "glm4_moe" ||
-                   m_.model_type == "nemotron_h" || minimax;
+                   m_.model_type == "nemotron_h" || m_.model_type == "deepseek_v32" || minimax;
   // The tokens this rank routes: all of them, or its s / t share when the sequence is not
   // gathered for the experts (ProgramSpec::moe_gather).
   const std::int64_t div = seq_par() && !sp_.moe_gather ? sp_.sequence_parallel : 1;
@@ -1992,10 +2028,12 @@ int Step::vision_mlp(int x, LayerParams& lp) {
     g_.drop(p);
     return o;
   }
-  const int f = lin(x, lp.lin.at("fc1"), wide);
+  const int f = lin(x, lp.lin.at(v.kind == VisionKind::kQwen3Vl ? "linear_fc1" : "fc1"), wide);
   int act;
-  if (v.kind == VisionKind::kSiglip || v.kind == VisionKind::kMllama) {
-    act = ops_.gelu(f);  // gelu_pytorch_tanh (SigLIP), exact GELU (mllama): one op saving its input
+  const bool q3 = v.kind == VisionKind::kQwen3Vl;
+  if (v.kind == VisionKind::kSiglip || v.kind == VisionKind::kMllama || q3) {
+    // gelu_pytorch_tanh (SigLIP, Qwen3-VL), exact GELU (mllama): one op saving its input
+    act = ops_.gelu(f);
   } else {               // QuickGELU: x * sigmoid(1.702 x)
     const int a = ops_.scalar_op(f);
     const int sg = ops_.tanh(a);  // sigmoid saves its result, as tanh does
@@ -2004,7 +2042,7 @@ int Step::vision_mlp(int x, LayerParams& lp) {
     g_.drop(sg);
   }
   g_.drop(f);
-  const int o = lin(act, lp.lin.at("fc2"), narrow);
+  const int o = lin(act, lp.lin.at(q3 ? "linear_fc2" : "fc2"), narrow);
   g_.drop(act);
   return o;
 }
@@ -2143,6 +2181,8 @@ int Step::vision_features() {
   const int px = ops_.to(pixels_, g_.at(vw.patch_w).dt);
   // Conv3d / Conv2d with stride == kernel: one GEMM over the patches, saving its input.
   int x = ops_.patch_conv(px, vw.patch_w, vw.patch_b, H);
+  const bool q3 = v.kind == VisionKind::kQwen3Vl;
+  if (q3) x = qwen3_vl_positions(x);
   if (siglip) {  // + position_embedding(position_ids): a (1, patches, h) lookup broadcast over images
     const std::int64_t n = (v.image_size / v.patch_size) * (v.image_size / v.patch_size);
     const int pe = ops_.embedding(vpos_ids_, vw.pos, Poly::constant(n * h));
@@ -2185,7 +2225,24 @@ int Step::vision_features() {
     return v.kind != VisionKind::kQwen25Vl ||
            std::find(v.fullatt_blocks.begin(), v.fullatt_blocks.end(), l) != v.fullatt_blocks.end();
   };
-  if (!sp_.train_vision_tower || sp_.vision_all_blocks) {
+  const auto& ds = v.deepstack_indexes;
+  if (q3 && !ds.empty()) {
+    // Qwen3-VL: a DeepStack merger runs on the output of each block in deepstack_visual_indexes,
+    // and its features stay alive until the language model returns. A frozen tower's blocks
+    // leave nothing behind: the first block, the mergers (in order), then the last block with
+    // every feature alive stand for the tower; a trained tower runs every block.
+    for (int l = 0; l < v.depth; ++l) {
+      const auto at = std::find(ds.begin(), ds.end(), l);
+      const bool run = sp_.train_vision_tower || sp_.vision_all_blocks || l == 0 || l == v.depth - 1;
+      if (run) {
+        const Body body = [this, l](int t) { return vision_block(t, l); };
+        const int next = layer_forward(x, body, holds, false);
+        g_.drop(x);
+        x = next;
+      }
+      if (at != ds.end()) deepstack_.push_back(deepstack_merger(x, static_cast<std::size_t>(at - ds.begin())));
+    }
+  } else if (!sp_.train_vision_tower || sp_.vision_all_blocks) {
     for (int l = 0; l < v.depth; ++l)
       if (sp_.vision_all_blocks || blocks.empty() || (blocks.size() == 1 && full_block(l) != full_block(blocks[0])))
         blocks.push_back(l);
@@ -2228,11 +2285,11 @@ int Step::vision_features() {
     g_.drop(x);
     const int nv = ops_.view(n);
     g_.drop(n);
-    const int l0 = lin(nv, vw.proj.at("mlp.0"), H);
+    const int l0 = lin(nv, vw.proj.at(q3 ? "linear_fc1" : "mlp.0"), H);
     g_.drop(nv);
     const int ge = ops_.gelu(l0);
     g_.drop(l0);
-    feats = lin(ge, vw.proj.at("mlp.2"), T);
+    feats = lin(ge, vw.proj.at(q3 ? "linear_fc2" : "mlp.2"), T);
     g_.drop(ge);
     if (v.kind == VisionKind::kQwen25Vl) {  // hidden_states[reverse_indices]
       const int r = g_.make(T, g_.at(feats).dt, ops_.cat);
@@ -2250,6 +2307,81 @@ int Step::vision_features() {
     feats = cat;
   }
   return feats;
+}
+
+// Qwen3VLVisionPatchMerger(use_postshuffle_norm=True) on block output x: x.view(-1, 4h),
+// LayerNorm(4h), linear_fc1, GELU, linear_fc2 into the text hidden size.
+int Step::deepstack_merger(int x, std::size_t i) {
+  const VisionSpec& v = m_.vision;
+  VisionWeights& vw = w_->vision;
+  const std::int64_t wide = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
+  const auto [nw, nb] = vw.deepstack_norms.at(i);
+  const int xv = ops_.view(x);
+  const int n = layer_norm(xv, nw, nb, vpt(v.hidden_size), vtok(1));
+  g_.drop(xv);
+  const std::string name = fmt::format("deepstack_merger_list.{}.", i);
+  const int l0 = lin(n, vw.proj.at(name + "linear_fc1"), vtok(wide));
+  g_.drop(n);
+  const int ge = ops_.gelu(l0);  // nn.GELU(): saves its input
+  g_.drop(l0);
+  const int f = lin(ge, vw.proj.at(name + "linear_fc2"), vtok(m_.hidden_size));
+  g_.drop(ge);
+  return f;
+}
+
+// Qwen3VLVisionModel.fast_pos_embed_interpolate: pos_embed looked up at the 4 bilinear corners of
+// every patch ((4, patches, h)), times their weights, summed, repeated per frame and permuted
+// into the merge order (copies), concatenated over images, then added to the patch embeddings.
+int Step::qwen3_vl_positions(int x) {
+  VisionWeights& vw = w_->vision;
+  const Poly H = vpt(m_.vision.hidden_size);
+  const DT dt = g_.at(vw.pos).dt;
+  const int idx = g_.make(vpt(4), DT::kI64, Cat::kInputs);
+  const int wts = g_.make(vpt(4), dt, Cat::kInputs);
+  const int looked = ops_.embedding(idx, vw.pos, H * 4);
+  const int weighted = ops_.mul(looked, wts, H * 4);
+  g_.drop(looked);
+  g_.drop(wts);
+  g_.drop(idx);
+  // pos_embeds[0] + pos_embeds[1] + pos_embeds[2] + pos_embeds[3]
+  int sum = ops_.add(weighted, weighted, H);
+  for (int k = 0; k < 2; ++k) {
+    const int next = ops_.add(sum, weighted, H);
+    g_.drop(sum);
+    sum = next;
+  }
+  g_.drop(weighted);
+  for (int k = 0; k < 3; ++k) {  // .repeat(t, 1), the permute's flatten, torch.cat
+    const int next = ops_.clone(sum);
+    g_.drop(sum);
+    sum = next;
+  }
+  const int out = ops_.add(x, sum, H);
+  g_.drop(sum);
+  g_.drop(x);
+  return out;
+}
+
+// Qwen3VLTextModel._deepstack_process after a text layer: hidden_states.clone(), then
+// hidden_states[visual_pos_masks, :] + visual_embeds written back with index_put_. Nothing large
+// is saved; backward builds a full-size gradient for the clone (IndexPutBackward) and for the
+// gather (IndexBackward: zeros then index_put).
+int Step::deepstack_add(int h, int features) {
+  const DT dt = g_.at(h).dt;
+  const Poly n = g_.at(h).numel, nf = g_.at(features).numel;
+  const int c = ops_.clone(h);
+  const int gathered = g_.make(nf, dt, ops_.cat);
+  g_.node({c}, {gathered}, {}, [c](Bwd& ctx) { ctx.give(c, ctx.like(c)); });
+  const int sum = ops_.add(gathered, features, nf);
+  g_.drop(gathered);
+  const int out = g_.make(n, dt, ops_.cat);  // index_put_ into the clone: its storage, a new version
+  g_.node({c, sum}, {out}, {}, [c, sum](Bwd& ctx) {
+    ctx.give(c, ctx.like(c));
+    ctx.give(sum, ctx.like(sum));
+  });
+  g_.drop(sum);
+  g_.drop(c);
+  return out;
 }
 
 // inputs_embeds.masked_scatter(image_mask, image_features): a new embedding tensor; backward
@@ -2573,12 +2705,18 @@ int Step::embed_and_layers(bool policy) {
         m_.is_mla() || (m_.qk_rope_head_dim > 0 && m_.qk_rope_head_dim < m_.head_dim) ? m_.qk_rope_head_dim : m_.head_dim;
     // Qwen-VL's multimodal rotary embedding computes t/h/w tables per sequence: (3, b, s, d),
     // from get_rope_index's (3, b, s) int64 position ids (a local of the model forward).
-    if (m_.mrope) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
+    // Qwen3-VL's interleaved MRoPE computes the (3, b, s, d / 2) frequencies too, but folds them
+    // into one (b, s, d) table pair (apply_interleaved_mrope) used like a plain rotary table.
+    const bool interleaved = m_.vision.kind == VisionKind::kQwen3Vl;
+    if (m_.mrope || interleaved) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
     // NemotronHModel has no rotary embedding: empty tables stand in for them.
     const bool rotary = m_.model_type != "nemotron_h";
-    const Poly rot = !rotary ? Poly{} : m_.mrope ? tok(3 * rot_dim) : Poly::mono(kS, rot_dim);
+    const Poly rot = !rotary ? Poly{} : m_.mrope ? tok(3 * rot_dim) : interleaved ? tok(rot_dim) : Poly::mono(kS, rot_dim);
     const auto tables = [&](int& cos, int& sin) {
-      const int f = g_.make(!rotary ? Poly{} : m_.mrope ? tok(3 * rot_dim / 2) : Poly::mono(kS, rot_dim / 2), DT::kF32,
+      const int f = g_.make(!rotary              ? Poly{}
+                            : m_.mrope || interleaved ? tok(3 * rot_dim / 2)
+                                                      : Poly::mono(kS, rot_dim / 2),
+                            DT::kF32,
                             Cat::kInputs);
       const int e = g_.make(rot, DT::kF32, Cat::kInputs);
       g_.drop(f);
@@ -2634,8 +2772,13 @@ int Step::embed_and_layers(bool policy) {
     // from 1 and wraps those whose count is a multiple of N): the other layers run plain.
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     const bool wrapped = sp_.checkpoint_every <= 1 || (model_layer + 1) % sp_.checkpoint_every == 0;
-    const int next = policy && wrapped ? layer_forward(hcur, body, holds, true) : body(hcur);
+    int next = policy && wrapped ? layer_forward(hcur, body, holds, true) : body(hcur);
     g_.drop(hcur);
+    if (model_layer >= 0 && static_cast<std::size_t>(model_layer) < deepstack_.size()) {
+      const int added = deepstack_add(next, deepstack_[static_cast<std::size_t>(model_layer)]);
+      g_.drop(next);
+      next = added;
+    }
     hcur = next;
   }
   g_.set_instance(0);
@@ -2643,6 +2786,8 @@ int Step::embed_and_layers(bool policy) {
 }
 
 void Step::drop_forward_locals() {
+  for (const int t : deepstack_) g_.drop(t);
+  deepstack_.clear();
   if (mrope_ids_ >= 0) g_.drop(mrope_ids_);
   mrope_ids_ = -1;
   for (int* t : {&cross_states_, &cross_mask_, &cross_rows_, &vision_out_}) {

@@ -19,6 +19,7 @@
 #include "io/model/model_names.hpp"
 #include "io/model/model_source_encoders.hpp"
 #include "io/model/model_source_moe2025.hpp"
+#include "io/model/model_source_wrappers.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::io {
@@ -264,14 +265,6 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
 // estimate that ignored the block would be a silent wrong answer (docs/models.md#not-modelled).
 std::optional<std::string> unsupported_reason(const std::string& type) {
   static const std::pair<const char*, const char*> kNotModelled[] = {
-      {"llama4", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with dense "
-                 "ones are not modelled"},
-      {"llama4_text", "its chunked local attention, NoPE layers and MoE layers with a shared expert interleaved with "
-                      "dense ones are not modelled"},
-      {"qwen3_vl", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not modelled"},
-      {"qwen3_vl_moe", "its vision tower (patch 16 with learned position embeddings and DeepStack mergers) is not "
-                       "modelled"},
-      {"deepseek_v32", "its sparse-attention indexer (index_n_heads, index_head_dim, index_topk) is not modelled"},
       // Families checked from their transformers modelling code (docs/models.md#not-modelled).
       {"gemma3n", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing "
                   "(and its vision and audio towers) are not modelled"},
@@ -732,7 +725,33 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     // language model is the text_config (Qwen: the top level, or a text_config in configs saved by
     // transformers >= 4.52), the vision tower the vision_config.
     const bool qwen_vl = type == "qwen2_vl" || type == "qwen2_5_vl";
-    if (type == "mllama") {
+    if (type == "qwen3_vl" || type == "qwen3_vl_moe" || type == "llama4") {
+      // Qwen3-VL and Llama 4 (docs/models.md#qwen3-vl, #llama-4): the language model is the
+      // text_config (Qwen3 / Qwen3-MoE; Llama4TextConfig), the tower the vision_config.
+      const json* t = top.find("text_config");
+      if (!t || !t->is_object())
+        return config_error(origin, fmt::format("model_type '{}' has no \"text_config\" object", type), kWrongFileHint);
+      json text = *t;
+      if (const json* vc = top.find("vision_config")) {
+        if (!vc->is_object())
+          return config_error(origin, fmt::format("\"vision_config\" must be an object, got {}", describe(*vc)));
+        if (type == "llama4") {
+          std::int64_t out_dim = 0;
+          MEMPLAN_TRY(vision, parse_llama4_vision(*vc, origin, out_dim));
+          if (out_dim != vision.projector_output_dim)
+            return config_error(origin, fmt::format("vision_config \"vision_output_dim\" {} differs from "
+                                                    "\"projector_output_dim\" {}: the projector's input is the "
+                                                    "adapter's output", out_dim, vision.projector_output_dim));
+        } else {
+          MEMPLAN_TRY(vision, parse_qwen3_vl_vision(*vc, origin, vision_out));
+        }
+        vision.model_type = type;
+      }
+      for (const char* inherited : {"tie_word_embeddings", "torch_dtype", "dtype"})
+        if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
+      text["model_type"] = type == "llama4" ? "llama4_text" : type == "qwen3_vl" ? "qwen3" : "qwen3_moe";
+      j = std::move(text);
+    } else if (type == "mllama") {
       // Llama 3.2 Vision: the language model is the text_config (MllamaTextConfig), a Llama with
       // cross-attention layers; the vision tower the vision_config.
       MEMPLAN_TRY(vision, parse_vision_config(j, type, origin, vision_out));
@@ -818,7 +837,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   const bool gpt2 = t == "gpt2";
   const bool gemma = starts_with(t, "gemma");
   const bool qwen2_family = t == "qwen2" || t == "qwen2_moe";
-  const bool mla_type = t == "deepseek_v2" || t == "deepseek_v3" || t == "kimi_k2";
+  const bool mla_type = t == "deepseek_v2" || t == "deepseek_v3" || t == "kimi_k2" || t == "deepseek_v32";
   // GLM-4.5 (glm4_moe): DeepSeek-V3's MoE (sigmoid router with e_score_correction_bias, fused
   // shared experts, first_k_dense_replace) under grouped-query attention (docs/models.md#glm4_moe).
   const bool glm4_moe = t == "glm4_moe";
@@ -961,6 +980,12 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   }
   if (mla_type)
     if (auto mla = parse_mla_fields(f, m, origin); !mla) return mla.error();
+  // DeepSeek-V3.2: the lightning indexer beside MLA (docs/models.md#deepseek-v32).
+  if (t == "deepseek_v32")
+    if (auto s = read_dsa_indexer(j, m, origin); !s) return s.error();
+  // Llama 4's text layers (docs/models.md#llama-4).
+  if (t == "llama4_text")
+    if (auto s = read_llama4_text(j, m, origin); !s) return s.error();
   // Glm4MoeTopkRouter's e_score_correction_bias is stored in the checkpoint like DeepSeek-V3's;
   // the MTP layer (num_nextn_predict_layers) is not loaded by Glm4MoeForCausalLM.
   if (glm4_moe) m.moe.router_bias = m.moe.enabled();
@@ -1015,7 +1040,8 @@ const std::vector<std::string>& supported_model_types() {
                                              "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
                                              "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe",
                                              "qwen3_next", "nemotron_h", "lfm2", "gpt_oss", "minimax_m2",
-                                             "starcoder2"};
+                                             "starcoder2", "qwen3_vl", "qwen3_vl_moe", "llama4", "llama4_text",
+                                             "deepseek_v32"};
   return t;
 }
 

@@ -145,7 +145,7 @@ TEST_CASE("GLM-4.5-Air and InternLM3 estimate end to end under LoRA with checkpo
 
 TEST_CASE("families whose blocks are not modelled are refused with the block named") {
   const std::pair<const char*, const char*> cases[] = {
-      {"deepseek_v32", "its sparse-attention indexer (index_n_heads, index_head_dim, index_topk) is not modelled"},
+      {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
   };
   for (const auto& [type, why] : cases) {
     INFO(type);

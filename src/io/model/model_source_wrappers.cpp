@@ -1,0 +1,215 @@
+#include "io/model/model_source_wrappers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace memplan::io {
+
+using nlohmann::json;
+
+namespace {
+
+Error wrap_error(const std::string& origin, std::string msg, std::string suggestion = {}) {
+  Error e = make_error(ErrorCode::kInvalidConfig, std::move(msg), std::move(suggestion));
+  e.where = SourceLocation{origin, 0, 0};
+  return e;
+}
+
+const json* field(const json& j, const char* name) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(name);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+// A non-negative integer up to 2^40 (as model_source.cpp's reader), or the fallback when absent.
+Result<std::int64_t> integer(const json& j, const char* name, const std::string& where,
+                             std::optional<std::int64_t> fallback = std::nullopt) {
+  constexpr std::int64_t kMax = std::int64_t{1} << 40;
+  const json* v = field(j, name);
+  if (!v) {
+    if (fallback) return *fallback;
+    return wrap_error(where, fmt::format("missing \"{}\"", name));
+  }
+  double d = 0;
+  if (v->is_number_integer() || v->is_number_unsigned()) {
+    if (v->is_number_unsigned() && v->get<std::uint64_t>() > static_cast<std::uint64_t>(kMax))
+      return wrap_error(where, fmt::format("\"{}\" is out of range", name));
+    const std::int64_t n = v->is_number_unsigned() ? static_cast<std::int64_t>(v->get<std::uint64_t>()) : v->get<std::int64_t>();
+    if (n < 0) return wrap_error(where, fmt::format("\"{}\" must not be negative, got {}", name, n));
+    if (n > kMax) return wrap_error(where, fmt::format("\"{}\" is out of range: {}", name, n));
+    return n;
+  }
+  if (v->is_number_float()) d = v->get<double>();
+  if (!v->is_number_float() || std::floor(d) != d || !(std::fabs(d) <= static_cast<double>(kMax)))
+    return wrap_error(where, fmt::format("\"{}\" must be an integer", name));
+  if (d < 0) return wrap_error(where, fmt::format("\"{}\" must not be negative, got {}", name, d));
+  return static_cast<std::int64_t>(d);
+}
+
+Result<std::optional<bool>> boolean(const json& j, const char* name, const std::string& where) {
+  const json* v = field(j, name);
+  if (!v) return std::optional<bool>();
+  if (!v->is_boolean()) return wrap_error(where, fmt::format("\"{}\" must be true or false", name));
+  return std::optional<bool>(v->get<bool>());
+}
+
+Result<std::vector<int>> int_list(const json& j, const char* name, const std::string& where, bool& present) {
+  std::vector<int> out;
+  const json* v = field(j, name);
+  present = v != nullptr;
+  if (!v) return out;
+  if (!v->is_array()) return wrap_error(where, fmt::format("\"{}\" must be a list of integers", name));
+  if (v->size() > 4096) return wrap_error(where, fmt::format("\"{}\" has {} entries; at most 4096", name, v->size()));
+  for (const auto& item : *v) {
+    if (item.is_boolean()) {  // no_rope_layers may be written as booleans
+      out.push_back(item.get<bool>() ? 1 : 0);
+      continue;
+    }
+    MEMPLAN_TRY(std::int64_t n, integer(json{{"v", item}}, "v", where));
+    out.push_back(static_cast<int>(std::min<std::int64_t>(n, std::numeric_limits<int>::max())));
+  }
+  return out;
+}
+
+int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); }
+
+}  // namespace
+
+Result<VisionSpec> parse_qwen3_vl_vision(const json& vc, const std::string& origin, std::int64_t& out_hidden) {
+  VisionSpec v;
+  const std::string where = origin + " vision_config";
+  v.kind = VisionKind::kQwen3Vl;
+  // Qwen3VLVisionConfig defaults (transformers 4.57).
+  MEMPLAN_TRY(std::int64_t depth, integer(vc, "depth", where, 27));
+  MEMPLAN_TRY(v.hidden_size, integer(vc, "hidden_size", where, 1152));
+  MEMPLAN_TRY(v.intermediate_size, integer(vc, "intermediate_size", where, 4304));
+  MEMPLAN_TRY(std::int64_t heads, integer(vc, "num_heads", where, 16));
+  MEMPLAN_TRY(v.patch_size, integer(vc, "patch_size", where, 16));
+  MEMPLAN_TRY(std::int64_t tps, integer(vc, "temporal_patch_size", where, 2));
+  MEMPLAN_TRY(std::int64_t merge, integer(vc, "spatial_merge_size", where, 2));
+  MEMPLAN_TRY(std::int64_t chans, integer(vc, "in_channels", where, 3));
+  MEMPLAN_TRY(out_hidden, integer(vc, "out_hidden_size", where, 3584));
+  MEMPLAN_TRY(v.num_position_embeddings, integer(vc, "num_position_embeddings", where, 2304));
+  bool present = false;
+  MEMPLAN_TRY(v.deepstack_indexes, int_list(vc, "deepstack_visual_indexes", where, present));
+  if (!present) v.deepstack_indexes = {8, 16, 24};
+  if (chans != 3) return wrap_error(origin, fmt::format("vision_config \"in_channels\" = {} is not modelled (3)", chans));
+  if (const json* act = field(vc, "hidden_act"); act && !(act->is_string() && act->get<std::string>() == "gelu_pytorch_tanh"))
+    return wrap_error(origin, "vision_config \"hidden_act\" is not modelled (Qwen3-VL uses gelu_pytorch_tanh)");
+  v.depth = narrow(depth);
+  v.num_heads = narrow(heads);
+  v.temporal_patch_size = narrow(tps);
+  v.spatial_merge_size = narrow(merge);
+  if (v.depth <= 0) return wrap_error(origin, fmt::format("vision_config depth = {} must be positive", v.depth));
+  for (const int i : v.deepstack_indexes)
+    if (i < 0 || i >= v.depth)
+      return wrap_error(origin, fmt::format("vision_config \"deepstack_visual_indexes\" names block {}, outside 0..{}", i,
+                                            v.depth - 1));
+  // fast_pos_embed_interpolate reads the table as a square grid of int(sqrt(n)) per side.
+  const auto side = static_cast<std::int64_t>(std::sqrt(static_cast<double>(v.num_position_embeddings)));
+  if (v.num_position_embeddings <= 0 || side * side != v.num_position_embeddings)
+    return wrap_error(origin, fmt::format("vision_config \"num_position_embeddings\" = {} must be a positive square",
+                                          v.num_position_embeddings));
+  return v;
+}
+
+Result<VisionSpec> parse_llama4_vision(const json& vc, const std::string& origin, std::int64_t& out_dim) {
+  VisionSpec v;
+  const std::string where = origin + " vision_config";
+  v.kind = VisionKind::kLlama4;
+  // Llama4VisionConfig defaults (transformers 4.51+).
+  MEMPLAN_TRY(std::int64_t depth, integer(vc, "num_hidden_layers", where, 34));
+  MEMPLAN_TRY(v.hidden_size, integer(vc, "hidden_size", where, 768));
+  MEMPLAN_TRY(v.intermediate_size, integer(vc, "intermediate_size", where, 5632));
+  MEMPLAN_TRY(std::int64_t heads, integer(vc, "num_attention_heads", where, 16));
+  MEMPLAN_TRY(v.image_size, integer(vc, "image_size", where, 448));
+  MEMPLAN_TRY(v.patch_size, integer(vc, "patch_size", where, 14));
+  MEMPLAN_TRY(std::int64_t chans, integer(vc, "num_channels", where, 3));
+  MEMPLAN_TRY(v.projector_input_dim, integer(vc, "projector_input_dim", where, 4096));
+  MEMPLAN_TRY(v.projector_output_dim, integer(vc, "projector_output_dim", where, 4096));
+  MEMPLAN_TRY(out_dim, integer(vc, "vision_output_dim", where, 7680));
+  if (chans != 3) return wrap_error(origin, fmt::format("vision_config \"num_channels\" = {} is not modelled (3)", chans));
+  v.depth = narrow(depth);
+  v.num_heads = narrow(heads);
+  v.temporal_patch_size = 1;
+  v.spatial_merge_size = 1;
+  if (v.depth <= 0) return wrap_error(origin, fmt::format("vision_config num_hidden_layers = {} must be positive", v.depth));
+  if (v.patch_size <= 0 || v.image_size % v.patch_size != 0)
+    return wrap_error(origin, fmt::format("vision_config \"image_size\" {} must be a multiple of \"patch_size\" {}",
+                                          v.image_size, v.patch_size));
+  return v;
+}
+
+Status read_llama4_text(const json& j, ModelSpec& m, const std::string& origin) {
+  // Llama4TextDecoderLayer: a layer in moe_layers has Llama4TextMoe (num_local_experts routed
+  // experts of intermediate_size, a shared expert of the same width, a bias-free router); the
+  // others Llama4TextMLP(intermediate_size_mlp).
+  MEMPLAN_TRY(std::int64_t expert, integer(j, "intermediate_size", origin, 8192));
+  MEMPLAN_TRY(std::int64_t dense, integer(j, "intermediate_size_mlp", origin, 16384));
+  MEMPLAN_TRY(std::int64_t experts, integer(j, "num_local_experts", origin, 16));
+  MEMPLAN_TRY(std::int64_t top_k, integer(j, "num_experts_per_tok", origin, 1));
+  MEMPLAN_TRY(std::int64_t step, integer(j, "interleave_moe_layer_step", origin, 1));
+  m.intermediate_size = dense;
+  m.moe.num_experts = narrow(experts);
+  m.moe.experts_per_token = narrow(top_k);
+  m.moe.expert_intermediate_size = expert;
+  m.moe.num_shared_experts = 1;
+  m.moe.shared_intermediate_size = expert;
+  m.moe.router_bias = false;
+  const int n = m.num_layers;
+  bool present = false;
+  MEMPLAN_TRY(std::vector<int> moe_layers, int_list(j, "moe_layers", origin, present));
+  if (!present) {
+    // Llama4TextConfig: list(range(step - 1, num_hidden_layers, step)).
+    if (step <= 0) return wrap_error(origin, "\"interleave_moe_layer_step\" must be positive, got 0");
+    for (std::int64_t l = step - 1; l < n; l += step) moe_layers.push_back(static_cast<int>(l));
+  }
+  for (const int l : moe_layers)
+    if (l < 0 || l >= n) return wrap_error(origin, fmt::format("\"moe_layers\" names layer {}, outside 0..{}", l, n - 1));
+  // MoeSpec marks MoE layers by exclusion: every layer not listed is a dense one.
+  m.moe.layer_freq = 1;
+  m.moe.layer_freq_offset = 0;
+  m.moe.dense_layers.clear();
+  for (int l = 0; l < n; ++l)
+    if (std::find(moe_layers.begin(), moe_layers.end(), l) == moe_layers.end()) m.moe.dense_layers.push_back(l);
+  // no_rope_layers[i] == 0: layer i is a NoPE layer attending in full; else a rotary layer with
+  // chunked local attention. Default: every no_rope_layer_interval-th layer (from the interval's last) is NoPE.
+  MEMPLAN_TRY(std::vector<int> rope, int_list(j, "no_rope_layers", origin, present));
+  if (!present || rope.empty()) {
+    MEMPLAN_TRY(std::int64_t interval, integer(j, "no_rope_layer_interval", origin, 4));
+    if (interval <= 0) return wrap_error(origin, "\"no_rope_layer_interval\" must be positive, got 0");
+    rope.clear();
+    for (int l = 0; l < n; ++l) rope.push_back((l + 1) % interval != 0 ? 1 : 0);
+  }
+  if (static_cast<int>(rope.size()) != n)
+    return wrap_error(origin, fmt::format("\"no_rope_layers\" lists {} layers, \"num_hidden_layers\" is {}", rope.size(), n));
+  m.nope_layers.clear();
+  for (int l = 0; l < n; ++l)
+    if (rope[static_cast<std::size_t>(l)] == 0) m.nope_layers.push_back(l);
+  MEMPLAN_TRY(m.attention_chunk_size, integer(j, "attention_chunk_size", origin, 8192));
+  MEMPLAN_TRY(auto qk, boolean(j, "use_qk_norm", origin));
+  m.qk_l2_norm = qk.value_or(true);
+  return Ok{};
+}
+
+Status read_dsa_indexer(const json& j, ModelSpec& m, const std::string& origin) {
+  // DeepseekV32 (inference/model.py Indexer): defaults of its ModelArgs.
+  MEMPLAN_TRY(std::int64_t heads, integer(j, "index_n_heads", origin, 64));
+  MEMPLAN_TRY(m.index_head_dim, integer(j, "index_head_dim", origin, 128));
+  MEMPLAN_TRY(m.index_topk, integer(j, "index_topk", origin, 2048));
+  if (heads <= 0 || m.index_head_dim <= 0 || m.index_topk <= 0)
+    return wrap_error(origin, "\"index_n_heads\", \"index_head_dim\" and \"index_topk\" must be positive");
+  if (m.q_lora_rank <= 0)
+    return wrap_error(origin, "deepseek_v32's indexer reads the query latent: \"q_lora_rank\" must be positive");
+  if (m.index_head_dim < m.qk_rope_head_dim)
+    return wrap_error(origin, fmt::format("\"index_head_dim\" {} must hold the rotary part (\"qk_rope_head_dim\" {})",
+                                          m.index_head_dim, m.qk_rope_head_dim));
+  m.index_heads = narrow(heads);
+  return Ok{};
+}
+
+}  // namespace memplan::io

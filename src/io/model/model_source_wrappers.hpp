@@ -1,0 +1,33 @@
+// config.json parsing for the multimodal wrappers and attention variants of issue 31
+// (docs/models.md#qwen3-vl, #llama-4, #deepseek-v32): Qwen3-VL's vision_config, Llama 4's
+// text_config / vision_config, DeepSeek-V3.2's lightning indexer. The common decoder keys are read
+// by model_source.cpp; these read what each family adds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "memplan/model.hpp"
+#include "memplan/result.hpp"
+
+namespace memplan::io {
+
+// Qwen3VLVisionConfig (qwen3_vl, qwen3_vl_moe), with its defaults where a key is absent.
+// out_hidden: out_hidden_size, the mergers' output width (the text hidden size).
+Result<VisionSpec> parse_qwen3_vl_vision(const nlohmann::json& vc, const std::string& origin, std::int64_t& out_hidden);
+
+// Llama4VisionConfig: the tower is counted, not simulated. out_dim: vision_output_dim, the
+// projector's input width.
+Result<VisionSpec> parse_llama4_vision(const nlohmann::json& vc, const std::string& origin, std::int64_t& out_dim);
+
+// Llama4TextConfig after the common keys: intermediate_size_mlp (dense layers) and
+// intermediate_size (each expert and the shared expert), moe_layers / interleave_moe_layer_step,
+// no_rope_layers, attention_chunk_size, use_qk_norm.
+Status read_llama4_text(const nlohmann::json& j, ModelSpec& m, const std::string& origin);
+
+// DeepSeek-V3.2: index_n_heads, index_head_dim, index_topk (all three, or none).
+Status read_dsa_indexer(const nlohmann::json& j, ModelSpec& m, const std::string& origin);
+
+}  // namespace memplan::io

@@ -1,0 +1,268 @@
+// Issue 31's wrappers and attention variants: Qwen3-VL / Qwen3-VL-MoE (DeepStack), Llama 4
+// (interleaved MoE with a shared expert, chunked attention, NoPE layers) and DeepSeek-V3.2 (the
+// lightning indexer), read from their config.json, counted and estimated end to end
+// (docs/models.md#qwen3-vl, #llama-4, #deepseek-v32). Every total is derived by hand from the
+// modules of the transformers / reference modelling code (the sums are in the comments) and
+// agrees with the published rounded totals.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "io/model/model_source.hpp"
+#include "memplan/engine.hpp"
+#include "support/invariants.hpp"
+
+using namespace memplan;
+
+namespace {
+
+const ModelSpec& catalog_spec(const std::string& name) {
+  static auto catalog = io::load_catalog();
+  REQUIRE(catalog.has_value());
+  const io::CatalogEntry* c = io::find_catalog_entry(*catalog, name);
+  REQUIRE(c != nullptr);
+  return c->spec;
+}
+
+TrainingConfig lora_config() {
+  TrainingConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 1024;
+  c.torch_dtype = DType::kBFloat16;
+  c.device = Device::kCuda;
+  c.gradient_checkpointing = true;
+  c.lora.enabled = true;
+  c.lora.target_modules = {"q_proj", "v_proj"};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("Qwen3-VL-8B: the Qwen3-8B text model and a DeepStack vision tower, counted by hand") {
+  const ModelSpec& m = catalog_spec("qwen3-vl-8b");
+  CHECK(m.model_type == "qwen3");
+  CHECK(m.qk_norm);
+  CHECK_FALSE(m.mrope);  // interleaved MRoPE folds into one (b, s, head_dim) table pair
+  CHECK(m.vision.kind == VisionKind::kQwen3Vl);
+  CHECK(m.vision.deepstack_indexes == std::vector<int>{8, 16, 24});
+  CHECK(m.vision.num_position_embeddings == 2304);
+  const ParameterCounts c = count_parameters(m);
+  // Tower: 27 blocks of 15,239,504 (LayerNorms 4 x 1,152; qkv 1,152 x 3,456 + 3,456; proj
+  // 1,152^2 + 1,152; linear_fc1 1,152 x 4,304 + 4,304; linear_fc2 4,304 x 1,152 + 1,152) =
+  // 411,466,608, patch_embed 1,536 x 1,152 + 1,152, pos_embed 2,304 x 1,152.
+  CHECK(c.vision == 411'466'608LL + 1'770'624 + 2'654'208);
+  // Merger: LayerNorm(1,152) 2,304 + linear_fc1 4,608^2 + 4,608 + linear_fc2 4,608 x 4,096 + 4,096 =
+  // 40,119,040; each DeepStack merger the same with LayerNorm(4,608): 40,125,952.
+  CHECK(c.projector == 40'119'040LL + 3 * 40'125'952LL);
+  // Qwen3-8B 8,190,735,360 + 576,388,336: the model card's 8.77B.
+  CHECK(c.total == 8'767'123'696LL);
+  for (const auto& l : vision_projector_linears(m.vision, m.hidden_size)) CHECK(l.bias);
+}
+
+TEST_CASE("Qwen3-VL-4B: tied embeddings, a 24-block tower, DeepStack after blocks 5, 11 and 17") {
+  const ModelSpec& m = catalog_spec("qwen3-vl-4b");
+  CHECK(m.tie_word_embeddings);
+  CHECK(m.vision.deepstack_indexes == std::vector<int>{5, 11, 17});
+  const ParameterCounts c = count_parameters(m);
+  // 24 blocks of 12,596,224 (LayerNorms 4 x 1,024; qkv 1,024 x 3,072 + 3,072; proj 1,024^2 + 1,024;
+  // linear_fc1 1,024 x 4,096 + 4,096; linear_fc2 4,096 x 1,024 + 1,024), patch_embed 1,536 x 1,024 +
+  // 1,024, pos_embed 2,304 x 1,024.
+  CHECK(c.vision == 24 * 12'596'224LL + 1'573'888 + 2'359'296);
+  // Merger LayerNorm(1,024) + 4,096^2 + 4,096 + 4,096 x 2,560 + 2,560; DeepStack mergers with LayerNorm(4,096).
+  CHECK(c.projector == 27'271'680LL + 3 * 27'277'824LL);
+  CHECK(c.total == 4'022'468'096LL + 415'347'712LL);  // Qwen3-4B + the tower: the card's 4.44B
+}
+
+TEST_CASE("Qwen3-VL-30B-A3B: fused experts (no nn.Linear), 31.07B total and 3.35B active by hand") {
+  const ModelSpec& m = catalog_spec("qwen3-vl-30b-a3b");
+  CHECK(m.model_type == "qwen3_moe");
+  CHECK(m.moe.num_experts == 128);
+  const ParameterCounts c = count_parameters(m);
+  // Qwen3-30B-A3B 30,532,122,624 + tower 415,891,440 + merger 30,679,808 + 3 DeepStack mergers of
+  // 30,686,720 (their linear_fc2 into 2,048).
+  CHECK(c.total == 31'070'754'032LL);
+  // Active (the text model): embeddings 2 x 151,936 x 2,048 + final norm + 48 x (attention
+  // 18,874,624 + router 262,144 + 8 experts x 4,718,592 + norms 4,096).
+  CHECK(c.active_per_token == 622'329'856LL + 2'048 + 48 * 56'889'600LL);
+  for (const auto& l : layer_linears(m, 0)) {
+    INFO(l.name);
+    CHECK(l.nn_linear == (l.role != LinearRole::kRoutedExpert));  // Qwen3VLMoeTextExperts: two Parameters
+  }
+}
+
+TEST_CASE("Qwen3-VL's vision_config: defaults, and the fields it checks") {
+  const std::string text = R"("text_config": {"model_type": "qwen3_vl_text", "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 16, "vocab_size": 100}, )";
+  auto ok = io::parse_hf_config(R"({"model_type": "qwen3_vl", )" + text +
+                                    R"("vision_config": {"depth": 4, "hidden_size": 32, "intermediate_size": 64,
+      "num_heads": 4, "out_hidden_size": 64, "num_position_embeddings": 64, "deepstack_visual_indexes": [1, 2]}})",
+                                "c.json");
+  REQUIRE(ok.has_value());
+  CHECK(ok->vision.patch_size == 16);
+  CHECK(ok->vision.deepstack_indexes == std::vector<int>{1, 2});
+  auto outside = io::parse_hf_config(R"({"model_type": "qwen3_vl", )" + text +
+                                         R"("vision_config": {"depth": 4, "hidden_size": 32, "num_heads": 4,
+      "out_hidden_size": 64, "num_position_embeddings": 64, "deepstack_visual_indexes": [4]}})",
+                                     "c.json");
+  REQUIRE_FALSE(outside.has_value());
+  CHECK(outside.error().message == "vision_config \"deepstack_visual_indexes\" names block 4, outside 0..3");
+  auto wide = io::parse_hf_config(R"({"model_type": "qwen3_vl", )" + text +
+                                      R"("vision_config": {"depth": 4, "hidden_size": 32, "num_heads": 4,
+      "out_hidden_size": 128, "num_position_embeddings": 64, "deepstack_visual_indexes": [1]}})",
+                                  "c.json");
+  REQUIRE_FALSE(wide.has_value());
+  CHECK(wide.error().message == "vision_config's output width 128 differs from the language model's hidden_size 64");
+}
+
+TEST_CASE("Llama 4 Scout: 16 experts with a shared expert in every layer, NoPE every fourth, by hand") {
+  const ModelSpec& m = catalog_spec("llama-4-scout");
+  CHECK(m.model_type == "llama4_text");
+  CHECK(m.vision.kind == VisionKind::kLlama4);
+  CHECK(m.attention_chunk_size == 8192);
+  CHECK(m.qk_l2_norm);
+  CHECK_FALSE(m.qk_norm);  // Llama4TextL2Norm has no weight
+  CHECK(m.nope_layers.size() == 12);
+  CHECK(m.nope_layers.front() == 3);
+  CHECK(m.nope_layers.back() == 47);
+  for (int l = 0; l < 48; ++l) CHECK(m.moe.is_moe_layer(l));
+  CHECK(m.moe.num_shared_experts == 1);
+  CHECK(m.moe.shared_intermediate_size == 8192);
+  const ParameterCounts c = count_parameters(m);
+  // Text: embed_tokens + lm_head 2 x 202,048 x 5,120 = 2,068,971,520; final norm 5,120; 48 layers
+  // of attention 62,914,560 (q, o 5,120^2; k, v 5,120 x 1,024), norms 10,240, router 81,920,
+  // 16 experts x 125,829,120 (3 x 5,120 x 8,192) and the shared expert 125,829,120.
+  const std::int64_t text = 2'068'971'520LL + 5'120 + 48 * (62'914'560LL + 10'240 + 81'920 + 17 * 125'829'120LL);
+  CHECK(text == 107'769'861'120LL);
+  // Vision model: patch Linear 588 x 1,408, class_embedding, 577 positions, layernorm_pre/post,
+  // 34 layers of 23,807,872 (q/k/v/o with biases, fc1/fc2 with biases, 2 LayerNorms), adapter fc1
+  // 5,632 x 4,096 and fc2 4,096 x 4,096 = 850,960,896; projector linear_1 4,096 x 5,120.
+  CHECK(c.vision == 850'960'896LL);
+  CHECK(c.projector == 20'971'520LL);
+  CHECK(c.total == 108'641'793'536LL);  // the model card's 109B
+  // Active: one routed expert of 16: the model card's 17B.
+  CHECK(c.active_per_token == text - 48 * 15 * 125'829'120LL);
+  CHECK(c.active_per_token == 17'172'894'720LL);
+}
+
+TEST_CASE("Llama 4 Maverick: 128 experts in every other layer, dense layers of intermediate_size_mlp") {
+  // meta-llama/Llama-4-Maverick-17B-128E's text_config differs from Scout's in num_local_experts
+  // (128), interleave_moe_layer_step (2: moe_layers 1, 3, ..., 47) and use_qk_norm (false).
+  std::string rope;
+  for (int l = 0; l < 48; ++l) rope += (l ? ", " : "") + std::string((l + 1) % 4 == 0 ? "0" : "1");
+  const std::string cfg = R"({"model_type": "llama4", "tie_word_embeddings": false,
+      "text_config": {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 202048, "num_local_experts": 128, "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2, "use_qk_norm": false, "attention_chunk_size": 8192,
+        "no_rope_layers": [)" + rope + R"(]},
+      "vision_config": {"hidden_size": 1408, "image_size": 336, "intermediate_size": 5632, "num_attention_heads": 16,
+        "num_hidden_layers": 34, "patch_size": 14, "projector_input_dim": 4096, "projector_output_dim": 4096,
+        "vision_output_dim": 4096}})";
+  auto m = io::parse_hf_config(cfg, "c.json");
+  REQUIRE(m.has_value());
+  CHECK_FALSE(m->moe.is_moe_layer(0));
+  CHECK(m->moe.is_moe_layer(1));
+  CHECK(m->moe.is_moe_layer(47));
+  CHECK_FALSE(m->qk_l2_norm);
+  const ParameterCounts c = count_parameters(*m);
+  // 24 dense layers of 3 x 5,120 x 16,384 = 251,658,240; 24 MoE layers of router 655,360 + 129 x
+  // 125,829,120; attention and norms as Scout's; embeddings; + Scout's vision model and projector.
+  const std::int64_t text = 2'068'971'520LL + 5'120 + 48 * (62'914'560LL + 10'240) + 24 * 251'658'240LL +
+                            24 * (655'360LL + 129 * 125'829'120LL);
+  CHECK(c.total == text + 850'960'896LL + 20'971'520LL);
+  CHECK(c.total == 401'583'781'376LL);  // the model card's 400B (401.6B)
+  CHECK(c.active_per_token == text - 24 * 127 * 125'829'120LL);
+  CHECK(c.active_per_token == 17'184'691'200LL);  // 17B active
+}
+
+TEST_CASE("Llama 4's text model alone (Llama4ForCausalLM's llama4_text config) counts without the tower") {
+  // Scout's text_config saved on its own, as text-only fine-tunes of Scout are (no moe_layers or
+  // no_rope_layers: Llama4TextConfig's defaults give every layer MoE and every fourth NoPE).
+  auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "architectures": ["Llama4ForCausalLM"],
+      "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_hidden_layers": 48,
+      "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 202048,
+      "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1})",
+                               "c.json");
+  REQUIRE(m.has_value());
+  CHECK_FALSE(m->vision.enabled());
+  CHECK(m->nope_layers.size() == 12);
+  CHECK(count_parameters(*m).total == 107'769'861'120LL);  // Scout's text model, by hand above
+  auto no_text = io::parse_hf_config(R"({"model_type": "llama4", "vision_config": {}})", "c.json");
+  REQUIRE_FALSE(no_text.has_value());
+  CHECK(no_text.error().message == "model_type 'llama4' has no \"text_config\" object");
+}
+
+TEST_CASE("Llama 4's MoE runs every token through every expert, whatever num_experts_per_tok") {
+  // Llama4TextMoe: hidden_states.repeat(num_experts, 1) and two bmm over all experts; top-k only
+  // decides which scores are not zero. A top-1 and a top-4 model allocate the same.
+  const auto step = [](int k) {
+    auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
+        "intermediate_size_mlp": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": )" +
+                                     std::to_string(k) + "}",
+                                 "c.json");
+    REQUIRE(m.has_value());
+    TrainingConfig c = lora_config();
+    c.gradient_checkpointing = false;
+    auto e = estimate(*m, c);
+    REQUIRE(e.has_value());
+    return e->peak.count();
+  };
+  CHECK(step(1) == step(4));
+}
+
+TEST_CASE("Llama 4 estimates text-only fine-tuning; batches with images are refused") {
+  const ModelSpec& m = catalog_spec("llama-4-scout");
+  auto e = estimate(m, lora_config());
+  REQUIRE(e.has_value());
+  memplan::testing::require_consistent(*e);
+  TrainingConfig images = lora_config();
+  images.vision.images = 1;
+  auto refused = estimate(m, images);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().suggestion == "estimate text-only fine-tuning (--images 0), the common case for Llama 4");
+}
+
+TEST_CASE("DeepSeek-V3.2: DeepSeek-V3 plus a lightning indexer per layer, counted from the reference code") {
+  const ModelSpec& m = catalog_spec("deepseek-v3.2");
+  CHECK(m.model_type == "deepseek_v32");
+  CHECK(m.index_heads == 64);
+  CHECK(m.index_head_dim == 128);
+  CHECK(m.index_topk == 2048);
+  // Indexer (DeepSeek-V3.2-Exp inference/model.py): wq_b 1,536 x 8,192, wk 7,168 x 128, k_norm
+  // LayerNorm(128) with a bias, weights_proj 7,168 x 64 = 13,959,424 per layer, 61 layers, on top
+  // of DeepSeek-V3's 671,026,419,200.
+  const ParameterCounts c = count_parameters(m);
+  CHECK(c.total == 671'026'419'200LL + 61 * 13'959'424LL);
+  CHECK(c.total - count_parameters(catalog_spec("deepseek-v3")).total == 851'524'864LL);
+  std::vector<std::string> names;
+  for (const auto& l : layer_linears(m, 0)) names.push_back(l.name);
+  CHECK(std::find(names.begin(), names.end(), "indexer.wq_b") != names.end());
+  auto no_q_lora = io::parse_hf_config(R"({"model_type": "deepseek_v32", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128, "kv_lora_rank": 16,
+      "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8})",
+                                       "c.json");
+  REQUIRE_FALSE(no_q_lora.has_value());
+  CHECK(no_q_lora.error().message ==
+        "deepseek_v32's indexer reads the query latent: \"q_lora_rank\" must be positive");
+}
+
+TEST_CASE("Qwen3-VL and DeepSeek-V3.2 estimate end to end under LoRA with checkpointing") {
+  for (const char* name : {"qwen3-vl-8b", "qwen3-vl-30b-a3b", "deepseek-v3.2"}) {
+    INFO(name);
+    TrainingConfig c = lora_config();
+    if (std::string(name) == "deepseek-v3.2") c.lora.target_modules = {"q_b_proj", "o_proj"};  // MLA: no q_proj
+    auto e = estimate(catalog_spec(name), c);
+    REQUIRE(e.has_value());
+    memplan::testing::require_consistent(*e);
+  }
+  // An image adds the tower's activations and the DeepStack features to the text-only step.
+  TrainingConfig text_only = lora_config();
+  text_only.vision.images = 0;
+  auto t = estimate(catalog_spec("qwen3-vl-8b"), text_only);
+  auto i = estimate(catalog_spec("qwen3-vl-8b"), lora_config());
+  REQUIRE(t.has_value());
+  REQUIRE(i.has_value());
+  CHECK(i->peak.count() > t->peak.count());
+}
