@@ -53,14 +53,15 @@ def torchtune():
                 "flex_attention's block-causal mask (torch >= 2.5 on sm80)" % commit)
     flags_packed = ["--model", "meta-llama/Llama-3.2-3B", "--method", "sft", "--batch", "2", "--seq-len", "4096",
                     "--torch-dtype", "bfloat16", "--optim", "adamw_torch", "--device", "cuda", "--num-gpus", "1",
-                    "--attn-implementation", "sdpa"]
+                    "--attn-implementation", "sdpa", "--model-code", "torchtune"]
     cases = [{
         "id": "torchtune-llama3.2-3b-full-packed-b2s4096",
         "source": url, "quote": "| [+ Packed Dataset](https://pytorch.org/torchtune/main/basics/packing.html) | 60.0 | "
                                "+135.16% | 7075 | +238.40% |",
         "model_name": "meta-llama/Llama-3.2-3B", "model": LLAMA32_3B,
         "training": {"method": "sft", "batch": 2, "seq_len": 4096, "torch_dtype": "bfloat16", "optim": "adamw_torch",
-                     "attn_implementation": "sdpa", "gradient_checkpointing": False, "device": "cuda", "num_gpus": 1},
+                     "attn_implementation": "sdpa", "gradient_checkpointing": False, "device": "cuda", "num_gpus": 1,
+                     "model_code": "torchtune"},
         "measured": {"peak_bytes": int(round(60.0 * GIB)), "published_gib": 60.0, "what": what,
                      "precision": "0.1 GiB (the table's rounding: +-0.05 GiB, 0.08 %)"},
         "env": env, "settings_from": settings, "flags": flags_packed, "stack": "torch==2.5.1",
@@ -145,13 +146,13 @@ def torchtune_tutorial():
                  "--torch-dtype", "bfloat16", "--optim", "adamw_torch", "--device", "cuda", "--num-gpus", "1",
                  "--attn-implementation", "sdpa", "--gradient-checkpointing", "--use-reentrant", "false",
                  "--use-peft", "--lora-r", str(r), "--lora-alpha", str(alpha), "--lora-dropout", "0.05",
-                 "--lora-target-modules", "q_proj,v_proj", "--adapter-dtype", "bfloat16"]
+                 "--lora-target-modules", "q_proj,v_proj", "--adapter-dtype", "bfloat16", "--model-code", "torchtune"]
         cases.append({
             "id": "torchtune-tutorial-llama2-7b-lora-%s-b2s512" % key, "source": url, "quote": quote,
             "model_name": "meta-llama/Llama-2-7b-hf", "model": LLAMA2_7B,
             "training": {"method": "sft", "batch": 2, "seq_len": 512, "torch_dtype": "bfloat16", "optim": "adamw_torch",
                          "attn_implementation": "sdpa", "gradient_checkpointing": True, "checkpoint_reentrant": False,
-                         "device": "cuda", "num_gpus": 1,
+                         "device": "cuda", "num_gpus": 1, "model_code": "torchtune",
                          "lora": {"r": r, "alpha": float(alpha), "dropout": 0.05, "target_modules": ["q_proj", "v_proj"],
                                   "adapter_dtype": "bfloat16"}},
             "measured": {"peak_bytes": int(round(gb * 1e9)), "published_gb": gb, "what": what},

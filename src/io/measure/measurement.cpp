@@ -75,6 +75,7 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   if (t.contains("checkpoint_reentrant")) cfg.checkpoint_reentrant = t["checkpoint_reentrant"].get<bool>();
   MEMPLAN_TRY(cfg.attn, parse_attn_impl(t.value("attn_implementation", std::string("eager"))));
   MEMPLAN_TRY(cfg.loss_kernel, parse_loss_kernel(t.value("loss_kernel", std::string("eager"))));
+  MEMPLAN_TRY(cfg.model_code, parse_model_code(t.value("model_code", std::string("transformers"))));
   if (t.contains("lora") && t["lora"].is_object()) {
     const json& l = t["lora"];
     cfg.lora.enabled = true;

@@ -902,15 +902,15 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     m.qkv_bias = qkv_bias.value_or(false);
     m.o_bias = m.mlp_bias = bias.value_or(false);
   }
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "olmo3" ||
+              t == "qwen3_next" || t == "lfm2";
+  m.qk_norm_per_head = t != "olmo2" && t != "olmo3";  // OLMo 2 and 3 norm the whole q and k projections
   if (glm4_moe) {
     // Glm4MoeAttention: q/k/v with attention_bias, o_proj never; use_qk_norm: RMSNorm(head_dim).
     m.o_bias = false;
     MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
     m.qk_norm = qk.value_or(false);
   }
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "olmo3" ||
-              t == "qwen3_next" || t == "lfm2";
-  m.qk_norm_per_head = t != "olmo2" && t != "olmo3";  // OLMo 2 and 3 norm the whole q and k projections
   if (t == "gemma2" || t == "gemma3_text") m.norms_per_layer = 4;
   m.scale_embeddings = gemma;
   MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));

@@ -243,6 +243,18 @@ TEST_CASE("glm4_moe: a GLM-4.5/4.7-sized config without its bias and q/k-norm ke
   CHECK(d->moe.num_shared_experts == 1);
   CHECK(d->moe.experts_per_token == 8);
   CHECK(d->moe.first_dense_layers == 1);
+  // GLM-4.5 itself writes "use_qk_norm": true: q_norm and k_norm, RMSNorm(head_dim) each, in every
+  // layer: 92 x 2 x 128 parameters more than the same config without it.
+  auto qk = io::parse_hf_config(R"({"model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288,
+      "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+      "vocab_size": 151552, "n_routed_experts": 160, "num_experts_per_tok": 8, "n_shared_experts": 1,
+      "moe_intermediate_size": 1536, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1,
+      "tie_word_embeddings": false, "use_qk_norm": true})",
+                                "glm45.json");
+  REQUIRE(qk.has_value());
+  CHECK(qk->qk_norm);
+  CHECK(qk->qk_norm_per_head);
+  CHECK(count_parameters(*qk).total - c.total == 92 * 2 * 128);
 }
 
 TEST_CASE("MPNet (all-mpnet-base-v2): modules, the relative-attention table, an end-to-end estimate") {
