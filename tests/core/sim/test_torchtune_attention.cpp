@@ -9,35 +9,13 @@
 #include "memplan/engine.hpp"
 #include "support/invariants.hpp"
 #include "support/models.hpp"
+#include "support/step_events.hpp"
 
 using namespace memplan;
 using namespace memplan::sim;
-
-namespace {
-
-ProgramSpec bf16_program(const ModelSpec& m) {
-  ProgramSpec sp;
-  sp.model = m;
-  for (int l = 0; l < m.num_layers; ++l) sp.model_layers.push_back(l);
-  sp.weight_dt = sp.embed_dt = sp.norm_dt = sp.compute_dt = DT::kBF16;
-  sp.attn = AttnImpl::kSdpa;
-  sp.ops.cuda = true;
-  sp.ops.inplace_accumulation = true;
-  return sp;
-}
-
-CatVec at_backward_start(const ProgramResult& r) {
-  for (const auto& e : r.events)
-    if (e.segment == kSegHeadBwd) return r.cats.all(e);
-  FAIL("no backward event");
-  return {};
-}
-
-std::int64_t at(const CatVec& v, Cat c, std::int64_t b, std::int64_t s) {
-  return v[static_cast<std::size_t>(c)].eval(b, s);
-}
-
-}  // namespace
+using memplan::testing::at;
+using memplan::testing::at_backward_start;
+using memplan::testing::bf16_program;
 
 TEST_CASE("torchtune's attention saves K and V at every query head") {
   // The toy Llama: 4 heads of 64, 2 KV heads, 3 layers. As backward begins each layer's SDPA node

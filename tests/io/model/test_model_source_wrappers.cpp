@@ -10,19 +10,13 @@
 
 #include "io/model/model_source.hpp"
 #include "memplan/engine.hpp"
+#include "support/catalog.hpp"
 #include "support/invariants.hpp"
 
 using namespace memplan;
+using memplan::testing::catalog_spec;
 
 namespace {
-
-const ModelSpec& catalog_spec(const std::string& name) {
-  static auto catalog = io::load_catalog();
-  REQUIRE(catalog.has_value());
-  const io::CatalogEntry* c = io::find_catalog_entry(*catalog, name);
-  REQUIRE(c != nullptr);
-  return c->spec;
-}
 
 TrainingConfig lora_config() {
   TrainingConfig c;
