@@ -3,6 +3,7 @@
 // estimate` at the neighbouring sizes compared with the plan's budget, never from plan's output.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/exit_codes.hpp"
