@@ -133,7 +133,8 @@ TEST_CASE("MiniMax-M2: the total by hand, q/k norms over all heads, sigmoid rout
   CHECK(c.total == 228'689'764'864LL);
   // Active: 8 of 256 experts; without the embedding table 10,415,956,480 (the card's "10B active").
   CHECK(c.active_per_token == 11'030'553'088LL);
-  const LinearModule* gu = find_linear(layer_linears(m, 0), "gate_up_proj");
+  const std::vector<LinearModule> linears = layer_linears(m, 0);
+  const LinearModule* gu = find_linear(linears, "gate_up_proj");
   REQUIRE(gu != nullptr);
   CHECK_FALSE(gu->bias);
   CHECK_FALSE(gu->nn_linear);
