@@ -905,7 +905,7 @@ void add_runtime_overhead(const TrainingConfig& c, Estimate& e, const std::optio
     // What the allocator holds beyond its blocks in use at its worst moment: the replay's reserved
     // peak over its allocated peak, added to the engine's own (sharded, extrapolated) peak.
     const std::int64_t slack = std::max<std::int64_t>(0, replayed->peak_reserved - replayed->peak_allocated);
-    e.reserved = Bytes::of(sim::reserved_for_peak(e.peak.count(), replayed->peak_reserved, replayed->peak_allocated));
+    e.reserved = Bytes::of(sim::reserved_for_peak(e.peak.count(), slack));
     e.assumptions.push_back(fmt::format(
         "reserved: the caching allocator replayed over the step's {} allocations{}{}: {:.2f} GiB reserved beyond "
         "the allocated peak ({} segments)",
@@ -918,7 +918,7 @@ void add_runtime_overhead(const TrainingConfig& c, Estimate& e, const std::optio
     // The median of max_memory_reserved / max_memory_allocated over the H100 measurements is
     // 1.09 (spread 1.02-1.40: Adafactor's and checkpointing's many odd-sized temporaries most).
     const std::int64_t slack = std::max<std::int64_t>(e.peak.count() / 100 * 9, kSegment);
-    e.reserved = Bytes::of((e.peak.count() + slack + kSegment - 1) / kSegment * kSegment);
+    e.reserved = Bytes::of(sim::reserved_for_peak(e.peak.count(), slack));
   }
   e.overhead.push_back({"cuda_context", Bytes::mib(768), Placement::kPerDevice,
                         "CUDA context, kernel images and library handles (measured 767-779 MiB on an H100, "

@@ -1033,7 +1033,7 @@ Result<Plan> plan_impl(const Estimator& est, const PlanRequest& req) {
   if (rec.fits && rec.peak < kUnbounded) {
     if (const auto r = est.replay_allocator(rec.batch.micro_batch, seq)) {
       rec.reserved = Bytes::of(
-          sim::reserved_for_peak(rec.peak.count(), r->peak_reserved.count(), r->peak_allocated.count()));
+          sim::reserved_for_peak(rec.peak.count(), r->peak_reserved.count() - r->peak_allocated.count()));
     }
   }
   if (c.method == Method::kGrpo) out.generation = generation_batch(c, rec.batch.micro_batch, rec.batch.grad_accum);

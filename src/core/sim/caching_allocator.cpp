@@ -230,9 +230,9 @@ void CachingAllocator::empty_cache() {
 
 namespace memplan::sim {
 
-std::int64_t reserved_for_peak(std::int64_t peak, std::int64_t replay_reserved, std::int64_t replay_allocated) {
+std::int64_t reserved_for_peak(std::int64_t peak, std::int64_t slack) {
   constexpr std::int64_t kSegment = CachingAllocator::kRoundLarge;
-  const std::int64_t reserved = peak + std::max<std::int64_t>(0, replay_reserved - replay_allocated);
+  const std::int64_t reserved = peak + std::max<std::int64_t>(0, slack);
   return (reserved + kSegment - 1) / kSegment * kSegment;
 }
 

@@ -142,9 +142,9 @@ struct ReplayResult {
 ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& steps, const OptimizerAllocations& opt,
                     const CachingAllocatorSettings& settings, int empty_cache_every = 0);
 
-// max_memory_reserved for an allocated peak `peak` (the engine's own: sharded, extrapolated) given
-// the replay's peaks: `peak` plus what the replayed allocator held beyond its blocks in use at its
-// worst moment (never negative), rounded up to the 2 MiB of a segment.
-std::int64_t reserved_for_peak(std::int64_t peak, std::int64_t replay_reserved, std::int64_t replay_allocated);
+// max_memory_reserved for an allocated peak `peak` (the engine's own: sharded, extrapolated):
+// `peak` plus `slack`, what the allocator holds beyond its blocks in use at its worst moment
+// (negative counts as none), rounded up to the 2 MiB of a segment.
+std::int64_t reserved_for_peak(std::int64_t peak, std::int64_t slack);
 
 }  // namespace memplan::sim
