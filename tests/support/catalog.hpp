@@ -1,12 +1,14 @@
 // The built-in catalog (configs/models) as the model-family tests read it: one entry's ModelSpec
-// by name, id or alias, loaded once per test binary.
+// by name, id or alias, loaded once per test binary; and the step those tests estimate it under.
 #pragma once
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "io/model/model_source.hpp"
+#include "memplan/training.hpp"
 
 namespace memplan::testing {
 
@@ -16,6 +18,18 @@ inline const ModelSpec& catalog_spec(const std::string& name) {
   const io::CatalogEntry* c = io::find_catalog_entry(*catalog, name);
   REQUIRE(c != nullptr);
   return c->spec;
+}
+
+// One bf16 sequence of seq_len tokens on CUDA, LoRA (PEFT's default targets) with checkpointing.
+inline TrainingConfig lora_checkpointed(std::int64_t seq_len = 512) {
+  TrainingConfig c;
+  c.micro_batch = 1;
+  c.seq_len = seq_len;
+  c.torch_dtype = DType::kBFloat16;
+  c.device = Device::kCuda;
+  c.gradient_checkpointing = true;
+  c.lora.enabled = true;
+  return c;
 }
 
 }  // namespace memplan::testing

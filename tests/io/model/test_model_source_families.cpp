@@ -13,19 +13,9 @@
 
 using namespace memplan;
 using memplan::testing::catalog_spec;
+using memplan::testing::lora_checkpointed;
 
 namespace {
-
-TrainingConfig lora_config() {
-  TrainingConfig c;
-  c.micro_batch = 1;
-  c.seq_len = 512;
-  c.torch_dtype = DType::kBFloat16;
-  c.device = Device::kCuda;
-  c.gradient_checkpointing = true;
-  c.lora.enabled = true;
-  return c;
-}
 
 // The tiny Llama of test_model_source.cpp: embeddings 2 x 100 x 64, 2 layers of 36,992, final norm 64.
 constexpr std::int64_t kTinyLlamaParams = 12'800 + 2 * 36'992 + 64;
@@ -107,7 +97,7 @@ TEST_CASE("OLMo 3: OLMo 2's layout with three sliding-window layers in four, cou
   SECTION("past the window, SDPA's sliding layers cost more than full ones; flash_attention_2's nothing") {
     // docs/formulas.md#sliding-window-attention: from s = sliding_window on, each sliding layer under
     // SDPA materializes its mask and repeats K/V; FlashAttention-2 takes the window as an argument.
-    TrainingConfig c = lora_config();
+    TrainingConfig c = lora_checkpointed();
     c.seq_len = 8192;
     ModelSpec full = m7;
     full.sliding_window = 0;
@@ -131,7 +121,7 @@ TEST_CASE("OLMo 3: OLMo 2's layout with three sliding-window layers in four, cou
 TEST_CASE("GLM-4.5-Air and InternLM3 estimate end to end under LoRA with checkpointing") {
   for (const char* name : {"glm-4.5-air", "internlm3-8b", "olmo-3-7b"}) {
     INFO(name);
-    auto e = estimate(catalog_spec(name), lora_config());
+    auto e = estimate(catalog_spec(name), lora_checkpointed());
     REQUIRE(e.has_value());
     memplan::testing::require_consistent(*e);
   }
@@ -428,7 +418,7 @@ TEST_CASE("Nemotron-H: Mamba-2, attention and MLP blocks from hybrid_override_pa
 TEST_CASE("the hybrid models estimate end to end under LoRA with checkpointing and in full fine-tuning") {
   for (const char* name : {"qwen3-next-80b-a3b", "lfm2-1.2b", "nemotron-h-8b", "nemotron-nano-9b-v2"}) {
     INFO(name);
-    TrainingConfig lora = lora_config();
+    TrainingConfig lora = lora_checkpointed();
     // PEFT has no default targets for these types: it asks for target_modules, and so does memplan.
     auto refused = estimate(catalog_spec(name), lora);
     REQUIRE_FALSE(refused.has_value());
@@ -444,7 +434,7 @@ TEST_CASE("the hybrid models estimate end to end under LoRA with checkpointing a
     lora.lora.target_modules = {"q_proj", "v_proj"};  // on the attention layers only
     auto attn_only = estimate(catalog_spec(name), lora);
     REQUIRE(attn_only.has_value());
-    TrainingConfig full = lora_config();
+    TrainingConfig full = lora_checkpointed();
     full.lora.enabled = false;
     full.gradient_checkpointing = false;
     auto f = estimate(catalog_spec(name), full);
@@ -517,7 +507,7 @@ TEST_CASE("Nemotron 3 Nano (nemotron_h with MoE blocks) from its real config.jso
   const auto counts = count_parameters(m);
   CHECK(counts.total == 31'577'937'344);
   CHECK(counts.active_per_token == 3'580'073'408);
-  TrainingConfig lora = lora_config();
+  TrainingConfig lora = lora_checkpointed();
   lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "in_proj", "out_proj"};
   auto e = estimate(m, lora);
   REQUIRE(e.has_value());
@@ -525,7 +515,7 @@ TEST_CASE("Nemotron 3 Nano (nemotron_h with MoE blocks) from its real config.jso
 }
 
 TEST_CASE("hybrid models refuse model parallelism and run under QLoRA") {
-  TrainingConfig c = lora_config();
+  TrainingConfig c = lora_checkpointed();
   c.lora.all_linear = true;
   c.parallel.num_gpus = 2;
   c.parallel.tensor_parallel = 2;

@@ -13,6 +13,7 @@
 
 using namespace memplan;
 using memplan::testing::catalog_spec;
+using memplan::testing::lora_checkpointed;
 
 namespace {
 
@@ -20,17 +21,6 @@ const LinearModule* find_linear(const std::vector<LinearModule>& ls, const std::
   for (const auto& l : ls)
     if (l.name == name) return &l;
   return nullptr;
-}
-
-TrainingConfig lora_config() {
-  TrainingConfig c;
-  c.micro_batch = 1;
-  c.seq_len = 512;
-  c.torch_dtype = DType::kBFloat16;
-  c.device = Device::kCuda;
-  c.gradient_checkpointing = true;
-  c.lora.enabled = true;
-  return c;
 }
 
 }  // namespace
@@ -178,7 +168,7 @@ TEST_CASE("StarCoder2-3B: biases everywhere, LayerNorm, c_fc/c_proj, tied embedd
 TEST_CASE("gpt-oss, MiniMax-M2 and StarCoder2 estimate end to end under LoRA with checkpointing") {
   for (const char* name : {"gpt-oss-20b", "gpt-oss-120b", "minimax-m2", "starcoder2-3b"}) {
     INFO(name);
-    TrainingConfig c = lora_config();
+    TrainingConfig c = lora_checkpointed();
     auto e = estimate(catalog_spec(name), c);
     REQUIRE(e.has_value());
     memplan::testing::require_consistent(*e);
@@ -186,7 +176,7 @@ TEST_CASE("gpt-oss, MiniMax-M2 and StarCoder2 estimate end to end under LoRA wit
 }
 
 TEST_CASE("gpt-oss: SDPA is refused (transformers has none for it); eager by default, the hub flash kernel") {
-  TrainingConfig c = lora_config();
+  TrainingConfig c = lora_checkpointed();
   c.attn = AttnImpl::kSdpa;
   auto e = estimate(catalog_spec("gpt-oss-20b"), c);
   REQUIRE_FALSE(e.has_value());

@@ -19,13 +19,7 @@ using memplan::testing::catalog_spec;
 namespace {
 
 TrainingConfig lora_config() {
-  TrainingConfig c;
-  c.micro_batch = 1;
-  c.seq_len = 1024;
-  c.torch_dtype = DType::kBFloat16;
-  c.device = Device::kCuda;
-  c.gradient_checkpointing = true;
-  c.lora.enabled = true;
+  TrainingConfig c = memplan::testing::lora_checkpointed(1024);
   c.lora.target_modules = {"q_proj", "v_proj"};
   return c;
 }
