@@ -256,6 +256,13 @@ ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
   return p;
 }
 
+// Whether the layout splits one step over ranks (tensor, pipeline or context parallelism).
+// Sequence parallelism alone is not one: it splits activations over the tensor-parallel ranks and
+// Megatron turns it off at tensor_model_parallel_size 1 (megatron/training/arguments.py).
+bool splits_model(const ParallelConfig& p) {
+  return p.pipeline_parallel > 1 || p.tensor_parallel > 1 || p.context_parallel > 1;
+}
+
 Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
   // Images asked of a text-only model are an error; the other image options (a resolution, the
   // freeze switches of a LLaMA-Factory file) have nothing to act on and get a warning instead.
@@ -277,8 +284,7 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
                         "training the Llama 3.2 Vision tower is not modelled (transformers 4.55-4.57 do not "
                         "checkpoint its 40 layers: about 11 GB of activations per image)",
                         "freeze the vision tower (LLaMA-Factory's default); the projector may be trained");
-    if (c.parallel.pipeline_parallel > 1 || c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1 ||
-        c.parallel.sequence_parallel)
+    if (splits_model(c.parallel))
       return make_error(ErrorCode::kUnsupported,
                         "Llama 3.2 Vision with tensor, pipeline, context or sequence parallelism is not modelled",
                         "estimate a data-parallel (DDP, ZeRO, FSDP) layout");
@@ -290,8 +296,7 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
   }
   const ImagePlan p = image_plan(m, c);
   if (p.images == 0) return Ok{};
-  if (c.parallel.pipeline_parallel > 1 || c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1 ||
-      c.parallel.sequence_parallel)
+  if (splits_model(c.parallel))
     return make_error(ErrorCode::kUnsupported,
                       "images with tensor, pipeline, context or sequence parallelism are not modelled",
                       "estimate a data-parallel (DDP, ZeRO, FSDP) layout, or --images 0 for text-only batches");
@@ -313,8 +318,7 @@ Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
   const ParallelConfig& p = c.parallel;
   // docs/models.md#hybrid-layers: how Megatron splits Gated DeltaNet / Mamba-2 / short-conv mixers
   // over ranks is not simulated.
-  if (m.hybrid.enabled() && (p.pipeline_parallel > 1 || p.tensor_parallel > 1 || p.context_parallel > 1 ||
-                             p.sequence_parallel))
+  if (m.hybrid.enabled() && splits_model(p))
     return make_error(ErrorCode::kUnsupported,
                       fmt::format("{} ({}) with tensor, pipeline, context or sequence parallelism is not modelled: "
                                   "its linear-attention, Mamba-2 or short-convolution layers are simulated on one rank",
@@ -404,8 +408,7 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                       "gpt-oss has no SDPA attention in transformers (GptOssForCausalLM: _supports_sdpa = False); its "
                       "attention sinks run in the eager attention or in the vllm-flash-attn3 hub kernel",
                       "use --attn-implementation eager, or flash_attention_2 for the hub kernel");
-  if (m.model_type == "gpt_oss" && (c.parallel.expert_parallel > 1 || c.parallel.sequence_parallel ||
-                                    c.parallel.tensor_parallel > 1 || c.parallel.context_parallel > 1))
+  if (m.model_type == "gpt_oss" && (c.parallel.expert_parallel > 1 || splits_model(c.parallel)))
     return make_error(ErrorCode::kUnsupported,
                       "gpt-oss's expert loop (GptOssExperts) under tensor, sequence, context or expert parallelism is "
                       "not modelled",

@@ -526,6 +526,15 @@ TEST_CASE("hybrid models refuse model parallelism and run under QLoRA") {
         "modelled: its linear-attention, Mamba-2 or short-convolution layers are simulated on one rank");
   c.parallel.tensor_parallel = 1;
   c.parallel.num_gpus = 1;
+  // sequence_parallel without tensor parallelism splits nothing (Megatron turns it off at TP 1, as
+  // ms-swift's Megatron example for Qwen3.5-35B-A3B sets it): the same step as without it.
+  TrainingConfig sp = c;
+  sp.parallel.sequence_parallel = true;
+  auto with_sp = estimate(catalog_spec("qwen3-next-80b-a3b"), sp);
+  auto without = estimate(catalog_spec("qwen3-next-80b-a3b"), c);
+  REQUIRE(with_sp.has_value());
+  REQUIRE(without.has_value());
+  CHECK(with_sp->peak.count() == without->peak.count());
   c.quant.load_in_4bit = true;
   for (const char* name : {"qwen3-next-80b-a3b", "lfm2-1.2b", "nemotron-nano-9b-v2"}) {
     INFO(name);
