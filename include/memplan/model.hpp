@@ -84,6 +84,9 @@ struct HybridSpec {
   bool mamba_proj_bias = false;    // use_bias: in_proj and out_proj
   int conv_kernel = 0;             // GDN linear_conv_kernel_dim, Mamba conv_kernel, LFM2 conv_L_cache
   bool short_conv_bias = false;    // LFM2 conv_bias: in_proj, conv and out_proj
+  // Qwen3.5 (Qwen3_5GatedDeltaNet): in_proj_qkv, in_proj_z, in_proj_b and in_proj_a in place of
+  // Qwen3-Next's in_proj_qkvz and in_proj_ba (the same weights, no per-head reordering).
+  bool gdn_split_projections = false;
 
   bool enabled() const { return !mixers.empty(); }
   MixerKind mixer(int layer) const {
@@ -198,6 +201,10 @@ struct ModelSpec {
   // Qwen2-VL / Qwen2.5-VL multimodal rotary embedding: (3, b, s, head_dim) cos/sin tables, and
   // per attention call the mrope sections concatenated into (b, s, head_dim) ones.
   bool mrope = false;
+  // Qwen3-VL / Qwen3.5 interleaved MRoPE: the (3, b, s, d / 2) frequencies folded into one plain
+  // (b, s, d) table pair (apply_interleaved_mrope). Set for Qwen3.5 text models; Qwen3-VL's is
+  // implied by its vision tower.
+  bool mrope_interleaved = false;
   std::string torch_dtype;             // dtype the checkpoint is stored in, e.g. "bfloat16"
   MoeSpec moe;
   // ---- Bidirectional encoders (BERT, RoBERTa, XLM-R, DeBERTa-v2/v3, NomicBERT, ModernBERT;

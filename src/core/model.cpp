@@ -265,10 +265,18 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   if (mixer == MixerKind::kGatedDeltaNet) {
     // Qwen3NextGatedDeltaNet: in_proj_qkvz (q, k, v and the output gate z), in_proj_ba (beta and
     // the decay's input, one each per value head), out_proj; no biases.
+    // Qwen3_5GatedDeltaNet splits them: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a.
     const HybridSpec& y = m.hybrid;
-    out.push_back({"in_proj_qkvz", h, 2 * y.gdn_key_dim() + 2 * y.gdn_value_dim(), false, 1, LinearRole::kAttention});
-    const std::int64_t ba = 2 * static_cast<std::int64_t>(y.gdn_value_heads);
-    out.push_back({"in_proj_ba", h, ba, false, 1, LinearRole::kAttention});
+    const std::int64_t vh = y.gdn_value_heads;
+    if (y.gdn_split_projections) {
+      out.push_back({"in_proj_qkv", h, 2 * y.gdn_key_dim() + y.gdn_value_dim(), false, 1, LinearRole::kAttention});
+      out.push_back({"in_proj_z", h, y.gdn_value_dim(), false, 1, LinearRole::kAttention});
+      out.push_back({"in_proj_b", h, vh, false, 1, LinearRole::kAttention});
+      out.push_back({"in_proj_a", h, vh, false, 1, LinearRole::kAttention});
+    } else {
+      out.push_back({"in_proj_qkvz", h, 2 * y.gdn_key_dim() + 2 * y.gdn_value_dim(), false, 1, LinearRole::kAttention});
+      out.push_back({"in_proj_ba", h, 2 * vh, false, 1, LinearRole::kAttention});
+    }
     out.push_back({"out_proj", y.gdn_value_dim(), h, false, 1, LinearRole::kAttention});
   } else if (mixer == MixerKind::kMamba2) {
     // NemotronHMamba2Mixer: in_proj to (gate z, x, B, C, dt), out_proj; both with use_bias.

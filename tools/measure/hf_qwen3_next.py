@@ -15,6 +15,13 @@ measurements:
 
 The linear-attention layers get no mask when every token attends (all measured inputs). Shared
 pieces (eager attention, the additive causal mask, checkpointing, the loss) are hf_llama's.
+
+Qwen3.5 / Qwen3.6 (model_type qwen3_5_text, qwen3_5_moe_text; transformers 5.x
+models/qwen3_5/modular_qwen3_5.py) are this model with two changes, mirrored here:
+Qwen3_5GatedDeltaNet has separate in_proj_qkv, in_proj_z, in_proj_b and in_proj_a (no
+fix_query_key_value_ordering: the projection goes straight into the convolution), and
+Qwen3_5TextRotaryEmbedding is Qwen3-VL's interleaved MRoPE over the partial rotary dimensions,
+fed (3, b, s) position ids.
 """
 import torch
 import torch.nn as nn
@@ -38,8 +45,11 @@ class Config(hf_llama.Config):
         self.linear_num_value_heads = d.get("linear_num_value_heads", 32)
         self.linear_key_head_dim = d.get("linear_key_head_dim", 128)
         self.linear_value_head_dim = d.get("linear_value_head_dim", 128)
+        self.split_projections = d.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text")
+        self.mrope_section = (d.get("rope_parameters") or {}).get("mrope_section", [11, 11, 10])
         self.linear_conv_kernel_dim = d.get("linear_conv_kernel_dim", 4)
-        self.num_experts = d.get("num_experts", 512)
+        # Qwen3_5TextConfig has no experts (dense MLPs); Qwen3-Next and Qwen3.5-MoE default to 512.
+        self.num_experts = d.get("num_experts", 0 if d.get("model_type") == "qwen3_5_text" else 512)
         self.num_experts_per_tok = d.get("num_experts_per_tok", 10)
         self.moe_intermediate_size = d.get("moe_intermediate_size", 512)
         self.shared_expert_intermediate_size = d.get("shared_expert_intermediate_size", 512)
@@ -254,6 +264,75 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         return self.out_proj(core_attn_out)
 
 
+class Qwen3_5GatedDeltaNet(Qwen3NextGatedDeltaNet):
+    """Qwen3_5GatedDeltaNet.forward on the training path (no cache; torch_causal_conv1d_fn is
+    conv1d with padding, sliced, then the activation)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        del self.in_proj_qkvz
+        del self.in_proj_ba
+        h = config.hidden_size
+        self.in_proj_qkv = nn.Linear(h, self.key_dim * 2 + self.value_dim, bias=False)
+        self.in_proj_z = nn.Linear(h, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(h, self.num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(h, self.num_v_heads, bias=False)
+
+    def forward(self, hidden_states):
+        batch_size, seq_len, _ = hidden_states.shape
+        mixed_qkv = self.in_proj_qkv(hidden_states)
+        mixed_qkv = mixed_qkv.transpose(1, 2)
+        z = self.in_proj_z(hidden_states)
+        z = z.reshape(batch_size, seq_len, -1, self.head_v_dim)
+        b = self.in_proj_b(hidden_states)
+        a = self.in_proj_a(hidden_states)
+        mixed_qkv = F.silu(self.conv1d(mixed_qkv)[:, :, :seq_len])
+        mixed_qkv = mixed_qkv.transpose(1, 2)
+        query, key, value = torch.split(mixed_qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        query = query.reshape(batch_size, seq_len, -1, self.head_k_dim)
+        key = key.reshape(batch_size, seq_len, -1, self.head_k_dim)
+        value = value.reshape(batch_size, seq_len, -1, self.head_v_dim)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        if self.num_v_heads // self.num_k_heads > 1:
+            query = query.repeat_interleave(self.num_v_heads // self.num_k_heads, dim=2)
+            key = key.repeat_interleave(self.num_v_heads // self.num_k_heads, dim=2)
+        core_attn_out, _ = torch_chunk_gated_delta_rule(query, key, value, g=g, beta=beta,
+                                                        use_qk_l2norm_in_kernel=True)
+        core_attn_out = core_attn_out.reshape(-1, self.head_v_dim)
+        z = z.reshape(-1, self.head_v_dim)
+        core_attn_out = self.norm(core_attn_out, z)
+        core_attn_out = core_attn_out.reshape(batch_size, seq_len, -1)
+        return self.out_proj(core_attn_out)
+
+
+class Qwen3_5TextRotaryEmbedding(nn.Module):
+    """Qwen3_5TextRotaryEmbedding: Qwen3VLTextRotaryEmbedding over int(head_dim * partial) dims:
+    the (3, b, s, d / 2) frequencies, apply_interleaved_mrope into the temporal row in place."""
+
+    def __init__(self, config):
+        super().__init__()
+        dim = int(config.head_dim * config.partial_rotary_factor)
+        inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.mrope_section = config.mrope_section
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        inv = self.inv_freq[None, None, :, None].float().expand(3, position_ids.shape[1], -1, 1)
+        pos = position_ids[:, :, None, :].float()
+        freqs = (inv.float() @ pos.float()).transpose(2, 3)
+        freqs_t = freqs[0]
+        for dim, offset in enumerate((1, 2), start=1):
+            length = self.mrope_section[dim] * 3
+            idx = slice(offset, length, 3)
+            freqs_t[..., idx] = freqs[dim, ..., idx]
+        emb = torch.cat((freqs_t, freqs_t), dim=-1)
+        cos = emb.cos() * 1.0
+        sin = emb.sin() * 1.0
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
 class Qwen3NextMLP(nn.Module):
     def __init__(self, config, intermediate_size):
         super().__init__()
@@ -309,7 +388,8 @@ class Qwen3NextDecoderLayer(hf_llama.GradientCheckpointingLayer):
         super().__init__()
         self.layer_type = config.layer_types[layer_idx]
         if self.layer_type == "linear_attention":
-            self.linear_attn = Qwen3NextGatedDeltaNet(config, layer_idx)
+            gdn = Qwen3_5GatedDeltaNet if config.split_projections else Qwen3NextGatedDeltaNet
+            self.linear_attn = gdn(config, layer_idx)
         else:
             self.self_attn = Qwen3NextAttention(config, layer_idx)
         if layer_idx not in config.mlp_only_layers and config.num_experts > 0 and \
@@ -343,11 +423,14 @@ class Qwen3NextModel(hf_llama.LlamaModel):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.layers = nn.ModuleList([Qwen3NextDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = Qwen3NextRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary_emb = Qwen3NextRotaryEmbedding(config)
+        self.split = config.split_projections
+        self.rotary_emb = Qwen3_5TextRotaryEmbedding(config) if self.split else Qwen3NextRotaryEmbedding(config)
 
     def forward(self, input_ids, attention_mask):
         inputs_embeds = self.embed_tokens(input_ids)
         position_ids = torch.arange(0, inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)
+        if self.split:  # Qwen3_5TextModel: arange expanded to (4, b, s); rows 1..3 feed the rotary
+            position_ids = position_ids.view(1, 1, -1).expand(4, inputs_embeds.shape[0], -1)[1:]
         causal_mask = hf_llama.make_causal_mask(attention_mask, inputs_embeds.dtype, inputs_embeds.device)
         hidden_states = inputs_embeds
         position_embeddings = self.rotary_emb(hidden_states, position_ids)

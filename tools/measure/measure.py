@@ -254,6 +254,7 @@ def build(case):
     # hf_nemotron_h, hf_lfm2) or the Llama family (hf_llama).
     model_type = case["model"].get("model_type")
     family = {"gemma3_text": hf_gemma3, "gemma2": hf_gemma3, "deepseek_v3": hf_deepseek, "qwen3_next": hf_qwen3_next,
+              "qwen3_5_text": hf_qwen3_next, "qwen3_5_moe_text": hf_qwen3_next,
               "nemotron_h": hf_nemotron_h, "lfm2": hf_lfm2, "gpt_oss": hf_gpt_oss, "starcoder2": hf_starcoder2,
               "minimax_m2": hf_minimax_m2}.get(model_type, hf_llama)
     cfg = family.Config(case["model"])

@@ -576,8 +576,10 @@ int Step::norm(int x, int w, int bias, std::int64_t width, Poly numel) {
   Poly rows = numel;
   for (auto& v : rows.c) v /= width;
   if (m_.norm == NormKind::kLayerNorm) return layer_norm(x, w, bias, numel, rows);
-  // Qwen3NextRMSNorm is Gemma's zero-centred (1 + weight) norm.
-  if (m_.model_type.rfind("gemma", 0) == 0 || m_.model_type == "qwen3_next") return gemma_rmsnorm(x, w, numel, rows);
+  // Qwen3NextRMSNorm (and Qwen3.5's, which is it) is Gemma's zero-centred (1 + weight) norm.
+  const std::string& t = m_.model_type;
+  if (t.rfind("gemma", 0) == 0 || t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text")
+    return gemma_rmsnorm(x, w, numel, rows);
   if (m_.model_type == "gpt_oss" && !sp_.liger_kernels) {
     // GptOssRMSNorm: (weight * normalized).to(input dtype): the product is fp32, cast after.
     const DT in_dt = g_.at(x).dt;
@@ -1570,24 +1572,42 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
     g_.drop(v);
     return c;
   };
-  // projected_states_qkvz / _ba are locals of forward: alive until it returns.
-  const int qkvz = keep(lin(x, lp.lin.at("in_proj_qkvz"), tok(2 * K + 2 * V)));
-  const int ba = keep(lin(x, lp.lin.at("in_proj_ba"), tok(2 * Hv)));
-  // fix_query_key_value_ordering splits each key head's group [q, k, v, z] of the projection:
-  // with more than one key head, q, k and v reshape(b, s, -1) into copies, and with more than
-  // one value head per key head, so do z, b and a (reshape(..., head_v_dim) / (..., num_v_heads)).
   const int rep = static_cast<int>(Hv / y.gdn_key_heads);
-  const bool per_head = y.gdn_key_heads > 1, grouped = per_head && rep > 1;
-  const auto part = [&](int src, const Poly& n, bool copy) { return copy ? copy_of(src, n) : ops_.slice(src, n, false); };
-  const int qc = part(qkvz, tok(K), per_head), kc = part(qkvz, tok(K), per_head), vc = part(qkvz, tok(V), per_head);
-  const int z = keep(part(qkvz, tok(V), grouped));
-  const int bsl = part(ba, tok(Hv), grouped), asl = part(ba, tok(Hv), grouped);
-  const int mixed = ops_.concat({qc, kc, vc});
-  g_.drop(qc);
-  g_.drop(kc);
-  g_.drop(vc);
-  const int mt = ops_.transpose_view(mixed);
-  g_.drop(mixed);
+  int mt = -1, z = -1, bsl = -1, asl = -1;
+  if (y.gdn_split_projections) {
+    // Qwen3_5GatedDeltaNet: mixed_qkv = in_proj_qkv(x).transpose(1, 2) goes straight into the
+    // convolution (a view; the convolution saves it); z, b and a are their own projections, and
+    // forward's locals b and a live until it returns.
+    const int qkv = lin(x, lp.lin.at("in_proj_qkv"), tok(2 * K + V));
+    z = keep(lin(x, lp.lin.at("in_proj_z"), tok(V)));
+    bsl = lin(x, lp.lin.at("in_proj_b"), tok(Hv));
+    asl = lin(x, lp.lin.at("in_proj_a"), tok(Hv));
+    g_.hold(bsl);
+    g_.hold(asl);
+    keep(bsl);
+    keep(asl);
+    mt = ops_.transpose_view(qkv);
+    g_.drop(qkv);
+  } else {
+    // projected_states_qkvz / _ba are locals of forward: alive until it returns.
+    const int qkvz = keep(lin(x, lp.lin.at("in_proj_qkvz"), tok(2 * K + 2 * V)));
+    const int ba = keep(lin(x, lp.lin.at("in_proj_ba"), tok(2 * Hv)));
+    // fix_query_key_value_ordering splits each key head's group [q, k, v, z] of the projection:
+    // with more than one key head, q, k and v reshape(b, s, -1) into copies, and with more than
+    // one value head per key head, so do z, b and a (reshape(..., head_v_dim) / (..., num_v_heads)).
+    const bool per_head = y.gdn_key_heads > 1, grouped = per_head && rep > 1;
+    const auto part = [&](int src, const Poly& n, bool copy) { return copy ? copy_of(src, n) : ops_.slice(src, n, false); };
+    const int qc = part(qkvz, tok(K), per_head), kc = part(qkvz, tok(K), per_head), vc = part(qkvz, tok(V), per_head);
+    z = keep(part(qkvz, tok(V), grouped));
+    bsl = part(ba, tok(Hv), grouped);
+    asl = part(ba, tok(Hv), grouped);
+    const int mixed = ops_.concat({qc, kc, vc});
+    g_.drop(qc);
+    g_.drop(kc);
+    g_.drop(vc);
+    mt = ops_.transpose_view(mixed);
+    g_.drop(mixed);
+  }
   const int conv = causal_conv(mt, lp, 2 * K + V, tok(2 * K + V));
   g_.drop(mt);
   const int act = ops_.silu(conv);
@@ -2707,7 +2727,7 @@ int Step::embed_and_layers(bool policy) {
     // from get_rope_index's (3, b, s) int64 position ids (a local of the model forward).
     // Qwen3-VL's interleaved MRoPE computes the (3, b, s, d / 2) frequencies too, but folds them
     // into one (b, s, d) table pair (apply_interleaved_mrope) used like a plain rotary table.
-    const bool interleaved = m_.vision.kind == VisionKind::kQwen3Vl;
+    const bool interleaved = m_.vision.kind == VisionKind::kQwen3Vl || m_.mrope_interleaved;
     if (m_.mrope || interleaved) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
     // NemotronHModel has no rotary embedding: empty tables stand in for them.
     const bool rotary = m_.model_type != "nemotron_h";

@@ -561,12 +561,20 @@ Error unsupported_at(const std::string& origin, std::string msg, std::string sug
   return e;
 }
 
+// Qwen3-Next's layers: Qwen3-Next itself and Qwen3.5's language models (Qwen3_5TextModel is
+// Qwen3NextModel with split Gated DeltaNet projections; docs/models.md#qwen3-5).
+bool qwen3_next_layout(const std::string& t) {
+  return t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text";
+}
+
 // The per-layer layout of Qwen3-Next, Nemotron-H and LFM2 (docs/models.md#hybrid-layers).
 Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
   HybridSpec& y = m.hybrid;
   const std::string& t = m.model_type;
   const int n = m.num_layers;
-  if (t == "qwen3_next") {
+  if (qwen3_next_layout(t)) {
+    y.gdn_split_projections = t != "qwen3_next";
+    m.mrope_interleaved = t != "qwen3_next";  // Qwen3_5TextRotaryEmbedding is Qwen3-VL's
     // Qwen3NextConfig: layer_types, else every full_attention_interval-th layer (from the
     // interval's last) attends in full and the others are Gated DeltaNet.
     if (const json* lt = f.find("layer_types")) {
@@ -578,8 +586,8 @@ Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
         if (s == "linear_attention") y.mixers.push_back(MixerKind::kGatedDeltaNet);
         else if (s == "full_attention") y.mixers.push_back(MixerKind::kAttention);
         else
-          return config_error(origin, fmt::format("\"layer_types\"[{}] is {}; qwen3_next has \"linear_attention\" and "
-                                                  "\"full_attention\" layers", i, describe(v)));
+          return config_error(origin, fmt::format("\"layer_types\"[{}] is {}; {} has \"linear_attention\" and "
+                                                  "\"full_attention\" layers", i, describe(v), t));
       }
     } else {
       MEMPLAN_TRY(std::int64_t interval, f.integer({"full_attention_interval"}, 4));
@@ -601,6 +609,10 @@ Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
     double partial = 0.25;
     if (f.has("partial_rotary_factor")) {
       MEMPLAN_TRY(partial, f.number("partial_rotary_factor"));
+    } else if (const json* rp = f.find("rope_parameters"); rp && rp->is_object()) {
+      // transformers 5 keeps it in rope_parameters only (Qwen3.5's small checkpoints).
+      MEMPLAN_TRY(partial, Fields(*rp, origin).number("partial_rotary_factor"));
+      if (!Fields(*rp, origin).has("partial_rotary_factor")) partial = 0.25;
     }
     if (!(partial > 0) || partial > 1)
       return config_error(origin, fmt::format("\"partial_rotary_factor\" must be in (0, 1], got {}", partial));
@@ -725,9 +737,11 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     // language model is the text_config (Qwen: the top level, or a text_config in configs saved by
     // transformers >= 4.52), the vision tower the vision_config.
     const bool qwen_vl = type == "qwen2_vl" || type == "qwen2_5_vl";
-    if (type == "qwen3_vl" || type == "qwen3_vl_moe" || type == "llama4") {
-      // Qwen3-VL and Llama 4 (docs/models.md#qwen3-vl, #llama-4): the language model is the
-      // text_config (Qwen3 / Qwen3-MoE; Llama4TextConfig), the tower the vision_config.
+    const bool qwen3_5 = type == "qwen3_5" || type == "qwen3_5_moe";
+    if (type == "qwen3_vl" || type == "qwen3_vl_moe" || type == "llama4" || qwen3_5) {
+      // Qwen3-VL, Qwen3.5 and Llama 4 (docs/models.md#qwen3-vl, #qwen3-5, #llama-4): the language
+      // model is the text_config (Qwen3 / Qwen3-MoE; Qwen3.5's Qwen3-Next layout; Llama4TextConfig),
+      // the tower the vision_config (Qwen3.5's is Qwen3-VL's without DeepStack mergers).
       const json* t = top.find("text_config");
       if (!t || !t->is_object())
         return config_error(origin, fmt::format("model_type '{}' has no \"text_config\" object", type), kWrongFileHint);
@@ -743,13 +757,17 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
                                                     "\"projector_output_dim\" {}: the projector's input is the "
                                                     "adapter's output", out_dim, vision.projector_output_dim));
         } else {
-          MEMPLAN_TRY(vision, parse_qwen3_vl_vision(*vc, origin, vision_out));
+          MEMPLAN_TRY(vision, parse_qwen3_vl_vision(*vc, origin, vision_out, /*deepstack_by_default=*/!qwen3_5));
         }
         vision.model_type = type;
       }
       for (const char* inherited : {"tie_word_embeddings", "torch_dtype", "dtype"})
         if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
-      text["model_type"] = type == "llama4" ? "llama4_text" : type == "qwen3_vl" ? "qwen3" : "qwen3_moe";
+      text["model_type"] = type == "llama4"        ? "llama4_text"
+                           : type == "qwen3_vl"    ? "qwen3"
+                           : type == "qwen3_vl_moe" ? "qwen3_moe"
+                           : type == "qwen3_5"     ? "qwen3_5_text"
+                                                   : "qwen3_5_moe_text";
       j = std::move(text);
     } else if (type == "mllama") {
       // Llama 3.2 Vision: the language model is the text_config (MllamaTextConfig), a Llama with
@@ -843,7 +861,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   const bool glm4_moe = t == "glm4_moe";
   const bool deepseek_moe = t == "deepseek" || mla_type || glm4_moe;
   // Qwen3-Next: Qwen2-MoE's block (gated shared expert) under hybrid layers (docs/models.md#qwen3_next).
-  const bool qwen_shared_moe = t == "qwen2_moe" || t == "qwen3_next";
+  const bool qwen_shared_moe = t == "qwen2_moe" || qwen3_next_layout(t);
   // gpt-oss and MiniMax-M2: experts intermediate_size wide, like Mixtral's (docs/models.md#gpt_oss).
   const bool mixtral_width = t == "mixtral" || t == "gpt_oss" || t == "minimax_m2";
   const bool moe_type = mixtral_width || qwen_shared_moe || t == "qwen3_moe" || deepseek_moe;
@@ -869,7 +887,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   // n_inner null means 4 x n_embd (checked: n_embd is not validated yet; validate() refuses the huge ones).
   if (gpt2) inter_fallback = m.hidden_size <= (std::int64_t{1} << 40) ? 4 * m.hidden_size : m.hidden_size;
   // All-MoE models may omit the dense width.
-  if (t == "qwen2_moe" || t == "qwen3_moe" || t == "qwen3_next") inter_fallback = 0;
+  if (t == "qwen2_moe" || t == "qwen3_moe" || qwen3_next_layout(t)) inter_fallback = 0;
   MEMPLAN_TRY(m.intermediate_size, f.integer({"intermediate_size", "n_inner"}, inter_fallback));
   MEMPLAN_TRY(m.max_position_embeddings, f.integer({"max_position_embeddings", "n_positions"}, 0));
 
@@ -903,7 +921,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     m.o_bias = m.mlp_bias = bias.value_or(false);
   }
   m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "olmo3" ||
-              t == "qwen3_next" || t == "lfm2";
+              qwen3_next_layout(t) || t == "lfm2";
   m.qk_norm_per_head = t != "olmo2" && t != "olmo3";  // OLMo 2 and 3 norm the whole q and k projections
   if (glm4_moe) {
     // Glm4MoeAttention: q/k/v with attention_bias, o_proj never; use_qk_norm: RMSNorm(head_dim).
@@ -1041,7 +1059,8 @@ const std::vector<std::string>& supported_model_types() {
                                              "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe",
                                              "qwen3_next", "nemotron_h", "lfm2", "gpt_oss", "minimax_m2",
                                              "starcoder2", "qwen3_vl", "qwen3_vl_moe", "llama4", "llama4_text",
-                                             "deepseek_v32"};
+                                             "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
+                                             "qwen3_5_moe_text"};
   return t;
 }
 

@@ -79,7 +79,8 @@ int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1
 
 }  // namespace
 
-Result<VisionSpec> parse_qwen3_vl_vision(const json& vc, const std::string& origin, std::int64_t& out_hidden) {
+Result<VisionSpec> parse_qwen3_vl_vision(const json& vc, const std::string& origin, std::int64_t& out_hidden,
+                                         bool deepstack_by_default) {
   VisionSpec v;
   const std::string where = origin + " vision_config";
   v.kind = VisionKind::kQwen3Vl;
@@ -96,7 +97,7 @@ Result<VisionSpec> parse_qwen3_vl_vision(const json& vc, const std::string& orig
   MEMPLAN_TRY(v.num_position_embeddings, integer(vc, "num_position_embeddings", where, 2304));
   bool present = false;
   MEMPLAN_TRY(v.deepstack_indexes, int_list(vc, "deepstack_visual_indexes", where, present));
-  if (!present) v.deepstack_indexes = {8, 16, 24};
+  if (!present && deepstack_by_default) v.deepstack_indexes = {8, 16, 24};
   if (chans != 3) return wrap_error(origin, fmt::format("vision_config \"in_channels\" = {} is not modelled (3)", chans));
   if (const json* act = field(vc, "hidden_act"); act && !(act->is_string() && act->get<std::string>() == "gelu_pytorch_tanh"))
     return wrap_error(origin, "vision_config \"hidden_act\" is not modelled (Qwen3-VL uses gelu_pytorch_tanh)");

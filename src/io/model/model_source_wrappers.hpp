@@ -14,9 +14,11 @@
 
 namespace memplan::io {
 
-// Qwen3VLVisionConfig (qwen3_vl, qwen3_vl_moe), with its defaults where a key is absent.
+// Qwen3VLVisionConfig (qwen3_vl, qwen3_vl_moe; Qwen3.5's Qwen3_5VisionConfig, which has no
+// DeepStack mergers: deepstack_by_default false), with its defaults where a key is absent.
 // out_hidden: out_hidden_size, the mergers' output width (the text hidden size).
-Result<VisionSpec> parse_qwen3_vl_vision(const nlohmann::json& vc, const std::string& origin, std::int64_t& out_hidden);
+Result<VisionSpec> parse_qwen3_vl_vision(const nlohmann::json& vc, const std::string& origin, std::int64_t& out_hidden,
+                                         bool deepstack_by_default = true);
 
 // Llama4VisionConfig: the tower is counted, not simulated. out_dim: vision_output_dim, the
 // projector's input width.

@@ -254,3 +254,93 @@ TEST_CASE("Qwen3-VL and DeepSeek-V3.2 estimate end to end under LoRA with checkp
   REQUIRE(i.has_value());
   CHECK(i->peak.count() > t->peak.count());
 }
+
+// Qwen3.5 / Qwen3.6 (docs/models.md#qwen3-5): Qwen3-Next's hybrid layers with split Gated DeltaNet
+// projections under Qwen3-VL's tower without DeepStack mergers. Sums by hand from
+// modular_qwen3_5.py / modular_qwen3_5_moe.py (transformers 5.x).
+TEST_CASE("Qwen3.6-35B-A3B: split Gated DeltaNet projections, 256 experts, a tower without DeepStack") {
+  const ModelSpec& m = catalog_spec("qwen3.6-35b-a3b");
+  CHECK(m.model_type == "qwen3_5_moe_text");
+  CHECK(m.hybrid.gdn_split_projections);
+  CHECK(m.mrope_interleaved);
+  CHECK(m.attn_output_gate);
+  CHECK(m.vision.kind == VisionKind::kQwen3Vl);
+  CHECK(m.vision.deepstack_indexes.empty());  // Qwen3_5VisionConfig deletes deepstack_visual_indexes
+  CHECK(m.qk_rope_head_dim == 64);            // 256 x partial_rotary_factor 0.25
+  std::vector<std::string> gdn;
+  const auto linears = layer_linears(m, 0);
+  for (const auto& l : linears) gdn.push_back(l.name);
+  CHECK(std::find(gdn.begin(), gdn.end(), "in_proj_qkv") != gdn.end());
+  CHECK(std::find(gdn.begin(), gdn.end(), "in_proj_z") != gdn.end());
+  CHECK(std::find(gdn.begin(), gdn.end(), "in_proj_qkvz") == gdn.end());
+  const ParameterCounts c = count_parameters(m);
+  // Tower: patch_embed 1,536 x 1,152 + 1,152, pos_embed 2,304 x 1,152, 27 blocks of 15,239,504.
+  CHECK(c.vision == 1'770'624LL + 2'654'208 + 27 * 15'239'504LL);
+  // Merger only: LayerNorm(1,152) + 4,608^2 + 4,608 + 4,608 x 2,048 + 2,048.
+  CHECK(c.projector == 30'679'808LL);
+  // Text: embeddings 2 x 248,320 x 2,048; 30 DeltaNet mixers of 33,718,464 (in_proj_qkv 2,048 x
+  // 8,192, in_proj_z 2,048 x 4,096, in_proj_b/a 2,048 x 32, conv1d 8,192 x 4, dt_bias + A_log 64,
+  // norm 128, out_proj 4,096 x 2,048); 10 gated attentions of 27,263,488; 40 MoE blocks of
+  // 808,978,432 (router 2,048 x 256, 257 experts of 3 x 2,048 x 512, shared_expert_gate 2,048) and
+  // 2 norms each; final norm.
+  const std::int64_t text = 1'017'118'720LL + 30 * 33'718'464LL + 10 * 27'263'488LL + 40 * (808'978'432LL + 4'096) + 2'048;
+  CHECK(text == 34'660'610'688LL);
+  CHECK(c.total == text + c.vision + c.projector);
+  CHECK(c.total == 35'107'181'936LL);  // the card's 35B
+  // Active: 8 of 256 experts per token, the shared expert always.
+  CHECK(c.active_per_token == text - 40 * 248 * 3'145'728LL);
+}
+
+TEST_CASE("Qwen3.5-0.8B: a dense SwiGLU MLP in every layer, tied embeddings, a 12-block tower") {
+  const ModelSpec& m = catalog_spec("qwen3.5-0.8b");
+  CHECK(m.model_type == "qwen3_5_text");
+  CHECK_FALSE(m.moe.enabled());
+  CHECK(m.tie_word_embeddings);
+  CHECK(m.qk_rope_head_dim == 64);  // partial_rotary_factor only inside rope_parameters
+  const ParameterCounts c = count_parameters(m);
+  // 248,320 x 1,024 tied; 18 DeltaNet mixers of 10,543,264; 6 attentions of 7,340,544; 24 MLPs of
+  // 3 x 1,024 x 3,584 + 2 norms; final norm: 752,393,024. Tower 88,004,352, merger 12,588,544.
+  CHECK(c.vision == 88'004'352LL);
+  CHECK(c.projector == 12'588'544LL);
+  CHECK(c.total == 752'393'024LL + 88'004'352LL + 12'588'544LL);
+}
+
+TEST_CASE("Qwen3.5 text-only checkpoints (qwen3_5_text) read as the same layout; the layer_types error names the type") {
+  const std::string cfg = R"({"model_type": "qwen3_5_text", "vocab_size": 1000, "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
+      "head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+      "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4})";
+  auto m = io::parse_hf_config(cfg, "c.json");
+  REQUIRE(m.has_value());
+  CHECK(m->hybrid.gdn_split_projections);
+  CHECK(m->hybrid.mixers == std::vector<MixerKind>{MixerKind::kGatedDeltaNet, MixerKind::kGatedDeltaNet,
+                                                   MixerKind::kGatedDeltaNet, MixerKind::kAttention});
+  // Per DeltaNet layer: in_proj_qkv 64 x (2 x 32 + 64), in_proj_z 64 x 64, in_proj_b/a 64 x 4 each,
+  // conv1d 128 x 4, dt_bias + A_log 8, norm 16, out_proj 64 x 64 = 21,016.
+  CHECK(mixer_params(*m, 0) == 128 * 4 + 8 + 16);
+  std::int64_t proj = 0;
+  for (const auto& l : layer_linears(*m, 0))
+    if (l.role == LinearRole::kAttention) proj += l.in_features * l.out_features;
+  CHECK(proj == 64 * 128 + 64 * 64 + 2 * 64 * 4 + 64 * 64);
+  auto bad = io::parse_hf_config(
+      R"({"model_type": "qwen3_5_text", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+          "num_hidden_layers": 1, "num_attention_heads": 1, "layer_types": ["mamba"]})",
+      "c.json");
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().message == "\"layer_types\"[0] is \"mamba\"; qwen3_5_text has \"linear_attention\" and \"full_attention\" layers");
+}
+
+TEST_CASE("Qwen3.5 estimates end to end, text-only and with an image through the tower") {
+  const ModelSpec& m = catalog_spec("qwen3.5-0.8b");
+  TrainingConfig c = memplan::testing::lora_checkpointed(1024);
+  c.lora.target_modules = {"in_proj_qkv", "in_proj_z", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj"};
+  auto text = estimate(m, c);
+  REQUIRE(text.has_value());
+  memplan::testing::require_consistent(*text);
+  c.vision.images = 1;
+  auto image = estimate(m, c);
+  REQUIRE(image.has_value());
+  memplan::testing::require_consistent(*image);
+  // 768 x 768 after resizing: 48 x 48 patches of 16, merged 2 x 2 into 576 tokens of the sequence.
+  CHECK(memplan::testing::mentions(image->assumptions, "2304 patches through the tower and 576 image tokens"));
+}
