@@ -7,7 +7,9 @@
 // one line per case (predicted vs measured peak, relative error, phase) and a summary with the
 // median and maximum relative error; exits 1 when a threshold is exceeded, so ctest can hold the
 // engine to them. Published rows that report only max_memory_reserved (a file's "reserved_only")
-// are compared with the replayed caching allocator and summarised apart.
+// are compared with the replayed caching allocator and summarised apart
+// (--max-published-reserved-low / --max-published-reserved-median hold them). A published case
+// may name a config.json committed beside its file (--model configs/NAME.json).
 //
 // --capacity files hold capacity experiments (tools/measure/cuda_capacity.py): a configuration
 // run on a real GPU at growing micro-batches until one ran out of memory. For each, memplan's
