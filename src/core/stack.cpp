@@ -213,6 +213,23 @@ StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::
     }
   }
 
+  // torch.optim's default implementation (docs/formulas.md#optimizer-step-temporaries): torch 2.0
+  // made the multi-tensor (foreach) path the default for CUDA parameters; before it AdamW, SGD,
+  // Adagrad and RMSprop run their single-tensor loop unless foreach=True is passed (torch 1.13
+  // torch/optim/adamw.py: `if foreach is None: foreach = False`; 1.10-1.12 alike).
+  {
+    using OK = OptimizerKind;
+    const OK k = c.optim.kind;
+    const bool takes_foreach = k == OK::kAdamWTorch || k == OK::kSgd || k == OK::kAdagrad || k == OK::kRmsprop;
+    if (takes_foreach && c.device == Device::kCuda && s.has(Library::kTorch) &&
+        s.of(Library::kTorch) < version("2.0") && c.optim.args.count("foreach") == 0) {
+      c.optim.args["foreach"] = "false";
+      out.effects.push_back({"optim_args", fmt::format("foreach=false: {} runs torch.optim's single-tensor loop "
+                                                       "unless foreach=True is given (< 2.0)",
+                                                       lib_version(s, Library::kTorch))});
+    }
+  }
+
   // Checkpointing's use_reentrant when nothing sets it (docs/formulas.md#gradient-checkpointing):
   // transformers 4.37-4.x passes use_reentrant=True (before, torch's own default, also reentrant);
   // transformers 5 checkpoints non-reentrantly. TRL 0.27+ sets use_reentrant=False where

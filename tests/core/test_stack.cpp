@@ -222,3 +222,35 @@ TEST_CASE("which allocator variable takes effect depends on torch") {
   CHECK(a.value == "max_split_size_mb:64");
   CHECK(a.note.empty());
 }
+
+TEST_CASE("torch before 2.0 runs torch.optim's single-tensor loop on CUDA (foreach=False by default)") {
+  // torch 1.13 torch/optim/adamw.py: `if foreach is None: foreach = False`; 2.0 defaults CUDA
+  // parameters to the multi-tensor path (docs/formulas.md#optimizer-step-temporaries).
+  const auto foreach_arg = [](const char* torch, OptimizerKind k, Device d = Device::kCuda) {
+    TrainingConfig c;
+    c.device = d;
+    c.optim.kind = k;
+    const auto a = apply_stack(stack_of({{Library::kTorch, torch}}), c, {});
+    const auto it = c.optim.args.find("foreach");
+    return std::pair{it == c.optim.args.end() ? std::string("-") : it->second, effect(a, "optim_args") != nullptr};
+  };
+  CHECK(foreach_arg("1.10.1", OptimizerKind::kAdamWTorch) == std::pair{std::string("false"), true});
+  CHECK(foreach_arg("1.13.1", OptimizerKind::kSgd) == std::pair{std::string("false"), true});
+  CHECK(foreach_arg("1.13.1", OptimizerKind::kRmsprop) == std::pair{std::string("false"), true});
+  CHECK(foreach_arg("2.0.0", OptimizerKind::kAdamWTorch) == std::pair{std::string("-"), false});
+  // Fused and bitsandbytes optimizers have no foreach path; on the CPU single-tensor is already the default.
+  CHECK(foreach_arg("1.13.1", OptimizerKind::kAdamWTorchFused) == std::pair{std::string("-"), false});
+  CHECK(foreach_arg("1.13.1", OptimizerKind::kAdamW8bit) == std::pair{std::string("-"), false});
+  CHECK(foreach_arg("1.13.1", OptimizerKind::kAdamWTorch, Device::kCpu) == std::pair{std::string("-"), false});
+  // No torch version given: the newest release's default (foreach), nothing added.
+  TrainingConfig c;
+  c.device = Device::kCuda;
+  apply_stack(Stack{}, c, {});
+  CHECK(c.optim.args.count("foreach") == 0);
+  // An explicit foreach=True is kept.
+  TrainingConfig given;
+  given.device = Device::kCuda;
+  given.optim.args["foreach"] = "true";
+  apply_stack(stack_of({{Library::kTorch, "1.13.1"}}), given, {});
+  CHECK(given.optim.args.at("foreach") == "true");
+}

@@ -22,7 +22,7 @@ PLUGIN_FLAGS = {
 
 def flags_for(case):
     t = case["training"]
-    f = ["--model", case["model_name"], "--method", t.get("method", "sft"),
+    f = ["--model", case.get("model_flag", case["model_name"]), "--method", t.get("method", "sft"),
          "--batch", str(t["batch"]), "--seq-len", str(t["seq_len"]),
          "--torch-dtype", t.get("torch_dtype", "float32"), "--optim", t.get("optim", "adamw_torch"),
          "--device", t.get("device", "cuda"), "--num-gpus", str(t.get("num_gpus", 1))]
@@ -60,13 +60,14 @@ def stack_for(env):
     return ",".join("%s==%s" % (k, env[k]) for k in libs if k in env)
 
 
-for path in sys.argv[1:]:
-    with open(path) as fh:
-        doc = json.load(fh)
-    doc["stack"] = stack_for(doc["env"])
-    for case in doc["cases"]:
-        case["flags"] = flags_for(case)
-        case["stack"] = stack_for(case.get("env", doc["env"]))
-    with open(path, "w") as fh:
-        json.dump(doc, fh, indent=1)
-        fh.write("\n")
+if __name__ == "__main__":
+    for path in sys.argv[1:]:
+        with open(path) as fh:
+            doc = json.load(fh)
+        doc["stack"] = stack_for(doc["env"])
+        for case in doc["cases"]:
+            case["flags"] = flags_for(case)
+            case["stack"] = stack_for(case.get("env", doc["env"]))
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.write("\n")

@@ -14,3 +14,8 @@ cmake --build "$build" --target memplan-accuracy >/dev/null
 # Rows that publish only max_memory_reserved, against the allocator replay (docs/accuracy.md#published-reserved).
 "$build/tools/accuracy/memplan-accuracy" tests/data/published/torchtune_lora_tutorial.json \
   tests/data/published/ms_swift_benchmark.json
+# Held-out sources collected for issue 30 (docs/accuracy.md#published-held-out), at the issue's limits.
+"$build/tools/accuracy/memplan-accuracy" --max-median 5 --max-low 10 \
+  tests/data/published/fms_acceleration_a100_granite.json tests/data/published/fms_acceleration_a100_2024-07.json || true
+"$build/tools/accuracy/memplan-accuracy" --max-published-reserved-median 5 --max-published-reserved-low 10 \
+  tests/data/published/hf_docs_single_gpu_v100.json || true
