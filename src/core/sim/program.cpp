@@ -1016,11 +1016,21 @@ int Step::moe(int x, LayerParams& lp) {
     // top-k under no_grad, scores.gather (saves the indices), topk_weights /= (sum + eps) in place
     // (saves a copy of the weights before and the denominator), * routed_scaling_factor.
     const LinearParams& gate = lp.lin.at("gate");
-    const int xf = ops_.to(x, DT::kF32);
-    const int wf = ops_.to(gate.w, DT::kF32);
-    const int logits = ops_.linear(xf, wf, -1, tok(E));
-    g_.drop(xf);
-    g_.drop(wf);
+    int logits;
+    if (minimax) {
+      // MiniMaxM2TopKRouter: F.linear(hidden_states.to(weight.dtype), weight) in the model's
+      // dtype (no copies: linear saves x and the weight as they are), then
+      // sigmoid(router_logits.float()): an fp32 copy of the (tokens, experts) logits.
+      const int l = ops_.linear(x, gate.w, -1, tok(E));
+      logits = ops_.to(l, DT::kF32);
+      g_.drop(l);
+    } else {
+      const int xf = ops_.to(x, DT::kF32);
+      const int wf = ops_.to(gate.w, DT::kF32);
+      logits = ops_.linear(xf, wf, -1, tok(E));
+      g_.drop(xf);
+      g_.drop(wf);
+    }
     // Under autocast F.linear computes in the autocast dtype whatever the .float() casts did: the
     // scores, weights and everything weighted by them follow the logits' dtype.
     weights_dt = g_.at(logits).dt;
