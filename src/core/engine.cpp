@@ -1257,6 +1257,7 @@ void Estimator::Impl::build_half(int half) {
       OptParam op{p.numel, static_cast<int>(sim::esize(p.dt)), p.rows, p.cols, p.count};
       if (p.rows > 0 && p.count > 1) op.numel = p.rows * p.cols;  // per expert matrix
       op.count = p.rows > 0 && p.count > 1 ? p.count * reps : reps;
+      op.fused = p.rows > 0 && p.count > 1 && p.fused ? p.count : 1;
       st.opt_params.push_back(op);
       st.trainable += p.numel * reps;
     }

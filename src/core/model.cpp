@@ -1,6 +1,7 @@
 #include "memplan/model.hpp"
 
 #include <algorithm>
+#include <cstddef>
 
 #include <fmt/format.h>
 
@@ -59,7 +60,9 @@ bool is_deepseek_family(const ModelSpec& m) {
 // bare weight Parameter, and the experts are 3-D Parameters (GptOssExperts: gate_up_proj
 // [E, H, 2I] + gate_up_proj_bias, down_proj [E, I, H] + down_proj_bias; MiniMaxM2Experts the same
 // without biases), none of them an nn.Linear PEFT can wrap or bitsandbytes quantize.
-bool has_parameter_experts(const ModelSpec& m) { return m.model_type == "gpt_oss" || m.model_type == "minimax_m2"; }
+bool has_parameter_experts(const ModelSpec& m) {
+  return m.model_type == "gpt_oss" || m.model_type == "minimax_m2" || m.model_type == "deepseek_v32";
+}
 
 std::int64_t qk_norm_params(const ModelSpec& m) {
   // MLA: q_a_layernorm (q_lora_rank, absent without q LoRA) and kv_a_layernorm (kv_lora_rank).
@@ -352,7 +355,14 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   // Llama4TextExperts and Qwen3VLMoeTextExperts hold the experts as two fused Parameters,
   // gate_up_proj (E, H, 2I) and down_proj (E, I, H): the same count, but no nn.Linear for PEFT or
   // bitsandbytes (docs/models.md#qwen3-vl). The names stay gate/up/down for the simulator.
-  // gpt-oss and MiniMax-M2 likewise (has_parameter_experts).
+  // gpt-oss and MiniMax-M2 likewise (has_parameter_experts), and DeepSeek-V3.2 in transformers 5
+  // (DeepseekV32Experts: gate_up_proj [E, 2I, H], down_proj [E, H, I]; its dense and shared MLPs
+  // keep separate gate_proj / up_proj Linears).
+  if (m.model_type == "deepseek_v32" && !m.fused_gate_up && out.size() >= first_expert + 2) {
+    out[first_expert].name = "gate_up_proj";
+    out[first_expert].out_features *= 2;
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(first_expert) + 1);
+  }
   if (has_parameter_experts(m) || llama4 || (m.vision.kind == VisionKind::kQwen3Vl && m.moe.enabled()))
     for (std::size_t i = first_expert; i < out.size(); ++i) out[i].nn_linear = false;
   if (m.moe.num_shared_experts > 0) {

@@ -49,7 +49,8 @@ std::int64_t sum_bytes(const std::vector<OptParam>& ps, int elem_override = 0) {
 
 std::int64_t max_bytes(const std::vector<OptParam>& ps, int elem_override = 0) {
   std::int64_t m = 0;
-  for (const auto& p : ps) m = std::max(m, checked_mul(p.numel, elem_override ? elem_override : p.elem_bytes));
+  for (const auto& p : ps)
+    m = std::max(m, checked_mul(checked_mul(p.numel, elem_override ? elem_override : p.elem_bytes), p.fused));
   return m;
 }
 
@@ -105,7 +106,7 @@ OptimizerFootprint optimizer_footprint(const OptimizerConfig& o, Device device, 
   // A 0-dim `step` tensor per parameter: on the parameter's device on the CPU; torch 2.x keeps it
   // on the CPU for CUDA parameters unless fused/capturable.
   std::int64_t step_tensors = 0;
-  for (const auto& p : ps) step_tensors += 4LL * p.count;
+  for (const auto& p : ps) step_tensors += 4LL * (p.count / std::max(p.fused, 1));
   const std::int64_t total = sum_bytes(ps), biggest = max_bytes(ps);
   switch (o.kind) {
     case OptimizerKind::kAdamWTorch:

@@ -17,6 +17,9 @@ struct OptParam {
   int elem_bytes = 4;              // the parameter's (and its gradient's) element size
   std::int64_t rows = 0, cols = 0; // a 2-D matrix shape (Adafactor factors it), 0 for vectors
   int count = 1;                   // identical tensors (routed experts, repeated layers)
+  // How many of the `count` are one Parameter: the experts of one layer held as a 3-D tensor
+  // (fused expert Parameters), which the single-tensor loop steps as one tensor.
+  int fused = 1;
 };
 
 struct OptimizerFootprint {

@@ -116,3 +116,20 @@ TEST_CASE("torchao AdamW8bit/AdamW4bit: block-wise codes, an fp32 scale per bloc
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().to_string().find("block_size") != std::string::npos);
 }
+
+TEST_CASE("fused expert Parameters: the single-tensor loop steps the 3-D tensor as one") {
+  // 8 experts' gate_up_proj, 512 x 256 each (fp32), as per-expert matrices and as one
+  // [8, 512, 256] Parameter (MiniMax-M2's toy, docs/models.md#fused-expert-parameters), next to
+  // an embedding of 2048 x 256. Per-expert: the largest tensor is the embedding, 2 MiB, so
+  // sqrt() and the division hold 4 MiB; fused: the 4 MiB Parameter, 8 MiB. One step tensor per
+  // Parameter: 8 + 1 per-expert, 1 + 1 fused. States are the same bytes either way.
+  const std::vector<OptParam> split = {{512 * 256, 4, 512, 256, 8}, {2048 * 256, 4, 2048, 256, 1}};
+  std::vector<OptParam> fused = split;
+  fused[0].fused = 8;
+  const auto a = optimizer_footprint(optim(OptimizerKind::kAdamWTorch), Device::kCpu, split);
+  const auto b = optimizer_footprint(optim(OptimizerKind::kAdamWTorch), Device::kCpu, fused);
+  CHECK(a.temp_bytes == 2 * 2048 * 256 * 4);
+  CHECK(b.temp_bytes == 2 * 8 * 512 * 256 * 4);
+  CHECK(a.state_bytes == (8 * 512 * 256 + 2048 * 256) * 4 * 2 + 9 * 4);
+  CHECK(b.state_bytes == (8 * 512 * 256 + 2048 * 256) * 4 * 2 + 2 * 4);
+}

@@ -152,8 +152,9 @@ void Graph::flush() {
 Node* Graph::open_node(const Ids& inputs, const Ids& outputs, const Ids& saved, bool& recorded) {
   const auto needs_grad = [this](int i) { return i >= 0 && at(i).requires_grad; };
   if (capture_ != nullptr) {
-    // Recomputation under checkpoint's inner pack hook: keep what this op saves, make no node.
-    if (std::none_of(inputs.begin(), inputs.end(), needs_grad)) return nullptr;
+    // Recomputation under checkpoint's inner pack hook: keep what this op saves, make no node
+    // (an op under no_grad inside the region saves nothing, as in the forward).
+    if (!grad_enabled_ || std::none_of(inputs.begin(), inputs.end(), needs_grad)) return nullptr;
     recorded = true;
     for (int o : outputs) at(o).requires_grad = true;
     for (int s : saved) {

@@ -379,6 +379,7 @@ class Graph {
 
   // torch >= 2.0 accumulates gradients in place when it holds the last reference.
   void set_inplace_accumulation(bool on) { inplace_accumulation_ = on; }
+  bool inplace_accumulation() const { return inplace_accumulation_; }
 
   // Gradient of a non-parameter tensor after backward_from (checkpoint inputs), or -1.
   int take_grad(int t);

@@ -249,6 +249,37 @@ int Ops::concat(const std::vector<int>& parts) {
   return y;
 }
 
+Ids Ops::expert_parameter_views(const Ids& params, std::int64_t experts) {
+  Ids views;
+  for (int p : params) views.push_back(g_.view(p, g_.at(p).numel));
+  g_.node(params, views, {}, [params, experts](Bwd& c) {
+    Graph& gr = c.graph();
+    Poly whole;
+    for (int p : params) whole += gr.at(p).numel;
+    const DT dt = gr.at(params[0]).dt;
+    for (std::size_t k = 0; k < params.size(); ++k) c.release_grad(static_cast<int>(k));  // the slices, copied in
+    int acc = c.temp(whole, dt);
+    for (std::int64_t e = 1; e < experts; ++e) {
+      const int z = c.temp(whole, dt);
+      if (gr.inplace_accumulation()) {  // acc.add_(z)
+        c.drop(z);
+        continue;
+      }
+      const int sum = c.temp(whole, dt);  // acc + z
+      c.drop(acc);
+      c.drop(z);
+      acc = sum;
+    }
+    if (params.size() == 1) {
+      c.give(params[0], acc);
+      return;
+    }
+    for (int p : params) c.give(p, c.like(p));
+    c.drop(acc);
+  });
+  return views;
+}
+
 int Ops::dropout(int x, double p) {
   if (p <= 0.0) {
     g_.hold(x);

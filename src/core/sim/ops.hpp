@@ -70,6 +70,13 @@ class Ops {
   int gelu(int x);                             // saves x
   int tanh(int x);                             // saves its result
   int concat(const std::vector<int>& parts);   // torch.cat
+  // Fused 3-D expert Parameters read one expert at a time (param[expert_idx], a select view):
+  // one view per Parameter, standing for every expert's slice. Its backward replays what
+  // SelectBackward and the Parameter's input buffer do for `experts` experts: a zero tensor of
+  // the whole Parameter per expert, summed out of place (three whole-Parameter tensors at once;
+  // two with in-place accumulation). Several params are one Parameter split in two (gate and up
+  // of one gate_up_proj): their zero tensors are one tensor of both sizes.
+  Ids expert_parameter_views(const Ids& params, std::int64_t experts);
   // apply_rotary_pos_emb on one of q / k: x * cos + rotate_half(x) * sin, rotate_half(x) =
   // cat(-x2, x1) of x's two halves (slices); the products keep cos and sin for backward.
   int rotary(int x, int cos, int sin, Poly numel);

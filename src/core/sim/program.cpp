@@ -127,10 +127,10 @@ class Step {
 
   // ---- parameters
   int make_param(std::int64_t numel, DT dt, bool train, Cat cat = Cat::kWeights, std::int64_t rows = 0,
-                 std::int64_t cols = 0, int count = 1) {
+                 std::int64_t cols = 0, int count = 1, bool fused = false) {
     if (making_ref_) return g_.param(c(numel), dt, Cat::kReference, false);  // frozen copy
     train = train && !no_grad_params_;
-    params_.push_back({numel, dt, train, cur_layer_, rows, cols, count});
+    params_.push_back({numel, dt, train, cur_layer_, rows, cols, count, fused});
     return g_.param(c(numel), dt, cat, train);
   }
   // train: whether the base weight is trained (full fine-tuning); lora_ok: whether LoRA may wrap it;
@@ -154,7 +154,9 @@ class Step {
   int rope(int x, Poly numel);
   std::pair<int, int> attention(int x, LayerParams& lp);
   int sdpa_kernel(int q, int k, int v, const Poly& out_numel, const Poly& bias_numel, std::optional<DT> bias_dt);
-  int mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2);
+  // groups > 1: one of that many equal shares of the tokens (an expert group; sizes round up).
+  int mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2,
+          int groups = 1);
   int moe(int x, LayerParams& lp);
   // gpt-oss (docs/models.md#gpt_oss): GptOssMLP's training loop; returns the output and the
   // router scores the decoder layer keeps until it returns.
@@ -322,8 +324,9 @@ LinearParams Step::make_linear(const LinearModule& mod, bool train, bool lora_ok
     bytes += sp_.double_quant ? blocks + ((blocks + 255) / 256) * 4 + 256 * 4 : blocks * 4;
     p.w = make_param(bytes, DT::kU8, false);
   } else {
+    // Experts that are no nn.Linear are 3-D Parameters (gate_up_proj [E, ..]): one tensor.
     p.w = make_param(n, keep_dt ? *frozen_dt : sp_.weight_dt, train, Cat::kWeights, mod.out_features, mod.in_features,
-                     mod.count);
+                     mod.count, !mod.nn_linear && mod.count > 1);
   }
   if (mod.bias) p.b = make_param(mod.bias_params(), keep_dt ? *frozen_dt : other_dt(), train);
   if (lora_ok && sp_.lora.enabled && !making_ref_ && mod.nn_linear && contains(sp_.lora.targets, mod.name)) {
@@ -363,6 +366,16 @@ void Step::make_params() {
       std::string key = mod.name;
       if (mod.role == LinearRole::kSharedExpert) key = "shared." + key;
       if (mod.role == LinearRole::kMlp && m_.model_type == "gpt2") key = "mlp." + key;
+      if (key.rfind("indexer.", 0) == 0) {
+        // DeepSeek-V3.2's indexer runs under no_grad: its weights get no gradient (and so no
+        // optimizer state); weights_proj is in _keep_in_fp32_modules, loaded in fp32 and left
+        // unquantized (docs/models.md#deepseek-v32).
+        LinearModule im = mod;
+        const bool fp32 = key == "indexer.weights_proj";
+        if (fp32) im.nn_linear = false;
+        lp.lin.emplace(key, make_linear(im, false, false, fp32 ? std::optional<DT>(DT::kF32) : std::nullopt));
+        continue;
+      }
       lp.lin.emplace(key, make_linear(mod));
     }
     const bool bias = m_.norm == NormKind::kLayerNorm && m_.norm_bias;
@@ -907,10 +920,11 @@ int Step::gelu_new(int x) {
   return out;
 }
 
-int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2) {
+int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t width, Poly tokens_k, bool gpt2,
+              int groups) {
   Poly wide = tokens_k, narrow = tokens_k;
-  for (auto& v : wide.c) v *= width;
-  for (auto& v : narrow.c) v *= m_.hidden_size;
+  for (auto& v : wide.c) v = (v * width + groups - 1) / groups;
+  for (auto& v : narrow.c) v = (v * m_.hidden_size + groups - 1) / groups;
   if (gpt2) {
     const int f = lin(x, lp.lin.at("mlp.c_fc"), wide);
     const int a = gelu_new(f);
@@ -940,7 +954,8 @@ int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t wi
   // Mixtral's experts and LFM2's MLP are w1 (gate), w3 (up), w2 (down).
   const bool mixtral = (m_.model_type == "mixtral" && prefix.empty() && lp.moe) || m_.model_type == "lfm2";
   int act, up;
-  if (m_.fused_gate_up) {
+  // Phi-3's gate_up_proj Linear, and the fused expert Parameters (DeepSeek-V3.2's routed experts).
+  if (m_.fused_gate_up || lp.lin.count(prefix + "gate_up_proj") > 0) {
     Poly both = wide * 2;
     const int gu = lin(x, lp.lin.at(prefix + "gate_up_proj"), both);
     const int gate = ops_.slice(gu, wide, false);
@@ -1003,11 +1018,21 @@ int Step::moe(int x, LayerParams& lp) {
     // top-k under no_grad, scores.gather (saves the indices), topk_weights /= (sum + eps) in place
     // (saves a copy of the weights before and the denominator), * routed_scaling_factor.
     const LinearParams& gate = lp.lin.at("gate");
-    const int xf = ops_.to(x, DT::kF32);
-    const int wf = ops_.to(gate.w, DT::kF32);
-    const int logits = ops_.linear(xf, wf, -1, tok(E));
-    g_.drop(xf);
-    g_.drop(wf);
+    int logits;
+    if (minimax) {
+      // MiniMaxM2TopKRouter: F.linear(hidden_states.to(weight.dtype), weight) in the model's
+      // dtype (no copies: linear saves x and the weight as they are), then
+      // sigmoid(router_logits.float()): an fp32 copy of the (tokens, experts) logits.
+      const int l = ops_.linear(x, gate.w, -1, tok(E));
+      logits = ops_.to(l, DT::kF32);
+      g_.drop(l);
+    } else {
+      const int xf = ops_.to(x, DT::kF32);
+      const int wf = ops_.to(gate.w, DT::kF32);
+      logits = ops_.linear(xf, wf, -1, tok(E));
+      g_.drop(xf);
+      g_.drop(wf);
+    }
     // Under autocast F.linear computes in the autocast dtype whatever the .float() casts did: the
     // scores, weights and everything weighted by them follow the logits' dtype.
     weights_dt = g_.at(logits).dt;
@@ -1047,7 +1072,9 @@ int Step::moe(int x, LayerParams& lp) {
   // Mixtral casts the routing weights to the hidden dtype; DeepSeek keeps them fp32.
   const int weights = ds3 ? topw : ops_.to(topw, xdt);
   if (!ds3) g_.drop(topw);
-  const DT out_dt = ds3 && !minimax ? weights_dt : xdt;
+  // MiniMaxM2Experts and DeepseekV32Experts add into zeros_like(hidden_states) (the weighted
+  // outputs cast back), DeepseekV3MoE into zeros of the weights' dtype.
+  const DT out_dt = ds3 && !minimax && m_.model_type != "deepseek_v32" ? weights_dt : xdt;
   const int out = g_.make(tok(h), out_dt, ops_.cat);  // zeros (zeros_like(..., dtype=topk_weights.dtype))
   // Token-expert pairs this GPU's experts compute: tokens x k with balanced dropless routing;
   // with a capacity factor, every expert padded to its capacity (docs/formulas.md#expert-parallelism).
@@ -1056,53 +1083,138 @@ int Step::moe(int x, LayerParams& lp) {
                                    1000 * div - 1) /
                                       (1000 * div));
   };
-  // one_hot(topk_indices, num_experts) (int64), alive through the expert loop.
-  const int onehot = g_.make(tok(checked_mul(k, E)), DT::kI64, ops_.cat);
-  // torch.where(expert_mask[e]) per expert: the token and top-k slot of each pair (int64), kept by
-  // the gather of the rows, the routing weights' indexing and index_add_.
-  const int token_idx = g_.make(routed(1), DT::kI64, ops_.cat);
-  const int slot_idx = g_.make(routed(1), DT::kI64, ops_.cat);
-  // hidden_states[token_idx] for every expert: tokens * k gathered rows; backward scatters them back.
-  const int xs = g_.make(routed(h), xdt, ops_.cat);
-  g_.node({x}, {xs}, {token_idx}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
-  // routing_weights[token_idx, slot_idx]: the pairs' weights.
-  const int rw = g_.make(routed(1), g_.at(weights).dt, ops_.cat);
-  g_.node({weights}, {rw}, {token_idx, slot_idx}, [weights](Bwd& ctx) { ctx.give(weights, ctx.like(weights)); });
-  g_.drop(weights);
-  g_.drop(slot_idx);
-  // Expert parallelism: an all-to-all sends the permuted tokens to the experts' GPUs and one
-  // brings the outputs back; neither saves anything for backward, whose all-to-alls allocate
-  // the same buffers for the gradients.
-  const auto all_to_all = [&](int t) {
-    const int r = g_.make(g_.at(t).numel, g_.at(t).dt, ops_.cat);
-    g_.node({t}, {r}, {}, [t](Bwd& ctx) { ctx.give(t, ctx.like(t)); });
-    g_.drop(t);
-    return r;
-  };
-  const int ein = sp_.expert_parallel > 1 ? all_to_all(xs) : xs;
-  int e = mlp(ein, lp, "", m_.moe.expert_intermediate_size, routed(1), false);
-  g_.drop(ein);
-  if (sp_.expert_parallel > 1) e = all_to_all(e);
-  int scaled = ops_.mul(e, rw, routed(h));
-  g_.drop(e);
-  g_.drop(rw);
-  if (g_.at(scaled).dt != out_dt) {  // MiniMax-M2: .to(final_hidden_states.dtype)
-    const int c2 = ops_.to(scaled, out_dt);
+  // MiniMaxM2Experts and DeepseekV32Experts (transformers 5) hold the experts as two 3-D
+  // Parameters, gate_up_proj [E, 2I, H] and down_proj [E, H, I], and loop over the experts hit:
+  // self.gate_up_proj[expert_idx] is a select view, and each expert's SelectBackward returns a
+  // zero tensor of the whole Parameter with its slice copied in, which the Parameter's input
+  // buffer adds to the running sum (out of place in torch 1.13: the sum, the new zero tensor and
+  // their sum at once). Backward runs the experts one after another, so this happens while the
+  // experts not yet reached still hold what they saved: the peak is at the second expert, above
+  // six eighths of the layer's expert activations (measured, docs/models.md#fused-expert-parameters).
+  // The loop runs in G groups as gpt-oss's does (G: E up to 8, else the largest divisor of E up
+  // to 8), each group reading the Parameters through its own views.
+  const bool param_experts = (minimax || m_.model_type == "deepseek_v32") && sp_.expert_parallel <= 1;
+  int summed = -1;
+  if (param_experts) {
+    int groups = 1;
+    for (int gsz = 1; gsz <= 8; ++gsz)
+      if (E % gsz == 0) groups = gsz;
+    if (E <= 8) groups = static_cast<int>(E);
+    // Group grp's share of the token-expert pairs: the pairs split as evenly as whole numbers
+    // allow (per token), so the groups add up to routed(w) exactly.
+    int grp = 0;
+    const auto grouped = [&](std::int64_t w) {
+      Poly r = routed(w);
+      for (auto& v : r.c) v = v / groups + (grp < v % groups ? 1 : 0);
+      return r;
+    };
+    const bool fused_gu = lp.lin.count("gate_up_proj") > 0;
+    const std::vector<std::string> gu_names =
+        fused_gu ? std::vector<std::string>{"gate_up_proj"} : std::vector<std::string>{"gate_proj", "up_proj"};
+    const int onehot = g_.make(tok(checked_mul(k, E)), DT::kI64, ops_.cat);  // one_hot(top_k_index)
+    int next = out;
+    for (; grp < groups; ++grp) {
+      // torch.where(expert_mask[e]): the pairs' top-k slots and tokens (int64)
+      const int slot_idx = g_.make(grouped(1), DT::kI64, ops_.cat);
+      const int token_idx = g_.make(grouped(1), DT::kI64, ops_.cat);
+      // hidden_states[token_idx]: IndexBackward fills zeros of the input's size
+      const int cs = g_.make(grouped(h), xdt, ops_.cat);
+      g_.node({x}, {cs}, {token_idx}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
+      std::vector<std::pair<LinearParams*, int>> swapped;
+      const auto select_view = [&](const std::vector<std::string>& names) {
+        Ids params;
+        for (const auto& n : names) params.push_back(lp.lin.at(n).w);
+        const Ids views = ops_.expert_parameter_views(params, 1);
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          LinearParams& p = lp.lin.at(names[i]);
+          swapped.emplace_back(&p, p.w);
+          p.w = views[i];
+        }
+      };
+      select_view(gu_names);
+      select_view({"down_proj"});
+      const int eo = mlp(cs, lp, "", m_.moe.expert_intermediate_size, routed(1), false, groups);
+      for (auto& [p, w] : swapped) {
+        g_.drop(p->w);
+        p->w = w;
+      }
+      g_.drop(cs);
+      // top_k_weights[token_idx, top_k_pos, None]: IndexBackward fills zeros of the weights' size
+      const int rw = g_.make(grouped(1), g_.at(weights).dt, ops_.cat);
+      g_.node({weights}, {rw}, {token_idx, slot_idx}, [weights](Bwd& ctx) { ctx.give(weights, ctx.like(weights)); });
+      int wo = ops_.mul(eo, rw, grouped(h));
+      g_.drop(eo);
+      g_.drop(rw);
+      if (g_.at(wo).dt != out_dt) {  // .to(final_hidden_states.dtype)
+        const int c2 = ops_.to(wo, out_dt);
+        g_.drop(wo);
+        wo = c2;
+      }
+      // final_hidden_states.index_add_(0, token_idx, ...): keeps the source and the index
+      const int sum = g_.make(tok(h), out_dt, ops_.cat);
+      g_.node({next, wo}, {sum}, {wo, token_idx}, [next, wo](Bwd& ctx) {
+        ctx.pass(next, ctx.grad());
+        ctx.give(wo, ctx.like(wo));
+      });
+      g_.drop(next);
+      g_.drop(wo);
+      g_.drop(token_idx);
+      g_.drop(slot_idx);
+      next = sum;
+    }
+    g_.drop(onehot);
+    g_.drop(weights);
+    g_.drop(topi);
+    summed = next;
+  } else {
+    // one_hot(topk_indices, num_experts) (int64), alive through the expert loop.
+    const int onehot = g_.make(tok(checked_mul(k, E)), DT::kI64, ops_.cat);
+    // torch.where(expert_mask[e]) per expert: the token and top-k slot of each pair (int64), kept by
+    // the gather of the rows, the routing weights' indexing and index_add_.
+    const int token_idx = g_.make(routed(1), DT::kI64, ops_.cat);
+    const int slot_idx = g_.make(routed(1), DT::kI64, ops_.cat);
+    // hidden_states[token_idx] for every expert: tokens * k gathered rows; backward scatters them back.
+    const int xs = g_.make(routed(h), xdt, ops_.cat);
+    g_.node({x}, {xs}, {token_idx}, [x](Bwd& ctx) { ctx.give(x, ctx.like(x)); });
+    // routing_weights[token_idx, slot_idx]: the pairs' weights.
+    const int rw = g_.make(routed(1), g_.at(weights).dt, ops_.cat);
+    g_.node({weights}, {rw}, {token_idx, slot_idx}, [weights](Bwd& ctx) { ctx.give(weights, ctx.like(weights)); });
+    g_.drop(weights);
+    g_.drop(slot_idx);
+    // Expert parallelism: an all-to-all sends the permuted tokens to the experts' GPUs and one
+    // brings the outputs back; neither saves anything for backward, whose all-to-alls allocate
+    // the same buffers for the gradients.
+    const auto all_to_all = [&](int t) {
+      const int r = g_.make(g_.at(t).numel, g_.at(t).dt, ops_.cat);
+      g_.node({t}, {r}, {}, [t](Bwd& ctx) { ctx.give(t, ctx.like(t)); });
+      g_.drop(t);
+      return r;
+    };
+    const int ein = sp_.expert_parallel > 1 ? all_to_all(xs) : xs;
+    int e = mlp(ein, lp, "", m_.moe.expert_intermediate_size, routed(1), false);
+    g_.drop(ein);
+    if (sp_.expert_parallel > 1) e = all_to_all(e);
+    int scaled = ops_.mul(e, rw, routed(h));
+    g_.drop(e);
+    g_.drop(rw);
+    if (g_.at(scaled).dt != out_dt) {  // MiniMax-M2: .to(final_hidden_states.dtype)
+      const int c2 = ops_.to(scaled, out_dt);
+      g_.drop(scaled);
+      scaled = c2;
+    }
+    g_.drop(onehot);
+    // final_hidden_states.index_add_(0, token_idx, scaled): its backward
+    // (grad.index_select(dim, index).expand_as(source)) saves the source and the index.
+    summed = g_.make(tok(h), out_dt, ops_.cat);
+    g_.node({out, scaled}, {summed}, {scaled, token_idx}, [out, scaled](Bwd& ctx) {
+      ctx.pass(out, ctx.grad());
+      ctx.give(scaled, ctx.like(scaled));
+    });
+    g_.drop(out);
     g_.drop(scaled);
-    scaled = c2;
+    g_.drop(token_idx);
+    g_.drop(topi);
   }
-  g_.drop(onehot);
-  // final_hidden_states.index_add_(0, token_idx, scaled): its backward
-  // (grad.index_select(dim, index).expand_as(source)) saves the source and the index.
-  int summed = g_.make(tok(h), out_dt, ops_.cat);
-  g_.node({out, scaled}, {summed}, {scaled, token_idx}, [out, scaled](Bwd& ctx) {
-    ctx.pass(out, ctx.grad());
-    ctx.give(scaled, ctx.like(scaled));
-  });
-  g_.drop(out);
-  g_.drop(scaled);
-  g_.drop(token_idx);
-  g_.drop(topi);
   if (out_dt != xdt) {  // final_hidden_states.type(hidden_states.dtype)
     const int c = ops_.to(summed, xdt);
     g_.drop(summed);

@@ -169,6 +169,7 @@ struct ParamRec {
   int sim_layer = -1;              // decoder layer of the reduced model, -1 outside the layers
   std::int64_t rows = 0, cols = 0; // 2-D shape of one matrix (0 for vectors)
   int count = 1;                   // matrices of that shape (routed experts)
+  bool fused = false;              // the count matrices are one 3-D Parameter (fused experts)
 };
 
 struct ProgramResult {

@@ -85,3 +85,46 @@ TEST_CASE("every-N checkpointing: a layer keeps its input or everything, linearl
   CHECK(4 * every4 - (3 * none + every1) >= 0);
   CHECK(4 * every4 - (3 * none + every1) <= 4 * tables);
 }
+
+// A region of two ops on x (400 B, requires grad) and w (40 B): one under no_grad whose node
+// would save its own 4,000 B output, then one saving a 1,000 B tensor (DeepSeek-V3.2's indexer
+// inside a layer is the case). Non-reentrant checkpointing saves nothing in the forward and
+// recomputes the region at the first backward node; the no_grad op saves nothing then either,
+// so the second op gets back its own 1,000 B. Inside its backward: w 40 + x 400 + the output 4 +
+// the root gradient 4 + the recomputed 1,000 + the two gradients 40 + 400 = 1,888 B (4,888 B if
+// the no_grad op's output were handed to it instead).
+TEST_CASE("a no_grad op inside a non-reentrant checkpoint region saves nothing when recomputed") {
+  Graph g;
+  const int w = g.param(Poly::constant(10), DT::kF32, Cat::kWeights, true);
+  const int x = g.make(Poly::constant(100), DT::kF32, Cat::kActivations, true);
+  Poly inside;
+  const auto body = [&]() {
+    g.set_grad_enabled(false);
+    const int t = g.make(Poly::constant(1000), DT::kF32, Cat::kActivations);
+    g.node({x}, {t}, {t}, [](Bwd&) {});
+    g.set_grad_enabled(true);
+    const int s = g.make(Poly::constant(250), DT::kF32, Cat::kActivations);
+    const int y = g.make(Poly::constant(1), DT::kF32, Cat::kActivations);
+    g.node({x, w}, {y}, {s}, [&inside, x, w](Bwd& c) {
+      const int gw = c.like(w);
+      const int gx = c.like(x);
+      inside = c.graph().live_total();
+      c.give(w, gw);
+      c.give(x, gx);
+    });
+    g.drop(s);
+    g.drop(t);
+    return y;
+  };
+  g.begin_checkpoint_region([&]() { g.drop(body()); }, {x});
+  const int y = body();
+  g.end_checkpoint_region();
+  g.backward(y);
+  CHECK(inside == Poly::constant(1888));
+  g.drop(g.take_grad(x));  // x's gradient, for whoever made x
+  g.drop(y);
+  g.drop(x);
+  g.free_param_grads();
+  g.drop(w);
+  CHECK(g.live_total() == Poly{});
+}

@@ -2,6 +2,7 @@
 // they were at that moment, kept compactly (EventCats) but read back exactly.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 
 #include "core/sim/graph.hpp"
@@ -104,4 +105,73 @@ TEST_CASE("a patch convolution keeps its weight's autocast cast for backward, a 
     g.drop(w);
     CHECK(g.live_total() == Poly{});
   }
+}
+
+// Fused 3-D expert Parameters read per expert (MiniMaxM2Experts, DeepseekV32Experts: param[e]):
+// each expert's SelectBackward returns a zero tensor of the whole Parameter, and the Parameter's
+// input buffer sums them before AccumulateGrad. Counted by hand for a 1,000-element fp32
+// Parameter (4,000 B) read by a stand-in op whose backward gives the view a gradient:
+// torch 1.13 (out of place): the incoming 4,000 B slice gradient is released, then the running
+// sum, the next expert's zeros and their sum are live at once: 12,000 B above the Parameter and
+// the 4 B loss (the loss's gradient died with the stand-in's backward); torch 2.x (in place):
+// 8,000 B. Either way .grad ends as one 4,000 B tensor.
+TEST_CASE("expert Parameters indexed per expert: one whole-Parameter zero tensor per expert, summed") {
+  for (const bool inplace : {false, true}) {
+    INFO("in place " << inplace);
+    Graph g;
+    g.set_inplace_accumulation(inplace);
+    Ops ops(g, OpsBehaviour{});
+    const int w = g.param(Poly::constant(1000), DT::kF32, Cat::kWeights, true);
+    const Ids views = ops.expert_parameter_views({w}, 8);
+    REQUIRE(views.size() == 1);
+    const int y = g.make(Poly::constant(1), DT::kF32, Cat::kActivations);  // the loss, 4 B
+    const int v = views[0];
+    g.node({v}, {y}, {}, [v](Bwd& c) { c.give(v, c.like(v)); });
+    g.drop(v);
+    const std::size_t forward_events = g.events().size();
+    g.backward(y);
+    g.drop(y);
+    std::int64_t most = 0;
+    for (std::size_t i = forward_events; i < g.events().size(); ++i)
+      most = std::max(most, g.events()[i].total.eval(1, 1));
+    CHECK(most == 4000 + 4 + (inplace ? 8000 : 12000));
+    REQUIRE(g.at(w).grad >= 0);
+    CHECK(g.at(g.at(w).grad).numel == Poly::constant(1000));
+    g.free_param_grads();
+    g.drop(w);
+    CHECK(g.live_total() == Poly{});
+  }
+}
+
+// gate_proj and up_proj standing for one gate_up_proj Parameter: their zero tensors are one
+// tensor of both sizes (600 + 400 elements, 4,000 B fp32), so the out-of-place sum peaks at
+// 12,000 B above the two Parameters, as for one 1,000-element Parameter; each gets its own grad.
+TEST_CASE("expert Parameters split in two accumulate as one") {
+  Graph g;
+  Ops ops(g, OpsBehaviour{});
+  const int gate = g.param(Poly::constant(600), DT::kF32, Cat::kWeights, true);
+  const int up = g.param(Poly::constant(400), DT::kF32, Cat::kWeights, true);
+  const Ids views = ops.expert_parameter_views({gate, up}, 8);
+  REQUIRE(views.size() == 2);
+  const int y = g.make(Poly::constant(1), DT::kF32, Cat::kActivations);
+  const int a = views[0], b = views[1];
+  g.node({a, b}, {y}, {}, [a, b](Bwd& c) {
+    c.give(a, c.like(a));
+    c.give(b, c.like(b));
+  });
+  g.drop(a);
+  g.drop(b);
+  const std::size_t forward_events = g.events().size();
+  g.backward(y);
+  g.drop(y);
+  std::int64_t most = 0;
+  for (std::size_t i = forward_events; i < g.events().size(); ++i)
+    most = std::max(most, g.events()[i].total.eval(1, 1));
+  CHECK(most == 4000 + 4 + 12000);
+  CHECK(g.at(g.at(gate).grad).numel == Poly::constant(600));
+  CHECK(g.at(g.at(up).grad).numel == Poly::constant(400));
+  g.free_param_grads();
+  g.drop(gate);
+  g.drop(up);
+  CHECK(g.live_total() == Poly{});
 }

@@ -2,6 +2,8 @@
 // DeepseekV3Attention.forward leaves saved for backward, counted by hand on a tiny shape.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "core/sim/mla.hpp"
 
 using namespace memplan;
@@ -106,4 +108,71 @@ TEST_CASE("MLA with flash_attention_2: value padded to qk_head_dim, output slice
   CHECK(r.saved_per_token == 212 + 8);
   CHECK(r.saved_per_bss == 0);
   CHECK(r.grads);
+}
+
+// DeepSeek-V3.2 as transformers 5 runs it (docs/models.md#deepseek-v32): the tiny MLA above with
+// an indexer of 4 heads x 8 dims (rope on the first 2) and top-8, eager attention.
+TEST_CASE("DeepSeek-V3.2's indexer saves nothing; its fp32 head scores and broadcast key peak the forward") {
+  ModelSpec m = tiny_mla();
+  m.model_type = "deepseek_v32";
+  m.index_heads = 4;
+  m.index_head_dim = 8;
+  m.index_topk = 8;
+  Graph g;
+  Ops ops(g, OpsBehaviour{true, false, false, true});
+  auto w = [&](std::int64_t n, bool train = true, DT dt = DT::kBF16) {
+    return g.param(Poly::constant(n), dt, Cat::kWeights, train);
+  };
+  const int q_a = w(16 * 8), q_b = w(8 * 12), kv_a = w(16 * 10), kv_b = w(8 * 16), o = w(8 * 16);
+  const int wq_b = w(8 * 32, false), wk = w(16 * 8, false), wp = w(16 * 4, false, DT::kF32);
+  const int q_norm = w(8), kv_norm = w(8);
+  const int x = g.make(Poly::mono(kBS, 16), DT::kBF16, Cat::kActivations, true);
+  const int mask = g.make(Poly::mono(kBSS, 1), DT::kBF16, Cat::kInputs);
+  const int cos = g.make(Poly::mono(kS, 2), DT::kBF16, Cat::kInputs);
+  const Poly before = g.live_total();
+  const std::size_t first_event = g.events().size();
+  MlaStep st{g,
+             ops,
+             m,
+             Poly::mono(kBS, 1),
+             Poly::mono(kBS, 2),
+             Poly::mono(kBSS, 2),
+             AttnImpl::kEager,
+             false,
+             mask,
+             cos,
+             [&](int in, const std::string& name, Poly n) {
+               const int wt = name == "q_a_proj"             ? q_a
+                              : name == "q_b_proj"           ? q_b
+                              : name == "kv_a_proj_with_mqa" ? kv_a
+                              : name == "kv_b_proj"          ? kv_b
+                              : name == "indexer.wq_b"       ? wq_b
+                              : name == "indexer.wk"         ? wk
+                              : name == "indexer.weights_proj" ? wp
+                                                               : o;
+               return ops.linear(in, wt, -1, n);
+             },
+             [&](int in, int wt, std::int64_t, Poly n) { return ops.mul(in, wt, n); },
+             [&](int in, Poly n) { return ops.mul(in, cos, n); },
+             Poly::mono(kBSS, 1)};
+  auto [out, probs] = mla_attention(st, x, q_norm, kv_norm);
+  const Poly after = g.live_total() - before;
+  // What stays for backward is V3's (the first test case): the indexer ran under no_grad and its
+  // top-k mask and scores died with the forward.
+  CHECK(after.c[kBS] == 180);
+  CHECK(after.c[kBSS] == 12);
+  // The forward's largest b x s x s term, per (b, s, s): matmul(q.float(), k^T.float()) expands
+  // the broadcast key to [b, s, 8, s] fp32 and copies it for bmm (32 B) while writing the
+  // [b, s, 4, s] fp32 head scores (16 B): 48 B. (Later: scores * scale and relu, 32 B; the [b, s, s]
+  // index scores 4 + 4 B beside relu's 16; the bool and bf16 masks 1 + 1 + 2 B; eager attention's
+  // 2-head scores at most 4 + 4 + 8 + 4 B.)
+  std::int64_t most = 0;
+  for (std::size_t i = first_event; i < g.events().size(); ++i)
+    most = std::max(most, g.events()[i].total.c[kBSS] - before.c[kBSS]);
+  CHECK(most == 48);
+  if (probs >= 0) g.drop(probs);
+  g.backward(out, 0);
+  CHECK(g.at(q_a).grad >= 0);
+  CHECK(g.at(kv_b).grad >= 0);
+  CHECK(g.at(wq_b).grad < 0);  // frozen by no_grad: no gradient ever arrives
 }
