@@ -978,7 +978,9 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
     for (int l = first; l <= last; ++l)
       if (model.hybrid.mixer(l) == MixerKind::kAttention) x.push_back(l);
     if (x.size() < 2) return all();
-  } else if (windowed && model.mixes_attention_kinds()) {
+  } else if ((windowed || !model.nope_layers.empty()) && model.mixes_attention_kinds()) {
+    // Llama 4's NoPE layers differ from its rotary ones (no rotary embedding or L2 norm) at
+    // every length, not only once the chunked mask is materialized.
     x = model.full_attention_layers;
   }
   // Every-N checkpointing (docs/formulas.md#every-n-checkpointing): the checkpointed layers

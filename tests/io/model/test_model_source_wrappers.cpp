@@ -113,6 +113,12 @@ TEST_CASE("Llama 4 Scout: 16 experts with a shared expert in every layer, NoPE e
   CHECK(m.nope_layers.size() == 12);
   CHECK(m.nope_layers.front() == 3);
   CHECK(m.nope_layers.back() == 47);
+  // The chunked (rotary) layers are carried as the windowed kind, the chunk as the window, the
+  // NoPE layers as the full ones (docs/models.md#llama-4-chunked).
+  CHECK(m.sliding_window == 8192);
+  CHECK(m.full_attention_layers == m.nope_layers);
+  CHECK(m.is_sliding_layer(0));
+  CHECK_FALSE(m.is_sliding_layer(3));
   for (int l = 0; l < 48; ++l) CHECK(m.moe.is_moe_layer(l));
   CHECK(m.moe.num_shared_experts == 1);
   CHECK(m.moe.shared_intermediate_size == 8192);
@@ -183,7 +189,10 @@ TEST_CASE("Llama 4's text model alone (Llama4ForCausalLM's llama4_text config) c
 
 TEST_CASE("Llama 4's MoE runs every token through every expert, whatever num_experts_per_tok") {
   // Llama4TextMoe: hidden_states.repeat(num_experts, 1) and two bmm over all experts; top-k only
-  // decides which scores are not zero. A top-1 and a top-4 model allocate the same.
+  // decides which scores are not zero. A top-1 and a top-4 model allocate the same but for the
+  // router's top-k indices, which topk and scatter_ keep for backward: int64 (tokens, k), so 3 x
+  // 1,024 x 8 bytes more in each of the 4 MoE layers (no checkpointing: all kept at the peak). Three
+  // more routed rows per token would instead be 3 x 1,024 x (64 + 3 x 32) values per layer.
   const auto step = [](int k) {
     auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
         "intermediate_size_mlp": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -197,7 +206,7 @@ TEST_CASE("Llama 4's MoE runs every token through every expert, whatever num_exp
     REQUIRE(e.has_value());
     return e->peak.count();
   };
-  CHECK(step(1) == step(4));
+  CHECK(step(4) - step(1) == 4 * 3 * 1024 * 8);
 }
 
 TEST_CASE("Llama 4 estimates text-only fine-tuning; batches with images are refused") {
