@@ -209,6 +209,35 @@ TEST_CASE("Llama 4's MoE runs every token through every expert, whatever num_exp
   CHECK(step(4) - step(1) == 4 * 3 * 1024 * 8);
 }
 
+TEST_CASE("Llama 4 under SDPA: the chunked layers get a mask, repeated K/V, from s = attention_chunk_size") {
+  // masking_utils' _ignore_causal_mask_sdpa skips the chunked mask while kv_length < chunk_size;
+  // from there the three rotary layers (layer 3 is NoPE) are given a (b, 1, s, s) mask, so
+  // transformers repeats K and V to every head for them and the memory-efficient kernel keeps the
+  // mask as an additive bf16 (b, 1, s, s). At b 1, s 64, bf16, the same model with a chunk of 64
+  // (masked) and of 128 (not) differ at the backward peak by, per rotary layer, the kept mask
+  // 64 x 64 x 2 = 8,192 bytes and K and V at 4 heads instead of 2: 2 x 64 x 2 x 16 x 2 = 8,192
+  // bytes; 3 x 16,384 = 49,152 (the bool mask itself is gone with the forward's locals).
+  const auto peak = [](int chunk) {
+    auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
+        "intermediate_size_mlp": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "vocab_size": 100, "num_local_experts": 4, "attention_chunk_size": )" +
+                                     std::to_string(chunk) + "}",
+                                 "c.json");
+    REQUIRE(m.has_value());
+    TrainingConfig c;
+    c.micro_batch = 1;
+    c.seq_len = 64;
+    c.torch_dtype = DType::kBFloat16;
+    c.device = Device::kCuda;
+    c.attn = AttnImpl::kSdpa;
+    auto e = estimate(*m, c);
+    REQUIRE(e.has_value());
+    return e->peak.count();
+  };
+  CHECK(peak(64) - peak(128) == 3 * (8192 + 8192));
+  CHECK(peak(128) == peak(65));  // below the chunk nothing is materialized
+}
+
 TEST_CASE("Llama 4 estimates text-only fine-tuning; batches with images are refused") {
   const ModelSpec& m = catalog_spec("llama-4-scout");
   auto e = estimate(m, lora_config());
