@@ -238,6 +238,29 @@ TEST_CASE("Llama 4 under SDPA: the chunked layers get a mask, repeated K/V, from
   CHECK(peak(128) == peak(65));  // below the chunk nothing is materialized
 }
 
+TEST_CASE("Llama 4's reduced models repeat whole periods of NoPE layers: the peak of simulating every layer") {
+  // 14 layers, NoPE at 3, 7 and 11, MoE on the odd layers: a NoPE layer keeps less than a rotary
+  // one (no rotary products, no L2 norm), so one middle layer cannot stand for all of them; the
+  // period of 4 after the first layer can. Eager (both masks at every length) and SDPA below and
+  // from the chunk of 64.
+  auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
+      "intermediate_size_mlp": 128, "num_hidden_layers": 14, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 16, "vocab_size": 100, "num_local_experts": 4, "interleave_moe_layer_step": 2,
+      "attention_chunk_size": 64})",
+                               "c.json");
+  REQUIRE(m.has_value());
+  for (const AttnImpl impl : {AttnImpl::kEager, AttnImpl::kSdpa}) {
+    for (const bool checkpointing : {false, true}) {
+      TrainingConfig c;
+      c.torch_dtype = DType::kBFloat16;
+      c.device = Device::kCuda;
+      c.attn = impl;
+      c.gradient_checkpointing = checkpointing;
+      memplan::testing::same_as_every_layer(*m, c, {{1, 32}, {2, 64}, {1, 96}});
+    }
+  }
+}
+
 TEST_CASE("Llama 4 estimates text-only fine-tuning; batches with images are refused") {
   const ModelSpec& m = catalog_spec("llama-4-scout");
   auto e = estimate(m, lora_config());
