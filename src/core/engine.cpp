@@ -1787,6 +1787,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                             "so each layer saves a dense copy of it and full-head K/V for backward "
                             "(docs/formulas.md#embeddinggemma)",
                             sliding, model.num_layers, model.sliding_window - 1)
+          : model.attention_chunk_size > 0
+              ? fmt::format("chunked attention (Llama 4): {} of {} layers attend within {:L}-token chunks; from a "
+                            "sequence of {:L} tokens transformers gives SDPA their (b, 1, s, s) mask, and each of them "
+                            "saves a dense copy of it and full-head K/V for backward; below it they run as causal "
+                            "(docs/models.md#llama-4-chunked)",
+                            sliding, model.num_layers, model.attention_chunk_size, model.attention_chunk_size)
           : sp.sdpa_full_mask
               ? fmt::format("sdpa with images: the token_type_ids image blocks keep every layer's (b, 1, s, s) mask, "
                             "so each of the {} layers saves a dense copy of it and full-head K/V for backward "

@@ -236,6 +236,14 @@ TEST_CASE("Llama 4 under SDPA: the chunked layers get a mask, repeated K/V, from
   };
   CHECK(peak(64) - peak(128) == 3 * (8192 + 8192));
   CHECK(peak(128) == peak(65));  // below the chunk nothing is materialized
+  const ModelSpec& scout = catalog_spec("llama-4-scout");
+  TrainingConfig c = lora_config();
+  c.attn = AttnImpl::kSdpa;
+  auto e = estimate(scout, c);
+  REQUIRE(e.has_value());
+  CHECK(memplan::testing::mentions(
+      e->assumptions, "chunked attention (Llama 4): 36 of 48 layers attend within 8192-token chunks; from a sequence "
+                      "of 8192 tokens transformers gives SDPA their (b, 1, s, s) mask"));
 }
 
 TEST_CASE("Llama 4's reduced models repeat whole periods of NoPE layers: the peak of simulating every layer") {
