@@ -1,6 +1,7 @@
 """Llama 4's text model (Llama4ForCausalLM, model_type llama4_text) written to follow transformers'
 *eager* code path in models/llama4/modeling_llama4.py (read at huggingface/transformers 000c33fd;
-the text classes are the same in 4.54-4.57), op for op, for the CPU measurements
+the same text classes in a copy of 4.57.3, feisenyu/transformers_4573 9c66b221), op for op, for the
+CPU measurements
 (docs/models.md#llama-4):
 
 - Llama4TextRMSNorm: _norm(x.float()).type_as(x) * weight;
