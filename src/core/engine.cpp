@@ -981,7 +981,9 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
     for (int l = first; l <= last; ++l)
       if (model.hybrid.mixer(l) == MixerKind::kAttention) x.push_back(l);
     if (x.size() < 2) return all();
-  } else if (windowed && model.mixes_attention_kinds()) {
+  } else if ((windowed || !model.nope_layers.empty()) && model.mixes_attention_kinds()) {
+    // Llama 4's NoPE layers differ from its rotary ones (no rotary embedding or L2 norm) at
+    // every length, not only once the chunked mask is materialized.
     x = model.full_attention_layers;
   }
   // Every-N checkpointing (docs/formulas.md#every-n-checkpointing): the checkpointed layers
@@ -1789,6 +1791,12 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                             "so each layer saves a dense copy of it and full-head K/V for backward "
                             "(docs/formulas.md#embeddinggemma)",
                             sliding, model.num_layers, model.sliding_window - 1)
+          : model.attention_chunk_size > 0
+              ? fmt::format("chunked attention (Llama 4): {} of {} layers attend within {:L}-token chunks; from a "
+                            "sequence of {:L} tokens transformers gives SDPA their (b, 1, s, s) mask, and each of them "
+                            "saves a dense copy of it and full-head K/V for backward; below it they run as causal "
+                            "(docs/models.md#llama-4-chunked)",
+                            sliding, model.num_layers, model.attention_chunk_size, model.attention_chunk_size)
           : sp.sdpa_full_mask
               ? fmt::format("sdpa with images: the token_type_ids image blocks keep every layer's (b, 1, s, s) mask, "
                             "so each of the {} layers saves a dense copy of it and full-head K/V for backward "

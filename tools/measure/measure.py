@@ -29,6 +29,7 @@ import hf_gemma3
 import hf_gpt_oss
 import hf_lfm2
 import hf_llama
+import hf_llama4
 import hf_minimax_m2
 import hf_mllama
 import hf_modernbert
@@ -252,19 +253,20 @@ def build(case):
     torch.manual_seed(0)
     t = case["training"]
     # Gemma 3's text model (hf_gemma3), DeepSeek-V3 (hf_deepseek) and V3.2 (hf_deepseek_v32), the
-    # hybrids (hf_qwen3_next,
-    # hf_nemotron_h, hf_lfm2) or the Llama family (hf_llama).
+    # hybrids (hf_qwen3_next, hf_nemotron_h, hf_lfm2), Llama 4's text model (hf_llama4) or the Llama
+    # family (hf_llama).
     model_type = case["model"].get("model_type")
     family = {"gemma3_text": hf_gemma3, "gemma2": hf_gemma3, "deepseek_v3": hf_deepseek, "qwen3_next": hf_qwen3_next,
               "qwen3_5_text": hf_qwen3_next, "qwen3_5_moe_text": hf_qwen3_next,
               "nemotron_h": hf_nemotron_h, "lfm2": hf_lfm2, "gpt_oss": hf_gpt_oss, "starcoder2": hf_starcoder2,
-              "minimax_m2": hf_minimax_m2, "deepseek_v32": hf_deepseek_v32}.get(model_type, hf_llama)
+              "minimax_m2": hf_minimax_m2, "deepseek_v32": hf_deepseek_v32,
+              "llama4_text": hf_llama4}.get(model_type, hf_llama)
     cfg = family.Config(case["model"])
     causal_lm = {hf_gemma3: hf_gemma3.Gemma3ForCausalLM, hf_deepseek: hf_deepseek.DeepseekV3ForCausalLM,
                  hf_qwen3_next: hf_qwen3_next.Qwen3NextForCausalLM, hf_nemotron_h: hf_nemotron_h.NemotronHForCausalLM,
                  hf_lfm2: hf_lfm2.Lfm2ForCausalLM, hf_gpt_oss: hf_gpt_oss.GptOssForCausalLM,
                  hf_starcoder2: hf_starcoder2.Starcoder2ForCausalLM, hf_minimax_m2: hf_minimax_m2.MiniMaxM2ForCausalLM,
-                 hf_deepseek_v32: hf_deepseek_v32.DeepseekV32ForCausalLM,
+                 hf_deepseek_v32: hf_deepseek_v32.DeepseekV32ForCausalLM, hf_llama4: hf_llama4.Llama4ForCausalLM,
                  hf_llama: hf_llama.LlamaForCausalLM}[family]
     # A decoder embedding model (head pooling): sentence-transformers loads AutoModel, no LM head.
     embedding = t.get("head") == "pooling"

@@ -10,6 +10,7 @@
 
 #include "core/sim/fused_ce.hpp"
 #include "core/sim/gpt_oss.hpp"
+#include "core/sim/llama4.hpp"
 #include "core/sim/mla.hpp"
 #include "core/sim/sentence.hpp"
 #include "memplan/bytes.hpp"
@@ -40,6 +41,7 @@ struct LayerParams {
   bool ffn = true;
   int conv_w = -1, conv_b = -1, dt_bias = -1, a_log = -1, d = -1, mix_norm = -1;
   int sinks = -1;  // gpt-oss GptOssAttention.sinks (docs/models.md#gpt_oss)
+  bool nope = false;  // Llama 4: a NoPE layer (no_rope_layers[i] == 0; docs/models.md#llama-4)
 };
 
 // Qwen2.5-VL get_window_index: the merged-token grid of an image is cut into windows of
@@ -193,6 +195,7 @@ class Step {
     return Poly::mono(kB, checked_mul(checked_mul(k, cross_tokens()), sp_.batch_multiplier));
   }
   bool mllama() const { return m_.vision.kind == VisionKind::kMllama; }
+  bool llama4() const { return m_.model_type == "llama4_text"; }  // docs/models.md#llama-4
   int mllama_vision_features();
   // gate.tanh() * branch (mllama's gated vision layers and cross-attention layers); consumes branch.
   int tanh_gate(int branch, int gate, const Poly& numel);
@@ -359,6 +362,7 @@ void Step::make_params() {
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     lp.moe = m_.moe.is_moe_layer(model_layer) && m_.hybrid.has_ffn(model_layer);
     lp.sliding = m_.is_sliding_layer(model_layer);
+    lp.nope = llama4() && std::find(m_.nope_layers.begin(), m_.nope_layers.end(), model_layer) != m_.nope_layers.end();
     lp.mixer = m_.hybrid.mixer(model_layer);
     lp.ffn = m_.hybrid.has_ffn(model_layer);
     no_grad_params_ = m_.is_cross_attention_layer(model_layer) && !vision_on();
@@ -780,18 +784,47 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     g_.drop(k);
     k = kn2;
   }
+  // Llama4TextAttention (docs/models.md#llama-4) keeps q and k in (b, s, heads, head_dim) through
+  // its rotary embedding (complex, in fp32) and L2 norm on the rotary layers, and the temperature
+  // scaling of q on the NoPE layers; the transpose comes after. A q or k made by one of those
+  // elementwise ops needs no copy for its gradient: the op's backward writes a new tensor.
+  bool fresh_q = false, fresh_k = false;
+  if (llama4()) {
+    if (!lp.nope) {
+      const auto [qr, kr] = llama4_rotary(g_, ops_, q, k, cos_, qn, kvn);
+      g_.drop(q);
+      g_.drop(k);
+      q = qr;
+      k = kr;
+      if (m_.qk_l2_norm) {
+        const int q2 = llama4_l2_norm(g_, ops_, q, qn, tok(nh));
+        g_.drop(q);
+        q = q2;
+        const int k2 = llama4_l2_norm(g_, ops_, k, kvn, tok(nkv));
+        g_.drop(k);
+        k = k2;
+      }
+      fresh_k = true;
+    } else {
+      // attn_temperature_tuning (true or truthy in the released configs; memplan assumes it on).
+      const int q2 = llama4_temperature(g_, ops_, q, qn, Poly::mono(kS, 1));
+      g_.drop(q);
+      q = q2;
+    }
+    fresh_q = true;
+  }
   // .view(...).transpose(1, 2): the gradient needs a contiguous copy before the projection's
   // backward, except when the head dimension has size one (a single KV head).
   const bool one_kv = m_.num_kv_heads == 1;
-  const int qt = m_.num_heads == 1 ? ops_.view(q) : ops_.transpose_view(q);
-  const int kt = one_kv ? ops_.view(k) : ops_.transpose_view(k);
+  const int qt = m_.num_heads == 1 || fresh_q ? ops_.view(q) : ops_.transpose_view(q);
+  const int kt = one_kv || fresh_k ? ops_.view(k) : ops_.transpose_view(k);
   const int vt = one_kv ? ops_.view(v) : ops_.transpose_view(v);
   g_.drop(q);
   g_.drop(k);
   g_.drop(v);
   int qe = qt, ke = kt;
   // NemotronHAttention applies no rotary embedding (the Mamba-2 layers carry the positions).
-  const bool no_rope = m_.model_type == "gpt2" || m_.model_type == "nemotron_h";
+  const bool no_rope = m_.model_type == "gpt2" || m_.model_type == "nemotron_h" || llama4();
   if (!no_rope && sp_.liger_kernels) {
     std::tie(qe, ke) = liger_rope(g_, qt, kt);
     g_.drop(qt);
@@ -844,6 +877,7 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     const int layer_mask = lp.sliding && sliding_mask_ >= 0 ? sliding_mask_ : mask_;
     probs = lp.sinks >= 0 ? sink_eager_probs(g_, ops_, qe, ops_.view(kr), layer_mask, lp.sinks, scores(nh), tok(nh),
                                              !one_sequence(), copy_kv)
+            : llama4()    ? llama4_eager_probs(g_, ops_, qe, ops_.view(kr), layer_mask, scores(nh), !one_sequence(), copy_kv)
                           : ops_.eager_probs(qe, ops_.view(kr), layer_mask, scores(nh), !one_sequence(), copy_kv,
                                              m_.attn_logit_softcap > 0);
     if (m_.model_type == "starcoder2" && m_.attention_dropout > 0) {  // dropout(attn_weights, attention_dropout)
@@ -1412,7 +1446,11 @@ int Step::decoder_layer(int h, int layer) {
     attn = d;
   }
   const int h2 = ops_.add(residual, attn, H);
-  g_.drop(attn);
+  // Llama4TextDecoderLayer binds the attention output to its own name (`attention_states, _ =
+  // self.self_attn(...)`): it lives to the layer's end, not only to the residual add.
+  int attention_states = -1;
+  if (llama4()) attention_states = attn;
+  else g_.drop(attn);
   g_.drop(residual);
   const int n2 = norm(h2, lp.norms[post_norms ? 4 : 2], lp.norms[post_norms ? 5 : 3], hs, H);
   int m;
@@ -1423,6 +1461,23 @@ int Step::decoder_layer(int h, int layer) {
     const int in = seq_par() && sp_.moe_gather ? sp_region(n2, tok(hs)) : n2;
     if (m_.model_type == "gpt_oss") {
       std::tie(m, router_scores) = gpt_oss_moe(in, lp);
+    } else if (llama4() && sp_.expert_parallel <= 1 && sp_.moe_tokens_per_mille == 1000 && !seq_par()) {
+      // Llama4TextMoe: every token through every expert (src/core/sim/llama4.cpp); with expert
+      // parallelism or capacity factors, the generic routed path with E pairs per token below.
+      Llama4Moe st;
+      st.experts = m_.moe.num_experts;
+      st.top_k = m_.moe.experts_per_token;
+      st.hidden = hs;
+      st.width = m_.moe.expert_intermediate_size;
+      st.tokens = tok(1);
+      st.router = [this, &lp](int xi, Poly n) { return lin(xi, lp.lin.at("gate"), n); };
+      st.shared = [this, &lp](int xi) {
+        return mlp(xi, lp, "shared.", m_.moe.shared_intermediate_size * m_.moe.num_shared_experts, tok(1), false);
+      };
+      st.w_gate = lp.lin.at("gate_proj").w;
+      st.w_up = lp.lin.at("up_proj").w;
+      st.w_down = lp.lin.at("down_proj").w;
+      m = llama4_moe(g_, ops_, st, in);
     } else {
       m = moe(in, lp);
     }
@@ -1452,6 +1507,7 @@ int Step::decoder_layer(int h, int layer) {
   g_.drop(h2);
   if (probs >= 0) g_.drop(probs);  // `hidden_states, _ = self.self_attn(...)`: `_` lives to here
   if (router_scores >= 0) g_.drop(router_scores);
+  if (attention_states >= 0) g_.drop(attention_states);
   return h3;
 }
 
@@ -2821,7 +2877,8 @@ int Step::embed_and_layers(bool policy) {
     mask_ = eager_mask();
     // Gemma 2/3 build causal_mask_mapping: the full mask, then the sliding one, both alive
     // through the forward (docs/formulas.md#sliding-window-attention).
-    if (m_.mixes_attention_kinds()) sliding_mask_ = eager_mask();
+    // Llama 4 builds the full and the chunked mask every forward (docs/models.md#llama-4).
+    if (m_.mixes_attention_kinds() || llama4()) sliding_mask_ = eager_mask();
   } else {
     // sdpa_mask, where transformers does not skip it: a (b, 1, s, s) bool tensor (the
     // attention_mask's padding function makes it depend on the batch index, so vmap materializes
@@ -2868,7 +2925,21 @@ int Step::embed_and_layers(bool policy) {
         sin = s2;
       }
     };
-    tables(cos_, sin_);
+    if (llama4()) {
+      // Llama4TextRotaryEmbedding: freqs (1, s, d / 2) fp32, torch.polar(ones_like(freqs), freqs),
+      // * attention_scaling: one complex64 freqs_cis (as many bytes as fp32 (s, d)), in fp32
+      // whatever the model's dtype; it stands in cos_, sin_ is empty.
+      const int f = g_.make(Poly::mono(kS, rot_dim / 2), DT::kF32, Cat::kInputs);
+      const int ones = g_.make(Poly::mono(kS, rot_dim / 2), DT::kF32, Cat::kInputs);
+      const int polar = g_.make(Poly::mono(kS, rot_dim), DT::kF32, Cat::kInputs);
+      g_.drop(ones);
+      cos_ = g_.make(Poly::mono(kS, rot_dim), DT::kF32, Cat::kInputs);
+      g_.drop(polar);
+      g_.drop(f);
+      sin_ = g_.make(Poly{}, DT::kF32, Cat::kInputs);
+    } else {
+      tables(cos_, sin_);
+    }
     // Gemma 3 also builds the sliding layers' tables (rotary_emb_local, rope_local_base_freq), and
     // transformers 4.56-4.57 pass both pairs to every decoder layer (docs/formulas.md#embeddinggemma).
     if (m_.local_rotary_tables()) tables(cos_local_, sin_local_);

@@ -192,8 +192,22 @@ Status read_llama4_text(const json& j, ModelSpec& m, const std::string& origin) 
   for (int l = 0; l < n; ++l)
     if (rope[static_cast<std::size_t>(l)] == 0) m.nope_layers.push_back(l);
   MEMPLAN_TRY(m.attention_chunk_size, integer(j, "attention_chunk_size", origin, 8192));
+  if (m.attention_chunk_size <= 0)
+    return wrap_error(origin, fmt::format("\"attention_chunk_size\" must be positive, got {}", m.attention_chunk_size));
   MEMPLAN_TRY(auto qk, boolean(j, "use_qk_norm", origin));
   m.qk_l2_norm = qk.value_or(true);
+  // For memory a chunked layer is a windowed one whose window is the chunk: under eager attention
+  // its scores are (b, heads, s, s) like a full layer's, beside a second (b, 1, s, s) mask built
+  // every forward; under SDPA transformers materializes its mask (and repeats K/V) once s reaches
+  // attention_chunk_size, as it does a sliding layer's at sliding_window (masking_utils: the
+  // same _ignore_causal_mask_sdpa test with local_size). So the rotary layers are carried as the
+  // sliding kind, the NoPE layers as the full ones (docs/models.md#llama-4).
+  m.sliding_window = m.attention_chunk_size;
+  m.full_attention_layers = m.nope_layers;
+  if (static_cast<int>(m.nope_layers.size()) == n) {
+    m.sliding_window = 0;
+    m.full_attention_layers.clear();
+  }
   return Ok{};
 }
 

@@ -113,6 +113,12 @@ TEST_CASE("Llama 4 Scout: 16 experts with a shared expert in every layer, NoPE e
   CHECK(m.nope_layers.size() == 12);
   CHECK(m.nope_layers.front() == 3);
   CHECK(m.nope_layers.back() == 47);
+  // The chunked (rotary) layers are carried as the windowed kind, the chunk as the window, the
+  // NoPE layers as the full ones (docs/models.md#llama-4-chunked).
+  CHECK(m.sliding_window == 8192);
+  CHECK(m.full_attention_layers == m.nope_layers);
+  CHECK(m.is_sliding_layer(0));
+  CHECK_FALSE(m.is_sliding_layer(3));
   for (int l = 0; l < 48; ++l) CHECK(m.moe.is_moe_layer(l));
   CHECK(m.moe.num_shared_experts == 1);
   CHECK(m.moe.shared_intermediate_size == 8192);
@@ -183,7 +189,10 @@ TEST_CASE("Llama 4's text model alone (Llama4ForCausalLM's llama4_text config) c
 
 TEST_CASE("Llama 4's MoE runs every token through every expert, whatever num_experts_per_tok") {
   // Llama4TextMoe: hidden_states.repeat(num_experts, 1) and two bmm over all experts; top-k only
-  // decides which scores are not zero. A top-1 and a top-4 model allocate the same.
+  // decides which scores are not zero. A top-1 and a top-4 model allocate the same but for the
+  // router's top-k indices, which topk and scatter_ keep for backward: int64 (tokens, k), so 3 x
+  // 1,024 x 8 bytes more in each of the 4 MoE layers (no checkpointing: all kept at the peak). Three
+  // more routed rows per token would instead be 3 x 1,024 x (64 + 3 x 32) values per layer.
   const auto step = [](int k) {
     auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
         "intermediate_size_mlp": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -197,7 +206,67 @@ TEST_CASE("Llama 4's MoE runs every token through every expert, whatever num_exp
     REQUIRE(e.has_value());
     return e->peak.count();
   };
-  CHECK(step(1) == step(4));
+  CHECK(step(4) - step(1) == 4 * 3 * 1024 * 8);
+}
+
+TEST_CASE("Llama 4 under SDPA: the chunked layers get a mask, repeated K/V, from s = attention_chunk_size") {
+  // masking_utils' _ignore_causal_mask_sdpa skips the chunked mask while kv_length < chunk_size;
+  // from there the three rotary layers (layer 3 is NoPE) are given a (b, 1, s, s) mask, so
+  // transformers repeats K and V to every head for them and the memory-efficient kernel keeps the
+  // mask as an additive bf16 (b, 1, s, s). At b 1, s 64, bf16, the same model with a chunk of 64
+  // (masked) and of 128 (not) differ at the backward peak by, per rotary layer, the kept mask
+  // 64 x 64 x 2 = 8,192 bytes and K and V at 4 heads instead of 2: 2 x 64 x 2 x 16 x 2 = 8,192
+  // bytes; 3 x 16,384 = 49,152 (the bool mask itself is gone with the forward's locals).
+  const auto peak = [](int chunk) {
+    auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
+        "intermediate_size_mlp": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "vocab_size": 100, "num_local_experts": 4, "attention_chunk_size": )" +
+                                     std::to_string(chunk) + "}",
+                                 "c.json");
+    REQUIRE(m.has_value());
+    TrainingConfig c;
+    c.micro_batch = 1;
+    c.seq_len = 64;
+    c.torch_dtype = DType::kBFloat16;
+    c.device = Device::kCuda;
+    c.attn = AttnImpl::kSdpa;
+    auto e = estimate(*m, c);
+    REQUIRE(e.has_value());
+    return e->peak.count();
+  };
+  CHECK(peak(64) - peak(128) == 3 * (8192 + 8192));
+  CHECK(peak(128) == peak(65));  // below the chunk nothing is materialized
+  const ModelSpec& scout = catalog_spec("llama-4-scout");
+  TrainingConfig c = lora_config();
+  c.attn = AttnImpl::kSdpa;
+  auto e = estimate(scout, c);
+  REQUIRE(e.has_value());
+  CHECK(memplan::testing::mentions(
+      e->assumptions, "chunked attention (Llama 4): 36 of 48 layers attend within 8192-token chunks; from a sequence "
+                      "of 8192 tokens transformers gives SDPA their (b, 1, s, s) mask"));
+}
+
+TEST_CASE("Llama 4's reduced models repeat whole periods of NoPE layers: the peak of simulating every layer") {
+  // 14 layers, NoPE at 3, 7 and 11, MoE on the odd layers: a NoPE layer keeps less than a rotary
+  // one (no rotary products, no L2 norm), so one middle layer cannot stand for all of them; the
+  // period of 4 after the first layer can. Eager (both masks at every length) and SDPA below and
+  // from the chunk of 64.
+  auto m = io::parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
+      "intermediate_size_mlp": 128, "num_hidden_layers": 14, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 16, "vocab_size": 100, "num_local_experts": 4, "interleave_moe_layer_step": 2,
+      "attention_chunk_size": 64})",
+                               "c.json");
+  REQUIRE(m.has_value());
+  for (const AttnImpl impl : {AttnImpl::kEager, AttnImpl::kSdpa}) {
+    for (const bool checkpointing : {false, true}) {
+      TrainingConfig c;
+      c.torch_dtype = DType::kBFloat16;
+      c.device = Device::kCuda;
+      c.attn = impl;
+      c.gradient_checkpointing = checkpointing;
+      memplan::testing::same_as_every_layer(*m, c, {{1, 32}, {2, 64}, {1, 96}});
+    }
+  }
 }
 
 TEST_CASE("Llama 4 estimates text-only fine-tuning; batches with images are refused") {
