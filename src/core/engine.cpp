@@ -907,12 +907,13 @@ void add_runtime_overhead(const TrainingConfig& c, Estimate& e, const std::optio
     const std::int64_t slack = std::max<std::int64_t>(0, replayed->peak_reserved - replayed->peak_allocated);
     e.reserved = Bytes::of(sim::reserved_for_peak(e.peak.count(), slack));
     e.assumptions.push_back(fmt::format(
-        "reserved: the caching allocator replayed over the step's {} allocations{}{}: {:.2f} GiB reserved beyond "
+        "reserved: the caching allocator replayed over the step's {} allocations{}{}{}: {:.2f} GiB reserved beyond "
         "the allocated peak ({} segments)",
         replayed->allocations,
         c.lengths.histogram.empty() ? std::string()
                                     : fmt::format(", {} micro-batches padded to their longest example", c.lengths.steps),
         c.allocator.expandable_segments ? ", expandable_segments:True" : "",
+        replayed->fsdp_streams ? ", FSDP's all-gathers and reduce-scatters in their own streams' pools" : "",
         static_cast<double>(slack) / static_cast<double>(1LL << 30), replayed->segments));
   } else {
     // The median of max_memory_reserved / max_memory_allocated over the H100 measurements is
@@ -1983,6 +1984,30 @@ std::vector<std::int64_t> replay_lengths(const SequenceLengths& l, std::int64_t 
   return out;
 }
 
+// FSDP1's all-gathers and reduce-scatters on their own streams in the allocator replay
+// (docs/formulas.md#allocator-streams): what one decoder-layer unit gathers (its flat parameter,
+// padded to a multiple of the shard group), the root unit and one layer's sharded gradient.
+// FSDP2, NO_SHARD and parameter offload keep the one-stream replay.
+namespace {
+sim::FsdpStreams fsdp_streams(const TrainingConfig& c, const ShardPlan& p, int layers) {
+  sim::FsdpStreams f;
+  if (!fsdp(c) || c.parallel.fsdp_version != 1 || !p.shard_params || p.offload_params || layers <= 0) return f;
+  const std::int64_t n = std::max(1, p.shard_over);
+  f.enabled = true;
+  f.layers = layers;
+  f.layer_bytes = (p.layer_param_bytes + n - 1) / n * n;
+  f.root_bytes = (p.root_param_bytes + n - 1) / n * n;
+  // LoRA trains only inside the layers; a full fine-tune also trains the root's parameters.
+  const std::int64_t layer_trainable =
+      std::max<std::int64_t>(0, p.trainable_bytes - (c.lora.enabled ? 0 : std::min(p.root_param_bytes, p.trainable_bytes))) / layers;
+  f.grad_shard_bytes = (layer_trainable + n - 1) / n;
+  f.backward_prefetch = !fsdp_no_backward_prefetch(c);
+  f.reshard_after_forward = !p.keep_gathered;
+  f.inflight_limit = 2;  // limit_all_gathers=True, FSDP's and accelerate's default
+  return f;
+}
+}  // namespace
+
 std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, std::int64_t b, std::int64_t s,
                                                          std::int64_t capacity) {
   try {
@@ -2026,7 +2051,8 @@ std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, st
     settings.expandable_segments = config.allocator.expandable_segments;
     if (config.allocator.max_split_size_mb) settings.max_split_size = *config.allocator.max_split_size_mb << 20;
     settings.capacity = capacity;
-    return sim::replay(trace, steps, opt, settings, static_cast<int>(std::min<std::int64_t>(config.empty_cache_steps, 1 << 20)));
+    return sim::replay(trace, steps, opt, settings, static_cast<int>(std::min<std::int64_t>(config.empty_cache_steps, 1 << 20)),
+                       fsdp_streams(config, st.shard, rk.layers));
   } catch (const SizeOverflow&) {
     return std::nullopt;
   }
