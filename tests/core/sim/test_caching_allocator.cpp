@@ -279,3 +279,18 @@ TEST_CASE("caching allocator: FSDP1 replay gathers each layer on the unshard str
     CHECK(r.peak_reserved == 30 * MiB);
   }
 }
+
+TEST_CASE("caching allocator: expandable segments grow one segment per stream", "[allocator][streams]") {
+  // Note [Expandable Segments]: "it tries to make one segment (per stream) that grows as
+  // necessary". A 5 MiB request maps one 20 MiB large-pool page; another stream's 5 MiB cannot
+  // use the 15 MiB left in it and maps a page of its own segment.
+  CachingAllocatorSettings s;
+  s.expandable_segments = true;
+  CachingAllocator a(s);
+  a.malloc(5 * MiB, 0);
+  CHECK(a.reserved() == 20 * MiB);
+  a.malloc(5 * MiB, 0);  // the same stream: the free tail of its page
+  CHECK(a.reserved() == 20 * MiB);
+  a.malloc(5 * MiB, 1);
+  CHECK(a.reserved() == 40 * MiB);
+}
