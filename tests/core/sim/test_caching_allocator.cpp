@@ -267,6 +267,17 @@ TEST_CASE("caching allocator: FSDP1 replay gathers each layer on the unshard str
     CHECK(r.peak_reserved == 30 * MiB + 200 * MiB);
     CHECK(r.peak_allocated == 30 * MiB + 100 * MiB);  // one layer gathered at a time
   }
+  SECTION("BACKWARD_PRE: the layer before is gathered while one freed block still waits") {
+    // As above to L2's forward (A and B). Entering L2's backward: L2's forward free is event 3,
+    // the queue [2, 3] waits for 2, L2 takes B; the prefetch of L1 (queue [3]: no wait) finds A
+    // still waiting for event 3: a third block C. Entering L1's backward: L2's free (event 4),
+    // L1 is already gathered; the prefetch of L0 waits for 3 and takes A. Three 100 MiB blocks;
+    // at most two gathered at once (L2 and L1, with the three activations still alive).
+    f.backward_prefetch = true;
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 30 * MiB + 300 * MiB);
+    CHECK(r.peak_allocated == 30 * MiB + 200 * MiB);
+  }
   SECTION("no rate limiter: nothing waits, every gather needs its own block") {
     // Without limit_all_gathers the replay never sees an event complete inside the step: each of
     // the 6 gathers (3 forward, 3 backward) takes a new 100 MiB segment.
