@@ -913,7 +913,10 @@ void add_runtime_overhead(const TrainingConfig& c, Estimate& e, const std::optio
         c.lengths.histogram.empty() ? std::string()
                                     : fmt::format(", {} micro-batches padded to their longest example", c.lengths.steps),
         c.allocator.expandable_segments ? ", expandable_segments:True" : "",
-        replayed->fsdp_streams ? ", FSDP's all-gathers and reduce-scatters in their own streams' pools" : "",
+        replayed->fsdp_streams ? ", after FSDP's construction of a CPU-resident model (each unit moved, broadcast, "
+                                 "flattened and sharded on the GPU), with its all-gathers and reduce-scatters in their own "
+                                 "streams' pools"
+                               : "",
         static_cast<double>(slack) / static_cast<double>(1LL << 30), replayed->segments));
   } else {
     // The median of max_memory_reserved / max_memory_allocated over the H100 measurements is
@@ -1989,7 +1992,8 @@ std::vector<std::int64_t> replay_lengths(const SequenceLengths& l, std::int64_t 
 // padded to a multiple of the shard group), the root unit and one layer's sharded gradient.
 // FSDP2, NO_SHARD and parameter offload keep the one-stream replay.
 namespace {
-sim::FsdpStreams fsdp_streams(const TrainingConfig& c, const ShardPlan& p, int layers) {
+sim::FsdpStreams fsdp_streams(const TrainingConfig& c, const ShardPlan& p, int layers,
+                              const std::vector<sim::ParamRec>& params) {
   sim::FsdpStreams f;
   if (!fsdp(c) || c.parallel.fsdp_version != 1 || !p.shard_params || p.offload_params || layers <= 0) return f;
   const std::int64_t n = std::max(1, p.shard_over);
@@ -2004,6 +2008,16 @@ sim::FsdpStreams fsdp_streams(const TrainingConfig& c, const ShardPlan& p, int l
   f.backward_prefetch = !fsdp_no_backward_prefetch(c);
   f.reshard_after_forward = !p.keep_gathered;
   f.inflight_limit = 2;  // limit_all_gathers=True, FSDP's and accelerate's default
+  // The model is on the CPU when FSDP1 wraps it (HF Trainer and accelerate load it there; Answer.AI's
+  // low_memory keeps it there on rank 0): each unit is moved, broadcast (sync_module_states, the
+  // accelerate plugin's default), flattened and sharded on the GPU, layers first, the root last.
+  f.construction.assign(static_cast<std::size_t>(layers) + 1, {});
+  for (const auto& q : params) {
+    const std::size_t unit = q.sim_layer >= 0 && q.sim_layer < layers ? static_cast<std::size_t>(q.sim_layer)
+                                                                       : static_cast<std::size_t>(layers);
+    f.construction[unit].push_back(checked_mul(q.numel, sim::esize(q.dt)));
+  }
+  f.shard_over = static_cast<int>(n);
   return f;
 }
 }  // namespace
@@ -2052,7 +2066,7 @@ std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, st
     if (config.allocator.max_split_size_mb) settings.max_split_size = *config.allocator.max_split_size_mb << 20;
     settings.capacity = capacity;
     return sim::replay(trace, steps, opt, settings, static_cast<int>(std::min<std::int64_t>(config.empty_cache_steps, 1 << 20)),
-                       fsdp_streams(config, st.shard, rk.layers));
+                       fsdp_streams(config, st.shard, rk.layers, run->params));
   } catch (const SizeOverflow&) {
     return std::nullopt;
   }

@@ -378,6 +378,42 @@ class FsdpReplay {
   bool root_gathered_ = false;
 };
 
+// _init_param_handle_from_module for each unit of a CPU-resident model (torch/distributed/fsdp/
+// _init_utils.py): _move_module_to_device, _sync_module_params_and_buffers (_sync_params_and_buffers
+// in PARAM_BROADCAST_BUCKET_SIZE = 250 MiB buckets, each flattened for the broadcast), then
+// FlatParamHandle: torch.cat of the flattened parameters padded to the shard group, the module's
+// parameters replaced by views (the moved originals freed), shard(): chunk(...).clone() kept and
+// the unsharded flat parameter freed.
+void construct(CachingAllocator& a, const FsdpStreams& f) {
+  constexpr std::int64_t kBucket = std::int64_t{250} << 20;
+  const std::int64_t n = std::max(1, f.shard_over);
+  for (const auto& unit : f.construction) {
+    std::vector<int> moved;
+    std::int64_t total = 0;
+    for (const std::int64_t bytes : unit) {
+      moved.push_back(a.malloc(bytes));
+      total += bytes;
+    }
+    if (total == 0) continue;
+    if (f.sync_module_states) {
+      std::int64_t bucket = 0;
+      for (const std::int64_t bytes : unit) {
+        if (bucket > 0 && bucket + bytes > kBucket) {
+          a.free(a.malloc(bucket));
+          bucket = 0;
+        }
+        bucket += bytes;
+      }
+      if (bucket > 0) a.free(a.malloc(bucket));
+    }
+    const std::int64_t padded = (total + n - 1) / n * n;
+    const int flat = a.malloc(padded);
+    for (const int h : moved) a.free(h);
+    a.malloc(padded / n);  // the shard, kept
+    a.free(flat);
+  }
+}
+
 }  // namespace
 
 ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& steps, const OptimizerAllocations& opt,
@@ -411,7 +447,15 @@ ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& step
       }
     }
   };
-  run(0, trace.step_begin, steps.front(), nullptr);
+  if (fsdp.enabled && !fsdp.construction.empty()) {
+    // The shards it keeps stand for the trace's whole-size parameters. The trainers reset the peak
+    // statistics before training (reset_peak_memory_stats: the reserved peak restarts at what is
+    // reserved then), so the allocated peak is the step's.
+    construct(a, fsdp);
+    a.reset_peaks();
+  } else {
+    run(0, trace.step_begin, steps.front(), nullptr);
+  }
   std::vector<int> states;
   const std::size_t opt_at = std::clamp(trace.optimizer_at, trace.step_begin, trace.ops.size());
   for (std::size_t k = 0; k < steps.size(); ++k) {

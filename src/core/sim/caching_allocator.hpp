@@ -150,9 +150,10 @@ struct OptimizerAllocations {
   bool per_param_temps = false;
 };
 
-// FSDP1's streams in the replay (docs/formulas.md#allocator-streams). The step's trace has the
-// parameters whole and no collectives; with `enabled` the replay adds, at the trace's segment
-// marks, what torch.distributed.fsdp allocates on its own streams:
+// FSDP1 in the replay (docs/formulas.md#allocator-streams). The step's trace has the parameters
+// whole and no collectives; with `enabled` the replay runs FSDP's construction (`construction`,
+// below) in place of the whole-size parameters and adds, at the trace's segment marks, what
+// torch.distributed.fsdp allocates on its own streams:
 //  - stream 1 (unshard): each decoder-layer unit's padded unsharded flat parameter, allocated when
 //    its forward (or its backward) begins and freed at its reshard with a use recorded on the
 //    default stream (_free_unsharded_flat_param: record_stream, then resize_(0)); the root unit's
@@ -172,6 +173,14 @@ struct FsdpStreams {
   bool backward_prefetch = true;      // BACKWARD_PRE: a layer's backward gathers the layer before it
   bool reshard_after_forward = true;  // FULL_SHARD (SHARD_GRAD_OP keeps each layer to its backward)
   int inflight_limit = 2;             // limit_all_gathers (0: unlimited; the GPU then keeps up)
+  // FSDP's construction of a model that is on the CPU when it is wrapped (HF Trainer, accelerate,
+  // Answer.AI's low_memory loading), replayed instead of the trace's whole-size parameters: unit
+  // by unit (the layers, then the root) its parameters moved to the GPU, with
+  // `sync_module_states` broadcast in 250 MiB buckets, flattened (torch.cat), the originals
+  // freed, the shard cloned and kept, the flat copy freed. Each unit: its parameters' bytes.
+  std::vector<std::vector<std::int64_t>> construction;
+  bool sync_module_states = true;
+  int shard_over = 1;
 };
 inline constexpr int kStreamDefault = 0, kStreamUnshard = 1, kStreamPostBackward = 2;
 

@@ -305,3 +305,34 @@ TEST_CASE("caching allocator: expandable segments grow one segment per stream", 
   a.malloc(5 * MiB, 1);
   CHECK(a.reserved() == 40 * MiB);
 }
+
+TEST_CASE("caching allocator: FSDP1's construction leaves its moved originals and flat copy cached", "[allocator][streams]") {
+  // One unit of two parameters, 100 and 200 MiB, sharded over 2 GPUs; the step allocates and
+  // frees one 1 MiB tensor (a small-pool 2 MiB segment).
+  using namespace memplan::sim;
+  AllocTrace tr;
+  tr.bytes = {Poly::constant(MiB)};
+  tr.ops = {1, -1};
+  tr.optimizer_at = 2;
+  FsdpStreams f;
+  f.enabled = true;
+  f.layers = 1;
+  f.shard_over = 2;
+  f.construction = {{100 * MiB, 200 * MiB}};
+  SECTION("sync_module_states: the broadcast buckets too") {
+    // Moved: A (100), B (200). Buckets of at most 250 MiB: 100 + 200 > 250, so a 100 MiB bucket
+    // (C, freed) and a 200 MiB one (D, freed). torch.cat: E (300). A and B freed. The 150 MiB
+    // shard takes B, the first of the two free 200 MiB blocks (split: 50 MiB left). E freed.
+    // Reserved 100 + 200 + 100 + 200 + 300 = 900 MiB, 150 MiB of it allocated. The peaks restart
+    // after construction (reset_peak_memory_stats): the 300 MiB moved and the 300 MiB flat copy
+    // allocated at once are not the step's allocated peak.
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 900 * MiB + 2 * MiB);
+    CHECK(r.peak_allocated == 150 * MiB + MiB);
+  }
+  SECTION("no broadcast") {
+    f.sync_module_states = false;
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 600 * MiB + 2 * MiB);  // A, B and E
+  }
+}
