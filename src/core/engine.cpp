@@ -2009,8 +2009,9 @@ sim::FsdpStreams fsdp_streams(const TrainingConfig& c, const ShardPlan& p, int l
   f.reshard_after_forward = !p.keep_gathered;
   f.inflight_limit = 2;  // limit_all_gathers=True, FSDP's and accelerate's default
   // The model is on the CPU when FSDP1 wraps it (HF Trainer and accelerate load it there; Answer.AI's
-  // low_memory keeps it there on rank 0): each unit is moved, broadcast (sync_module_states, the
-  // accelerate plugin's default), flattened and sharded on the GPU, layers first, the root last.
+  // low_memory keeps it there on rank 0): each unit is moved, broadcast (sync_module_states:
+  // TrainingArguments' fsdp_config default "true"), flattened and sharded on the GPU, layers first,
+  // the root last.
   f.construction.assign(static_cast<std::size_t>(layers) + 1, {});
   for (const auto& q : params) {
     const std::size_t unit = q.sim_layer >= 0 && q.sim_layer < layers ? static_cast<std::size_t>(q.sim_layer)
