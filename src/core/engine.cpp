@@ -910,12 +910,16 @@ void add_runtime_overhead(const TrainingConfig& c, Estimate& e, const std::optio
     const std::int64_t slack = std::max<std::int64_t>(0, replayed->peak_reserved - replayed->peak_allocated);
     e.reserved = Bytes::of(sim::reserved_for_peak(e.peak.count(), slack));
     e.assumptions.push_back(fmt::format(
-        "reserved: the caching allocator replayed over the step's {} allocations{}{}: {:.2f} GiB reserved beyond "
+        "reserved: the caching allocator replayed over the step's {} allocations{}{}{}: {:.2f} GiB reserved beyond "
         "the allocated peak ({} segments)",
         replayed->allocations,
         c.lengths.histogram.empty() ? std::string()
                                     : fmt::format(", {} micro-batches padded to their longest example", c.lengths.steps),
         c.allocator.expandable_segments ? ", expandable_segments:True" : "",
+        replayed->fsdp_streams ? ", after FSDP's construction of a CPU-resident model (each unit moved, broadcast, "
+                                 "flattened and sharded on the GPU), with its all-gathers and reduce-scatters in their own "
+                                 "streams' pools"
+                               : "",
         static_cast<double>(slack) / static_cast<double>(1LL << 30), replayed->segments));
   } else {
     // The median of max_memory_reserved / max_memory_allocated over the H100 measurements is
@@ -1995,6 +1999,42 @@ std::vector<std::int64_t> replay_lengths(const SequenceLengths& l, std::int64_t 
   return out;
 }
 
+// FSDP1's all-gathers and reduce-scatters on their own streams in the allocator replay
+// (docs/formulas.md#allocator-streams): what one decoder-layer unit gathers (its flat parameter,
+// padded to a multiple of the shard group), the root unit and one layer's sharded gradient.
+// FSDP2, NO_SHARD and parameter offload keep the one-stream replay.
+namespace {
+sim::FsdpStreams fsdp_streams(const TrainingConfig& c, const ShardPlan& p, int layers,
+                              const std::vector<sim::ParamRec>& params) {
+  sim::FsdpStreams f;
+  if (!fsdp(c) || c.parallel.fsdp_version != 1 || !p.shard_params || p.offload_params || layers <= 0) return f;
+  const std::int64_t n = std::max(1, p.shard_over);
+  f.enabled = true;
+  f.layers = layers;
+  f.layer_bytes = (p.layer_param_bytes + n - 1) / n * n;
+  f.root_bytes = (p.root_param_bytes + n - 1) / n * n;
+  // LoRA trains only inside the layers; a full fine-tune also trains the root's parameters.
+  const std::int64_t layer_trainable =
+      std::max<std::int64_t>(0, p.trainable_bytes - (c.lora.enabled ? 0 : std::min(p.root_param_bytes, p.trainable_bytes))) / layers;
+  f.grad_shard_bytes = (layer_trainable + n - 1) / n;
+  f.backward_prefetch = !fsdp_no_backward_prefetch(c);
+  f.reshard_after_forward = !p.keep_gathered;
+  f.inflight_limit = 2;  // limit_all_gathers=True, FSDP's and accelerate's default
+  // The model is on the CPU when FSDP1 wraps it (HF Trainer and accelerate load it there; Answer.AI's
+  // low_memory keeps it there on rank 0): each unit is moved, broadcast (sync_module_states:
+  // TrainingArguments' fsdp_config default "true"), flattened and sharded on the GPU, layers first,
+  // the root last.
+  f.construction.assign(static_cast<std::size_t>(layers) + 1, {});
+  for (const auto& q : params) {
+    const std::size_t unit = q.sim_layer >= 0 && q.sim_layer < layers ? static_cast<std::size_t>(q.sim_layer)
+                                                                       : static_cast<std::size_t>(layers);
+    f.construction[unit].push_back(checked_mul(q.numel, sim::esize(q.dt)));
+  }
+  f.shard_over = static_cast<int>(n);
+  return f;
+}
+}  // namespace
+
 std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, std::int64_t b, std::int64_t s,
                                                          std::int64_t capacity) {
   try {
@@ -2038,7 +2078,8 @@ std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, st
     settings.expandable_segments = config.allocator.expandable_segments;
     if (config.allocator.max_split_size_mb) settings.max_split_size = *config.allocator.max_split_size_mb << 20;
     settings.capacity = capacity;
-    return sim::replay(trace, steps, opt, settings, static_cast<int>(std::min<std::int64_t>(config.empty_cache_steps, 1 << 20)));
+    return sim::replay(trace, steps, opt, settings, static_cast<int>(std::min<std::int64_t>(config.empty_cache_steps, 1 << 20)),
+                       fsdp_streams(config, st.shard, rk.layers, run->params));
   } catch (const SizeOverflow&) {
     return std::nullopt;
   }

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -442,4 +443,46 @@ TEST_CASE("FSDP with CPU parameter offload keeps no gradient on the GPU, the LoR
     CHECK(component(*e, "gradients") == 0);
     CHECK(component(*e, "optimizer_states") == 0);
   }
+}
+
+// docs/formulas.md#allocator-streams. FSDP1 all-gathers on its unshard stream and reduce-scatters
+// on its post-backward stream, whose pools serve no activation. toy_llama(4), bf16, full fine-tune
+// on 8 GPUs: the root unit (embedding and lm_head 8000 x 256 each, the final norm: 8,192,512 B)
+// and a layer unit (1,451,008 B) are 1-10 MiB requests, so the unshard stream's blocks come from
+// one 20 MiB segment (get_allocation_size), which holds at most the root and two layers in use
+// (11,094,528 B) at any moment; the sharded gradients (a layer's 1,451,008 / 8 = 181,376 B, four
+// layers 725,504 B) share one 2 MiB small-pool segment. Reserved never shrinks, so the replay's
+// reserved peak is at least the default stream's at the allocated peak plus both segments: the
+// reserve above the peak is at least 20 MiB - 11,094,528 + 2 MiB - 725,504 = 11,248,640 B (what
+// FSDP's construction leaves cached on the default stream only adds to it).
+TEST_CASE("FSDP1's all-gathers and reduce-scatters are replayed in their own streams' pools") {
+  const ModelSpec m = memplan::testing::toy_llama(4);
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.micro_batch = 2;
+  c.seq_len = 64;
+  c.device = Device::kCuda;
+  c.parallel.num_gpus = 8;
+  c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  const auto says_streams = [](const Estimate& e) {
+    return std::any_of(e.assumptions.begin(), e.assumptions.end(), [](const std::string& a) {
+      return a.find("with its all-gathers and reduce-scatters in their own streams' pools") != std::string::npos;
+    });
+  };
+  const auto fsdp1 = estimate(m, c);
+  REQUIRE(fsdp1);
+  require_consistent(*fsdp1);
+  CHECK(says_streams(*fsdp1));
+  CHECK(fsdp1->reserved.count() - fsdp1->peak.count() >= 11'248'640);
+  // FSDP2 (no record_stream; unsharded parameters on the default stream) and NO_SHARD (nothing
+  // gathered) keep the one-stream replay.
+  c.parallel.fsdp_version = 2;
+  const auto fsdp2 = estimate(m, c);
+  REQUIRE(fsdp2);
+  CHECK_FALSE(says_streams(*fsdp2));
+  c.parallel.fsdp_version = 1;
+  c.parallel.sharding = ShardingStrategy::kFsdpNoShard;
+  const auto no_shard = estimate(m, c);
+  REQUIRE(no_shard);
+  CHECK_FALSE(says_streams(*no_shard));
 }

@@ -67,6 +67,7 @@ int Graph::make(Poly numel, DT dt, Cat cat, bool requires_grad) {
   record();
   const int id = static_cast<int>(tensors_.size()) - 1;
   if (trace_ != nullptr) {
+    mark_trace();
     trace_->bytes.resize(tensors_.size());
     trace_->bytes.back() = t.numel * esize(dt);
     trace_->ops.push_back(id + 1);
@@ -103,7 +104,10 @@ void Graph::drop(int t) {
   flush();
   account<-1>(x.cat, x.numel, esize(x.dt));
   freed_since_event_ = true;
-  if (trace_ != nullptr) trace_->ops.push_back(-(t + 1));
+  if (trace_ != nullptr) {
+    mark_trace();
+    trace_->ops.push_back(-(t + 1));
+  }
 }
 
 void Graph::retag(int t, Cat cat) {

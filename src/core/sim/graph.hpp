@@ -107,6 +107,13 @@ struct AllocTrace {
   std::size_t step_begin = 0;      // ops before it are set-up (parameters): alive across steps
   std::vector<std::int32_t> trainable;  // tensor ids of the trainable parameters
   std::size_t optimizer_at = 0;    // where optimizer.step() runs (before zero_grad's frees)
+  // Where the program enters a (segment, instance): the op index and the pair, at every change
+  // (the FSDP replay gathers and frees each decoder layer's parameters there).
+  struct Mark {
+    std::size_t at = 0;
+    int segment = 0, instance = 0;
+  };
+  std::vector<Mark> marks;
 };
 
 // A short list (a node's inputs, outputs, saved tensors; the gradients a backward rule gives): up
@@ -467,6 +474,12 @@ class Graph {
     return static_cast<std::uint16_t>(cats_.layout_.size());
   }
   void run_node(int n);
+  // A trace mark where the op about to be traced is in another (segment, instance) than the last.
+  void mark_trace() {
+    auto& m = trace_->marks;
+    if (m.empty() || m.back().segment != segment_ || m.back().instance != instance_)
+      m.push_back({trace_->ops.size(), segment_, instance_});
+  }
   // node() less its backward rule: the new node (made in place in nodes_), or nullptr where no
   // node is made; `recorded` is node()'s answer.
   Node* open_node(const Ids& inputs, const Ids& outputs, const Ids& saved, bool& recorded);

@@ -4,6 +4,7 @@
 
 #include "core/sim/caching_allocator.hpp"
 #include "core/sim/graph.hpp"
+#include "core/sim/program.hpp"
 
 using memplan::sim::AllocTrace;
 using memplan::sim::CachingAllocator;
@@ -158,5 +159,180 @@ TEST_CASE("caching allocator: a replay keeps parameters, adds the optimizer's st
     const auto r = memplan::sim::replay(tr, {{1, 10}, {1, 15}}, opt, {});
     CHECK(r.peak_reserved == 180 * MiB);
     CHECK(r.peak_allocated == 165 * MiB);
+  }
+}
+
+TEST_CASE("caching allocator: a freed block serves only its own stream", "[allocator][streams]") {
+  // BlockComparatorSize orders (stream, size, address) and get_free_block rejects another
+  // stream's block: a 100 MiB block freed on stream 1 cannot hold stream 0's 100 MiB request.
+  SECTION("one stream reuses the block") {
+    CachingAllocator a;
+    a.free(a.malloc(100 * MiB));
+    a.malloc(100 * MiB);
+    CHECK(a.reserved() == 100 * MiB);
+  }
+  SECTION("two streams reserve a segment each") {
+    CachingAllocator a;
+    a.free(a.malloc(100 * MiB, 1));
+    a.malloc(100 * MiB, 0);  // new 100 MiB segment on stream 0
+    CHECK(a.reserved() == 200 * MiB);
+    CHECK(a.allocated() == 100 * MiB);
+    a.malloc(100 * MiB, 1);  // stream 1's cached block
+    CHECK(a.reserved() == 200 * MiB);
+    CHECK(a.segments() == 2);
+  }
+  SECTION("small pools are per stream too") {
+    CachingAllocator a;
+    a.malloc(512 * 1024, 0);
+    a.malloc(512 * 1024, 1);  // 1.5 MiB free in stream 0's segment, none of it for stream 1
+    CHECK(a.reserved() == 4 * MiB);
+  }
+}
+
+TEST_CASE("caching allocator: record_stream holds a freed block until its event completes", "[allocator][streams]") {
+  // FSDP1's reshard: the all-gather output (stream 1) is used on the default stream, recorded,
+  // then freed. free() takes it out of allocated at once (stats.allocated_bytes) but insert_events
+  // keeps it out of the pool until process_events sees the event complete.
+  CachingAllocator a;
+  const int x = a.malloc(100 * MiB, 1);
+  a.record_stream(x, 0);
+  a.record_stream(x, 1);  // a use on its own stream records nothing
+  a.free(x);
+  CHECK(a.allocated() == 0);
+  CHECK(a.pending() == 100 * MiB);
+  const std::int64_t event = a.last_event();
+  a.malloc(100 * MiB, 1);  // the event is outstanding: a second 100 MiB segment
+  CHECK(a.reserved() == 200 * MiB);
+  a.complete_events(event);
+  CHECK(a.pending() == 0);
+  a.malloc(100 * MiB, 1);  // the first block is back in stream 1's pool
+  CHECK(a.reserved() == 200 * MiB);
+  CHECK(a.allocated() == 200 * MiB);
+}
+
+TEST_CASE("caching allocator: per-stream pools reserve more than one pool would", "[allocator][streams]") {
+  // A tiny FSDP-like step: a 300 MiB layer gathered, a 200 MiB activation made and freed while
+  // it is live, the layer freed (used on stream 0), then a 300 MiB activation.
+  //   one stream: the layer takes segment A (300), the activation B (200); after both frees the
+  //     300 MiB activation reuses A: 500 MiB reserved.
+  //   the gather on stream 1: A is stream 1's; B (200) cannot hold 300: a third segment, 800 MiB.
+  const auto run = [](int gather_stream) {
+    CachingAllocator a;
+    const int layer = a.malloc(300 * MiB, gather_stream);
+    a.free(a.malloc(200 * MiB, 0));
+    a.record_stream(layer, 0);
+    a.free(layer);
+    a.complete_events(a.last_event());
+    a.malloc(300 * MiB, 0);
+    return a.peak_reserved();
+  };
+  CHECK(run(0) == 500 * MiB);  // A (300) and B (200); the 300 MiB activation reuses A
+  CHECK(run(1) == 800 * MiB);  // A stays stream 1's: a new 300 MiB segment on stream 0
+}
+
+TEST_CASE("caching allocator: empty_cache waits for outstanding events first", "[allocator][streams]") {
+  // release_cached_blocks calls synchronize_and_free_events before returning whole free segments.
+  CachingAllocator a;
+  const int x = a.malloc(100 * MiB, 1);
+  a.record_stream(x, 0);
+  a.free(x);
+  a.empty_cache();
+  CHECK(a.reserved() == 0);
+  CHECK(a.pending() == 0);
+}
+
+TEST_CASE("caching allocator: FSDP1 replay gathers each layer on the unshard stream", "[allocator][streams]") {
+  // Three decoder layers (forward segments 1, 2, 3; backward 8, 7, 6), one 10 MiB activation
+  // per layer in forward, kept to its backward. Each layer unit gathers 100 MiB on stream 1.
+  using namespace memplan::sim;
+  AllocTrace tr;
+  tr.bytes = {Poly::constant(10 * MiB), Poly::constant(10 * MiB), Poly::constant(10 * MiB)};
+  tr.ops = {1, 2, 3, -3, -2, -1};
+  tr.step_begin = 0;
+  tr.optimizer_at = 6;
+  tr.marks = {{0, kSegFwdFirst, 0}, {1, kSegFwdMid, 0}, {2, kSegFwdLast, 0},
+              {3, kSegBwdLast, 0},  {4, kSegBwdMid, 0}, {5, kSegBwdFirst, 0}};
+  FsdpStreams f;
+  f.enabled = true;
+  f.layers = 3;
+  f.layer_bytes = 100 * MiB;
+  f.backward_prefetch = false;
+  SECTION("limit_all_gathers: the CPU two reshards ahead of the GPU") {
+    // Forward: gather L0 (A), free L0 (event 1), gather L1 (B: event 1 not waited for), free L1
+    // (event 2), gather L2: the queue holds 2, wait for event 1: L0's block is back, L2 takes A.
+    // Backward: L2 gathered anew (its forward free is event 3); the queue [2, 3] waits for 2: B.
+    // L1 waits for 3 (A is back), L0 for 4 (B): two 100 MiB blocks throughout, plus the three
+    // 10 MiB activation segments.
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 30 * MiB + 200 * MiB);
+    CHECK(r.peak_allocated == 30 * MiB + 100 * MiB);  // one layer gathered at a time
+  }
+  SECTION("BACKWARD_PRE: the layer before is gathered while one freed block still waits") {
+    // As above to L2's forward (A and B). Entering L2's backward: L2's forward free is event 3,
+    // the queue [2, 3] waits for 2, L2 takes B; the prefetch of L1 (queue [3]: no wait) finds A
+    // still waiting for event 3: a third block C. Entering L1's backward: L2's free (event 4),
+    // L1 is already gathered; the prefetch of L0 waits for 3 and takes A. Three 100 MiB blocks;
+    // at most two gathered at once (L2 and L1, with the three activations still alive).
+    f.backward_prefetch = true;
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 30 * MiB + 300 * MiB);
+    CHECK(r.peak_allocated == 30 * MiB + 200 * MiB);
+  }
+  SECTION("no rate limiter: nothing waits, every gather needs its own block") {
+    // Without limit_all_gathers the replay never sees an event complete inside the step: each of
+    // the 6 gathers (3 forward, 3 backward) takes a new 100 MiB segment.
+    f.inflight_limit = 0;
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 30 * MiB + 600 * MiB);
+  }
+  SECTION("one stream: the freed layer block is reused at once") {
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0);
+    CHECK(r.peak_reserved == 30 * MiB);
+  }
+}
+
+TEST_CASE("caching allocator: expandable segments grow one segment per stream", "[allocator][streams]") {
+  // Note [Expandable Segments]: "it tries to make one segment (per stream) that grows as
+  // necessary". A 5 MiB request maps one 20 MiB large-pool page; another stream's 5 MiB cannot
+  // use the 15 MiB left in it and maps a page of its own segment.
+  CachingAllocatorSettings s;
+  s.expandable_segments = true;
+  CachingAllocator a(s);
+  a.malloc(5 * MiB, 0);
+  CHECK(a.reserved() == 20 * MiB);
+  a.malloc(5 * MiB, 0);  // the same stream: the free tail of its page
+  CHECK(a.reserved() == 20 * MiB);
+  a.malloc(5 * MiB, 1);
+  CHECK(a.reserved() == 40 * MiB);
+}
+
+TEST_CASE("caching allocator: FSDP1's construction leaves its moved originals and flat copy cached", "[allocator][streams]") {
+  // One unit of two parameters, 100 and 200 MiB, sharded over 2 GPUs; the step allocates and
+  // frees one 1 MiB tensor (a small-pool 2 MiB segment).
+  using namespace memplan::sim;
+  AllocTrace tr;
+  tr.bytes = {Poly::constant(MiB)};
+  tr.ops = {1, -1};
+  tr.optimizer_at = 2;
+  FsdpStreams f;
+  f.enabled = true;
+  f.layers = 1;
+  f.shard_over = 2;
+  f.construction = {{100 * MiB, 200 * MiB}};
+  SECTION("sync_module_states: the broadcast buckets too") {
+    // Moved: A (100), B (200). Buckets of at most 250 MiB: 100 + 200 > 250, so a 100 MiB bucket
+    // (C, freed) and a 200 MiB one (D, freed). torch.cat: E (300). A and B freed. The 150 MiB
+    // shard takes B, the first of the two free 200 MiB blocks (split: 50 MiB left). E freed.
+    // Reserved 100 + 200 + 100 + 200 + 300 = 900 MiB, 150 MiB of it allocated. The peaks restart
+    // after construction (reset_peak_memory_stats): the 300 MiB moved and the 300 MiB flat copy
+    // allocated at once are not the step's allocated peak.
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 900 * MiB + 2 * MiB);
+    CHECK(r.peak_allocated == 150 * MiB + MiB);
+  }
+  SECTION("no broadcast") {
+    f.sync_module_states = false;
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 600 * MiB + 2 * MiB);  // A, B and E
   }
 }
