@@ -403,7 +403,9 @@ void Step::make_params() {
     lp.intermediate = m_.layer_intermediate_size(model_layer);
     lp.kv_shared = m_.is_kv_shared_layer(model_layer);
     lp.k_eq_v = m_.layer_k_eq_v(model_layer);
-    if (m_.kv_shared_layers > 0 && !lp.kv_shared) {  // Gemma4TextAttention.store_full_length_kv
+    // Gemma4TextAttention.store_full_length_kv: the last non-shared layer of each type stores its
+    // K/V in shared_kv_states, whether or not any layer reads them.
+    if (m_.model_type == "gemma4_text" && !lp.kv_shared) {
       bool last_of_type = true;
       for (int later = model_layer + 1; later < m_.num_layers - m_.kv_shared_layers; ++later)
         if (m_.is_sliding_layer(later) == lp.sliding) last_of_type = false;
