@@ -1784,6 +1784,11 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                             images.grid.tokens, config.vision.train_vision_tower ? "trained" : "frozen",
                             config.vision.train_projector ? "trained" : "frozen"));
     }
+    if (model.audio.enabled())  // Gemma 4 E2B / E4B (docs/models.md#gemma-4)
+      impl->assumptions.push_back(fmt::format(
+          "audio tower (Gemma 4, {} Conformer layers): loaded and counted, never run: text-only batches; audio "
+          "fine-tuning is not modelled",
+          model.audio.depth));
     if (model.sliding_window > 0 && sp.attn == AttnImpl::kSdpa) {
       int sliding = 0;
       for (int l = 0; l < model.num_layers; ++l) sliding += model.is_sliding_layer(l) ? 1 : 0;

@@ -189,6 +189,11 @@ TEST_CASE("Gemma 4 estimates text-only fine-tuning end to end; batches with imag
     // The frozen bf16 weights alone: every parameter, the towers and the per-layer embeddings too.
     CHECK(e->peak.count() > 2 * count_parameters(m).total);
   }
+  auto e2b = estimate(catalog_spec("gemma-4-e2b"), memplan::testing::lora_checkpointed(1024));
+  REQUIRE(e2b.has_value());
+  CHECK(std::find(e2b->assumptions.begin(), e2b->assumptions.end(),
+                  "audio tower (Gemma 4, 12 Conformer layers): loaded and counted, never run: text-only batches; audio "
+                  "fine-tuning is not modelled") != e2b->assumptions.end());
   TrainingConfig images = memplan::testing::lora_checkpointed(1024);
   images.vision.images = 1;
   auto refused = estimate(catalog_spec("gemma-4-31b"), images);
