@@ -187,9 +187,11 @@ class Step {
   // tensors the bound arguments keep (mask, rotary tables); fsdp_unit: the body is an FSDP unit
   // whose reshard-only hook keeps its input (decoder layers under PEFT's wrap policy).
   using Body = std::function<int(int)>;
-  int checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit);
+  // extra: a second positional input (Gemma 4's per_layer_input) the node saves, whose gradient
+  // the recomputation computes and returns; the body reads it from ple_slice_.
+  int checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit, int extra = -1);
   int checkpointed_nonreentrant(int h, const Body& body, const std::vector<int>& holds);
-  int layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit);
+  int layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit, int extra = -1);
   // ---- vision-language models (docs/formulas.md#vision-language-models)
   bool vision_on() const { return m_.vision.enabled() && sp_.images > 0 && sp_.stage_embedding; }
   Poly vpt(std::int64_t k) const {  // per patch through the tower
@@ -300,6 +302,7 @@ class Step {
   // Gemma4Model.forward's llm_inputs_embeds (a torch.where copy of the embeddings), both locals
   // of the model forward.
   int ple_ = -1, ple_where_ = -1;
+  int ple_slice_ = -1;  // the current layer's per_layer_inputs[:, :, i, :] (a select view)
   // Gemma 4 shared_kv_states: the K and V (sliding, full) the KV-shared layers read. The dict is
   // bound into every layer's call, so under checkpointing it lives until backward ends; the
   // recomputations read the forward's tensors. Stored in the forward only.
@@ -1501,14 +1504,14 @@ int Step::gemma4_layer(int h, LayerParams& lp) {
   int h3 = ops_.add(h2, m3, H);
   g_.drop(m3);
   g_.drop(h2);
-  if (m_.per_layer_input_dim > 0 && ple_ >= 0) {
+  if (m_.per_layer_input_dim > 0 && ple_slice_ >= 0) {
     // per_layer_input_gate, GELU-tanh, * per_layer_input (a slice of the (b, s, layers, d)
     // tensor: saving it keeps that tensor), per_layer_projection, post_per_layer_input_norm.
     const std::int64_t d = m_.per_layer_input_dim;
     const int gt = lin(h3, lp.lin.at("per_layer_input_gate"), tok(d));
     const int ac = ops_.gelu(gt);
     g_.drop(gt);
-    const int pm = ops_.mul(ac, ple_, tok(d));
+    const int pm = ops_.mul(ac, ple_slice_, tok(d));
     g_.drop(ac);
     const int pr = lin(pm, lp.lin.at("per_layer_projection"), H);
     g_.drop(pm);
@@ -2037,7 +2040,7 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   return o;
 }
 
-int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit) {
+int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit, int extra) {
   // torch.utils.checkpoint (use_reentrant=True): forward without grad; the node saves the
   // positional input and (through the bound functools.partial) the mask and rotary tables, plus
   // the CPU RNG state; backward recomputes the layer with grad (and autocast, if it was on)
@@ -2060,11 +2063,19 @@ int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, b
     g_.hold(rng);
     graph_held_.push_back(rng);
   }
-  const bool made = g_.node({h}, {out}, {h}, [this, h, body, ac, fsdp_unit](Bwd& ctx) {
+  std::vector<int> ins{h};
+  if (extra >= 0) ins.push_back(extra);
+  const bool made = g_.node(ins, {out}, ins, [this, h, body, ac, fsdp_unit, extra](Bwd& ctx) {
     Graph& g = ctx.graph();
     const int rng2 = g.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);  // fork_rng
     const int hv = g.view(h, g.at(h).numel);
     g.at(hv).requires_grad = g.at(h).requires_grad;
+    int xv = -1;  // detach_variable of the second positional input
+    if (extra >= 0) {
+      xv = g.view(extra, g.at(extra).numel);
+      g.at(xv).requires_grad = g.at(extra).requires_grad;
+      ple_slice_ = xv;
+    }
     const int first = g.node_count();
     const bool prev = g.grad_enabled();
     g.set_grad_enabled(true);
@@ -2096,6 +2107,12 @@ int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, b
     }
     g.drop(hv);
     if (gi >= 0) ctx.give(h, gi);
+    if (xv >= 0) {
+      const int gx = g.take_grad(xv);
+      g.drop(xv);
+      ple_slice_ = -1;
+      if (gx >= 0) ctx.give(extra, gx);
+    }
   });
   (void)made;
   g_.drop(rng);
@@ -2133,9 +2150,10 @@ int Step::checkpointed_nonreentrant(int h, const Body& body, const std::vector<i
 }
 
 // One layer of the trained forward: plain, or checkpointed as the config asks.
-int Step::layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit) {
+int Step::layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit, int extra) {
   if (!sp_.gradient_checkpointing) return body(h);
-  return sp_.checkpoint_reentrant ? checkpointed(h, body, holds, fsdp_unit) : checkpointed_nonreentrant(h, body, holds);
+  return sp_.checkpoint_reentrant ? checkpointed(h, body, holds, fsdp_unit, extra)
+                                  : checkpointed_nonreentrant(h, body, holds);
 }
 
 
@@ -3086,22 +3104,38 @@ int Step::embed_and_layers(bool policy) {
     }
     ops_.cat = Cat::kActivations;
     layer_ = l;
+    // Gemma 4: per_layer_inputs[:, :, i, :], a select view made before the layer's call (its
+    // backward puts the slice's gradient into zeros of the whole tensor), passed positionally.
+    int slice = -1;
+    if (ple_ >= 0) {
+      const int base = ple_;
+      slice = g_.view(base, tok(m_.per_layer_input_dim));
+      g_.node({base}, {slice}, {}, [base](Bwd& c) { c.give(base, c.like(base)); });
+    }
     // A cross-attention layer's recomputation (in backward, after this forward's locals are
-    // gone) reads the image features and masks its call was given.
-    const Body body = [this, l, cs = cross_states_, cm = cross_mask_, cr = cross_rows_](int x) {
+    // gone) reads the image features and masks its call was given; a Gemma 4 layer its slice
+    // (the reentrant checkpoint's recomputation gives it the detached one instead).
+    const Body body = [this, l, cs = cross_states_, cm = cross_mask_, cr = cross_rows_, slice](int x) {
       if (cs >= 0) std::tie(cross_states_, cross_mask_, cross_rows_) = std::make_tuple(cs, cm, cr);
-      return decoder_layer(x, l);
+      const int outer = ple_slice_;
+      if (ple_slice_ < 0) ple_slice_ = slice;
+      const int r = decoder_layer(x, l);
+      ple_slice_ = outer;
+      return r;
     };
     const bool sliding = w_->layers[static_cast<std::size_t>(l)].sliding && sliding_mask_ >= 0;
     std::vector<int> holds{sliding ? sliding_mask_ : mask_, cos_, sin_};  // the layer's own mask
     if (cos_local_ >= 0) holds.insert(holds.end(), {cos_local_, sin_local_});
-    if (ple_ >= 0) holds.push_back(ple_);  // Gemma 4: the layer's per_layer_input (a slice of it)
+    if (ple_ >= 0) holds.push_back(ple_);  // Gemma 4: the per-layer inputs its slice views
     if (cross) holds.insert(holds.end(), {cross_states_, cross_mask_, cross_rows_});  // the call's keyword arguments
     // Every-N checkpointing (torchtitan's selective_ac_option N: its wrapper counts the blocks
     // from 1 and wraps those whose count is a multiple of N): the other layers run plain.
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     const bool wrapped = sp_.checkpoint_every <= 1 || (model_layer + 1) % sp_.checkpoint_every == 0;
-    int next = policy && wrapped ? layer_forward(hcur, body, holds, true) : body(hcur);
+    const bool reentrant = policy && wrapped && sp_.gradient_checkpointing && sp_.checkpoint_reentrant;
+    if (slice >= 0 && !reentrant) holds.push_back(slice);  // read again by a non-reentrant recomputation
+    int next = policy && wrapped ? layer_forward(hcur, body, holds, true, slice) : body(hcur);
+    if (slice >= 0) g_.drop(slice);
     g_.drop(hcur);
     if (model_layer >= 0 && static_cast<std::size_t>(model_layer) < deepstack_.size()) {
       const int added = deepstack_add(next, deepstack_[static_cast<std::size_t>(model_layer)]);
