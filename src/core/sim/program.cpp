@@ -2946,6 +2946,11 @@ int Step::embed_and_layers(bool policy) {
     // project_per_layer_inputs: per_layer_model_projection(inputs_embeds) * hidden^-0.5,
     // per_layer_projection_norm over d, (+ per-layer embeddings) * 2^-0.5.
     const std::int64_t d = m_.per_layer_input_dim, packed = static_cast<std::int64_t>(m_.num_layers) * d;
+    // enable_input_require_grads hooks embed_tokens, whose output the projection reads: under
+    // PEFT with checkpointing the per-layer inputs require grad too.
+    if (policy && sp_.lora.enabled && sp_.gradient_checkpointing && sp_.input_require_grads &&
+        !g_.at(hcur).requires_grad)
+      g_.at(hcur).requires_grad = true;
     if (m_.vision.kind == VisionKind::kGemma4 || m_.audio.enabled())  // the wrapper, not Gemma4ForCausalLM
       ple_where_ = g_.make(tok(h), g_.at(hcur).dt, Cat::kActivations);
     const int pe = ops_.embedding(ids_, w_->ple_embed, tok(packed));
