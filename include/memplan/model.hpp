@@ -112,6 +112,7 @@ enum class VisionKind {
   kMllama,    // Llama 3.2 Vision: tiled ViT (local + gated global layers) read by cross-attention layers
   kQwen3Vl,   // Qwen3-VL: LayerNorm, fc1/GELU-tanh/fc2 MLP, learned positions, DeepStack mergers into early layers
   kLlama4,    // Llama 4: counted (unfold patch Linear, 2D-rope ViT, pixel-shuffle adapter, projector), not simulated
+  kGemma4,    // Gemma 4: counted (patch Linear, 2D position table, q/k/v-normed ViT, gated GELU-tanh MLP), not simulated
 };
 
 struct VisionSpec {
@@ -161,6 +162,20 @@ struct DenseModule {
   bool bias = true;
   bool tanh = false;  // activation_function torch.nn.Tanh (the module's default); else Identity
   bool operator==(const DenseModule&) const = default;
+};
+
+// The audio tower of Gemma 4 E2B / E4B (Gemma4AudioModel, a Conformer; docs/models.md#gemma-4):
+// counted with its embedder into the language model, never simulated (audio batches are refused).
+struct AudioSpec {
+  int depth = 0;                        // num_hidden_layers (0: no audio tower)
+  std::int64_t hidden_size = 0;
+  int num_heads = 0;
+  std::int64_t conv_channels0 = 0;      // subsampling_conv_channels
+  std::int64_t conv_channels1 = 0;
+  std::int64_t conv_kernel = 0;         // conv_kernel_size of the depthwise convolution
+  std::int64_t output_dims = 0;         // output_proj_dims: the embedder's input
+  bool enabled() const { return depth > 0; }
+  bool operator==(const AudioSpec&) const = default;
 };
 
 struct ModelSpec {
@@ -290,6 +305,24 @@ struct ModelSpec {
   std::int64_t attention_chunk_size = 0;
   std::vector<int> nope_layers;
   bool qk_l2_norm = false;
+  // Gemma 4 (docs/models.md#gemma-4). Full-attention layers use global_head_dim (0: head_dim) and,
+  // with attention_k_eq_v, num_global_kv_heads and no v_proj (V is k_proj's output before k_norm).
+  // Every attention layer has a weightless v_norm. The last kv_shared_layers layers have no k/v
+  // projections or norms: they read the K/V of the last earlier layer of their type; with
+  // double_wide_mlp their MLP is 2 x intermediate_size wide. per_layer_input_dim (PLE):
+  // embed_tokens_per_layer (per_layer_input_vocab x layers x dim), per_layer_model_projection and its
+  // norm, and in every layer per_layer_input_gate / per_layer_projection and a norm.
+  // moe_beside_mlp (enable_moe_block): every layer runs its routed experts beside the dense MLP.
+  std::int64_t global_head_dim = 0;
+  int num_global_kv_heads = 0;
+  bool attention_k_eq_v = false;
+  bool v_norm = false;
+  int kv_shared_layers = 0;
+  bool double_wide_mlp = false;
+  std::int64_t per_layer_input_dim = 0;
+  std::int64_t per_layer_input_vocab = 0;
+  bool moe_beside_mlp = false;
+  AudioSpec audio;
 
   bool is_encoder() const { return encoder; }
   // Sentence embeddings (pooled, no vocabulary head): an encoder's pooling head or a decoder
@@ -300,6 +333,13 @@ struct ModelSpec {
   // Both kinds of layer: Gemma 2 and 3 build a full and a sliding mask each forward.
   bool mixes_attention_kinds() const;
   bool is_mla() const { return kv_lora_rank > 0; }
+  // Gemma 4: a layer's head width and K/V heads (full layers may differ), whether its V is its K,
+  // and whether it reads an earlier layer's K/V; every other model: head_dim, num_kv_heads, no, no.
+  std::int64_t layer_head_dim(int layer) const;
+  int layer_kv_heads(int layer) const;
+  bool layer_k_eq_v(int layer) const;
+  bool is_kv_shared_layer(int layer) const;
+  std::int64_t layer_intermediate_size(int layer) const;  // Gemma 4 double_wide_mlp on shared layers
   // Gemma 3 builds a second pair of rotary tables for its sliding layers (rope_local_base_freq),
   // OLMo 3 one without the rope scaling of its full-attention layers.
   bool local_rotary_tables() const { return model_type == "gemma3_text" || model_type == "olmo3"; }
@@ -340,6 +380,8 @@ struct ParameterCounts {
   std::int64_t lm_head = 0;             // 0 when tied to the embedding; encoders: pooler and head
   std::int64_t vision = 0;              // vision-language models: the vision tower
   std::int64_t projector = 0;           // and the projector (Qwen merger, Gemma 3 multi_modal_projector)
+  std::int64_t audio = 0;               // Gemma 4 E2B/E4B: the audio tower and its embedder
+  std::int64_t per_layer_embedding = 0; // Gemma 4 PLE: embed_tokens_per_layer and per_layer_model_projection + norm
   std::int64_t total = 0;
   std::int64_t layer_linear_weights = 0;  // weights of decoder-layer Linear modules (quantizable)
   std::int64_t active_per_token = 0;      // MoE: parameters one token actually uses
@@ -387,6 +429,8 @@ struct VisionCounts {
   std::int64_t projector = 0;
 };
 VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidden);
+// Gemma 4's audio tower (tower) and embed_audio (projector) into the language model's hidden size.
+VisionCounts count_audio_parameters(const AudioSpec& a, std::int64_t text_hidden);
 // What one image of height x width pixels becomes, as the model's image processor resizes it:
 // patches through the tower and tokens in the language model's sequence.
 struct ImageGrid {

@@ -137,7 +137,7 @@ std::int64_t quant_state_bytes(const ModelSpec& m, int first, int n, bool double
   std::array<std::optional<std::int64_t>, 2> of_kind;
   std::int64_t bytes = 0;
   for (int layer = first; layer < first + n; ++layer) {
-    if (m.hybrid.enabled()) {
+    if (m.hybrid.enabled() || m.model_type == "gemma4_text") {  // Gemma 4: full, sliding and KV-shared layers differ
       bytes += of_layer(layer);
       continue;
     }
@@ -248,7 +248,8 @@ ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
   // Qwen-VL and Llama 3.2 Vision models are trained on images; Gemma 3 is mostly fine-tuned on
   // text (its tower loaded, unused).
   // Llama 4 is counted with its tower but fine-tuned on text here (docs/models.md#llama-4).
-  const bool text_default = m.vision.kind == VisionKind::kSiglip || m.vision.kind == VisionKind::kLlama4;
+  const bool text_default = m.vision.kind == VisionKind::kSiglip || m.vision.kind == VisionKind::kLlama4 ||
+                            m.vision.kind == VisionKind::kGemma4;
   p.images = c.vision.images >= 0 ? c.vision.images : text_default ? 0 : 1;
   const std::int64_t side = default_image_side(m.vision);
   p.grid = image_grid(m.vision, c.vision.image_height > 0 ? c.vision.image_height : side,
@@ -277,6 +278,11 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
                       "Llama 4's vision tower (unfold patch embedding, 2D-rotary ViT, pixel-shuffle adapter) is counted "
                       "but not simulated: batches with images are not modelled",
                       "estimate text-only fine-tuning (--images 0), the common case for Llama 4");
+  if (m.vision.kind == VisionKind::kGemma4 && c.vision.images > 0)
+    return make_error(ErrorCode::kUnsupported,
+                      "Gemma 4's vision tower (2D position table, q/k/v-normed ViT, spatial pooling) is counted but "
+                      "not simulated: batches with images are not modelled",
+                      "estimate text-only fine-tuning (--images 0), the default for Gemma 4");
   if (m.vision.kind == VisionKind::kMllama) {
     // docs/formulas.md#llama-32-vision: what is and is not modelled.
     if (c.vision.train_vision_tower)
@@ -323,6 +329,13 @@ Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
                       fmt::format("{} ({}) with tensor, pipeline, context or sequence parallelism is not modelled: "
                                   "its linear-attention, Mamba-2 or short-convolution layers are simulated on one rank",
                                   m.name.empty() ? m.model_type : m.name, m.model_type),
+                      "estimate a data-parallel (DDP, ZeRO, FSDP) layout");
+  // Gemma 4's full layers have their own K/V heads (num_global_key_value_heads), which the
+  // tensor-parallel split of heads (sharding.cpp) does not divide.
+  if (m.model_type == "gemma4_text" && (p.tensor_parallel > 1 || p.context_parallel > 1))
+    return make_error(ErrorCode::kUnsupported,
+                      "Gemma 4 with tensor or context parallelism is not modelled: its full-attention layers' own "
+                      "key/value heads (num_global_key_value_heads) are not split over ranks",
                       "estimate a data-parallel (DDP, ZeRO, FSDP) layout");
   if (p.expert_parallel > 1 || p.moe_capacity_factor > 0 || p.expert_tensor_parallel > 0) {
     const char* what = p.expert_parallel > 1           ? "expert-parallel"
@@ -973,6 +986,8 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
     return s;
   };
   if (n <= 3 || every_layer) return all();
+  // Gemma 4 (docs/models.md#gemma-4): its KV-shared layers end the period of the others.
+  if (model.model_type == "gemma4_text" && model.kv_shared_layers > 0) return all();
   const int last = first + n - 1;
   // The layers that break the run of identical ones: cross-attention layers, or (with the
   // sliding mask materialized) the full-attention layers among sliding ones.
@@ -985,9 +1000,11 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
     for (int l = first; l <= last; ++l)
       if (model.hybrid.mixer(l) == MixerKind::kAttention) x.push_back(l);
     if (x.size() < 2) return all();
-  } else if ((windowed || !model.nope_layers.empty()) && model.mixes_attention_kinds()) {
+  } else if ((windowed || !model.nope_layers.empty() || model.model_type == "gemma4_text") &&
+             model.mixes_attention_kinds()) {
     // Llama 4's NoPE layers differ from its rotary ones (no rotary embedding or L2 norm) at
-    // every length, not only once the chunked mask is materialized.
+    // every length, not only once the chunked mask is materialized; Gemma 4's full layers differ
+    // from its sliding ones in size too (global_head_dim), whatever the masks.
     x = model.full_attention_layers;
   }
   // Every-N checkpointing (docs/formulas.md#every-n-checkpointing): the checkpointed layers
@@ -1785,6 +1802,11 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                             images.grid.tokens, config.vision.train_vision_tower ? "trained" : "frozen",
                             config.vision.train_projector ? "trained" : "frozen"));
     }
+    if (model.audio.enabled())  // Gemma 4 E2B / E4B (docs/models.md#gemma-4)
+      impl->assumptions.push_back(fmt::format(
+          "audio tower (Gemma 4, {} Conformer layers): loaded and counted, never run: text-only batches; audio "
+          "fine-tuning is not modelled",
+          model.audio.depth));
     if (model.sliding_window > 0 && sp.attn == AttnImpl::kSdpa) {
       int sliding = 0;
       for (int l = 0; l < model.num_layers; ++l) sliding += model.is_sliding_layer(l) ? 1 : 0;

@@ -87,8 +87,19 @@ double approximate_total(const ModelSpec& m) {
           3 * h * static_cast<double>(m.moe.shared_intermediate_size) * std::max(m.moe.num_shared_experts, 0);
   }
   double layers = 0;
-  for (int l = 0; l < m.num_layers; ++l) layers += 2 * h * q + 2 * h * kv + (m.moe.is_moe_layer(l) ? moe : dense);
-  return layers + static_cast<double>(m.vocab_size) * h * (m.tie_word_embeddings ? 1 : 2) +
+  for (int l = 0; l < m.num_layers; ++l) {
+    // Per layer: Gemma 4's full layers have their own head width and K/V heads, its shared layers
+    // a double-wide MLP, and with enable_moe_block the experts run beside the dense MLP.
+    const double hd = static_cast<double>(m.layer_head_dim(l));
+    const double lq = static_cast<double>(m.num_heads) * hd, lkv = static_cast<double>(m.layer_kv_heads(l)) * hd;
+    const double ldense = 3 * h * static_cast<double>(std::max<std::int64_t>(m.layer_intermediate_size(l), 0));
+    const double ffn = m.moe.is_moe_layer(l) ? moe + (m.moe_beside_mlp ? ldense : 0) : ldense;
+    layers += 2 * h * (q > lq ? q : lq) + 2 * h * (kv > lkv ? kv : lkv) + ffn +
+              2 * h * static_cast<double>(m.per_layer_input_dim);
+  }
+  const double ple = static_cast<double>(m.per_layer_input_vocab) * m.num_layers * static_cast<double>(m.per_layer_input_dim) +
+                     h * m.num_layers * static_cast<double>(m.per_layer_input_dim);
+  return layers + ple + static_cast<double>(m.vocab_size) * h * (m.tie_word_embeddings ? 1 : 2) +
          (m.learned_positions ? static_cast<double>(m.max_position_embeddings) * h : 0);
 }
 
@@ -189,6 +200,28 @@ Status validate(const ModelSpec& m) {
       m.moe.shared_intermediate_size > (1 << 22) || m.moe.num_shared_experts > (1 << 10))
     return make_error(ErrorCode::kInvalidConfig, "model dimensions are implausibly large",
                       "check hidden_size, vocab_size, num_hidden_layers and intermediate_size");
+  // Gemma 4 (docs/models.md#gemma-4).
+  if (m.global_head_dim < 0 || m.global_head_dim > (1 << 16))
+    return field_error("global_head_dim", m.global_head_dim, "must be between 0 and 65536");
+  if (m.num_global_kv_heads < 0 || (m.num_global_kv_heads > 0 && m.num_heads % m.num_global_kv_heads != 0))
+    return field_error("num_global_key_value_heads", m.num_global_kv_heads,
+                       fmt::format("must divide num_attention_heads ({})", m.num_heads));
+  if (m.attention_k_eq_v && m.num_global_kv_heads <= 0)
+    return field_error("num_global_key_value_heads", m.num_global_kv_heads, "must be set with attention_k_eq_v");
+  if (m.kv_shared_layers < 0 || m.kv_shared_layers >= m.num_layers)
+    return field_error("num_kv_shared_layers", m.kv_shared_layers,
+                       fmt::format("must be between 0 and num_hidden_layers - 1 ({})", m.num_layers - 1));
+  for (int l = m.num_layers - m.kv_shared_layers; l < m.num_layers && m.kv_shared_layers > 0; ++l) {
+    bool source = false;  // Gemma4TextAttention: the last non-shared layer of the same type
+    for (int p = 0; p < m.num_layers - m.kv_shared_layers && !source; ++p) source = m.is_sliding_layer(p) == m.is_sliding_layer(l);
+    if (!source)
+      return field_error("num_kv_shared_layers", m.kv_shared_layers,
+                         fmt::format("leaves shared layer {} no earlier layer of its type to read K/V from", l));
+  }
+  if (m.per_layer_input_dim < 0 || m.per_layer_input_dim > (1 << 14))
+    return field_error("hidden_size_per_layer_input", m.per_layer_input_dim, "must be between 0 and 16384");
+  if (m.per_layer_input_dim > 0 && (m.per_layer_input_vocab <= 0 || m.per_layer_input_vocab > (1 << 24)))
+    return field_error("vocab_size_per_layer_input", m.per_layer_input_vocab, "must be between 1 and 16777216");
   // 1e15 parameters is a thousand times the largest published model; past it a count is a typo.
   if (const double total = approximate_total(m); total > 1e15)
     return make_error(ErrorCode::kOverflow,
@@ -199,7 +232,32 @@ Status validate(const ModelSpec& m) {
     if (l < 0 || l >= m.num_layers)
       return field_error("layer_types", l, fmt::format("names a full-attention layer outside 0..{}", m.num_layers - 1));
   if (auto h = validate_hybrid(m); !h) return h;
+  if (m.audio.enabled() && (m.audio.depth > 1024 || m.audio.hidden_size <= 0 || m.audio.hidden_size > (1 << 16) ||
+                            m.audio.num_heads <= 0 || m.audio.hidden_size % m.audio.num_heads != 0 ||
+                            m.audio.conv_channels0 <= 0 || m.audio.conv_channels0 > (1 << 12) ||
+                            m.audio.conv_channels1 <= 0 || m.audio.conv_channels1 > (1 << 12) ||
+                            m.audio.conv_kernel <= 0 || m.audio.conv_kernel > 1024 || m.audio.output_dims <= 0 ||
+                            m.audio.output_dims > (1 << 16)))
+    return make_error(ErrorCode::kInvalidConfig, "model audio_config sizes are not plausible",
+                      "check hidden_size, num_attention_heads, subsampling_conv_channels, conv_kernel_size and "
+                      "output_proj_dims of audio_config");
   return validate_vision(m.vision);
+}
+
+std::int64_t ModelSpec::layer_head_dim(int layer) const {
+  return global_head_dim > 0 && !is_sliding_layer(layer) ? global_head_dim : head_dim;
+}
+
+bool ModelSpec::layer_k_eq_v(int layer) const { return attention_k_eq_v && !is_sliding_layer(layer); }
+
+int ModelSpec::layer_kv_heads(int layer) const { return layer_k_eq_v(layer) ? num_global_kv_heads : num_kv_heads; }
+
+bool ModelSpec::is_kv_shared_layer(int layer) const {
+  return kv_shared_layers > 0 && layer >= num_layers - kv_shared_layers;
+}
+
+std::int64_t ModelSpec::layer_intermediate_size(int layer) const {
+  return double_wide_mlp && is_kv_shared_layer(layer) ? 2 * intermediate_size : intermediate_size;
 }
 
 bool ModelSpec::is_sliding_layer(int layer) const {
@@ -254,8 +312,9 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   std::vector<LinearModule> out;
   out.reserve(12);
   const std::int64_t h = m.hidden_size;
-  const std::int64_t q = static_cast<std::int64_t>(m.num_heads) * m.head_dim;
-  const std::int64_t kv = static_cast<std::int64_t>(m.num_kv_heads) * m.head_dim;
+  // Gemma 4's full-attention layers have their own head width and K/V heads (layer_head_dim).
+  const std::int64_t q = static_cast<std::int64_t>(m.num_heads) * m.layer_head_dim(layer);
+  const std::int64_t kv = static_cast<std::int64_t>(m.layer_kv_heads(layer)) * m.layer_head_dim(layer);
   if (m.model_type == "gpt2") {
     // Conv1D modules with biases; attention and MLP output projections are both named c_proj.
     out.push_back({"c_attn", h, 3 * h, true, 1, LinearRole::kAttention});
@@ -321,16 +380,44 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   } else {
     // Qwen3-Next gated attention: q_proj gives the queries and their output gate.
     out.push_back({"q_proj", h, m.attn_output_gate ? 2 * q : q, m.qkv_bias, 1, LinearRole::kAttention});
-    out.push_back({"k_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
-    out.push_back({"v_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
+    // Gemma 4: a KV-shared layer has no k/v projections; a k_eq_v layer no v_proj.
+    if (!m.is_kv_shared_layer(layer)) {
+      out.push_back({"k_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
+      if (!m.layer_k_eq_v(layer)) out.push_back({"v_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
+    }
   }
   if (mixer == MixerKind::kAttention && !m.is_mla())
     out.push_back({attention_out_name(m), q, h, m.o_bias, 1, LinearRole::kAttention});
 
   if (!m.hybrid.has_ffn(layer)) return out;
+  // Gemma 4 (docs/models.md#gemma-4): the per-layer input gate and projection (PLE), after the MLP.
+  const auto per_layer_input = [&]() {
+    if (m.per_layer_input_dim <= 0) return;
+    out.push_back({"per_layer_input_gate", h, m.per_layer_input_dim, false, 1, LinearRole::kMlp});
+    out.push_back({"per_layer_projection", m.per_layer_input_dim, h, false, 1, LinearRole::kMlp});
+  };
+  if (m.moe_beside_mlp) {
+    // Gemma4TextDecoderLayer with enable_moe_block: the dense MLP, then Gemma4TextRouter.proj (an
+    // nn.Linear) and Gemma4TextExperts' 3-D gate_up_proj (E, 2I, H) and down_proj (E, H, I)
+    // Parameters, which PEFT cannot wrap (named experts.* so they do not clash with the MLP's).
+    add_gated_mlp(out, m, m.layer_intermediate_size(layer), 1, LinearRole::kMlp, false);
+    if (m.moe.is_moe_layer(layer)) {
+      out.push_back({"gate", h, m.moe.num_experts, false, 1, LinearRole::kRouter});
+      const int experts = m.moe.local_experts > 0 ? m.moe.local_experts : m.moe.num_experts;
+      LinearModule gu{"experts.gate_up_proj", h, 2 * m.moe.expert_intermediate_size, false, experts,
+                      LinearRole::kRoutedExpert};
+      LinearModule dp{"experts.down_proj", m.moe.expert_intermediate_size, h, false, experts, LinearRole::kRoutedExpert};
+      gu.nn_linear = dp.nn_linear = false;
+      out.push_back(gu);
+      out.push_back(dp);
+    }
+    per_layer_input();
+    return out;
+  }
   if (!m.moe.is_moe_layer(layer)) {
     if (m.gated_mlp) {
-      add_gated_mlp(out, m, m.intermediate_size, 1, LinearRole::kMlp, m.model_type == "lfm2");
+      add_gated_mlp(out, m, m.layer_intermediate_size(layer), 1, LinearRole::kMlp, m.model_type == "lfm2");
+      per_layer_input();
     } else if (m.model_type == "starcoder2") {  // Starcoder2MLP: c_fc, gelu_pytorch_tanh, c_proj (use_bias)
       out.push_back({"c_fc", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
       out.push_back({"c_proj", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
@@ -415,8 +502,11 @@ ParameterCounts count_model_parameters(const ModelSpec& m) {
         active += p;
     }
     // gpt-oss: GptOssAttention.sinks, one logit per head.
+    std::int64_t qk = qk_norm_params(m);
+    if (m.model_type == "gemma4_text")  // q_norm over the layer's head width; k_norm unless KV-shared
+      qk = m.layer_head_dim(l) * (m.is_kv_shared_layer(l) ? 1 : 2);
     const std::int64_t mixer_extra =
-        (m.hybrid.mixer(l) == MixerKind::kAttention ? qk_norm_params(m) + (m.attention_sinks ? m.num_heads : 0) : 0) +
+        (m.hybrid.mixer(l) == MixerKind::kAttention ? qk + (m.attention_sinks ? m.num_heads : 0) : 0) +
         mixer_params(m, l);
     c.attention += mixer_extra;
     active += mixer_extra;
@@ -429,6 +519,25 @@ ParameterCounts count_model_parameters(const ModelSpec& m) {
     }
     c.norms += layer_norm_count(m, l) * norm_params(m, h);
     active += layer_norm_count(m, l) * norm_params(m, h);
+    if (m.moe_beside_mlp && m.moe.is_moe_layer(l)) {
+      // Gemma4TextRouter.scale (hidden) and per_expert_scale (experts); the MoE branch's
+      // post_feedforward_layernorm_1/_2 and pre_feedforward_layernorm_2.
+      c.mlp += h + m.moe.num_experts;
+      active += h + m.moe.num_experts;
+      c.norms += 3 * h;
+      active += 3 * h;
+    }
+    if (m.per_layer_input_dim > 0) {  // post_per_layer_input_norm
+      c.norms += h;
+      active += h;
+    }
+  }
+  if (m.per_layer_input_dim > 0) {
+    // Gemma 4 PLE: embed_tokens_per_layer (vocab_size_per_layer_input x layers x dim),
+    // per_layer_model_projection (hidden -> layers x dim) and per_layer_projection_norm (dim).
+    const std::int64_t packed = static_cast<std::int64_t>(m.num_layers) * m.per_layer_input_dim;
+    c.per_layer_embedding = m.per_layer_input_vocab * packed + h * packed + m.per_layer_input_dim;
+    active += c.per_layer_embedding;
   }
   c.norms += norm_params(m, h);  // final norm
   active += norm_params(m, h);
@@ -438,7 +547,10 @@ ParameterCounts count_model_parameters(const ModelSpec& m) {
   const VisionCounts vc = count_vision_parameters(m.vision, h);
   c.vision = vc.tower;
   c.projector = vc.projector;
-  c.total = c.embedding + c.position_embedding + c.attention + c.mlp + c.norms + c.lm_head + c.vision + c.projector;
+  const VisionCounts ac = count_audio_parameters(m.audio, h);
+  c.audio = ac.tower + ac.projector;
+  c.total = c.embedding + c.position_embedding + c.attention + c.mlp + c.norms + c.lm_head + c.vision + c.projector +
+            c.audio + c.per_layer_embedding;
   c.active_per_token = active;
   return c;
 }

@@ -35,6 +35,7 @@ std::string to_string(VisionKind k) {
     case VisionKind::kMllama: return "mllama";
     case VisionKind::kQwen3Vl: return "qwen3_vl";
     case VisionKind::kLlama4: return "llama4";
+    case VisionKind::kGemma4: return "gemma4";
   }
   return "?";
 }
@@ -48,6 +49,8 @@ Status validate_vision(const VisionSpec& v) {
   if (v.num_heads <= 0 || v.hidden_size % v.num_heads != 0)
     return vision_error("num_heads", v.num_heads, fmt::format("must divide hidden_size ({})", v.hidden_size));
   if (v.patch_size <= 0 || v.patch_size > 1024) return vision_error("patch_size", v.patch_size, "must be between 1 and 1024");
+  if (v.num_position_embeddings < 0 || v.num_position_embeddings > (1 << 24))
+    return vision_error("num_position_embeddings", v.num_position_embeddings, "must be between 0 and 16777216");
   if (v.temporal_patch_size <= 0 || v.temporal_patch_size > 64)
     return vision_error("temporal_patch_size", v.temporal_patch_size, "must be between 1 and 64");
   if (v.spatial_merge_size <= 0 || v.spatial_merge_size > 64)
@@ -100,6 +103,15 @@ std::vector<LinearModule> vision_block_linears(const VisionSpec& v) {
     out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
     return out;
   }
+  if (v.kind == VisionKind::kGemma4) {
+    // Gemma4VisionAttention (heads x head_dim = hidden, as many K/V heads as heads) and
+    // Gemma4VisionMLP; each a Gemma4ClippableLinear around a bias-free nn.Linear.
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, false, 1, LinearRole::kAttention});
+    out.push_back({"gate_proj", h, f, false, 1, LinearRole::kMlp});
+    out.push_back({"up_proj", h, f, false, 1, LinearRole::kMlp});
+    out.push_back({"down_proj", f, h, false, 1, LinearRole::kMlp});
+    return out;
+  }
   if (v.kind == VisionKind::kMllama) {  // MllamaVisionAttention (no biases), MllamaVisionMLP
     for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, false, 1, LinearRole::kAttention});
     out.push_back({"fc1", h, f, true, 1, LinearRole::kMlp});
@@ -131,6 +143,8 @@ std::vector<LinearModule> vision_projector_linears(const VisionSpec& v, std::int
     w.nn_linear = false;
     return {w};
   }
+  if (v.kind == VisionKind::kGemma4)  // Gemma4MultimodalEmbedder.embedding_projection, no bias
+    return {{"embedding_projection", v.hidden_size, text_hidden, false, 1, LinearRole::kMlp}};
   if (v.kind == VisionKind::kLlama4)  // Llama4MultiModalProjector.linear_1, no bias
     return {{"linear_1", v.projector_output_dim, text_hidden, false, 1, LinearRole::kMlp}};
   if (v.kind == VisionKind::kMllama)  // MllamaModel.multi_modal_projector: Linear(vision_output_dim, text hidden)
@@ -155,7 +169,9 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
   VisionCounts c;
   if (!v.enabled()) return c;
   const std::int64_t h = v.hidden_size;
-  std::int64_t block = 2 * norm_numel(v);
+  // Gemma4VisionEncoderLayer: four RMSNorms (weight only), q_norm and k_norm over head_dim (v_norm
+  // has no weight).
+  std::int64_t block = v.kind == VisionKind::kGemma4 ? 4 * h + 2 * (h / v.num_heads) : 2 * norm_numel(v);
   for (const auto& l : vision_block_linears(v)) block += l.weight_params() + l.bias_params();
   c.tower = block * v.depth;
   if (v.kind == VisionKind::kMllama) {
@@ -183,6 +199,11 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
     const std::int64_t side = v.image_size / v.patch_size;
     c.tower += v.patch_values() * h + h + (side * side + 1) * h + 4 * h;
     c.tower += v.intermediate_size * v.projector_input_dim + v.projector_output_dim * v.projector_output_dim;
+  } else if (v.kind == VisionKind::kGemma4) {
+    // Gemma4VisionPatchEmbedder: input_proj Linear(3 x p x p, h), no bias, and the
+    // position_embedding_table (2, position_embedding_size, h). std_bias / std_scale (standardize)
+    // are buffers; the pooler and the embedder's pre-projection norm have no weights.
+    c.tower += v.patch_values() * h + 2 * v.num_position_embeddings * h;
   } else if (v.kind == VisionKind::kQwen3Vl) {
     // patch_embed.proj Conv3d with a bias; pos_embed (num_position_embeddings x h). The merger's
     // LayerNorm is over h; each DeepStack merger's (use_postshuffle_norm) over 4h.
@@ -194,6 +215,26 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
     c.projector = norm_numel(v);          // merger.ln_q
   }
   for (const auto& l : vision_projector_linears(v, text_hidden)) c.projector += l.weight_params() + l.bias_params();
+  return c;
+}
+
+VisionCounts count_audio_parameters(const AudioSpec& a, std::int64_t text_hidden) {
+  // Gemma4AudioModel (docs/models.md#gemma-4): the subsampling convolutions (two bias-free 3 x 3
+  // Conv2d, each with a bias-free LayerNorm) and input_proj_linear ((channels0 / 4) x channels1 ->
+  // h); per Conformer layer two feed-forward modules (h -> 4h -> h, two RMSNorms each), attention
+  // (q, k, v, post and relative_k_proj, h x h; per_dim_scale over head_dim), the light convolution
+  // (linear_start h -> 2h, depthwise kernel x h, linear_end, two RMSNorms) and three RMSNorms;
+  // output_proj (h -> output_proj_dims, with a bias). embed_audio: Linear(output_proj_dims, text
+  // hidden) after a weightless norm.
+  VisionCounts c;
+  if (!a.enabled()) return c;
+  const std::int64_t h = a.hidden_size, c0 = a.conv_channels0, c1 = a.conv_channels1;
+  const std::int64_t subsample = 9 * c0 + c0 + 9 * c0 * c1 + c1 + (c0 / 4) * c1 * h;
+  const std::int64_t ffw = 2 * (2 * 4 * h * h + 2 * h);
+  const std::int64_t attn = 5 * h * h + h / a.num_heads;
+  const std::int64_t conv = 2 * h * h + h * h + a.conv_kernel * h + 2 * h;
+  c.tower = subsample + (ffw + attn + conv + 3 * h) * a.depth + h * a.output_dims + a.output_dims;
+  c.projector = a.output_dims * text_hidden;
   return c;
 }
 

@@ -42,6 +42,17 @@ struct LayerParams {
   int conv_w = -1, conv_b = -1, dt_bias = -1, a_log = -1, d = -1, mix_norm = -1;
   int sinks = -1;  // gpt-oss GptOssAttention.sinks (docs/models.md#gpt_oss)
   bool nope = false;  // Llama 4: a NoPE layer (no_rope_layers[i] == 0; docs/models.md#llama-4)
+  // The layer's attention shape (Gemma 4's full layers differ: docs/models.md#gemma-4) and MLP width.
+  std::int64_t head_dim = 0;
+  int kv_heads = 0;
+  std::int64_t intermediate = 0;
+  bool kv_shared = false;  // Gemma 4: reads an earlier layer's K/V
+  bool store_kv = false;   // Gemma 4: the last non-shared layer of its type, whose K/V the shared ones read
+  bool k_eq_v = false;     // Gemma 4: V is k_proj's output
+  // Gemma 4: post_feedforward_layernorm_1, _2 and pre_feedforward_layernorm_2 (MoE), then
+  // post_per_layer_input_norm (PLE); the router's scale and per_expert_scale as one tensor.
+  std::vector<int> extra_norms;
+  int router_scale = -1;
 };
 
 // Qwen2.5-VL get_window_index: the merged-token grid of an image is cut into windows of
@@ -165,6 +176,10 @@ class Step {
   std::pair<int, int> gpt_oss_moe(int x, LayerParams& lp);
   int gelu_new(int x);
   int decoder_layer(int h, int layer);
+  // Gemma 4 (docs/models.md#gemma-4): Gemma4TextDecoderLayer, and its MoE block's router and
+  // experts on the pre-MLP residual.
+  int gemma4_layer(int h, LayerParams& lp);
+  int gemma4_experts(int x, LayerParams& lp);
   // Hybrid layers (docs/models.md#hybrid-layers), as transformers' torch fallbacks run them.
   int hybrid_layer(int h, LayerParams& lp);
   int short_conv(int x, LayerParams& lp);
@@ -176,9 +191,11 @@ class Step {
   // tensors the bound arguments keep (mask, rotary tables); fsdp_unit: the body is an FSDP unit
   // whose reshard-only hook keeps its input (decoder layers under PEFT's wrap policy).
   using Body = std::function<int(int)>;
-  int checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit);
+  // extra: a second positional input (Gemma 4's per_layer_input) the node saves, whose gradient
+  // the recomputation computes and returns; the body reads it from ple_slice_.
+  int checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit, int extra = -1);
   int checkpointed_nonreentrant(int h, const Body& body, const std::vector<int>& holds);
-  int layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit);
+  int layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit, int extra = -1);
   // ---- vision-language models (docs/formulas.md#vision-language-models)
   bool vision_on() const { return m_.vision.enabled() && sp_.images > 0 && sp_.stage_embedding; }
   Poly vpt(std::int64_t k) const {  // per patch through the tower
@@ -273,6 +290,9 @@ class Step {
     std::vector<std::pair<int, int>> dense;  // sentence-transformers Dense modules: weight, bias (-1: none)
     std::vector<LayerParams> layers;
     VisionWeights vision;
+    // Gemma 4: embed_tokens_per_layer, per_layer_model_projection and its norm (PLE); the audio
+    // tower with its embedder, one frozen tensor.
+    int ple_embed = -1, ple_proj = -1, ple_norm = -1, audio = -1;
   };
   Weights policy_, ref_;
   Weights* w_ = &policy_;
@@ -283,6 +303,16 @@ class Step {
   bool no_grad_params_ = false;
   int mask_ = -1, cos_ = -1, sin_ = -1;
   int cos_local_ = -1, sin_local_ = -1;  // Gemma 3's second rotary tables (rope_local_base_freq)
+  // Gemma 4: the (b, s, layers, d) per-layer inputs every layer reads a slice of, and
+  // Gemma4Model.forward's llm_inputs_embeds (a torch.where copy of the embeddings), both locals
+  // of the model forward.
+  int ple_ = -1, ple_where_ = -1;
+  int ple_slice_ = -1;  // the current layer's per_layer_inputs[:, :, i, :] (a select view)
+  // Gemma 4 shared_kv_states: the K and V (sliding, full) the KV-shared layers read. The dict is
+  // bound into every layer's call, so under checkpointing it lives until backward ends; the
+  // recomputations read the forward's tensors. Stored in the forward only.
+  int shared_kv_[2][2] = {{-1, -1}, {-1, -1}};
+  bool layers_forward_ = false;
   // The sliding layers' own mask (docs/formulas.md#sliding-window-attention): eager, when the
   // model also has full layers (a second (b, 1, s, s) float mask); SDPA, the (b, 1, s, s) bool
   // mask once s >= sliding_window. -1: the sliding layers use mask_.
@@ -354,6 +384,19 @@ void Step::make_params() {
       w_->pos_embed = make_param(m_.max_position_embeddings * h, embed_dt(), trainable("wpe"), Cat::kWeights,
                                  m_.max_position_embeddings, h);
   }
+  if (sp_.stage_embedding && m_.per_layer_input_dim > 0) {
+    const std::int64_t packed = static_cast<std::int64_t>(m_.num_layers) * m_.per_layer_input_dim;
+    w_->ple_embed = make_param(m_.per_layer_input_vocab * packed, embed_dt(), trainable("embed_tokens_per_layer"),
+                               Cat::kWeights, m_.per_layer_input_vocab, packed);
+    w_->ple_proj = make_param(h * packed, sp_.weight_dt, sp_.full_finetune, Cat::kWeights, packed, h);
+    w_->ple_norm = make_param(m_.per_layer_input_dim, other_dt(), sp_.full_finetune);
+  }
+  if (sp_.stage_embedding && m_.audio.enabled()) {
+    // Gemma 4's audio tower: no gradient reaches it in a text (or image) step, so no grads or
+    // optimizer states whatever its requires_grad.
+    const VisionCounts ac = count_audio_parameters(m_.audio, h);
+    w_->audio = make_param(ac.tower + ac.projector, other_dt(), false);
+  }
   if (sp_.stage_embedding && m_.vision.enabled()) make_vision_params();
   const int n = static_cast<int>(sp_.model_layers.size());
   for (int l = 0; l < n; ++l) {
@@ -365,6 +408,19 @@ void Step::make_params() {
     lp.nope = llama4() && std::find(m_.nope_layers.begin(), m_.nope_layers.end(), model_layer) != m_.nope_layers.end();
     lp.mixer = m_.hybrid.mixer(model_layer);
     lp.ffn = m_.hybrid.has_ffn(model_layer);
+    lp.head_dim = m_.layer_head_dim(model_layer);
+    lp.kv_heads = m_.layer_kv_heads(model_layer);
+    lp.intermediate = m_.layer_intermediate_size(model_layer);
+    lp.kv_shared = m_.is_kv_shared_layer(model_layer);
+    lp.k_eq_v = m_.layer_k_eq_v(model_layer);
+    // Gemma4TextAttention.store_full_length_kv: the last non-shared layer of each type stores its
+    // K/V in shared_kv_states, whether or not any layer reads them.
+    if (m_.model_type == "gemma4_text" && !lp.kv_shared) {
+      bool last_of_type = true;
+      for (int later = model_layer + 1; later < m_.num_layers - m_.kv_shared_layers; ++later)
+        if (m_.is_sliding_layer(later) == lp.sliding) last_of_type = false;
+      lp.store_kv = last_of_type;
+    }
     no_grad_params_ = m_.is_cross_attention_layer(model_layer) && !vision_on();
     for (const auto& mod : layer_linears(m_, model_layer)) {
       std::string key = mod.name;
@@ -397,8 +453,14 @@ void Step::make_params() {
       if (m_.q_lora_rank > 0) lp.q_norm = make_param(m_.q_lora_rank, other_dt(), sp_.full_finetune);
       lp.k_norm = make_param(m_.kv_lora_rank, other_dt(), sp_.full_finetune);
     } else if (m_.qk_norm && lp.mixer == MixerKind::kAttention) {
-      lp.q_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
-      lp.k_norm = make_param(m_.head_dim, other_dt(), sp_.full_finetune);
+      lp.q_norm = make_param(lp.head_dim, other_dt(), sp_.full_finetune);
+      if (!lp.kv_shared) lp.k_norm = make_param(lp.head_dim, other_dt(), sp_.full_finetune);
+    }
+    if (m_.model_type == "gemma4_text") {
+      const bool moe_block = m_.moe_beside_mlp && lp.moe;
+      const int extra = (moe_block ? 3 : 0) + (m_.per_layer_input_dim > 0 ? 1 : 0);
+      for (int i = 0; i < extra; ++i) lp.extra_norms.push_back(make_param(h, other_dt(), sp_.full_finetune));
+      if (moe_block) lp.router_scale = make_param(h + m_.moe.num_experts, other_dt(), sp_.full_finetune);
     }
     if (m_.attention_sinks && lp.mixer == MixerKind::kAttention)
       lp.sinks = make_param(m_.num_heads, sp_.weight_dt, sp_.full_finetune);
@@ -476,6 +538,8 @@ void Step::make_vision_params() {
                             v.projector_output_dim * v.projector_output_dim,
                         dt(false, other_dt()), false);
   }
+  if (v.kind == VisionKind::kGemma4)  // position_embedding_table (2, position_embedding_size, h)
+    vw.pos = make_param(2 * v.num_position_embeddings * h, dt(tower, other_dt()), tower);
   if (v.kind == VisionKind::kQwen3Vl) {
     // patch_embed.proj's bias and pos_embed (num_position_embeddings x h), with the tower.
     vw.patch_b = make_param(h, dt(tower, other_dt()), tower);
@@ -495,6 +559,7 @@ void Step::make_vision_params() {
       lp.norms.push_back(make_param(h, dt(tower, other_dt()), tower));
       lp.norms.push_back(ln ? make_param(h, dt(tower, other_dt()), tower) : -1);
     }
+    if (v.kind == VisionKind::kGemma4) lp.q_norm = make_param(2 * (h / v.num_heads), dt(tower, other_dt()), tower);
     if (l >= v.depth) {  // gate_attn, gate_ffn
       lp.attn_gate = make_param(1, dt(tower, other_dt()), tower);
       lp.mlp_gate = make_param(1, dt(tower, other_dt()), tower);
@@ -508,7 +573,7 @@ void Step::make_vision_params() {
   const bool copy = sp_.lora.enabled && sp_.train_projector;  // modules_to_save: frozen original + trained copy
   for (int pass = copy ? 0 : 1; pass < 2; ++pass) {
     const bool train = pass == 1 && sp_.train_projector;
-    if (v.kind != VisionKind::kMllama && v.kind != VisionKind::kLlama4) {  // their projector is one Linear
+    if (v.kind != VisionKind::kMllama && v.kind != VisionKind::kLlama4 && v.kind != VisionKind::kGemma4) {  // their projector is one Linear
       vw.merge_norm_w = make_param(h, dt(train, other_dt()), train);
       vw.merge_norm_b = ln && !siglip ? make_param(h, dt(train, other_dt()), train) : -1;
     }
@@ -750,8 +815,17 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
                scores(1)};  // DeepSeek-V3.2's indexer: one score per query-key pair
     return mla_attention(st, x, lp.q_norm, lp.k_norm);
   }
-  const std::int64_t nh = m_.num_heads, nkv = m_.num_kv_heads, hd = m_.head_dim;
+  const std::int64_t nh = m_.num_heads;
+  const std::int64_t nkv = lp.kv_heads > 0 ? lp.kv_heads : m_.num_kv_heads;
+  const std::int64_t hd = lp.head_dim > 0 ? lp.head_dim : m_.head_dim;
   const Poly qn = tok(nh * hd), kvn = tok(nkv * hd);
+  // Gemma 4's sliding layers rotate with their own (s, head_dim) tables, its full layers with
+  // the (s, global_head_dim) ones.
+  const bool local_tables = m_.model_type == "gemma4_text" && lp.sliding && cos_local_ >= 0;
+  if (local_tables) {
+    std::swap(cos_, cos_local_);
+    std::swap(sin_, sin_local_);
+  }
   int q, k, v;
   int out_gate = -1;
   if (m_.fused_qkv) {
@@ -773,16 +847,49 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     } else {
       q = lin(x, lp.lin.at("q_proj"), qn);
     }
-    k = lin(x, lp.lin.at("k_proj"), kvn);
-    v = lin(x, lp.lin.at("v_proj"), kvn);
+    if (lp.kv_shared) {
+      // Gemma 4: the K/V the last earlier layer of this type stored in shared_kv_states (normed
+      // and rotated); tensors of their size when that layer is not in this run (a later
+      // pipeline stage).
+      const int* kv = shared_kv_[lp.sliding ? 0 : 1];
+      if (kv[0] >= 0) {
+        k = kv[0];
+        v = kv[1];
+        g_.hold(k);
+        g_.hold(v);
+      } else {
+        k = g_.make(kvn, g_.at(q).dt, Cat::kActivations);
+        v = g_.make(kvn, g_.at(q).dt, Cat::kActivations);
+      }
+    } else {
+      k = lin(x, lp.lin.at("k_proj"), kvn);
+      if (lp.k_eq_v) {  // Gemma 4 attention_k_eq_v: value_states = key_states (before k_norm)
+        g_.hold(k);
+        v = k;
+      } else {
+        v = lin(x, lp.lin.at("v_proj"), kvn);
+      }
+    }
   }
   if (lp.q_norm >= 0) {  // Qwen3 / Gemma 3: RMSNorm over head_dim before the transpose
     const int qn2 = norm(q, lp.q_norm, -1, hd, qn);
     g_.drop(q);
     q = qn2;
-    const int kn2 = norm(k, lp.k_norm, -1, hd, kvn);
-    g_.drop(k);
-    k = kn2;
+    if (lp.k_norm >= 0) {
+      const int kn2 = norm(k, lp.k_norm, -1, hd, kvn);
+      g_.drop(k);
+      k = kn2;
+    }
+  }
+  if (m_.v_norm && !lp.kv_shared) {  // Gemma 4 v_norm: RMSNorm without a weight, fp32 inside
+    Poly rows = kvn;
+    for (auto& r : rows.c) r /= hd;
+    const DT in_dt = g_.at(v).dt;
+    const int n = rms_normalize(v, kvn, rows);
+    const int vn = ops_.to(n, in_dt);
+    g_.drop(n);
+    g_.drop(v);
+    v = vn;
   }
   // Llama4TextAttention (docs/models.md#llama-4) keeps q and k in (b, s, heads, head_dim) through
   // its rotary embedding (complex, in fp32) and L2 norm on the rotary layers, and the temperature
@@ -815,7 +922,7 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   }
   // .view(...).transpose(1, 2): the gradient needs a contiguous copy before the projection's
   // backward, except when the head dimension has size one (a single KV head).
-  const bool one_kv = m_.num_kv_heads == 1;
+  const bool one_kv = nkv == 1;
   const int qt = m_.num_heads == 1 || fresh_q ? ops_.view(q) : ops_.transpose_view(q);
   const int kt = one_kv || fresh_k ? ops_.view(k) : ops_.transpose_view(k);
   const int vt = one_kv ? ops_.view(v) : ops_.transpose_view(v);
@@ -854,10 +961,22 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
       ke = partial(kt, nkv);
     } else {
       qe = rope(qt, qn);
-      ke = rope(kt, kvn);
+      if (lp.kv_shared) {  // already rotated by the layer that stored them
+        g_.hold(kt);
+        ke = kt;
+      } else {
+        ke = rope(kt, kvn);
+      }
     }
     g_.drop(qt);
     g_.drop(kt);
+    if (lp.store_kv && layers_forward_) {  // shared_kv_states[layer_type] = key_states, value_states
+      int* kv = shared_kv_[lp.sliding ? 0 : 1];
+      kv[0] = ke;
+      kv[1] = vt;
+      g_.hold(ke);
+      g_.hold(vt);
+    }
     if (m_.mrope) {
       g_.drop(cos_);
       g_.drop(sin_);
@@ -865,7 +984,7 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
       sin_ = tables_sin;
     }
   }
-  const int n_rep = m_.num_heads / m_.num_kv_heads;
+  const int n_rep = static_cast<int>(nh / nkv);
   int out = -1, probs = -1;
   const AttnImpl impl = sp_.attn;
   if (impl == AttnImpl::kEager) {
@@ -928,6 +1047,10 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   g_.drop(qe);
   g_.drop(ke);
   g_.drop(vt);
+  if (local_tables) {
+    std::swap(cos_, cos_local_);
+    std::swap(sin_, sin_local_);
+  }
   return {o, probs};
 }
 
@@ -1418,6 +1541,7 @@ int Step::decoder_layer(int h, int layer) {
   LayerParams& lp = w_->layers[static_cast<std::size_t>(layer)];
   if (lp.cross) return cross_decoder_layer(h, lp);
   if (lp.mixer != MixerKind::kAttention || !lp.ffn) return hybrid_layer(h, lp);
+  if (m_.model_type == "gemma4_text") return gemma4_layer(h, lp);
   const std::int64_t hs = m_.hidden_size;
   const bool gpt2 = m_.model_type == "gpt2";
   const bool post_norms = m_.norms_per_layer == 4;
@@ -1484,7 +1608,7 @@ int Step::decoder_layer(int h, int layer) {
     if (in != n2) g_.drop(in);
   } else {
     sp_gather_buffer(n2);
-    m = mlp(n2, lp, "", m_.intermediate_size, tok(1), gpt2);
+    m = mlp(n2, lp, "", lp.intermediate > 0 ? lp.intermediate : m_.intermediate_size, tok(1), gpt2);
   }
   g_.drop(n2);
   if (seq_par() && (!lp.moe || sp_.moe_gather)) {  // reduce-scatter back to the rank's share
@@ -1509,6 +1633,186 @@ int Step::decoder_layer(int h, int layer) {
   if (router_scores >= 0) g_.drop(router_scores);
   if (attention_states >= 0) g_.drop(attention_states);
   return h3;
+}
+
+// ---- Gemma 4 (docs/models.md#gemma-4)
+
+int Step::gemma4_layer(int h, LayerParams& lp) {
+  // Gemma4TextDecoderLayer.forward: Gemma 3's sandwich norms around attention and the MLP; with
+  // enable_moe_block the MLP's output goes through post_feedforward_layernorm_1 and is added to
+  // the experts' (on the pre-MLP residual, through pre_feedforward_layernorm_2 and
+  // post_feedforward_layernorm_2) before post_feedforward_layernorm; with PLE a gated projection
+  // of the layer's per-layer input is added; `hidden_states *= self.layer_scalar` multiplies in
+  // place by a buffer (nothing saved; its backward makes a new gradient).
+  const std::int64_t hs = m_.hidden_size;
+  const Poly H = htok();
+  g_.hold(h);
+  const int residual = h;
+  const int n1 = norm(h, lp.norms[0], lp.norms[1], hs, H);
+  auto [attn, probs] = attention(n1, lp);
+  g_.drop(n1);
+  const int a2 = norm(attn, lp.norms[2], lp.norms[3], hs, H);
+  g_.drop(attn);
+  const int h2 = ops_.add(residual, a2, H);
+  g_.drop(a2);
+  g_.drop(residual);
+  const int n2 = norm(h2, lp.norms[4], lp.norms[5], hs, H);
+  int m = mlp(n2, lp, "", lp.intermediate, tok(1), false);
+  g_.drop(n2);
+  if (lp.router_scale >= 0) {
+    const int m1 = norm(m, lp.extra_norms[0], -1, hs, H);
+    g_.drop(m);
+    const int e = gemma4_experts(h2, lp);
+    const int m2 = norm(e, lp.extra_norms[1], -1, hs, H);
+    g_.drop(e);
+    m = ops_.add(m1, m2, H);
+    g_.drop(m1);
+    g_.drop(m2);
+  }
+  const int m3 = norm(m, lp.norms[6], lp.norms[7], hs, H);
+  g_.drop(m);
+  int h3 = ops_.add(h2, m3, H);
+  g_.drop(m3);
+  g_.drop(h2);
+  if (m_.per_layer_input_dim > 0 && ple_slice_ >= 0) {
+    // per_layer_input_gate, GELU-tanh, * per_layer_input (a slice of the (b, s, layers, d)
+    // tensor: saving it keeps that tensor), per_layer_projection, post_per_layer_input_norm.
+    const std::int64_t d = m_.per_layer_input_dim;
+    const int gt = lin(h3, lp.lin.at("per_layer_input_gate"), tok(d));
+    const int ac = ops_.gelu(gt);
+    g_.drop(gt);
+    const int pm = ops_.mul(ac, ple_slice_, tok(d));
+    g_.drop(ac);
+    const int pr = lin(pm, lp.lin.at("per_layer_projection"), H);
+    g_.drop(pm);
+    const int pn = norm(pr, lp.extra_norms.back(), -1, hs, H);
+    g_.drop(pr);
+    const int h4 = ops_.add(h3, pn, H);
+    g_.drop(pn);
+    g_.drop(h3);
+    h3 = h4;
+  }
+  // hidden_states *= self.layer_scalar: in place (no new tensor), but MulBackward0 computes
+  // grad * layer_scalar, a new gradient the size of the layer's output.
+  const int scaled = ops_.transpose_view(h3);
+  g_.drop(h3);
+  if (probs >= 0) g_.drop(probs);
+  return scaled;
+}
+
+int Step::gemma4_experts(int x, LayerParams& lp) {
+  // Gemma4TextRouter on the residual: a weightless RMSNorm (fp32 inside), * scale (saves both),
+  // * hidden^-0.5, proj, softmax in the activation dtype (saves its result), topk (keeps the
+  // indices), top_k_weights /= sum in place (keeps a copy of the weights before and the sum),
+  // * per_expert_scale[top_k_index] (a gathered copy; the product keeps both).
+  const std::int64_t h = m_.hidden_size, E = m_.moe.num_experts, k = m_.moe.experts_per_token;
+  const std::int64_t I = m_.moe.expert_intermediate_size;
+  const DT xdt = g_.at(x).dt;
+  const Poly H = tok(h);
+  Poly rows = H;
+  for (auto& r : rows.c) r /= h;
+  const int rn = rms_normalize(x, H, rows);
+  const int rnd = ops_.to(rn, xdt);
+  g_.drop(rn);
+  const int scaled = ops_.mul(rnd, lp.router_scale, H);
+  g_.drop(rnd);
+  const int ss = ops_.scalar_op(scaled);
+  g_.drop(scaled);
+  const int logits = lin(ss, lp.lin.at("gate"), tok(E));
+  g_.drop(ss);
+  const int probs = ops_.softmax(logits);
+  g_.drop(logits);
+  const DT wdt = g_.at(probs).dt;
+  const int topv = g_.make(tok(k), wdt, ops_.cat);
+  const int topi = g_.make(tok(k), DT::kI64, ops_.cat);
+  g_.node({probs}, {topv}, {topi}, [probs](Bwd& ctx) { ctx.give(probs, ctx.like(probs)); });
+  g_.drop(probs);
+  const int denom = g_.make(tok(1), wdt, ops_.cat);
+  g_.node({topv}, {denom}, {}, [topv](Bwd& ctx) { ctx.give(topv, ctx.like(topv)); });
+  const int before = g_.make(tok(k), wdt, ops_.cat);
+  const int normed = g_.make(tok(k), wdt, ops_.cat);
+  g_.node({topv, denom}, {normed}, {before, denom}, [topv, denom](Bwd& ctx) {
+    ctx.give(topv, ctx.like(topv));
+    ctx.give(denom, ctx.like(denom));
+  });
+  g_.drop(before);
+  g_.drop(denom);
+  g_.drop(topv);
+  const int pes = g_.make(tok(k), g_.at(lp.router_scale).dt, ops_.cat, g_.rg(lp.router_scale));
+  g_.node({lp.router_scale}, {pes}, {topi}, [rs = lp.router_scale](Bwd& ctx) { ctx.give(rs, ctx.like(rs)); });
+  const int weights = ops_.mul(normed, pes, tok(k));
+  g_.drop(normed);
+  g_.drop(pes);
+  // pre_feedforward_layernorm_2, then Gemma4TextExperts' loop over the experts hit (all of them
+  // at training lengths): hidden_states[token_idx]; F.linear(current_state,
+  // self.gate_up_proj[expert_idx]) where expert_idx is a 0-d tensor, so the weight is a select
+  // view (no copy, unlike gpt-oss's one-element index: docs/models.md#gpt_oss); chunk(2) into gate
+  // and up (views), act(gate) * up, the same for down_proj, * top_k_weights[token_idx, top_k_pos,
+  // None] (a gathered copy), index_add_ into zeros_like. Trained experts get a gradient of the
+  // whole parameter's size per group (SelectBackward's zeros).
+  const int x2 = norm(x, lp.extra_norms[2], -1, h, H);
+  int groups = 1;
+  for (int gsz = 1; gsz <= 8; ++gsz)
+    if (E % gsz == 0) groups = gsz;
+  if (E <= 8) groups = static_cast<int>(E);
+  const auto grouped = [&](std::int64_t w) {
+    Poly out = Poly::mono(tok_mono(), checked_mul(checked_mul(w * k, seqs_per_forward()), sp_.moe_tokens_per_mille) / 1000);
+    for (auto& v : out.c) v = (v + groups - 1) / groups;
+    return out;
+  };
+  const LinearParams& gu = lp.lin.at("experts.gate_up_proj");
+  const LinearParams& dp = lp.lin.at("experts.down_proj");
+  const auto gathered = [&](int param) {  // the select view
+    g_.hold(param);
+    return param;
+  };
+  int next = g_.make(H, xdt, ops_.cat);  // zeros_like
+  const int onehot = g_.make(tok(checked_mul(k, E)), DT::kI64, ops_.cat);
+  for (int grp = 0; grp < groups; ++grp) {
+    const int token_idx = g_.make(grouped(1), DT::kI64, ops_.cat);
+    const int cs = g_.make(grouped(h), xdt, ops_.cat);
+    g_.node({x2}, {cs}, {token_idx}, [x2](Bwd& ctx) { ctx.give(x2, ctx.like(x2)); });
+    const int wgu = gathered(gu.w);
+    const int gate_up = ops_.matmul(cs, wgu, grouped(2 * I));
+    g_.drop(wgu);
+    g_.drop(cs);
+    const int gv = ops_.slice(gate_up, grouped(I), false);
+    const int uv = ops_.slice(gate_up, grouped(I), false);
+    g_.drop(gate_up);
+    const int act = ops_.gelu(gv);
+    g_.drop(gv);
+    const int prod = ops_.mul(act, uv, grouped(I));
+    g_.drop(act);
+    g_.drop(uv);
+    const int wd = gathered(dp.w);
+    const int od = ops_.matmul(prod, wd, grouped(h));
+    g_.drop(wd);
+    g_.drop(prod);
+    const int rw = g_.make(grouped(1), wdt, ops_.cat);
+    g_.node({weights}, {rw}, {token_idx}, [weights](Bwd& ctx) { ctx.give(weights, ctx.like(weights)); });
+    int wo = ops_.mul(od, rw, grouped(h));
+    g_.drop(od);
+    g_.drop(rw);
+    if (g_.at(wo).dt != xdt) {
+      const int c2 = ops_.to(wo, xdt);
+      g_.drop(wo);
+      wo = c2;
+    }
+    const int summed = g_.make(H, xdt, ops_.cat);
+    g_.node({next, wo}, {summed}, {wo, token_idx}, [next, wo](Bwd& ctx) {
+      ctx.pass(next, ctx.grad());
+      ctx.give(wo, ctx.like(wo));
+    });
+    g_.drop(next);
+    g_.drop(wo);
+    g_.drop(token_idx);
+    next = summed;
+  }
+  g_.drop(onehot);
+  g_.drop(topi);
+  g_.drop(weights);
+  g_.drop(x2);
+  return next;
 }
 
 // ---- hybrid layers (docs/models.md#hybrid-layers)
@@ -1924,7 +2228,7 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   return o;
 }
 
-int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit) {
+int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit, int extra) {
   // torch.utils.checkpoint (use_reentrant=True): forward without grad; the node saves the
   // positional input and (through the bound functools.partial) the mask and rotary tables, plus
   // the CPU RNG state; backward recomputes the layer with grad (and autocast, if it was on)
@@ -1947,11 +2251,19 @@ int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, b
     g_.hold(rng);
     graph_held_.push_back(rng);
   }
-  const bool made = g_.node({h}, {out}, {h}, [this, h, body, ac, fsdp_unit](Bwd& ctx) {
+  std::vector<int> ins{h};
+  if (extra >= 0) ins.push_back(extra);
+  const bool made = g_.node(ins, {out}, ins, [this, h, body, ac, fsdp_unit, extra](Bwd& ctx) {
     Graph& g = ctx.graph();
     const int rng2 = g.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);  // fork_rng
     const int hv = g.view(h, g.at(h).numel);
     g.at(hv).requires_grad = g.at(h).requires_grad;
+    int xv = -1;  // detach_variable of the second positional input
+    if (extra >= 0) {
+      xv = g.view(extra, g.at(extra).numel);
+      g.at(xv).requires_grad = g.at(extra).requires_grad;
+      ple_slice_ = xv;
+    }
     const int first = g.node_count();
     const bool prev = g.grad_enabled();
     g.set_grad_enabled(true);
@@ -1983,6 +2295,12 @@ int Step::checkpointed(int h, const Body& body, const std::vector<int>& holds, b
     }
     g.drop(hv);
     if (gi >= 0) ctx.give(h, gi);
+    if (xv >= 0) {
+      const int gx = g.take_grad(xv);
+      g.drop(xv);
+      ple_slice_ = -1;
+      if (gx >= 0) ctx.give(extra, gx);
+    }
   });
   (void)made;
   g_.drop(rng);
@@ -2020,9 +2338,10 @@ int Step::checkpointed_nonreentrant(int h, const Body& body, const std::vector<i
 }
 
 // One layer of the trained forward: plain, or checkpointed as the config asks.
-int Step::layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit) {
+int Step::layer_forward(int h, const Body& body, const std::vector<int>& holds, bool fsdp_unit, int extra) {
   if (!sp_.gradient_checkpointing) return body(h);
-  return sp_.checkpoint_reentrant ? checkpointed(h, body, holds, fsdp_unit) : checkpointed_nonreentrant(h, body, holds);
+  return sp_.checkpoint_reentrant ? checkpointed(h, body, holds, fsdp_unit, extra)
+                                  : checkpointed_nonreentrant(h, body, holds);
 }
 
 
@@ -2809,6 +3128,33 @@ int Step::embed_and_layers(bool policy) {
     g_.drop(hcur);
     hcur = s;
   }
+  if (m_.per_layer_input_dim > 0 && !received && w_->ple_embed >= 0) {
+    // Gemma 4 PLE (docs/models.md#gemma-4): Gemma4Model.forward's llm_inputs_embeds (torch.where
+    // over the embeddings, kept as a local; Gemma4ForCausalLM has none), embed_tokens_per_layer(ids) * sqrt(d);
+    // project_per_layer_inputs: per_layer_model_projection(inputs_embeds) * hidden^-0.5,
+    // per_layer_projection_norm over d, (+ per-layer embeddings) * 2^-0.5.
+    const std::int64_t d = m_.per_layer_input_dim, packed = static_cast<std::int64_t>(m_.num_layers) * d;
+    // enable_input_require_grads hooks embed_tokens, whose output the projection reads: under
+    // PEFT with checkpointing the per-layer inputs require grad too.
+    if (policy && sp_.lora.enabled && sp_.gradient_checkpointing && sp_.input_require_grads &&
+        !g_.at(hcur).requires_grad)
+      g_.at(hcur).requires_grad = true;
+    if (m_.vision.kind == VisionKind::kGemma4 || m_.audio.enabled())  // the wrapper, not Gemma4ForCausalLM
+      ple_where_ = g_.make(tok(h), g_.at(hcur).dt, Cat::kActivations);
+    const int pe = ops_.embedding(ids_, w_->ple_embed, tok(packed));
+    const int pes = ops_.scalar_op(pe);
+    g_.drop(pe);
+    const int pp = ops_.linear(hcur, w_->ple_proj, -1, tok(packed));
+    const int pps = ops_.scalar_op(pp);
+    g_.drop(pp);
+    const int pn = norm(pps, w_->ple_norm, -1, d, tok(packed));
+    g_.drop(pps);
+    const int sum = ops_.add(pn, pes, tok(packed));
+    g_.drop(pn);
+    g_.drop(pes);
+    ple_ = ops_.scalar_op(sum);
+    g_.drop(sum);
+  }
   if (vision_on() && !mllama() && !received) {  // image features replace the image placeholder tokens' embeddings
     if (policy && sp_.lora.enabled && sp_.gradient_checkpointing && !g_.at(hcur).requires_grad) {
       // enable_input_require_grads hooks embed_tokens: its output, before the merge, is the leaf.
@@ -2900,11 +3246,11 @@ int Step::embed_and_layers(bool policy) {
     if (m_.mrope || interleaved) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
     // NemotronHModel has no rotary embedding: empty tables stand in for them.
     const bool rotary = m_.model_type != "nemotron_h";
-    const Poly rot = !rotary ? Poly{} : m_.mrope ? tok(3 * rot_dim) : interleaved ? tok(rot_dim) : Poly::mono(kS, rot_dim);
-    const auto tables = [&](int& cos, int& sin) {
+    const auto tables = [&](int& cos, int& sin, std::int64_t dim) {
+      const Poly rot = !rotary ? Poly{} : m_.mrope ? tok(3 * dim) : interleaved ? tok(dim) : Poly::mono(kS, dim);
       const int f = g_.make(!rotary              ? Poly{}
-                            : m_.mrope || interleaved ? tok(3 * rot_dim / 2)
-                                                      : Poly::mono(kS, rot_dim / 2),
+                            : m_.mrope || interleaved ? tok(3 * dim / 2)
+                                                      : Poly::mono(kS, dim / 2),
                             DT::kF32,
                             Cat::kInputs);
       const int e = g_.make(rot, DT::kF32, Cat::kInputs);
@@ -2925,6 +3271,9 @@ int Step::embed_and_layers(bool policy) {
         sin = s2;
       }
     };
+    // Gemma 4 computes one pair per layer type: (s, global_head_dim) for the full layers, (s,
+    // head_dim) for the sliding ones (docs/models.md#gemma-4).
+    const bool gemma4 = m_.model_type == "gemma4_text";
     if (llama4()) {
       // Llama4TextRotaryEmbedding: freqs (1, s, d / 2) fp32, torch.polar(ones_like(freqs), freqs),
       // * attention_scaling: one complex64 freqs_cis (as many bytes as fp32 (s, d)), in fp32
@@ -2938,14 +3287,16 @@ int Step::embed_and_layers(bool policy) {
       g_.drop(f);
       sin_ = g_.make(Poly{}, DT::kF32, Cat::kInputs);
     } else {
-      tables(cos_, sin_);
+      tables(cos_, sin_, gemma4 ? m_.layer_head_dim(m_.num_layers - 1) : rot_dim);
     }
     // Gemma 3 also builds the sliding layers' tables (rotary_emb_local, rope_local_base_freq), and
     // transformers 4.56-4.57 pass both pairs to every decoder layer (docs/formulas.md#embeddinggemma).
-    if (m_.local_rotary_tables()) tables(cos_local_, sin_local_);
+    if (m_.local_rotary_tables() || (gemma4 && m_.mixes_attention_kinds())) tables(cos_local_, sin_local_, rot_dim);
   }
   const int n = static_cast<int>(sp_.model_layers.size());
   const int first = policy ? kSegFwdFirst : kSegRefFirst;
+  for (auto& kv : shared_kv_) kv[0] = kv[1] = -1;
+  layers_forward_ = true;
   for (int l = 0; l < n; ++l) {
     // A text-only batch skips the cross-attention layers (MllamaTextModel: no cross_attention_states).
     const bool cross = w_->layers[static_cast<std::size_t>(l)].cross;
@@ -2961,21 +3312,38 @@ int Step::embed_and_layers(bool policy) {
     }
     ops_.cat = Cat::kActivations;
     layer_ = l;
+    // Gemma 4: per_layer_inputs[:, :, i, :], a select view made before the layer's call (its
+    // backward puts the slice's gradient into zeros of the whole tensor), passed positionally.
+    int slice = -1;
+    if (ple_ >= 0) {
+      const int base = ple_;
+      slice = g_.view(base, tok(m_.per_layer_input_dim));
+      g_.node({base}, {slice}, {}, [base](Bwd& c) { c.give(base, c.like(base)); });
+    }
     // A cross-attention layer's recomputation (in backward, after this forward's locals are
-    // gone) reads the image features and masks its call was given.
-    const Body body = [this, l, cs = cross_states_, cm = cross_mask_, cr = cross_rows_](int x) {
+    // gone) reads the image features and masks its call was given; a Gemma 4 layer its slice
+    // (the reentrant checkpoint's recomputation gives it the detached one instead).
+    const Body body = [this, l, cs = cross_states_, cm = cross_mask_, cr = cross_rows_, slice](int x) {
       if (cs >= 0) std::tie(cross_states_, cross_mask_, cross_rows_) = std::make_tuple(cs, cm, cr);
-      return decoder_layer(x, l);
+      const int outer = ple_slice_;
+      if (ple_slice_ < 0) ple_slice_ = slice;
+      const int r = decoder_layer(x, l);
+      ple_slice_ = outer;
+      return r;
     };
     const bool sliding = w_->layers[static_cast<std::size_t>(l)].sliding && sliding_mask_ >= 0;
     std::vector<int> holds{sliding ? sliding_mask_ : mask_, cos_, sin_};  // the layer's own mask
     if (cos_local_ >= 0) holds.insert(holds.end(), {cos_local_, sin_local_});
+    if (ple_ >= 0) holds.push_back(ple_);  // Gemma 4: the per-layer inputs its slice views
     if (cross) holds.insert(holds.end(), {cross_states_, cross_mask_, cross_rows_});  // the call's keyword arguments
     // Every-N checkpointing (torchtitan's selective_ac_option N: its wrapper counts the blocks
     // from 1 and wraps those whose count is a multiple of N): the other layers run plain.
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     const bool wrapped = sp_.checkpoint_every <= 1 || (model_layer + 1) % sp_.checkpoint_every == 0;
-    int next = policy && wrapped ? layer_forward(hcur, body, holds, true) : body(hcur);
+    const bool reentrant = policy && wrapped && sp_.gradient_checkpointing && sp_.checkpoint_reentrant;
+    if (slice >= 0 && !reentrant) holds.push_back(slice);  // read again by a non-reentrant recomputation
+    int next = policy && wrapped ? layer_forward(hcur, body, holds, true, slice) : body(hcur);
+    if (slice >= 0) g_.drop(slice);
     g_.drop(hcur);
     if (model_layer >= 0 && static_cast<std::size_t>(model_layer) < deepstack_.size()) {
       const int added = deepstack_add(next, deepstack_[static_cast<std::size_t>(model_layer)]);
@@ -2985,10 +3353,28 @@ int Step::embed_and_layers(bool policy) {
     hcur = next;
   }
   g_.set_instance(0);
+  layers_forward_ = false;
+  // Gemma 4's shared_kv_states: freed with the forward's locals, or, bound into the checkpointed
+  // layers' calls, kept by the graph until backward ends (the recomputations read them).
+  const bool kept = policy && sp_.gradient_checkpointing && g_.grad_enabled();
+  for (auto& kv : shared_kv_)
+    for (int& t : kv)
+      if (t >= 0) {
+        if (kept) {
+          graph_held_.push_back(t);
+        } else {
+          g_.drop(t);
+          t = -1;
+        }
+      }
   return hcur;
 }
 
 void Step::drop_forward_locals() {
+  for (int* t : {&ple_, &ple_where_}) {
+    if (*t >= 0) g_.drop(*t);
+    *t = -1;
+  }
   for (const int t : deepstack_) g_.drop(t);
   deepstack_.clear();
   if (mrope_ids_ >= 0) g_.drop(mrope_ids_);

@@ -344,6 +344,28 @@ void apply_gemma3_text_defaults(json& t) {
     if (!t.contains(k)) t[k] = v;
 }
 
+// transformers' Gemma4TextConfig defaults (5.5+): a config.json may leave them out. Its
+// __post_init__ builds layer_types with every sixth layer full when absent, and always makes the
+// last layer full.
+void apply_gemma4_text_defaults(json& t) {
+  static const std::pair<const char*, json> kDefaults[] = {
+      {"vocab_size", 262144},       {"hidden_size", 2304},        {"intermediate_size", 9216},
+      {"num_hidden_layers", 30},    {"num_attention_heads", 8},   {"num_key_value_heads", 4},
+      {"head_dim", 256},            {"max_position_embeddings", 131072},
+      {"sliding_window", 512},      {"hidden_activation", "gelu_pytorch_tanh"}};
+  for (const auto& [k, v] : kDefaults)
+    if (!t.contains(k) || t[k].is_null()) t[k] = v;
+  if ((!t.contains("layer_types") || t["layer_types"].is_null()) && t["num_hidden_layers"].is_number_integer()) {
+    const std::int64_t n = t["num_hidden_layers"].get<std::int64_t>();
+    if (n > 0 && n <= 4096) {
+      json types = json::array();
+      for (std::int64_t i = 0; i < n; ++i) types.push_back((i + 1) % 6 != 0 ? "sliding_attention" : "full_attention");
+      t["layer_types"] = std::move(types);
+    }
+  }
+  if (t["layer_types"].is_array() && !t["layer_types"].empty()) t["layer_types"].back() = "full_attention";
+}
+
 // transformers' Glm4MoeConfig MoE defaults (GLM-4.5-Air's values): a config.json that leaves
 // them out is still the MoE model Glm4MoeForCausalLM builds, not a dense one.
 void apply_glm4_moe_defaults(json& t) {
@@ -363,6 +385,7 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
   const std::string& t = m.model_type;
   const bool qwen = starts_with(t, "qwen2") || starts_with(t, "qwen3");
   const bool windowed_type = t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" ||
+                             t == "gemma4_text" ||
                              t == "olmo3" || t == "gpt_oss" || t == "starcoder2" || qwen;
   MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
   if (qwen) {
@@ -729,6 +752,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     return config_error(origin, fmt::format("config.json must be a JSON object, got {}", describe(j)), kWrongFileHint);
   ModelSpec m;
   VisionSpec vision;
+  AudioSpec audio;  // Gemma 4 E2B / E4B
   std::int64_t vision_out = 0;  // the merger's output width, which must be the text hidden size
   {
     Fields top(j, origin);
@@ -768,6 +792,28 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
                            : type == "qwen3_vl_moe" ? "qwen3_moe"
                            : type == "qwen3_5"     ? "qwen3_5_text"
                                                    : "qwen3_5_moe_text";
+      j = std::move(text);
+    } else if (type == "gemma4") {
+      // Gemma 4 (docs/models.md#gemma-4): the language model is the text_config (Gemma4TextConfig);
+      // the vision and audio towers are counted, never simulated.
+      const json* t = top.find("text_config");
+      if (!t || !t->is_object())
+        return config_error(origin, "model_type 'gemma4' has no \"text_config\" object", kWrongFileHint);
+      json text = *t;
+      if (const json* vc = top.find("vision_config")) {
+        if (!vc->is_object())
+          return config_error(origin, fmt::format("\"vision_config\" must be an object, got {}", describe(*vc)));
+        MEMPLAN_TRY(vision, parse_gemma4_vision(*vc, origin));
+        vision.model_type = type;
+      }
+      if (const json* ac = top.find("audio_config")) {
+        if (!ac->is_object())
+          return config_error(origin, fmt::format("\"audio_config\" must be an object, got {}", describe(*ac)));
+        MEMPLAN_TRY(audio, parse_gemma4_audio(*ac, origin));
+      }
+      for (const char* inherited : {"tie_word_embeddings", "torch_dtype", "dtype"})
+        if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
+      text["model_type"] = "gemma4_text";
       j = std::move(text);
     } else if (type == "mllama") {
       // Llama 3.2 Vision: the language model is the text_config (MllamaTextConfig), a Llama with
@@ -842,6 +888,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   }
   const std::string& t = m.model_type;
   if (t == "gemma3_text") apply_gemma3_text_defaults(j);
+  if (t == "gemma4_text") apply_gemma4_text_defaults(j);
   if (t == "glm4_moe") apply_glm4_moe_defaults(j);
   if (t == "lfm2")
     if (auto s = apply_lfm2_fields(j, origin); !s) return s.error();
@@ -920,8 +967,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     m.qkv_bias = qkv_bias.value_or(false);
     m.o_bias = m.mlp_bias = bias.value_or(false);
   }
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmo2" || t == "olmo3" ||
-              qwen3_next_layout(t) || t == "lfm2";
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "gemma4_text" || t == "olmo2" ||
+              t == "olmo3" || qwen3_next_layout(t) || t == "lfm2";
   m.qk_norm_per_head = t != "olmo2" && t != "olmo3";  // OLMo 2 and 3 norm the whole q and k projections
   if (glm4_moe) {
     // Glm4MoeAttention: q/k/v with attention_bias, o_proj never; use_qk_norm: RMSNorm(head_dim).
@@ -929,7 +976,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
     m.qk_norm = qk.value_or(false);
   }
-  if (t == "gemma2" || t == "gemma3_text") m.norms_per_layer = 4;
+  if (t == "gemma2" || t == "gemma3_text" || t == "gemma4_text") m.norms_per_layer = 4;
   m.scale_embeddings = gemma;
   MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));
   MEMPLAN_TRY(m.attn_logit_softcap, f.number("attn_logit_softcapping"));
@@ -937,6 +984,18 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (std::isinf(m.final_logit_softcap)) m.final_logit_softcap = 0.0;
   if (std::isinf(m.attn_logit_softcap)) m.attn_logit_softcap = 0.0;
   if (auto s = parse_sliding_window(f, m, origin); !s) return s.error();
+  if (t == "gemma4_text") {
+    // Gemma4TextConfig use_bidirectional_attention: "vision" only changes the mask around image
+    // tokens (text-only steps are causal); "all" makes every layer bidirectional, as Gemma 3's True.
+    MEMPLAN_TRY(std::string bidi, f.string("use_bidirectional_attention"));
+    if (bidi == "all") {
+      m.bidirectional = true;
+      if (m.sliding_window > 0) m.sliding_window = m.sliding_window / 2 + 1;
+    } else if (!bidi.empty() && bidi != "vision") {
+      return config_error(origin, fmt::format("\"use_bidirectional_attention\" '{}' is not one of \"all\", \"vision\"", bidi));
+    }
+    if (auto s = read_gemma4_text(j, m, origin); !s) return s.error();
+  }
   if (t == "gemma3_text") {
     // Gemma3TextConfig(use_bidirectional_attention=True), EmbeddingGemma: the window becomes a
     // radius, sliding_window // 2 + 1 ("due to fa we set exclusive bounds", transformers 4.56+).
@@ -1030,6 +1089,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
                                             "hidden_size {}", vision_out, m.hidden_size));
   m.mrope = vision.kind == VisionKind::kQwen2Vl || vision.kind == VisionKind::kQwen25Vl;
   m.vision = std::move(vision);
+  m.audio = audio;
   // A checkpoint saved as the bare decoder ("MistralModel", "Qwen2Model": intfloat/e5-mistral-7b-instruct;
   // not a head class such as "GPT2LMHeadModel") has no LM head: it is an embedding model, trained as
   // sentence-transformers loads it (docs/formulas.md#decoder-embeddings).
@@ -1060,7 +1120,7 @@ const std::vector<std::string>& supported_model_types() {
                                              "qwen3_next", "nemotron_h", "lfm2", "gpt_oss", "minimax_m2",
                                              "starcoder2", "qwen3_vl", "qwen3_vl_moe", "llama4", "llama4_text",
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
-                                             "qwen3_5_moe_text"};
+                                             "qwen3_5_moe_text", "gemma4", "gemma4_text"};
   return t;
 }
 

@@ -211,6 +211,93 @@ Status read_llama4_text(const json& j, ModelSpec& m, const std::string& origin) 
   return Ok{};
 }
 
+Result<VisionSpec> parse_gemma4_vision(const json& vc, const std::string& origin) {
+  VisionSpec v;
+  const std::string where = origin + " vision_config";
+  v.kind = VisionKind::kGemma4;
+  // Gemma4VisionConfig defaults (transformers 5.5+).
+  MEMPLAN_TRY(std::int64_t depth, integer(vc, "num_hidden_layers", where, 16));
+  MEMPLAN_TRY(v.hidden_size, integer(vc, "hidden_size", where, 768));
+  MEMPLAN_TRY(v.intermediate_size, integer(vc, "intermediate_size", where, 3072));
+  MEMPLAN_TRY(std::int64_t heads, integer(vc, "num_attention_heads", where, 12));
+  MEMPLAN_TRY(std::int64_t kv_heads, integer(vc, "num_key_value_heads", where, heads));
+  MEMPLAN_TRY(std::int64_t head_dim, integer(vc, "head_dim", where, 64));
+  MEMPLAN_TRY(v.patch_size, integer(vc, "patch_size", where, 16));
+  MEMPLAN_TRY(v.num_position_embeddings, integer(vc, "position_embedding_size", where, 10240));
+  if (const json* act = field(vc, "hidden_activation");
+      act && !(act->is_string() && act->get<std::string>() == "gelu_pytorch_tanh"))
+    return wrap_error(origin, "vision_config \"hidden_activation\" is not modelled (Gemma 4 uses gelu_pytorch_tanh)");
+  v.depth = narrow(depth);
+  v.num_heads = narrow(heads);
+  if (v.depth <= 0) return wrap_error(origin, fmt::format("vision_config num_hidden_layers = {} must be positive", v.depth));
+  if (heads > (1 << 16) || head_dim > (1 << 16))  // before their product
+    return wrap_error(origin, fmt::format("vision_config has {} heads of {}: implausibly large (at most 65536 each)",
+                                          heads, head_dim));
+  if (kv_heads != heads || heads * head_dim != v.hidden_size)
+    return wrap_error(origin, fmt::format("vision_config has {} heads of {} and {} key/value heads for hidden_size {}; "
+                                          "memplan counts Gemma 4's tower with heads x head_dim = hidden_size and as "
+                                          "many key/value heads as heads",
+                                          heads, head_dim, kv_heads, v.hidden_size));
+  if (v.num_position_embeddings <= 0)
+    return wrap_error(origin, "vision_config \"position_embedding_size\" must be positive");
+  return v;
+}
+
+Result<AudioSpec> parse_gemma4_audio(const json& ac, const std::string& origin) {
+  AudioSpec a;
+  const std::string where = origin + " audio_config";
+  // Gemma4AudioConfig defaults (transformers 5.5+).
+  MEMPLAN_TRY(std::int64_t depth, integer(ac, "num_hidden_layers", where, 12));
+  MEMPLAN_TRY(a.hidden_size, integer(ac, "hidden_size", where, 1024));
+  MEMPLAN_TRY(std::int64_t heads, integer(ac, "num_attention_heads", where, 8));
+  MEMPLAN_TRY(a.conv_kernel, integer(ac, "conv_kernel_size", where, 5));
+  MEMPLAN_TRY(a.output_dims, integer(ac, "output_proj_dims", where, 1536));
+  bool present = false;
+  MEMPLAN_TRY(std::vector<int> channels, int_list(ac, "subsampling_conv_channels", where, present));
+  if (!present) channels = {128, 32};
+  if (channels.size() != 2)
+    return wrap_error(origin, fmt::format("audio_config \"subsampling_conv_channels\" must list 2 channel counts, got {}",
+                                          channels.size()));
+  a.conv_channels0 = channels[0];
+  a.conv_channels1 = channels[1];
+  a.depth = narrow(depth);
+  a.num_heads = narrow(heads);
+  if (a.depth <= 0) return wrap_error(origin, fmt::format("audio_config num_hidden_layers = {} must be positive", a.depth));
+  return a;
+}
+
+Status read_gemma4_text(const json& j, ModelSpec& m, const std::string& origin) {
+  // Gemma4TextConfig (transformers 5.5+) and its __post_init__: full-attention layers take
+  // global_head_dim, and with attention_k_eq_v num_global_key_value_heads.
+  MEMPLAN_TRY(m.global_head_dim, integer(j, "global_head_dim", origin, 512));
+  MEMPLAN_TRY(std::int64_t global_kv, integer(j, "num_global_key_value_heads", origin, 0));
+  MEMPLAN_TRY(auto k_eq_v, boolean(j, "attention_k_eq_v", origin));
+  MEMPLAN_TRY(std::int64_t shared, integer(j, "num_kv_shared_layers", origin, 0));
+  MEMPLAN_TRY(auto wide, boolean(j, "use_double_wide_mlp", origin));
+  MEMPLAN_TRY(m.per_layer_input_dim, integer(j, "hidden_size_per_layer_input", origin, 256));
+  MEMPLAN_TRY(m.per_layer_input_vocab, integer(j, "vocab_size_per_layer_input", origin, 262144));
+  MEMPLAN_TRY(auto moe, boolean(j, "enable_moe_block", origin));
+  m.attention_k_eq_v = k_eq_v.value_or(false);
+  m.num_global_kv_heads = m.attention_k_eq_v ? narrow(global_kv) : 0;
+  if (m.attention_k_eq_v && global_kv == 0)
+    return wrap_error(origin, "\"attention_k_eq_v\" is true but \"num_global_key_value_heads\" is not set",
+                      "set num_global_key_value_heads (Gemma 4 31B: 4, 26B A4B: 2)");
+  m.kv_shared_layers = narrow(shared);
+  m.double_wide_mlp = wide.value_or(false);
+  m.v_norm = true;
+  if (moe.value_or(false)) {
+    // Gemma4TextDecoderLayer: router and experts beside the dense MLP in every layer.
+    MEMPLAN_TRY(std::int64_t experts, integer(j, "num_experts", origin));
+    MEMPLAN_TRY(std::int64_t top_k, integer(j, "top_k_experts", origin));
+    MEMPLAN_TRY(m.moe.expert_intermediate_size, integer(j, "moe_intermediate_size", origin));
+    m.moe.num_experts = narrow(experts);
+    m.moe.experts_per_token = narrow(top_k);
+    m.moe.router_bias = false;
+    m.moe_beside_mlp = true;
+  }
+  return Ok{};
+}
+
 Status read_dsa_indexer(const json& j, ModelSpec& m, const std::string& origin) {
   // DeepseekV32 (inference/model.py Indexer): defaults of its ModelArgs.
   MEMPLAN_TRY(std::int64_t heads, integer(j, "index_n_heads", origin, 64));
@@ -218,6 +305,10 @@ Status read_dsa_indexer(const json& j, ModelSpec& m, const std::string& origin) 
   MEMPLAN_TRY(m.index_topk, integer(j, "index_topk", origin, 2048));
   if (heads <= 0 || m.index_head_dim <= 0 || m.index_topk <= 0)
     return wrap_error(origin, "\"index_n_heads\", \"index_head_dim\" and \"index_topk\" must be positive");
+  if (heads > (1 << 12) || m.index_head_dim > (1 << 16) || m.index_topk > (1 << 20))
+    return wrap_error(origin, fmt::format("\"index_n_heads\" {}, \"index_head_dim\" {} or \"index_topk\" {} is implausibly "
+                                          "large (at most 4096, 65536 and 1048576)",
+                                          heads, m.index_head_dim, m.index_topk));
   if (m.q_lora_rank <= 0)
     return wrap_error(origin, "deepseek_v32's indexer reads the query latent: \"q_lora_rank\" must be positive");
   if (m.index_head_dim < m.qk_rope_head_dim)

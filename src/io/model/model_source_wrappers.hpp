@@ -29,6 +29,16 @@ Result<VisionSpec> parse_llama4_vision(const nlohmann::json& vc, const std::stri
 // no_rope_layers, attention_chunk_size, use_qk_norm.
 Status read_llama4_text(const nlohmann::json& j, ModelSpec& m, const std::string& origin);
 
+// Gemma4VisionConfig (counted, not simulated) and Gemma4AudioConfig (counted; audio is never
+// simulated), with transformers' defaults where a key is absent (docs/models.md#gemma-4).
+Result<VisionSpec> parse_gemma4_vision(const nlohmann::json& vc, const std::string& origin);
+Result<AudioSpec> parse_gemma4_audio(const nlohmann::json& ac, const std::string& origin);
+
+// Gemma4TextConfig after the common keys: global_head_dim, num_global_key_value_heads,
+// attention_k_eq_v, num_kv_shared_layers, use_double_wide_mlp, hidden_size_per_layer_input,
+// vocab_size_per_layer_input, enable_moe_block (num_experts, top_k_experts, moe_intermediate_size).
+Status read_gemma4_text(const nlohmann::json& j, ModelSpec& m, const std::string& origin);
+
 // DeepSeek-V3.2: index_n_heads, index_head_dim, index_topk (all three, or none).
 Status read_dsa_indexer(const nlohmann::json& j, ModelSpec& m, const std::string& origin);
 

@@ -413,3 +413,14 @@ TEST_CASE("Qwen3.5 estimates end to end, text-only and with an image through the
   // 768 x 768 after resizing: 48 x 48 patches of 16, merged 2 x 2 into 576 tokens of the sequence.
   CHECK(memplan::testing::mentions(image->assumptions, "2304 patches through the tower and 576 image tokens"));
 }
+
+TEST_CASE("DeepSeek-V3.2: an implausible index_topk is refused at the file, not simulated") {
+  const std::string text = R"({"model_type": "deepseek_v32", "vocab_size": 100, "hidden_size": 64,
+      "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+      "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+      "index_n_heads": 2, "index_head_dim": 16, "index_topk": 1099511627776})";
+  auto m = io::parse_hf_config(text, "c.json");
+  REQUIRE_FALSE(m.has_value());
+  CHECK(m.error().message == "\"index_n_heads\" 2, \"index_head_dim\" 16 or \"index_topk\" 1099511627776 is implausibly "
+                             "large (at most 4096, 65536 and 1048576)");
+}
