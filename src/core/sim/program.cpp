@@ -417,7 +417,7 @@ void Step::make_params() {
     // K/V in shared_kv_states, whether or not any layer reads them.
     if (m_.model_type == "gemma4_text" && !lp.kv_shared) {
       bool last_of_type = true;
-      for (int later = model_layer + 1; later < m_.num_layers - m_.kv_shared_layers; ++later)
+      for (int later = model_layer + 1; later < m_.num_layers - m_.kv_shared_layers && last_of_type; ++later)
         if (m_.is_sliding_layer(later) == lp.sliding) last_of_type = false;
       lp.store_kv = last_of_type;
     }
