@@ -180,6 +180,9 @@ class Step {
   // experts on the pre-MLP residual.
   int gemma4_layer(int h, LayerParams& lp);
   int gemma4_experts(int x, LayerParams& lp);
+  // The end of one step of the eager expert loops (moe's fused-Parameter path, gpt-oss, Gemma 4).
+  int weighted_index_add(int next, int out, int weights, DT weight_dt, const Ids& weight_index, const Poly& pairs,
+                         const Poly& pairs_h, DT out_dt, const Poly& total);
   // Hybrid layers (docs/models.md#hybrid-layers), as transformers' torch fallbacks run them.
   int hybrid_layer(int h, LayerParams& lp);
   int short_conv(int x, LayerParams& lp);
@@ -1144,6 +1147,44 @@ int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t wi
   return o;
 }
 
+// The expert loops run in G groups of E / G experts (G: E up to 8, else the largest divisor of E
+// up to 8), so each group's transients and backward temporaries are those of E / G experts, as
+// the per-expert loop's are of one, at a bounded cost in graph size (docs/models.md#gpt_oss).
+int expert_loop_groups(std::int64_t E) {
+  if (E <= 8) return static_cast<int>(E);
+  int groups = 1;
+  for (int gsz = 1; gsz <= 8; ++gsz)
+    if (E % gsz == 0) groups = gsz;
+  return groups;
+}
+
+// `out * weights[pairs..., None]` (out: `pairs_h` elements; a gathered copy of the pairs' weights:
+// `pairs` rows, kept indices weight_index; IndexBackward fills zeros of the weights' size), cast to out_dt, then
+// next.index_add_(0, weight_index[0], weighted) into `total` elements: IndexAddBackward keeps the
+// index and the source. Consumes out and next; the caller drops its index tensors.
+int Step::weighted_index_add(int next, int out, int weights, DT weight_dt, const Ids& weight_index, const Poly& pairs,
+                             const Poly& pairs_h, DT out_dt, const Poly& total) {
+  const int rw = g_.make(pairs, weight_dt, ops_.cat);
+  g_.node({weights}, {rw}, weight_index, [weights](Bwd& ctx) { ctx.give(weights, ctx.like(weights)); });
+  int wo = ops_.mul(out, rw, pairs_h);
+  g_.drop(out);
+  g_.drop(rw);
+  if (g_.at(wo).dt != out_dt) {  // .to(the output's dtype)
+    const int c2 = ops_.to(wo, out_dt);
+    g_.drop(wo);
+    wo = c2;
+  }
+  const int token_idx = weight_index[0];
+  const int sum = g_.make(total, out_dt, ops_.cat);
+  g_.node({next, wo}, {sum}, {wo, token_idx}, [next, wo](Bwd& ctx) {
+    ctx.pass(next, ctx.grad());
+    ctx.give(wo, ctx.like(wo));
+  });
+  g_.drop(next);
+  g_.drop(wo);
+  return sum;
+}
+
 int Step::moe(int x, LayerParams& lp) {
   // Routed experts, as transformers' eager MoE blocks (docs/formulas.md#the-model-forward): the router, top-k;
   // each expert runs on the tokens routed to it (balanced routing: tokens * k in all), scaled by
@@ -1253,10 +1294,7 @@ int Step::moe(int x, LayerParams& lp) {
   const bool param_experts = (minimax || m_.model_type == "deepseek_v32") && sp_.expert_parallel <= 1;
   int summed = -1;
   if (param_experts) {
-    int groups = 1;
-    for (int gsz = 1; gsz <= 8; ++gsz)
-      if (E % gsz == 0) groups = gsz;
-    if (E <= 8) groups = static_cast<int>(E);
+    const int groups = expert_loop_groups(E);
     // Group grp's share of the token-expert pairs: the pairs split as evenly as whole numbers
     // allow (per token), so the groups add up to routed(w) exactly.
     int grp = 0;
@@ -1296,28 +1334,11 @@ int Step::moe(int x, LayerParams& lp) {
         p->w = w;
       }
       g_.drop(cs);
-      // top_k_weights[token_idx, top_k_pos, None]: IndexBackward fills zeros of the weights' size
-      const int rw = g_.make(grouped(1), g_.at(weights).dt, ops_.cat);
-      g_.node({weights}, {rw}, {token_idx, slot_idx}, [weights](Bwd& ctx) { ctx.give(weights, ctx.like(weights)); });
-      int wo = ops_.mul(eo, rw, grouped(h));
-      g_.drop(eo);
-      g_.drop(rw);
-      if (g_.at(wo).dt != out_dt) {  // .to(final_hidden_states.dtype)
-        const int c2 = ops_.to(wo, out_dt);
-        g_.drop(wo);
-        wo = c2;
-      }
-      // final_hidden_states.index_add_(0, token_idx, ...): keeps the source and the index
-      const int sum = g_.make(tok(h), out_dt, ops_.cat);
-      g_.node({next, wo}, {sum}, {wo, token_idx}, [next, wo](Bwd& ctx) {
-        ctx.pass(next, ctx.grad());
-        ctx.give(wo, ctx.like(wo));
-      });
-      g_.drop(next);
-      g_.drop(wo);
+      // * top_k_weights[token_idx, top_k_pos, None], final_hidden_states.index_add_(0, token_idx, ...)
+      next = weighted_index_add(next, eo, weights, g_.at(weights).dt, {token_idx, slot_idx}, grouped(1), grouped(h), out_dt,
+                                tok(h));
       g_.drop(token_idx);
       g_.drop(slot_idx);
-      next = sum;
     }
     g_.drop(onehot);
     g_.drop(weights);
@@ -1427,15 +1448,9 @@ std::pair<int, int> Step::gpt_oss_moe(int x, LayerParams& lp) {
   const int scores_t = g_.make(tok(E), ldt, ops_.cat);  // zeros_like(logits).scatter_(1, indices, values)
   g_.node({sm}, {scores_t}, {topi}, [sm](Bwd& ctx) { ctx.give(sm, ctx.like(sm)); });
   g_.drop(sm);
-  // The experts: next_states = zeros_like; one_hot(router_indices) (int64) through the loop.
-  // The loop runs in G groups of E / G experts (G: E up to 8, else the largest divisor of E up to
-  // 8), so each group's transients and backward temporaries are those of E / G experts, as the
-  // per-expert loop's are of one, at a bounded cost in graph size; what the loop saves is the
-  // same either way (docs/models.md#gpt_oss).
-  int groups = 1;
-  for (int gsz = 1; gsz <= 8; ++gsz)
-    if (E % gsz == 0) groups = gsz;
-  if (E <= 8) groups = static_cast<int>(E);
+  // The experts: next_states = zeros_like; one_hot(router_indices) (int64) through the loop, in
+  // expert_loop_groups(E) groups (what the loop saves is the same either way; docs/models.md#gpt_oss).
+  const int groups = expert_loop_groups(E);
   const auto grouped = [&](std::int64_t w) {
     const Poly r = routed(w);
     Poly out = r;
@@ -1506,29 +1521,9 @@ std::pair<int, int> Step::gpt_oss_moe(int x, LayerParams& lp) {
     }
     const int o0 = ops_.slice(out, grouped(h), false);  // out[0]: SelectBackward fills zeros of out's size
     g_.drop(out);
-    // routing_weights[token_idx, expert_idx, None]: a gathered copy; IndexBackward fills zeros of
-    // the scores' size.
-    const int rw = g_.make(grouped(1), ldt, ops_.cat);
-    g_.node({scores_t}, {rw}, {token_idx}, [scores_t](Bwd& ctx) { ctx.give(scores_t, ctx.like(scores_t)); });
-    int wo = ops_.mul(o0, rw, grouped(h));
-    g_.drop(o0);
-    g_.drop(rw);
-    if (g_.at(wo).dt != xdt) {  // weighted_output.to(hidden_states.dtype)
-      const int c2 = ops_.to(wo, xdt);
-      g_.drop(wo);
-      wo = c2;
-    }
-    // next_states.index_add_(0, token_idx, weighted_output): IndexAddBackward keeps the index and
-    // the source (grad.index_select(dim, index).expand_as(source)).
-    const int summed = g_.make(tok(h), xdt, ops_.cat);
-    g_.node({next, wo}, {summed}, {wo, token_idx}, [next, wo](Bwd& ctx) {
-      ctx.pass(next, ctx.grad());
-      ctx.give(wo, ctx.like(wo));
-    });
-    g_.drop(next);
-    g_.drop(wo);
+    // * routing_weights[token_idx, expert_idx, None], next_states.index_add_(0, token_idx, ...)
+    next = weighted_index_add(next, o0, scores_t, ldt, {token_idx}, grouped(1), grouped(h), xdt, tok(h));
     g_.drop(token_idx);
-    next = summed;
   }
   g_.drop(onehot);
   g_.drop(topi);
@@ -1751,10 +1746,7 @@ int Step::gemma4_experts(int x, LayerParams& lp) {
   // None] (a gathered copy), index_add_ into zeros_like. Trained experts get a gradient of the
   // whole parameter's size per group (SelectBackward's zeros).
   const int x2 = norm(x, lp.extra_norms[2], -1, h, H);
-  int groups = 1;
-  for (int gsz = 1; gsz <= 8; ++gsz)
-    if (E % gsz == 0) groups = gsz;
-  if (E <= 8) groups = static_cast<int>(E);
+  const int groups = expert_loop_groups(E);
   const auto grouped = [&](std::int64_t w) {
     Poly out = Poly::mono(tok_mono(), checked_mul(checked_mul(w * k, seqs_per_forward()), sp_.moe_tokens_per_mille) / 1000);
     for (auto& v : out.c) v = (v + groups - 1) / groups;
@@ -1788,25 +1780,8 @@ int Step::gemma4_experts(int x, LayerParams& lp) {
     const int od = ops_.matmul(prod, wd, grouped(h));
     g_.drop(wd);
     g_.drop(prod);
-    const int rw = g_.make(grouped(1), wdt, ops_.cat);
-    g_.node({weights}, {rw}, {token_idx}, [weights](Bwd& ctx) { ctx.give(weights, ctx.like(weights)); });
-    int wo = ops_.mul(od, rw, grouped(h));
-    g_.drop(od);
-    g_.drop(rw);
-    if (g_.at(wo).dt != xdt) {
-      const int c2 = ops_.to(wo, xdt);
-      g_.drop(wo);
-      wo = c2;
-    }
-    const int summed = g_.make(H, xdt, ops_.cat);
-    g_.node({next, wo}, {summed}, {wo, token_idx}, [next, wo](Bwd& ctx) {
-      ctx.pass(next, ctx.grad());
-      ctx.give(wo, ctx.like(wo));
-    });
-    g_.drop(next);
-    g_.drop(wo);
+    next = weighted_index_add(next, od, weights, wdt, {token_idx}, grouped(1), grouped(h), xdt, H);
     g_.drop(token_idx);
-    next = summed;
   }
   g_.drop(onehot);
   g_.drop(topi);
