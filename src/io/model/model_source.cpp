@@ -632,10 +632,10 @@ Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
     double partial = 0.25;
     if (f.has("partial_rotary_factor")) {
       MEMPLAN_TRY(partial, f.number("partial_rotary_factor"));
-    } else if (const json* rp = f.find("rope_parameters"); rp && rp->is_object()) {
+    } else if (const json* rp = f.find("rope_parameters");
+               rp && rp->is_object() && Fields(*rp, origin).has("partial_rotary_factor")) {
       // transformers 5 keeps it in rope_parameters only (Qwen3.5's small checkpoints).
       MEMPLAN_TRY(partial, Fields(*rp, origin).number("partial_rotary_factor"));
-      if (!Fields(*rp, origin).has("partial_rotary_factor")) partial = 0.25;
     }
     if (!(partial > 0) || partial > 1)
       return config_error(origin, fmt::format("\"partial_rotary_factor\" must be in (0, 1], got {}", partial));
