@@ -609,6 +609,7 @@ struct Estimator::Impl {
   ModelSpec model;
   TrainingConfig config;
   std::int64_t window_from = 0;  // s from which the sliding-mask programs apply (0: none)
+  std::int64_t scan_chunk = 1;   // what the chunked scans pad the local sequence to (sim::scan_chunk)
   // Classes 0-1 (s < window_from) and 2-3 (s >= window_from) are built a half at a time: the
   // half of the config's own sequence length at create(), the other when first evaluated
   // (docs/plan.md#speed). `build` keeps what that needs.
@@ -1670,6 +1671,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     const bool masks_always =
         model.mixes_attention_kinds() && (sp.attn == AttnImpl::kEager || (sp.sdpa_full_mask && sp.sdpa_sliding_mask));
     if (window_differs) impl->window_from = model.sliding_window;
+    impl->scan_chunk = sim::scan_chunk(model);
     // The classes simulated (the others copy one): cls % 2 == 0 is b == 1, cls >= 2 s >= window.
     auto pb = std::make_shared<ProgramBuild>();
     pb->sp = sp;
@@ -1913,15 +1915,21 @@ std::int64_t local_seq(const TrainingConfig& c, std::int64_t s) {
   return (s + cp - 1) / cp;
 }
 
+// Where a rank's sizes are evaluated: its local sequence, and that padded to the scans' chunk.
+sim::Point local_point(const TrainingConfig& c, std::int64_t b, std::int64_t s, std::int64_t chunk) {
+  return sim::point(b, local_seq(c, s), chunk);
+}
+
 // Which program answers for (b, s) (StageSim::candidates).
 std::size_t program_class(std::int64_t b, std::int64_t s, std::int64_t window_from) {
   return (b == 1 ? 0 : 1) + (window_from > 0 && s >= window_from ? 2 : 0);
 }
 
 Worst evaluate(const std::vector<StageSim>& sims, const std::vector<RankSim>& ranks, const TrainingConfig& c,
-               std::int64_t window_from, std::int64_t b, std::int64_t s, std::int64_t accum, std::optional<Phase> only) {
+               std::int64_t window_from, std::int64_t chunk, std::int64_t b, std::int64_t s, std::int64_t accum,
+               std::optional<Phase> only) {
   Worst w;
-  const std::int64_t sl = local_seq(c, s);
+  const sim::Point at = local_point(c, b, s, chunk);
   const std::size_t cls = program_class(b, s, window_from);
   const std::size_t acc = accum > 1 ? 1 : 0;
   for (const auto& rk : ranks) {
@@ -1930,14 +1938,14 @@ Worst evaluate(const std::vector<StageSim>& sims, const std::vector<RankSim>& ra
     if (ranks.size() > 1) {
       const std::int64_t k = in_flight_chunks(c.parallel, rk.rank.rank, rk.rank.chunks, accum);
       const std::int64_t v = rk.rank.chunks;
-      const std::int64_t r = total(st.retained[cls]).eval(b, sl);
+      const std::int64_t r = total(st.retained[cls]).eval(at);
       held = (checked_mul(r, std::max<std::int64_t>(0, k - v)) + v - 1) / v;
     }
     for (const auto& cand : st.candidates[acc][cls]) {
       // No micro-batch is in flight at the optimizer step (the pipeline has drained).
       const Phase ph = phase_of(cand.segment);
       const std::int64_t h = ph == Phase::kForward || ph == Phase::kBackward ? held : 0;
-      const std::int64_t v = checked_add(cand.total.eval(b, sl), h);
+      const std::int64_t v = checked_add(cand.total.eval(at), h);
       auto& pp = w.phase_peak[static_cast<std::size_t>(phase_of(cand.segment))];
       pp = std::max(pp, v);
       if (only && phase_of(cand.segment) != *only) continue;
@@ -1968,12 +1976,12 @@ Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s, std::int64_t
     impl_->ensure(program_class(b, s, impl_->window_from));
     if (impl_->ranks.size() == 1) {  // the common case, kept tight
       const auto& cands = impl_->sims.front().candidates[accum > 1 ? 1 : 0][program_class(b, s, impl_->window_from)];
-      const std::int64_t sl = local_seq(impl_->config, s);
+      const sim::Point at = local_point(impl_->config, b, s, impl_->scan_chunk);
       std::int64_t best = 0;
-      for (const auto& c : cands) best = std::max(best, c.total.eval(b, sl));
+      for (const auto& c : cands) best = std::max(best, c.total.eval(at));
       return Bytes::of(best);
     }
-    return Bytes::of(std::max<std::int64_t>(0, evaluate(impl_->sims, impl_->ranks, impl_->config, impl_->window_from, b, s, accum, std::nullopt).peak));
+    return Bytes::of(std::max<std::int64_t>(0, evaluate(impl_->sims, impl_->ranks, impl_->config, impl_->window_from, impl_->scan_chunk, b, s, accum, std::nullopt).peak));
   } catch (const SizeOverflow& ex) {
     return make_error(ErrorCode::kOverflow, ex.what(), "the batch or sequence length is far too large");
   } catch (const std::logic_error& ex) {  // from the programs of a half built now (build_half)
@@ -2072,7 +2080,10 @@ std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, st
     const sim::AllocTrace& trace = run->trace;
     if (trace.ops.empty()) return std::nullopt;
     std::vector<sim::ReplayStep> steps;
-    for (const std::int64_t len : replay_lengths(config.lengths, b, s)) steps.push_back({b, local_seq(config, len)});
+    for (const std::int64_t len : replay_lengths(config.lengths, b, s)) {
+      const sim::Point at = local_point(config, b, len, scan_chunk);
+      steps.push_back({at.b, at.s, at.p});
+    }
     // The optimizer's state and temporaries per byte of trainable parameter (optimizer_model).
     const StageSim& st = sims[rank.sim];
     sim::OptimizerAllocations opt;
@@ -2111,7 +2122,7 @@ std::optional<Estimator::AllocatorReplay> Estimator::replay_allocator(std::int64
                                                                       std::optional<Bytes> capacity) const {
   if (impl_->config.device != Device::kCuda) return std::nullopt;
   if (!peak_bytes(b, s)) return std::nullopt;
-  const Worst w = evaluate(impl_->sims, impl_->ranks, impl_->config, impl_->window_from, b, s,
+  const Worst w = evaluate(impl_->sims, impl_->ranks, impl_->config, impl_->window_from, impl_->scan_chunk, b, s,
                            impl_->config.grad_accum, std::nullopt);
   if (w.rank == nullptr) return std::nullopt;
   const auto r = impl_->replay(*w.rank, b, s, capacity ? capacity->count() : std::numeric_limits<std::int64_t>::max());
@@ -2127,7 +2138,7 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
   if (auto p = peak_bytes(b, s); !p) return p.error();
   try {
     Estimate e;
-    const Worst w = evaluate(impl_->sims, impl_->ranks, c, impl_->window_from, b, s, c.grad_accum, only);
+    const Worst w = evaluate(impl_->sims, impl_->ranks, c, impl_->window_from, impl_->scan_chunk, b, s, c.grad_accum, only);
     if (w.cand == nullptr)
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("phase '{}' does not run in this configuration", to_string(*only)));
@@ -2138,10 +2149,10 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
     for (int ph = 0; ph < 5; ++ph)
       if (w.phase_peak[static_cast<std::size_t>(ph)] >= 0 && (!only || w.phase_peak[static_cast<std::size_t>(ph)] <= best))
         e.phases.push_back({static_cast<Phase>(ph), Bytes::of(w.phase_peak[static_cast<std::size_t>(ph)])});
-    const std::int64_t sl = local_seq(c, s);
+    const sim::Point at = local_point(c, b, s, impl_->scan_chunk);
     const CatVec cats = categories(*w.cand, st.base);
     for (int i = 0; i < sim::kNumCats; ++i) {
-      std::int64_t v = cats[static_cast<std::size_t>(i)].eval(b, sl);
+      std::int64_t v = cats[static_cast<std::size_t>(i)].eval(at);
       if (static_cast<Cat>(i) == Cat::kInFlight) v += w.in_flight;
       const std::string name = sim::cat_name(static_cast<Cat>(i));
       if (v != 0) e.components.push_back({name, Bytes::of(v), placement_of(st.shard, name), ""});

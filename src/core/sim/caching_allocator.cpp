@@ -425,7 +425,7 @@ ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& step
   std::vector<int> handle(trace.bytes.size(), -2);
   std::vector<char> alive(trace.bytes.size(), 0);
   const auto bytes_at = [&](std::int32_t t, const ReplayStep& st) {
-    return trace.bytes[static_cast<std::size_t>(t)].eval(st.b, st.s);
+    return trace.bytes[static_cast<std::size_t>(t)].eval(Point{st.b, st.s, st.p > 0 ? st.p : st.s});
   };
   std::size_t mark = 0;
   const auto run = [&](std::size_t from, std::size_t to, const ReplayStep& st, std::vector<std::int32_t>* made) {

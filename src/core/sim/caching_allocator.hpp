@@ -130,9 +130,11 @@ namespace memplan::sim {
 
 struct AllocTrace;
 
-// One step of a replay: its micro-batch and (local) sequence length.
+// One step of a replay: its micro-batch, (local) sequence length and that padded to the
+// chunked scans' chunk.
 struct ReplayStep {
   std::int64_t b = 1, s = 1;
+  std::int64_t p = 0;  // 0: s (a model without a chunked scan)
 };
 
 // What the optimizer allocates around the trace (the step program leaves it to the engine):

@@ -105,6 +105,15 @@ int Ops::clone(int x) {
   return y;
 }
 
+// F.pad (constant_pad_nd) makes a new tensor even when every pad is 0; its backward runs
+// constant_pad_nd with the negated pads, which narrows the gradient and clones it: a new
+// tensor of x's size (a clone's backward passes the gradient on instead).
+int Ops::pad(int x, Poly numel) {
+  const int y = g_.make(std::move(numel), g_.at(x).dt, cat);
+  g_.node({x}, {y}, {}, [x](Bwd& c) { c.give(x, grad_like(c, x)); });
+  return y;
+}
+
 void Ops::give_reduced(Bwd& c, int input, int full, const Poly& out_numel, DT out_dt) {
   const Tensor in = c.graph().at(input);  // a copy: temp() may reallocate the tensor table
   int cur = full;

@@ -54,6 +54,7 @@ class Ops {
   int transpose_view(int x);                   // a permuted view: its gradient needs a contiguous copy
   int slice(int x, Poly numel, bool trivial);  // x[..., a:b]; trivial = the full range
   int clone(int x);                            // .contiguous() of a non-contiguous tensor, reshape copies
+  int pad(int x, Poly numel);                  // F.pad to numel: a copy even with zero padding
 
   // ---- elementwise
   int mul(int a, int b, Poly out_numel);       // broadcasting a * b

@@ -12,7 +12,19 @@
 namespace memplan::sim {
 
 // kBB: b x b terms (an encoder's contrastive similarity matrix, b anchors x b candidates).
-enum Mono : int { kOne = 0, kB, kS, kBS, kBSS, kSS, kBB, kNumMono };
+// kBP, kBPP: b x p and b x p x p, where p is s rounded up to a whole number of chunks: the
+// tensors of a chunked scan (Gated DeltaNet, Mamba-2's SSD) that pad the sequence first
+// (docs/formulas.md#chunked-scans). p == s for a model without one.
+enum Mono : int { kOne = 0, kB, kS, kBS, kBSS, kSS, kBB, kBP, kBPP, kNumMono };
+
+// Where a Poly is evaluated: micro-batch b, (local) sequence length s, and p, s padded to the
+// chunked scans' chunk.
+struct Point {
+  std::int64_t b = 1, s = 1, p = 1;
+};
+// s rounded up to a multiple of chunk (chunk <= 1: s itself).
+std::int64_t padded_seq(std::int64_t s, std::int64_t chunk);
+inline Point point(std::int64_t b, std::int64_t s, std::int64_t chunk) { return {b, s, padded_seq(s, chunk)}; }
 
 struct Poly {
   std::array<std::int64_t, kNumMono> c{};
@@ -52,8 +64,10 @@ struct Poly {
       if (c[i] < o.c[i]) return false;
     return true;
   }
-  // Exact value at (b, s); throws SizeOverflow if it does not fit in int64.
-  std::int64_t eval(std::int64_t b, std::int64_t s) const;
+  // Exact value at a point; throws SizeOverflow if it does not fit in int64.
+  std::int64_t eval(const Point& at) const;
+  // At (b, s) of a model without a chunked scan (p = s).
+  std::int64_t eval(std::int64_t b, std::int64_t s) const { return eval(Point{b, s, s}); }
 };
 
 }  // namespace memplan::sim

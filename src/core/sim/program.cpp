@@ -127,6 +127,10 @@ class Step {
   }
   Poly scores(std::int64_t k) const { return Poly::mono(cached_ ? kSS : kBSS, k * seqs_per_forward()); }
   Poly per_seq(std::int64_t k) const { return Poly::mono(cached_ ? kOne : kB, k * seqs_per_forward()); }
+  // A chunked scan's sizes: its tokens are the sequence padded to whole chunks (p of
+  // Poly::Point, docs/formulas.md#chunked-scans). Contrastive encoders (cached_) have no scan.
+  Poly ptok(std::int64_t k) const { return cached_ ? tok(k) : Poly::mono(kBP, k * seqs_per_forward()); }
+  Poly pscores(std::int64_t k) const { return cached_ ? scores(k) : Poly::mono(kBPP, k * seqs_per_forward()); }
   // One sequence per forward: reshapes of (1, ...) tensors are views.
   bool one_sequence() const { return cached_ ? sp_.contrastive.mini_batch_size == 1 : sp_.batch_one; }
   static Poly c(std::int64_t k) { return Poly::constant(k); }
@@ -1918,9 +1922,9 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   g_.drop(b32);
   g_.drop(c32);
   // D_residual = D[..., None] * pad_tensor_by_size(hidden_states, pad_size): F.pad copies even
-  // when pad_size is 0, and the product saves that copy.
-  const int hpad = ops_.clone(hs);
-  const int dres = keep(ops_.mul(lp.d, hpad, tok(I)));
+  // when pad_size is 0 (to the padded length p), and the product saves that copy.
+  const int hpad = ops_.pad(hs, ptok(I));
+  const int dres = keep(ops_.mul(lp.d, hpad, ptok(I)));
   g_.drop(hpad);
   const int hsd0 = ops_.mul(hs, dtc, tok(I));                 // hidden_states * dt
   // A = -torch.exp(self.A_log.float()) is fp32 whatever the weights, so A * dt, its cumsum and
@@ -1932,15 +1936,16 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   g_.drop(aexp);
   const int adt0 = ops_.mul(aneg, dtc, tok(Hh));               // A * dt
   g_.drop(aneg);
-  // reshape_into_chunks pads (copies) hidden_states, A, B and C; the list is built before the
-  // names are rebound, so the four originals go only once all four copies exist.
-  const int hsd = keep(ops_.clone(hsd0)), adt = keep(ops_.clone(adt0));
-  const int bh = keep(ops_.clone(bh0)), ch = keep(ops_.clone(ch0));
+  // reshape_into_chunks pads (copies) hidden_states, A, B and C to p tokens; the list is built
+  // before the names are rebound, so the four originals go only once all four copies exist.
+  // Every tensor of the scan from here on has p tokens.
+  const int hsd = keep(ops_.pad(hsd0, ptok(I))), adt = keep(ops_.pad(adt0, ptok(Hh)));
+  const int bh = keep(ops_.pad(bh0, ptok(Hh * N))), ch = keep(ops_.pad(ch0, ptok(Hh * N)));
   for (const int t : {hsd0, adt0, bh0, ch0}) g_.drop(t);
-  const int acs = keep(ops_.sum(adt, tok(Hh)));               // A_cumsum
+  const int acs = keep(ops_.sum(adt, ptok(Hh)));               // A_cumsum
   // L = exp(segment_sum(A)): (b, heads, chunks, l, l); segment_sum's masked_fill / cumsum /
   // masked_fill are locals of that function.
-  const Poly LL = tok(Hh * l);
+  const Poly LL = ptok(Hh * l);
   const int seg1 = ops_.scalar_op(acs);
   const int seg_full = ops_.add(seg1, seg1, LL);
   g_.drop(seg1);
@@ -1951,20 +1956,20 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   const int L = keep(ops_.tanh(seg3));  // exp: saves its result
   g_.drop(seg3);
   // G_intermediate = C[:, :, :, None] * B[:, :, None]: (b, chunks, l, l, heads, N), a local.
-  const int gi = keep(ops_.mul(ch, bh, tok(l * Hh * N)));
+  const int gi = keep(ops_.mul(ch, bh, ptok(l * Hh * N)));
   const int gs = keep(ops_.sum(gi, LL));
   const int mi = keep(ops_.mul(gs, L, LL));
   const int mm = keep(ops_.sum(mi, LL));
   // Y_diag = (M[..., None] * hidden_states[:, :, None]).sum(dim=3): the product is a temporary.
-  const int yt = ops_.mul(mm, hsd, tok(l * I));
-  const int yd = keep(ops_.sum(yt, tok(I)));
+  const int yt = ops_.mul(mm, hsd, ptok(l * I));
+  const int yd = keep(ops_.sum(yt, ptok(I)));
   g_.drop(yt);
   // decay_states, B_decay, states = (B_decay[..., None, :] * hidden_states[..., None]).sum(dim=2)
   const int ds = keep(ops_.tanh(acs));
-  const int bd = keep(ops_.mul(bh, ds, tok(Hh * N)));
+  const int bd = keep(ops_.mul(bh, ds, ptok(Hh * N)));
   const std::int64_t per_chunk = std::max<std::int64_t>(1, I * N / l);
-  const int st = ops_.mul(bd, hsd, tok(I * N));
-  const int states = ops_.sum(st, tok(per_chunk));
+  const int st = ops_.mul(bd, hsd, ptok(I * N));
+  const int states = ops_.sum(st, ptok(per_chunk));
   g_.drop(st);
   // Inter-chunk recurrence over c + 1 states: torch.cat([zeros_like(states[:, :1]), states])
   // (the sum's result goes with its name), decay_chunk (b, heads, c + 1, c + 1), and the
@@ -1973,19 +1978,22 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   const int prev = keep(g_.make(one_state, DT::kF32, ops_.cat));
   const int st_all = keep(ops_.concat({prev, states}));
   g_.drop(states);
-  const Poly quad = scores(std::max<std::int64_t>(1, I * N / (l * l))) + tok(2 * per_chunk) + one_state;
+  const Poly quad = pscores(std::max<std::int64_t>(1, I * N / (l * l))) + ptok(2 * per_chunk) + one_state;
   const int nst = ops_.mul(st_all, st_all, quad);
-  const int new_states = keep(ops_.sum(nst, tok(per_chunk) + one_state));
+  const int new_states = keep(ops_.sum(nst, ptok(per_chunk) + one_state));
   g_.drop(nst);
   // C_times_states = C[..., None, :] * states[:, :, None]: (b, chunks, l, heads, P, N), a local.
-  const int cts = keep(ops_.mul(ch, new_states, tok(I * N)));
-  const int csum = ops_.sum(cts, tok(I));
+  const int cts = keep(ops_.mul(ch, new_states, ptok(I * N)));
+  const int csum = ops_.sum(cts, ptok(I));
   const int sdo = keep(ops_.tanh(acs));  // state_decay_out = exp(A_cumsum)
-  const int yoff = keep(ops_.mul(csum, sdo, tok(I)));
+  const int yoff = keep(ops_.mul(csum, sdo, ptok(I)));
   g_.drop(csum);
-  const int y1 = ops_.add(yd, yoff, tok(I));
-  const int y2 = ops_.add(y1, dres, tok(I));
+  const int y1 = ops_.add(yd, yoff, ptok(I));
+  const int y2 = ops_.add(y1, dres, ptok(I));
   g_.drop(y1);
+  // y[:, :seq_len] (only when padded) and reshape(b, s, -1): modelled as views of the padded y,
+  // which the gated norm saves. For b > 1 with padding the reshape copies the s rows instead
+  // and the padded y goes: p - s rows of one fp32 tensor over (docs/formulas.md#chunked-scans).
   // MambaRMSNormGated(y, gate): y * silu(gate.float()), RMS over the inner width, * weight; then
   // out_proj(scan_output.to(dtype)).
   const int g32 = f32_copy((g_.hold(gate), gate));
@@ -2009,7 +2017,7 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   // inference only; training runs conv1d + silu and torch_chunk_gated_delta_rule, chunk 64).
   const HybridSpec& y = m_.hybrid;
   const std::int64_t K = y.gdn_key_dim(), V = y.gdn_value_dim(), Hv = y.gdn_value_heads;
-  const std::int64_t dk = y.gdn_key_head_dim, dv = y.gdn_value_head_dim, l = 64;
+  const std::int64_t dk = y.gdn_key_head_dim, dv = y.gdn_value_head_dim, l = kGatedDeltaChunk;
   const std::int64_t HK = Hv * dk;  // keys repeated to the value heads
   std::vector<int> locals;
   const auto keep = [&](int t) { locals.push_back(t); return t; };
@@ -2098,17 +2106,26 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
     g_.drop(tv);
     return f32_copy(c);
   };
-  const int q32 = tf32(qn), k32 = keep(tf32(kn)), v32 = tf32(v0), b32 = tf32(beta), g32 = tf32(gdec);
-  const int qs = keep(ops_.scalar_op(q32));  // query * scale
-  g_.drop(q32);
-  const int vb = keep(ops_.mul(v32, b32, tok(Hv * dv)));
-  const int kb = keep(ops_.mul(k32, b32, tok(HK)));
+  const int q32 = tf32(qn), k32u = tf32(kn), v32u = tf32(v0), b32u = tf32(beta), g32u = tf32(gdec);
+  // F.pad of each to p tokens (a copy even when pad_size is 0); each unpadded one goes as its
+  // name is rebound. Every tensor of the scan from here on has p tokens.
+  const auto padded = [&](int t, std::int64_t per_token) {
+    const int r = ops_.pad(t, ptok(per_token));
+    g_.drop(t);
+    return r;
+  };
+  const int qp = padded(q32, HK), k32 = keep(padded(k32u, HK)), v32 = padded(v32u, Hv * dv);
+  const int b32 = padded(b32u, Hv), g32 = padded(g32u, Hv);
+  const int qs = keep(ops_.scalar_op(qp));  // query * scale
+  g_.drop(qp);
+  const int vb = keep(ops_.mul(v32, b32, ptok(Hv * dv)));
+  const int kb = keep(ops_.mul(k32, b32, ptok(HK)));
   g_.drop(v32);
   g_.drop(b32);
-  const int gc = keep(ops_.sum(g32, tok(Hv)));  // g.cumsum(-1)
+  const int gc = keep(ops_.sum(g32, ptok(Hv)));  // g.cumsum(-1)
   g_.drop(g32);
   // decay_mask = ((g[..., None] - g[..., None, :]).tril().exp().float()).tril(): (b, H, c, l, l)
-  const Poly LL = tok(Hv * l);
+  const Poly LL = ptok(Hv * l);
   const int dm1 = ops_.add(gc, gc, LL);
   const int dm2 = ops_.scalar_op(dm1);
   g_.drop(dm1);
@@ -2131,8 +2148,8 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   // clones the (b, heads, chunks, l, l) gradient with the slice zeroed and the clones' slice
   // backwards scatter into zero-filled gradients of that size, so three of them live at once.
   const std::int64_t solve = (l - 1) * l * (2 * l - 1) / 6;
-  const int subs = g_.make(tok(Hv * solve / l), DT::kF32, ops_.cat);
-  const int rows = g_.make(tok(Hv * (l - 1) / 2), DT::kF32, ops_.cat);
+  const int subs = g_.make(ptok(Hv * solve / l), DT::kF32, ops_.cat);
+  const int rows = g_.make(ptok(Hv * (l - 1) / 2), DT::kF32, ops_.cat);
   const int attn2 = g_.make(LL, DT::kF32, ops_.cat);
   g_.node({attn}, {attn2}, {rows, subs}, [attn, LL](Bwd& c) {
     const int kept = c.temp(LL, DT::kF32);
@@ -2146,42 +2163,45 @@ int Step::gated_deltanet(int x, LayerParams& lp) {
   g_.drop(attn);
   const int attn_i = ops_.scalar_op(attn2);  // + eye
   g_.drop(attn2);
-  const int value = keep(ops_.matmul(attn_i, vb, tok(Hv * dv)));
+  const int value = keep(ops_.matmul(attn_i, vb, ptok(Hv * dv)));
   const int ge = keep(ops_.tanh(gc));  // g.exp()
-  const int kbg = ops_.mul(kb, ge, tok(HK));
-  const int kcd = keep(ops_.matmul(attn_i, kbg, tok(HK)));
+  const int kbg = ops_.mul(kb, ge, ptok(HK));
+  const int kcd = keep(ops_.matmul(attn_i, kbg, ptok(HK)));
   g_.drop(kbg);
   g_.drop(attn_i);
   // The loop over chunks: per chunk attn = (q_i @ k_i^T * decay_mask_i).masked_fill_, v_new =
   // v_i - k_cumdecay_i @ state, out_i = (q_i * g_i.exp()) @ state + attn @ v_new, and the next
   // state (b, H, dk, dv) -- one per chunk, each kept by the next chunk's products.
   const int state0 = ops_.scalar_op(ge);
-  const Poly states_n = tok(std::max<std::int64_t>(1, Hv * dk * dv / l));
+  const Poly states_n = ptok(std::max<std::int64_t>(1, Hv * dk * dv / l));
   const int states = keep(ops_.add(state0, state0, states_n));
   g_.drop(state0);
   const int qk = ops_.matmul(qs, k32, LL);
   const int ai = keep(ops_.mul(qk, dm, LL));
   g_.drop(qk);
-  const int vp = ops_.matmul(kcd, states, tok(Hv * dv));
-  const int vn = keep(ops_.add(value, vp, tok(Hv * dv)));
+  const int vp = ops_.matmul(kcd, states, ptok(Hv * dv));
+  const int vn = keep(ops_.add(value, vp, ptok(Hv * dv)));
   g_.drop(vp);
-  const int qg = ops_.mul(qs, ge, tok(HK));
-  const int inter = ops_.matmul(qg, states, tok(Hv * dv));
+  const int qg = ops_.mul(qs, ge, ptok(HK));
+  const int inter = ops_.matmul(qg, states, ptok(Hv * dv));
   g_.drop(qg);
-  const int av = ops_.matmul(ai, vn, tok(Hv * dv));
-  const int core = ops_.add(inter, av, tok(Hv * dv));
+  const int av = ops_.matmul(ai, vn, ptok(Hv * dv));
+  const int core = ops_.add(inter, av, ptok(Hv * dv));
   g_.drop(inter);
   g_.drop(av);
   // The last chunk's state update feeds only last_recurrent_state, which training drops
   // (output_final_state=False): that branch of the graph dies with it, so its k_i * decay product
   // is not kept -- one chunk of l positions fewer.
-  const int kd = ops_.mul(k32, ge, tok(HK) - per_seq(l * HK));
+  const int kd = ops_.mul(k32, ge, ptok(HK) - per_seq(l * HK));
   const int nxt = ops_.matmul(kd, vn, states_n);
   g_.drop(kd);
   g_.drop(nxt);
-  // core_attn_out.transpose(1, 2).contiguous().to(initial dtype)
-  const int ct = ops_.transpose_view(core);
+  // core_attn_out[:, :, :sequence_length] (a SliceBackward even when nothing was padded: its
+  // gradient is a zero tensor of p tokens), then .transpose(1, 2).contiguous().to(initial dtype)
+  const int cs = ops_.slice(core, tok(Hv * dv), false);
   g_.drop(core);
+  const int ct = ops_.transpose_view(cs);
+  g_.drop(cs);
   const int cc = ops_.clone(ct);
   g_.drop(ct);
   const int cb = ops_.to(cc, sp_.weight_dt);
@@ -4023,6 +4043,14 @@ ProgramResult run_step(const ProgramSpec& spec) {
   if (spec.model.is_encoder()) return run_encoder_step(spec);
   Step s(spec);
   return s.run();
+}
+
+std::int64_t scan_chunk(const ModelSpec& m) {
+  const auto& mixers = m.hybrid.mixers;
+  if (std::find(mixers.begin(), mixers.end(), MixerKind::kMamba2) != mixers.end())
+    return std::max<std::int64_t>(1, m.hybrid.mamba_chunk);
+  if (std::find(mixers.begin(), mixers.end(), MixerKind::kGatedDeltaNet) != mixers.end()) return kGatedDeltaChunk;
+  return 1;
 }
 
 }  // namespace memplan::sim

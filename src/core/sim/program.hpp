@@ -181,6 +181,13 @@ struct ProgramResult {
   AllocTrace trace;                   // ProgramSpec::trace: every allocation and free in order
 };
 
+// transformers' torch_chunk_gated_delta_rule runs in chunks of 64 positions (chunk_size=64).
+inline constexpr std::int64_t kGatedDeltaChunk = 64;
+// The chunk a model's chunked scans pad the sequence to (Poly::Point's p): Mamba-2's chunk_size,
+// else Gated DeltaNet's 64, else 1 (no scan: p = s). No released model has both kinds of layer;
+// one that did would need a p per kind.
+std::int64_t scan_chunk(const ModelSpec& m);
+
 // Runs one SFT step of the reduced model. Throws SizeOverflow on absurd sizes.
 ProgramResult run_step(const ProgramSpec& spec);
 // The encoder step (encoder_program.cpp): BERT-family forward, its head and loss, backward.
