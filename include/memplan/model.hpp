@@ -113,6 +113,7 @@ enum class VisionKind {
   kQwen3Vl,   // Qwen3-VL: LayerNorm, fc1/GELU-tanh/fc2 MLP, learned positions, DeepStack mergers into early layers
   kLlama4,    // Llama 4: counted (unfold patch Linear, 2D-rope ViT, pixel-shuffle adapter, projector), not simulated
   kGemma4,    // Gemma 4: counted (patch Linear, 2D position table, q/k/v-normed ViT, gated GELU-tanh MLP), not simulated
+  kPixtral,   // Mistral 3 (Mistral Small 3.1/3.2, Ministral 3): Pixtral ViT + patch merger, counted, not simulated
 };
 
 struct VisionSpec {
@@ -144,6 +145,9 @@ struct VisionSpec {
   // Llama 4 (docs/models.md#llama-4): the vision adapter's pixel-shuffle MLP width and output.
   std::int64_t projector_input_dim = 0;
   std::int64_t projector_output_dim = 0;
+  // Mistral 3 (docs/models.md#mistral-3): multimodal_projector_bias on linear_1 and linear_2;
+  // projector_input_dim is the vision width times the number of vision_feature_layer entries.
+  bool projector_bias = false;
 
   bool enabled() const { return depth > 0; }
   // Rows of the patch-embedding input: channels x temporal x patch x patch values per patch.

@@ -995,6 +995,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
       in.warnings.push_back(fmt::format("model '{}' is a {} 4-bit checkpoint; memplan models bitsandbytes 4-bit "
                                         "weights only, so its weights are counted at the training dtype",
                                         in.model_name, m->quantization));
+    } else if (!m->prequantized_4bit && !m->quantization.empty()) {
+      in.warnings.push_back(fmt::format("model '{}' has a quantization_config (quant_method '{}') that memplan does "
+                                        "not model; its weights are counted unquantized at the training dtype",
+                                        in.model_name, m->quantization));
     }
     if (in.model.name.empty()) in.model.name = in.model_name;
     // `torch_dtype: auto` in a config: the dtype the checkpoint is stored in.

@@ -249,7 +249,7 @@ ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
   // text (its tower loaded, unused).
   // Llama 4 is counted with its tower but fine-tuned on text here (docs/models.md#llama-4).
   const bool text_default = m.vision.kind == VisionKind::kSiglip || m.vision.kind == VisionKind::kLlama4 ||
-                            m.vision.kind == VisionKind::kGemma4;
+                            m.vision.kind == VisionKind::kGemma4 || m.vision.kind == VisionKind::kPixtral;
   p.images = c.vision.images >= 0 ? c.vision.images : text_default ? 0 : 1;
   const std::int64_t side = default_image_side(m.vision);
   p.grid = image_grid(m.vision, c.vision.image_height > 0 ? c.vision.image_height : side,
@@ -278,6 +278,11 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
                       "Llama 4's vision tower (unfold patch embedding, 2D-rotary ViT, pixel-shuffle adapter) is counted "
                       "but not simulated: batches with images are not modelled",
                       "estimate text-only fine-tuning (--images 0), the common case for Llama 4");
+  if (m.vision.kind == VisionKind::kPixtral && c.vision.images > 0)
+    return make_error(ErrorCode::kUnsupported,
+                      "Mistral 3's Pixtral tower (2D-rotary ViT over images at their own sizes, block-diagonal mask, "
+                      "patch merger) is counted but not simulated: batches with images are not modelled",
+                      "estimate text-only fine-tuning (--images 0), the default for Mistral 3");
   if (m.vision.kind == VisionKind::kGemma4 && c.vision.images > 0)
     return make_error(ErrorCode::kUnsupported,
                       "Gemma 4's vision tower (2D position table, q/k/v-normed ViT, spatial pooling) is counted but "

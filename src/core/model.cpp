@@ -421,7 +421,7 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     } else if (m.model_type == "starcoder2") {  // Starcoder2MLP: c_fc, gelu_pytorch_tanh, c_proj (use_bias)
       out.push_back({"c_fc", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
       out.push_back({"c_proj", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
-    } else if (m.model_type == "nemotron_h") {  // NemotronHMLP: up_proj, relu2, down_proj
+    } else if (m.model_type == "nemotron_h" || m.model_type == "arcee") {  // NemotronHMLP (ArceeMLP): up_proj, relu2, down_proj
       out.push_back({"up_proj", h, m.intermediate_size, m.mlp_bias, 1, LinearRole::kMlp});
       out.push_back({"down_proj", m.intermediate_size, h, m.mlp_bias, 1, LinearRole::kMlp});
     } else {

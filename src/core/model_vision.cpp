@@ -13,7 +13,8 @@ namespace memplan {
 
 namespace {
 
-bool layer_norms(const VisionSpec& v) { return v.kind != VisionKind::kQwen25Vl; }  // LayerNorm: weight + bias
+// LayerNorm (weight + bias) in every tower but Qwen2.5-VL's and Pixtral's RMSNorms.
+bool layer_norms(const VisionSpec& v) { return v.kind != VisionKind::kQwen25Vl && v.kind != VisionKind::kPixtral; }
 
 // mllama: rows of the aspect-ratio embedding tables (id 0 is padding).
 std::int64_t aspect_rows(const VisionSpec& v) { return static_cast<std::int64_t>(v.max_aspect_ratio_id) + 1; }
@@ -36,6 +37,7 @@ std::string to_string(VisionKind k) {
     case VisionKind::kQwen3Vl: return "qwen3_vl";
     case VisionKind::kLlama4: return "llama4";
     case VisionKind::kGemma4: return "gemma4";
+    case VisionKind::kPixtral: return "pixtral";
   }
   return "?";
 }
@@ -103,6 +105,15 @@ std::vector<LinearModule> vision_block_linears(const VisionSpec& v) {
     out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
     return out;
   }
+  if (v.kind == VisionKind::kPixtral) {
+    // PixtralAttention (q, k, v, o: hidden x hidden, no biases) and PixtralMLP (Mistral's gated
+    // MLP, no biases).
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, false, 1, LinearRole::kAttention});
+    out.push_back({"gate_proj", h, f, false, 1, LinearRole::kMlp});
+    out.push_back({"up_proj", h, f, false, 1, LinearRole::kMlp});
+    out.push_back({"down_proj", f, h, false, 1, LinearRole::kMlp});
+    return out;
+  }
   if (v.kind == VisionKind::kGemma4) {
     // Gemma4VisionAttention (heads x head_dim = hidden, as many K/V heads as heads) and
     // Gemma4VisionMLP; each a Gemma4ClippableLinear around a bias-free nn.Linear.
@@ -145,6 +156,15 @@ std::vector<LinearModule> vision_projector_linears(const VisionSpec& v, std::int
   }
   if (v.kind == VisionKind::kGemma4)  // Gemma4MultimodalEmbedder.embedding_projection, no bias
     return {{"embedding_projection", v.hidden_size, text_hidden, false, 1, LinearRole::kMlp}};
+  if (v.kind == VisionKind::kPixtral) {
+    // Mistral3MultiModalProjector: patch_merger.merging_layer (merge^2 x h -> h, no bias), linear_1
+    // (h x vision feature layers -> text hidden), GELU, linear_2 (text hidden -> text hidden), both
+    // with multimodal_projector_bias.
+    const std::int64_t merged = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
+    return {{"patch_merger.merging_layer", merged, v.hidden_size, false, 1, LinearRole::kMlp},
+            {"linear_1", v.projector_input_dim, text_hidden, v.projector_bias, 1, LinearRole::kMlp},
+            {"linear_2", text_hidden, text_hidden, v.projector_bias, 1, LinearRole::kMlp}};
+  }
   if (v.kind == VisionKind::kLlama4)  // Llama4MultiModalProjector.linear_1, no bias
     return {{"linear_1", v.projector_output_dim, text_hidden, false, 1, LinearRole::kMlp}};
   if (v.kind == VisionKind::kMllama)  // MllamaModel.multi_modal_projector: Linear(vision_output_dim, text hidden)
@@ -199,6 +219,11 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
     const std::int64_t side = v.image_size / v.patch_size;
     c.tower += v.patch_values() * h + h + (side * side + 1) * h + 4 * h;
     c.tower += v.intermediate_size * v.projector_input_dim + v.projector_output_dim * v.projector_output_dim;
+  } else if (v.kind == VisionKind::kPixtral) {
+    // PixtralVisionModel: patch_conv (Conv2d, no bias) and ln_pre (RMSNorm); no post-norm (the
+    // rotary table is a buffer). The projector's RMSNorm over the vision width.
+    c.tower += v.patch_values() * h + h;
+    c.projector = h;
   } else if (v.kind == VisionKind::kGemma4) {
     // Gemma4VisionPatchEmbedder: input_proj Linear(3 x p x p, h), no bias, and the
     // position_embedding_table (2, position_embedding_size, h). std_bias / std_scale (standardize)

@@ -66,6 +66,22 @@ TEST_CASE("--model: a GPTQ re-upload is counted as its original, with a warning"
         peak({"--model", "meta-llama/Llama-2-7b-hf", "--use-peft"}));
 }
 
+TEST_CASE("--model: a checkpoint stored in a quantization memplan does not model says its weights are counted unquantized") {
+  // DeepSeek-V3 and Kimi K2 publish fp8 block-quantized weights (quantization_config quant_method fp8).
+  const auto dir = std::filesystem::temp_directory_path() / "memplan_test_fp8_checkpoint";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json")
+      << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
+      "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})";
+  const CliRun r = run_cli({"estimate", "--model", (dir / "config.json").string(), "--use-peft", "--lora-target-modules",
+                            "q_proj,v_proj"});
+  std::filesystem::remove_all(dir);
+  REQUIRE(r.code == memplan::cli::kExitOk);
+  CHECK((r.out + r.err).find("has a quantization_config (quant_method 'fp8') that memplan does not model; its "
+                             "weights are counted unquantized at the training dtype") != std::string::npos);
+}
+
 TEST_CASE("--model: a second stage's adapter directory estimates its base model") {
   const std::string dir = std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/models/zephyr-qlora-output";
   CHECK(peak({"--model", dir, "--use-peft", "--load-in-4bit"}) ==

@@ -525,7 +525,7 @@ void Step::make_vision_params() {
   VisionWeights& vw = w_->vision;
   const std::int64_t h = v.hidden_size;
   const bool siglip = v.kind == VisionKind::kSiglip;
-  const bool ln = v.kind != VisionKind::kQwen25Vl;
+  const bool ln = v.kind != VisionKind::kQwen25Vl && v.kind != VisionKind::kPixtral;  // else RMSNorm
   const bool tower = sp_.full_finetune && sp_.train_vision_tower;
   // Frozen parameters may stay in the load dtype (LLaMA-Factory upcasts trainable ones only).
   const auto dt = [this](bool train, DT usual) { return !train && sp_.vision_frozen_dt ? *sp_.vision_frozen_dt : usual; };
@@ -545,6 +545,8 @@ void Step::make_vision_params() {
                             v.projector_output_dim * v.projector_output_dim,
                         dt(false, other_dt()), false);
   }
+  if (v.kind == VisionKind::kPixtral)  // ln_pre; counted, never run (docs/models.md#mistral-3)
+    vw.pos = make_param(h, dt(tower, other_dt()), tower);
   if (v.kind == VisionKind::kGemma4)  // position_embedding_table (2, position_embedding_size, h)
     vw.pos = make_param(2 * v.num_position_embeddings * h, dt(tower, other_dt()), tower);
   if (v.kind == VisionKind::kQwen3Vl) {
@@ -4035,7 +4037,8 @@ std::vector<std::string> default_lora_targets(const ModelSpec& m) {
   if (m.is_deberta()) return {"query_proj", "key_proj", "value_proj", "dense"};
   if (m.model_type == "phi3") return {"qkv_proj"};
   // No PEFT mapping (the hybrids too: qwen3_next, nemotron_h, lfm2): PEFT asks for target_modules.
-  if (m.is_mla() || m.is_nomic_bert() || m.is_mpnet() || m.hybrid.enabled()) return {};
+  // Nor for arcee (PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no entry).
+  if (m.is_mla() || m.is_nomic_bert() || m.is_mpnet() || m.hybrid.enabled() || m.model_type == "arcee") return {};
   return {"q_proj", "v_proj"};
 }
 

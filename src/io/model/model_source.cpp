@@ -247,6 +247,8 @@ class Fields {
   const std::string& origin_;
 };
 
+Error unsupported_at(const std::string& origin, std::string msg, std::string suggestion);
+
 Result<Activation> parse_activation(const std::string& s, const std::string& origin) {
   if (s.empty() || s == "silu" || s == "swish") return Activation::kSilu;
   // Names as transformers' ACT2FN spells them: exact GELU, or one of its tanh approximations.
@@ -256,6 +258,11 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
   if (s == "relu") return Activation::kRelu;
   if (s == "relu2") return Activation::kRelu2;  // squared ReLU (Nemotron-H mlp_hidden_act)
   static const std::vector<std::string> known = {"silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2"};
+  // Activations with parameters of their own, whose models are not read as any known layout: a
+  // near-miss name (silu for xielu) would suggest a different MLP.
+  if (s == "xielu")
+    return unsupported_at(origin, "activation 'xielu' (Apertus's xIELU, with learnable parameters) is not modelled",
+                          "use --model-params for a Llama-shaped estimate of the same size");
   std::string hint = did_you_mean(s, known);
   return config_error(origin, fmt::format("activation '{}' is not supported", s),
                       hint.empty() ? "supported: silu, gelu, gelu_new, gelu_pytorch_tanh, relu" : hint);
@@ -322,6 +329,11 @@ const char* unmodelled_block_key(const json& j) {
       "per_layer_input_dim"};
   for (const char* k : kKeys)
     if (auto it = j.find(k); it != j.end() && !it->is_null()) return k;
+  // Switches that add modules or change the attention when on (HunYuan's use_qk_norm and
+  // cross-layer K/V sharing, OLMo-style qk_layernorm, Apertus-style qk_norm).
+  static const char* const kOnKeys[] = {"use_qk_norm", "qk_layernorm", "qk_norm", "use_cla", "use_qk_layernorm"};
+  for (const char* k : kOnKeys)
+    if (auto it = j.find(k); it != j.end() && it->is_boolean() && it->get<bool>()) return k;
   if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
     for (const auto& v : *it)
       if (!v.is_string() || v.get<std::string>() != "full_attention") return "layer_types";
@@ -793,6 +805,38 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
                            : type == "qwen3_5"     ? "qwen3_5_text"
                                                    : "qwen3_5_moe_text";
       j = std::move(text);
+    } else if (type == "mistral3") {
+      // Mistral 3 (Mistral Small 3.1 / 3.2, Magistral, Ministral 3; docs/models.md#mistral-3): the
+      // language model is the text_config (MistralConfig, or Ministral3Config, Mistral's layout);
+      // the Pixtral tower and the patch-merging projector are counted, never simulated.
+      const json* t = top.find("text_config");
+      if (!t || !t->is_object())
+        return config_error(origin, "model_type 'mistral3' has no \"text_config\" object", kWrongFileHint);
+      json text = *t;
+      const std::string inner = text.contains("model_type") && text["model_type"].is_string()
+                                    ? text["model_type"].get<std::string>()
+                                    : std::string("mistral");
+      if (inner != "mistral" && inner != "ministral3")
+        return unsupported_at(origin,
+                              fmt::format("model_type 'mistral3' with a text_config of model_type '{}' is not modelled",
+                                          inner),
+                              "memplan reads Mistral 3 wrappers around 'mistral' and 'ministral3' language models");
+      if (const json* vc = top.find("vision_config")) {
+        if (!vc->is_object())
+          return config_error(origin, fmt::format("\"vision_config\" must be an object, got {}", describe(*vc)));
+        MEMPLAN_TRY(vision, parse_pixtral_vision(*vc, j, origin));
+        vision.model_type = type;
+      }
+      for (const char* inherited : {"tie_word_embeddings", "torch_dtype", "dtype"})
+        if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
+      // Ministral3Attention scales the rotated query by 1 + beta log(1 + floor(pos / original max)):
+      // one more query-sized product per layer, which nothing saves (a transient; Mistral's layout
+      // otherwise).
+      text["model_type"] = "mistral";
+      j = std::move(text);
+    } else if (type == "ministral3") {
+      // Ministral3ForCausalLM saved alone (Devstral 2): Mistral's layout (docs/models.md#mistral-3).
+      j["model_type"] = "mistral";
     } else if (type == "gemma4") {
       // Gemma 4 (docs/models.md#gemma-4): the language model is the text_config (Gemma4TextConfig);
       // the vision and audio towers are counted, never simulated.
@@ -866,6 +910,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
       if (!f.has(k) && !missing) missing = k;
     const char* block = unmodelled_block_key(j);
     const std::string hint = did_you_mean(m.model_type, types);
+    // A near-miss name (llava for llama) is no help when the config carries a block a Llama lacks.
     if (assumption && !missing && !block && hint.empty()) {
       *assumption = fmt::format("model_type '{}' is not known; its config.json has the keys of a Llama-compatible "
                                 "layout and nothing else, so it is read as a Llama (q/k/v/o attention, gated MLP, "
@@ -874,15 +919,15 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
       j["model_type"] = "llama";
       m.model_type = "llama";
     } else {
-      if (!hint.empty()) {
-        // a near miss of a known type: the suggestion says it all
-      } else if (block) {
+      if (block) {
         e.message += fmt::format(": its config.json has \"{}\", a block memplan does not model for this type", block);
+      } else if (!hint.empty()) {
+        // a near miss of a known type: the suggestion says it all
       } else if (missing) {
         e.message += fmt::format(": its config.json has no \"{}\", so it cannot be read as a Llama-compatible layout",
                                  missing);
       }
-      e.suggestion = hint.empty() ? supported_list() : hint;
+      e.suggestion = hint.empty() || block ? supported_list() : hint;
       return e;
     }
   }
@@ -893,6 +938,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (t == "lfm2")
     if (auto s = apply_lfm2_fields(j, origin); !s) return s.error();
   if (t == "starcoder2" && !j.contains("hidden_act")) j["hidden_act"] = "gelu_pytorch_tanh";  // Starcoder2Config
+  if (t == "arcee" && !j.contains("hidden_act")) j["hidden_act"] = "relu2";  // ArceeConfig
   if (t == "nemotron_h") {
     // NemotronHConfig: attention_head_dim in the first releases, head_dim later; relu2 MLP.
     if (!j.contains("head_dim") && j.contains("attention_head_dim")) j["head_dim"] = j["attention_head_dim"];
@@ -959,7 +1005,10 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   } else if (t != "mistral" && t != "mixtral" && t != "phi3" && !gpt2) {
     m.qkv_bias = m.o_bias = attention_bias.value_or(false);
   }
-  if (t == "llama" || t == "granite" || t == "smollm3") m.mlp_bias = mlp_bias.value_or(false);
+  // Seed-OSS (SeedOssConfig, read as a Llama): attention_bias on q/k/v, attention_out_bias on o_proj.
+  MEMPLAN_TRY(auto attention_out_bias, f.boolean("attention_out_bias"));
+  if (t == "llama" && attention_out_bias) m.o_bias = *attention_out_bias;
+  if (t == "llama" || t == "granite" || t == "smollm3" || t == "arcee") m.mlp_bias = mlp_bias.value_or(false);
   if (t == "internlm3") {
     // InternLM3Attention: q/k/v carry qkv_bias, o_proj `bias`; InternLM3MLP: `bias` on all three.
     MEMPLAN_TRY(auto qkv_bias, f.boolean("qkv_bias"));
@@ -1004,6 +1053,13 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     if (m.bidirectional && m.sliding_window > 0) m.sliding_window = m.sliding_window / 2 + 1;
   }
   if (t == "phi3") m.fused_qkv = m.fused_gate_up = true;
+  if (t == "arcee") {
+    m.gated_mlp = false;  // ArceeMLP is NemotronMLP: up_proj, act (relu2), down_proj
+    // The simulator runs relu2's ops (relu, square); another activation saves other tensors.
+    if (m.activation != Activation::kRelu2)
+      return unsupported_at(origin, "arcee with a hidden_act other than relu2 is not modelled",
+                            "AFM checkpoints use relu2; drop hidden_act or set it to relu2");
+  }
   if (t == "nemotron_h") {
     m.norms_per_layer = 1;  // NemotronHBlock: one norm before its one mixer
     m.gated_mlp = false;    // NemotronHMLP: up_proj, relu2, down_proj
@@ -1120,7 +1176,8 @@ const std::vector<std::string>& supported_model_types() {
                                              "qwen3_next", "nemotron_h", "lfm2", "gpt_oss", "minimax_m2",
                                              "starcoder2", "qwen3_vl", "qwen3_vl_moe", "llama4", "llama4_text",
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
-                                             "qwen3_5_moe_text", "gemma4", "gemma4_text"};
+                                             "qwen3_5_moe_text", "gemma4", "gemma4_text", "mistral3", "ministral3",
+                                             "arcee"};
   return t;
 }
 
@@ -1433,6 +1490,10 @@ void read_quantization(std::string_view text, ResolvedModel& r) {
   } else if ((m == "gptq" || m == "awq") && four) {
     r.prequantized_4bit = true;
     r.quantization = m == "gptq" ? "GPTQ" : "AWQ";
+  } else if (m != "mxfp4") {  // gpt-oss's MXFP4 experts: docs/models.md#gpt_oss
+    // Any other storage (fp8 blocks, 8-bit bitsandbytes, auto-round, compressed-tensors, GPTQ at
+    // other widths): named, so that the caller can say the estimate does not model it.
+    r.quantization = m.empty() ? std::string("unnamed") : m;
   }
 }
 

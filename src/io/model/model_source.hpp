@@ -79,7 +79,10 @@ struct ResolvedModel {
   // -AWQ), or a config.json with a 4-bit quantization_config. Loading it gives 4-bit base
   // weights whatever the training config asks for, so only QLoRA-style training applies.
   bool prequantized_4bit = false;
-  std::string quantization;  // "bitsandbytes", "GPTQ", "AWQ"; empty when not pre-quantized
+  // "bitsandbytes", "GPTQ", "AWQ" (prequantized_4bit); any other quant_method of the checkpoint's
+  // quantization_config (fp8, auto-round, ...) as written, which memplan does not model; empty
+  // when the config has none.
+  std::string quantization;
 };
 
 // Resolves `name` in this order (docs/models.md#resolution):

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -209,6 +210,53 @@ Status read_llama4_text(const json& j, ModelSpec& m, const std::string& origin) 
     m.full_attention_layers.clear();
   }
   return Ok{};
+}
+
+Result<VisionSpec> parse_pixtral_vision(const json& vc, const json& top, const std::string& origin) {
+  VisionSpec v;
+  const std::string where = origin + " vision_config";
+  v.kind = VisionKind::kPixtral;
+  // PixtralVisionConfig and Mistral3Config defaults (transformers 4.50+).
+  MEMPLAN_TRY(std::int64_t depth, integer(vc, "num_hidden_layers", where, 24));
+  MEMPLAN_TRY(v.hidden_size, integer(vc, "hidden_size", where, 1024));
+  MEMPLAN_TRY(v.intermediate_size, integer(vc, "intermediate_size", where, 4096));
+  MEMPLAN_TRY(std::int64_t heads, integer(vc, "num_attention_heads", where, 16));
+  MEMPLAN_TRY(v.image_size, integer(vc, "image_size", where, 1024));
+  MEMPLAN_TRY(v.patch_size, integer(vc, "patch_size", where, 16));
+  MEMPLAN_TRY(std::int64_t chans, integer(vc, "num_channels", where, 3));
+  MEMPLAN_TRY(std::int64_t merge, integer(top, "spatial_merge_size", origin, 2));
+  MEMPLAN_TRY(auto bias, boolean(top, "multimodal_projector_bias", origin));
+  if (chans != 3) return wrap_error(origin, fmt::format("vision_config \"num_channels\" = {} is not modelled (3)", chans));
+  // vision_feature_layer: one index (-1) or a list whose hidden states are concatenated.
+  // Each index picks one of the tower's depth + 1 hidden states (embeddings, then every block).
+  std::vector<json> picks;
+  if (const json* fl = field(top, "vision_feature_layer"); fl && fl->is_array()) {
+    if (fl->empty()) return wrap_error(origin, "\"vision_feature_layer\" must not be an empty list");
+    picks.assign(fl->begin(), fl->end());
+  } else if (fl) {
+    picks.push_back(*fl);
+  }
+  for (const json& p : picks) {
+    if (!p.is_number_integer())
+      return wrap_error(origin, "\"vision_feature_layer\" must be an integer or a list of integers");
+    const std::int64_t i = p.get<std::int64_t>();
+    if (i > depth || i < -(depth + 1))
+      return wrap_error(origin, fmt::format("\"vision_feature_layer\" {} is outside the tower's {} hidden states", i,
+                                            depth + 1));
+  }
+  if (static_cast<std::int64_t>(picks.size()) > depth + 1)
+    return wrap_error(origin, fmt::format("\"vision_feature_layer\" lists {} hidden states; the tower has {}",
+                                          picks.size(), depth + 1));
+  const std::int64_t feature_layers = picks.empty() ? 1 : static_cast<std::int64_t>(picks.size());
+  v.depth = narrow(depth);
+  v.num_heads = narrow(heads);
+  v.spatial_merge_size = narrow(merge);
+  v.temporal_patch_size = 1;
+  v.projector_bias = bias.value_or(false);
+  v.projector_input_dim = v.hidden_size * feature_layers;
+  if (v.depth <= 0) return wrap_error(origin, fmt::format("vision_config num_hidden_layers = {} must be positive", v.depth));
+  if (v.patch_size <= 0) return wrap_error(origin, "vision_config \"patch_size\" must be positive");
+  return v;
 }
 
 Result<VisionSpec> parse_gemma4_vision(const json& vc, const std::string& origin) {

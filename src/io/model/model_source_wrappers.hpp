@@ -34,6 +34,10 @@ Status read_llama4_text(const nlohmann::json& j, ModelSpec& m, const std::string
 Result<VisionSpec> parse_gemma4_vision(const nlohmann::json& vc, const std::string& origin);
 Result<AudioSpec> parse_gemma4_audio(const nlohmann::json& ac, const std::string& origin);
 
+// Mistral3Config's PixtralVisionConfig (counted, not simulated; docs/models.md#mistral-3), with
+// the wrapper's spatial_merge_size, multimodal_projector_bias and vision_feature_layer from top.
+Result<VisionSpec> parse_pixtral_vision(const nlohmann::json& vc, const nlohmann::json& top, const std::string& origin);
+
 // Gemma4TextConfig after the common keys: global_head_dim, num_global_key_value_heads,
 // attention_k_eq_v, num_kv_shared_layers, use_double_wide_mlp, hidden_size_per_layer_input,
 // vocab_size_per_layer_input, enable_moe_block (num_experts, top_k_experts, moe_intermediate_size).

@@ -667,7 +667,8 @@ TEST_CASE("unsupported model types: near misses suggested, known ones explained"
         "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3, gemma3_text, phi3, gpt2, deepseek, olmo2, olmo3, granite, "
         "smollm3, deepseek_v2, deepseek_v3, kimi_k2, qwen2_vl, qwen2_5_vl, mllama, internlm3, glm4_moe, qwen3_next, "
         "nemotron_h, lfm2, gpt_oss, minimax_m2, starcoder2, qwen3_vl, qwen3_vl_moe, llama4, llama4_text, "
-        "deepseek_v32, qwen3_5, qwen3_5_moe, qwen3_5_text, qwen3_5_moe_text, gemma4, gemma4_text, bert, roberta, "
+        "deepseek_v32, qwen3_5, qwen3_5_moe, qwen3_5_text, qwen3_5_moe_text, gemma4, gemma4_text, mistral3, ministral3, "
+        "arcee, bert, roberta, "
         "xlm-roberta, modernbert, deberta-v2, nomic_bert, mpnet");
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "gemma3"})", "c.json")) ==
         "c.json: model_type 'gemma3' has no \"text_config\" object; is this the model's config.json? "
@@ -1454,7 +1455,17 @@ TEST_CASE("resolve_model_source: a config.json's 4-bit quantization_config marks
   CHECK_FALSE(io::resolve_model_source((tmp.path() / "gptq8").string(), empty_env())->prequantized_4bit);
   CHECK_FALSE(io::resolve_model_source((tmp.path() / "bnb8").string(), empty_env())->prequantized_4bit);
   CHECK_FALSE(io::resolve_model_source((tmp.path() / "odd").string(), empty_env())->prequantized_4bit);
-  CHECK_FALSE(io::resolve_model_source((tmp.path() / "odd").string(), empty_env())->prequantized_4bit);
+  CHECK(io::resolve_model_source((tmp.path() / "odd").string(), empty_env())->quantization.empty());
+  // Storage memplan does not model is named (the CLI warns that the weights are counted
+  // unquantized): 8-bit GPTQ and bitsandbytes, DeepSeek-V3 / Kimi K2's fp8 blocks.
+  CHECK(io::resolve_model_source((tmp.path() / "gptq8").string(), empty_env())->quantization == "gptq");
+  CHECK(io::resolve_model_source((tmp.path() / "bnb8").string(), empty_env())->quantization == "bitsandbytes");
+  write(tmp.path() / "fp8" / "config.json",
+        tiny_llama(R"(, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})"));
+  const auto fp8 = io::resolve_model_source((tmp.path() / "fp8").string(), empty_env());
+  CHECK_FALSE(fp8->prequantized_4bit);
+  CHECK(fp8->quantization == "fp8");
+  CHECK(io::resolve_model_source(fixture("bnb-4bit"), empty_env())->quantization == "bitsandbytes");
 }
 
 TEST_CASE("resolve_model_source: popular models of a type memplan does not count say so, with --model-params") {

@@ -127,6 +127,23 @@ TEST_CASE("GLM-4.5-Air and InternLM3 estimate end to end under LoRA with checkpo
   }
 }
 
+TEST_CASE("Arcee (AFM): Llama's attention with NemotronMLP's ungated relu2 MLP") {
+  // ArceeConfig(LlamaConfig) with hidden_act relu2 by default; ArceeMLP is NemotronMLP: up_proj,
+  // the activation, down_proj (modular_arcee.py), so no gate_proj: two 64 x 128 matrices a layer.
+  auto m = io::parse_hf_config(R"({"model_type": "arcee", )" + kLlamaKeys + "}", "c.json");
+  REQUIRE(m.has_value());
+  CHECK_FALSE(m->gated_mlp);
+  CHECK(m->activation == Activation::kRelu2);
+  CHECK(count_parameters(*m).total == kTinyLlamaParams - 2 * 64 * 128);
+  auto biased = io::parse_hf_config(R"({"model_type": "arcee", "mlp_bias": true, )" + kLlamaKeys + "}", "c.json");
+  REQUIRE(biased.has_value());
+  CHECK(count_parameters(*biased).total == kTinyLlamaParams - 2 * 64 * 128 + 2 * (128 + 64));  // up and down biases
+  TrainingConfig c = lora_checkpointed(256);
+  c.lora.target_modules = {"q_proj", "v_proj", "up_proj", "down_proj"};
+  auto e = estimate(*m, c);
+  REQUIRE(e.has_value());
+}
+
 TEST_CASE("families whose blocks are not modelled are refused with the block named") {
   const std::pair<const char*, const char*> cases[] = {
       {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
@@ -169,6 +186,45 @@ TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and
     CHECK(hybrid.error().message ==
           "model_type 'acme_hybrid' is not supported: its config.json has \"layer_types\", a block memplan does not "
           "model for this type");
+  }
+  SECTION("switches that add modules when on are named; off they are a Llama's") {
+    // HunYuan-MT / Hunyuan dense (hunyuan_v1_dense): use_qk_norm adds a head-dim RMSNorm on q and k.
+    auto qk = io::parse_hf_config(R"({"model_type": "hunyuan_v1_dense", "use_qk_norm": true, "use_cla": false, )" +
+                                      kLlamaKeys + "}",
+                                  "c.json", assumption);
+    REQUIRE_FALSE(qk.has_value());
+    CHECK(qk.error().message ==
+          "model_type 'hunyuan_v1_dense' is not supported: its config.json has \"use_qk_norm\", a block memplan does "
+          "not model for this type");
+    CHECK(io::parse_hf_config(R"({"model_type": "hunyuan_v1_dense", "use_qk_norm": false, )" + kLlamaKeys + "}",
+                              "c.json", assumption)
+              .has_value());
+  }
+  SECTION("Seed-OSS's attention_out_bias: biases on q, k and v, none on o_proj") {
+    auto seed = io::parse_hf_config(R"({"model_type": "seed_oss", "attention_bias": true, "attention_out_bias": false, )" +
+                                        kLlamaKeys + "}",
+                                    "c.json", assumption);
+    REQUIRE(seed.has_value());
+    CHECK(seed->qkv_bias);
+    CHECK_FALSE(seed->o_bias);
+    // q 64 + k 32 + v 32 biases per layer, no o_proj bias.
+    CHECK(count_parameters(*seed).total == kTinyLlamaParams + 2 * (64 + 32 + 32));
+  }
+  SECTION("a near-miss name with a block a Llama lacks names the block, not the near miss") {
+    // llava (a wrapper) is one letter from llama: the suggestion must not send the user to a Llama.
+    auto llava = io::parse_hf_config(R"({"model_type": "llava", "text_config": {"model_type": "llama"}, )" +
+                                         kLlamaKeys + "}",
+                                     "c.json", assumption);
+    REQUIRE_FALSE(llava.has_value());
+    CHECK(llava.error().message ==
+          "model_type 'llava' is not supported: its config.json has \"text_config\", a block memplan does not model "
+          "for this type");
+    CHECK(llava.error().suggestion.rfind("supported model types: llama, ", 0) == 0);
+  }
+  SECTION("Apertus's xIELU activation is refused by name, not offered silu") {
+    auto xielu = io::parse_hf_config(R"({"model_type": "llama", "hidden_act": "xielu", )" + kLlamaKeys + "}", "c.json");
+    REQUIRE_FALSE(xielu.has_value());
+    CHECK(xielu.error().message == "activation 'xielu' (Apertus's xIELU, with learnable parameters) is not modelled");
   }
   SECTION("a sliding window is a block a Llama lacks; a null one is no window") {
     auto sw = io::parse_hf_config(R"({"model_type": "acme_sw", "sliding_window": 4096, )" + kLlamaKeys + "}", "c.json",

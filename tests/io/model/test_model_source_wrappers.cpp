@@ -424,3 +424,71 @@ TEST_CASE("DeepSeek-V3.2: an implausible index_topk is refused at the file, not 
   CHECK(m.error().message == "\"index_n_heads\" 2, \"index_head_dim\" 16 or \"index_topk\" 1099511627776 is implausibly "
                              "large (at most 4096, 65536 and 1048576)");
 }
+
+TEST_CASE("Mistral Small 3.1: the Mistral-Small-24B text model, a Pixtral tower and a patch-merging projector") {
+  const ModelSpec& m = catalog_spec("mistral-small-3.1-24b");
+  CHECK(m.model_type == "mistral");
+  CHECK(m.vision.kind == VisionKind::kPixtral);
+  CHECK(m.vision.model_type == "mistral3");
+  CHECK(m.vision.depth == 24);
+  CHECK(m.vision.spatial_merge_size == 2);
+  const ParameterCounts c = count_parameters(m);
+  // Pixtral: patch_conv 1,024 x 3 x 14 x 14 (no bias) + ln_pre 1,024, and 24 blocks of q/k/v/o
+  // 4 x 1,024^2, gate/up/down 3 x 1,024 x 4,096 and two RMSNorms (16,779,264 each).
+  CHECK(c.vision == 602'112LL + 1'024 + 24 * 16'779'264LL);
+  CHECK(c.vision == 403'305'472LL);
+  // Projector: RMSNorm 1,024, patch_merger 4,096 x 1,024, linear_1 1,024 x 5,120, linear_2
+  // 5,120 x 5,120, no biases (multimodal_projector_bias false).
+  CHECK(c.projector == 1'024 + 4'194'304LL + 5'242'880LL + 26'214'400LL);
+  // The text model is the catalog's mistral-small-24b (23,572,403,200, its Hub safetensors
+  // total); with the tower and projector, keras-hub's Mistral Small 3.1 figure.
+  CHECK(c.total - c.vision - c.projector == 23'572'403'200LL);
+  CHECK(c.total == 24'011'361'280LL);
+}
+
+TEST_CASE("Mistral 3: Ministral 3 text reads as Mistral's layout; projector biases and feature layers; other text types refused") {
+  const char* vision = R"("vision_config": {"model_type": "pixtral", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "patch_size": 16, "image_size": 256})";
+  const std::string text = R"("text_config": {"model_type": "ministral3", "hidden_size": 128, "intermediate_size": 256,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000,
+      "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "llama_4_scaling_beta": 0.1,
+      "original_max_position_embeddings": 16384}})";
+  auto m = io::parse_hf_config(std::string(R"({"model_type": "mistral3", "multimodal_projector_bias": true,
+      "vision_feature_layer": [-1, -2], "tie_word_embeddings": true, )") + vision + ", " + text + "}",
+                               "c.json");
+  REQUIRE(m.has_value());
+  CHECK(m->model_type == "mistral");
+  const ParameterCounts c = count_parameters(*m);
+  // Tower: patch_conv 64 x 3 x 16 x 16 + ln_pre 64 + 2 x (4 x 64^2 + 3 x 64 x 128 + 2 x 64).
+  CHECK(c.vision == 49'152 + 64 + 2 * (16'384 + 24'576 + 128));
+  // Projector: norm 64; merging 256 x 64; linear_1 (64 x 2 feature layers) x 128 + 128;
+  // linear_2 128 x 128 + 128.
+  CHECK(c.projector == 64 + 16'384 + (16'384 + 128) + (16'384 + 128));
+  auto images = estimate(*m, [] {
+    TrainingConfig t = lora_config();
+    t.vision.images = 1;
+    return t;
+  }());
+  REQUIRE_FALSE(images.has_value());
+  CHECK(images.error().suggestion == "estimate text-only fine-tuning (--images 0), the default for Mistral 3");
+  auto text_only = estimate(*m, lora_config());
+  REQUIRE(text_only.has_value());
+  memplan::testing::require_consistent(*text_only);
+  // Ministral3ForCausalLM saved alone (Devstral 2's config.json shape) is the same text model.
+  auto alone = io::parse_hf_config(R"({"model_type": "ministral3", "architectures": ["Ministral3ForCausalLM"],
+      "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000, "tie_word_embeddings": true})",
+                                   "c.json");
+  REQUIRE(alone.has_value());
+  CHECK(alone->model_type == "mistral");
+  CHECK(count_parameters(*alone).total == c.total - c.vision - c.projector);
+  auto far = io::parse_hf_config(std::string(R"({"model_type": "mistral3", "vision_feature_layer": -4, )") + vision +
+                                     ", " + text + "}",
+                                 "c.json");
+  REQUIRE_FALSE(far.has_value());
+  CHECK(far.error().message == "\"vision_feature_layer\" -4 is outside the tower's 3 hidden states");
+  auto other = io::parse_hf_config(R"({"model_type": "mistral3", "text_config": {"model_type": "mistral4"}})", "c.json");
+  REQUIRE_FALSE(other.has_value());
+  CHECK(other.error().message ==
+        "model_type 'mistral3' with a text_config of model_type 'mistral4' is not modelled");
+}
