@@ -558,6 +558,18 @@ TEST_CASE("Command R 08-2024: one bias-free LayerNorm per layer, tied embeddings
   CHECK(count_parameters(m).total == 2'097'152'000LL + 40 * 754'982'912LL + 8'192);
 }
 
+TEST_CASE("Aya Expanse 8B's shape counts to its published safetensors total") {
+  // CohereForAI/aya-expanse-8b: cohere, hidden 4,096, intermediate 14,336, 32 layers, 32 heads,
+  // 8 KV heads, vocabulary 256,000, tied. Its safetensors parameter_count (BF16), 8,028,033,024,
+  // as a public benchmark's model table lists it (GIMMICK get_model_sizes): a number memplan's
+  // layout did not produce.
+  auto m = io::parse_hf_config(R"({"model_type": "cohere", "hidden_size": 4096, "intermediate_size": 14336,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 256000,
+      "logit_scale": 0.125})", "c.json");
+  REQUIRE(m.has_value());
+  CHECK(count_parameters(*m).total == 8'028'033'024LL);
+}
+
 TEST_CASE("Command A: cohere2's sliding layers rotate, every fourth layer attends in full without positions") {
   const ModelSpec& m = catalog_spec("CohereForAI/c4ai-command-a-03-2025");
   CHECK(m.model_type == "cohere2");
