@@ -220,6 +220,11 @@ class Step {
   }
   bool mllama() const { return m_.vision.kind == VisionKind::kMllama; }
   bool llama4() const { return m_.model_type == "llama4_text"; }  // docs/models.md#llama-4
+  // Command R / Aya (cohere) and Command R7B / A (cohere2), docs/models.md#cohere.
+  bool cohere() const { return m_.model_type == "cohere" || m_.model_type == "cohere2"; }
+  int cohere_layer(int h, LayerParams& lp);
+  int cohere_layer_norm(int x, int w, const Poly& numel, const Poly& rows);
+  std::pair<int, int> cohere_rope(int q, int k, const Poly& qn, const Poly& kvn);
   int mllama_vision_features();
   // gate.tanh() * branch (mllama's gated vision layers and cross-attention layers); consumes branch.
   int tanh_gate(int branch, int gate, const Poly& numel);
@@ -412,7 +417,7 @@ void Step::make_params() {
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     lp.moe = m_.moe.is_moe_layer(model_layer) && m_.hybrid.has_ffn(model_layer);
     lp.sliding = m_.is_sliding_layer(model_layer);
-    lp.nope = llama4() && std::find(m_.nope_layers.begin(), m_.nope_layers.end(), model_layer) != m_.nope_layers.end();
+    lp.nope = (llama4() || m_.model_type == "cohere2") && std::find(m_.nope_layers.begin(), m_.nope_layers.end(), model_layer) != m_.nope_layers.end();
     lp.mixer = m_.hybrid.mixer(model_layer);
     lp.ffn = m_.hybrid.has_ffn(model_layer);
     lp.head_dim = m_.layer_head_dim(model_layer);
@@ -459,6 +464,9 @@ void Step::make_params() {
     } else if (m_.is_mla()) {  // q_a_layernorm (with q LoRA) and kv_a_layernorm
       if (m_.q_lora_rank > 0) lp.q_norm = make_param(m_.q_lora_rank, other_dt(), sp_.full_finetune);
       lp.k_norm = make_param(m_.kv_lora_rank, other_dt(), sp_.full_finetune);
+    } else if (m_.qk_norm && cohere()) {  // CohereLayerNorm((heads, head_dim)) and ((kv_heads, head_dim))
+      lp.q_norm = make_param(m_.num_heads * m_.head_dim, other_dt(), sp_.full_finetune);
+      lp.k_norm = make_param(m_.num_kv_heads * m_.head_dim, other_dt(), sp_.full_finetune);
     } else if (m_.qk_norm && lp.mixer == MixerKind::kAttention) {
       lp.q_norm = make_param(lp.head_dim, other_dt(), sp_.full_finetune);
       if (!lp.kv_shared) lp.k_norm = make_param(lp.head_dim, other_dt(), sp_.full_finetune);
@@ -666,6 +674,7 @@ int Step::layer_norm(int x, int w, int bias, Poly numel, Poly rows) {
 int Step::norm(int x, int w, int bias, std::int64_t width, Poly numel) {
   Poly rows = numel;
   for (auto& v : rows.c) v /= width;
+  if (cohere()) return cohere_layer_norm(x, w, numel, rows);
   if (m_.norm == NormKind::kLayerNorm) return layer_norm(x, w, bias, numel, rows);
   // Qwen3NextRMSNorm (and Qwen3.5's, which is it) is Gemma's zero-centred (1 + weight) norm.
   const std::string& t = m_.model_type;
@@ -940,8 +949,13 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   g_.drop(v);
   int qe = qt, ke = kt;
   // NemotronHAttention applies no rotary embedding (the Mamba-2 layers carry the positions).
-  const bool no_rope = m_.model_type == "gpt2" || m_.model_type == "nemotron_h" || llama4();
-  if (!no_rope && sp_.liger_kernels) {
+  // Cohere2Attention rotates on its sliding layers only (docs/models.md#cohere).
+  const bool no_rope = m_.model_type == "gpt2" || m_.model_type == "nemotron_h" || llama4() || lp.nope;
+  if (!no_rope && cohere()) {
+    std::tie(qe, ke) = cohere_rope(qt, kt, qn, kvn);
+    g_.drop(qt);
+    g_.drop(kt);
+  } else if (!no_rope && sp_.liger_kernels) {
     std::tie(qe, ke) = liger_rope(g_, qt, kt);
     g_.drop(qt);
     g_.drop(kt);
@@ -1543,6 +1557,7 @@ int Step::decoder_layer(int h, int layer) {
   if (lp.cross) return cross_decoder_layer(h, lp);
   if (lp.mixer != MixerKind::kAttention || !lp.ffn) return hybrid_layer(h, lp);
   if (m_.model_type == "gemma4_text") return gemma4_layer(h, lp);
+  if (cohere()) return cohere_layer(h, lp);
   const std::int64_t hs = m_.hidden_size;
   const bool gpt2 = m_.model_type == "gpt2";
   const bool post_norms = m_.norms_per_layer == 4;
@@ -1634,6 +1649,79 @@ int Step::decoder_layer(int h, int layer) {
   if (router_scores >= 0) g_.drop(router_scores);
   if (attention_states >= 0) g_.drop(attention_states);
   return h3;
+}
+
+// ---- Command R / Aya and Command R7B / A (docs/models.md#cohere)
+
+// CohereDecoderLayer: one input_layernorm whose output feeds attention and the MLP, and
+// `residual + hidden_states_attention + hidden_states_mlp`; every local lives to the return.
+int Step::cohere_layer(int h, LayerParams& lp) {
+  const Poly H = htok();
+  g_.hold(h);  // residual = hidden_states
+  const int residual = h;
+  const int n1 = norm(h, lp.norms[0], -1, m_.hidden_size, H);
+  sp_gather_buffer(n1);
+  auto [attn, probs] = attention(n1, lp);
+  int m = mlp(n1, lp, "", lp.intermediate > 0 ? lp.intermediate : m_.intermediate_size, tok(1), false);
+  if (seq_par()) {  // reduce-scatter of the two row-parallel output projections
+    const int a = sp_region(attn, H);
+    g_.drop(attn);
+    attn = a;
+    const int r = sp_region(m, H);
+    g_.drop(m);
+    m = r;
+  }
+  const int sum = ops_.add(residual, attn, H);
+  const int out = ops_.add(sum, m, H);
+  for (const int t : {sum, n1, attn, m, residual}) g_.drop(t);
+  if (probs >= 0) g_.drop(probs);
+  return out;
+}
+
+// CohereLayerNorm: in fp32, mean, (x - mean).pow(2).mean(-1), rsqrt(var + eps), a second
+// (x - mean) times it, weight.to(fp32) times that, cast back. Saved: both differences, rsqrt,
+// the normalized tensor when the weight trains.
+int Step::cohere_layer_norm(int x, int w, const Poly& numel, const Poly& rows) {
+  const DT in_dt = g_.at(x).dt;
+  const int h32 = ops_.to(x, DT::kF32);
+  const int mean = ops_.mean_last(h32, rows);
+  const int d1 = ops_.add(h32, mean, numel);
+  const int p = ops_.pow2(d1);
+  g_.drop(d1);
+  const int var = ops_.mean_last(p, rows);
+  g_.drop(p);
+  const int ve = ops_.scalar_op(var);
+  g_.drop(var);
+  const int r = ops_.rsqrt(ve);
+  g_.drop(ve);
+  const int d2 = ops_.add(h32, mean, numel);
+  g_.drop(h32);
+  g_.drop(mean);
+  const int n = ops_.mul(d2, r, numel);
+  g_.drop(d2);
+  g_.drop(r);
+  const int w32 = ops_.to(w, DT::kF32);
+  const int o = ops_.mul(w32, n, numel);
+  g_.drop(w32);
+  g_.drop(n);
+  const int out = ops_.to(o, in_dt);
+  g_.drop(o);
+  return out;
+}
+
+// Cohere's apply_rotary_pos_emb: q.float(), k.float(), then (x * cos) + (rotate_half(x) * sin)
+// in fp32 (rotate_half stacks -x[..., 1::2] and x[..., ::2]: a full-width copy, as torch.cat's),
+// both cast back at the end; the fp32 locals live until it returns.
+std::pair<int, int> Step::cohere_rope(int q, int k, const Poly& qn, const Poly& kvn) {
+  const DT dt = g_.at(q).dt;
+  const int q32 = ops_.to(q, DT::kF32);
+  const int k32 = ops_.to(k, DT::kF32);
+  const int qr = ops_.rotary(q32, cos_, sin_, qn);
+  const int kr = ops_.rotary(k32, cos_, sin_, kvn);
+  const int qe = ops_.to(qr, dt);
+  const int ke = ops_.to(kr, dt);
+  for (const int t : {q32, k32, qr, kr}) g_.drop(t);
+  return {qe, ke};
 }
 
 // ---- Gemma 4 (docs/models.md#gemma-4)
@@ -3418,6 +3506,11 @@ int Step::head_logits(int h, const Poly& rows) {
     g_.drop(a);
     logits = ops_.scalar_op(t);
     g_.drop(t);
+  }
+  if (cohere()) {  // logits * self.logit_scale: a second logits-sized tensor; the first is freed
+    const int scaled = ops_.scalar_op(logits);
+    g_.drop(logits);
+    logits = scaled;
   }
   return logits;
 }

@@ -280,10 +280,6 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
       {"granitemoehybrid", "its Mamba-2 layers beside attention layers, its MoE with a shared MLP and its embedding, "
                            "residual and attention multipliers are not modelled"},
       {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
-      {"cohere", "its blocks that run attention and the MLP in parallel on one bias-free LayerNorm and its "
-                 "logit_scale are not modelled"},
-      {"cohere2", "its blocks that run attention and the MLP in parallel on one bias-free LayerNorm, its "
-                  "sliding-window layers and its logit_scale are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
       {"new", "it is a remote-code encoder (GTE v1.5's NewModel: rotary positions, fused qkv, unpadded inputs) whose "
               "layout is not modelled"},
@@ -398,7 +394,7 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
   const bool qwen = starts_with(t, "qwen2") || starts_with(t, "qwen3");
   const bool windowed_type = t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" ||
                              t == "gemma4_text" ||
-                             t == "olmo3" || t == "gpt_oss" || t == "starcoder2" || qwen;
+                             t == "olmo3" || t == "gpt_oss" || t == "starcoder2" || t == "cohere2" || qwen;
   MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
   if (qwen) {
     // Qwen configs always carry a sliding_window; it only applies with use_sliding_window.
@@ -427,8 +423,10 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
     }
   } else if (t == "gemma2") {  // Gemma2Config: sliding if (i + 1) % 2
     for (int l = 1; l < m.num_layers; l += 2) m.full_attention_layers.push_back(l);
-  } else if (t == "gemma3_text") {  // Gemma3TextConfig: sliding if (i + 1) % sliding_window_pattern (6)
-    MEMPLAN_TRY(std::int64_t pattern, f.integer({"sliding_window_pattern", "_sliding_window_pattern"}, 6));
+  } else if (t == "gemma3_text" || t == "cohere2") {
+    // Gemma3TextConfig and Cohere2Config: sliding if (i + 1) % sliding_window_pattern (6; Cohere2: 4)
+    MEMPLAN_TRY(std::int64_t pattern,
+                f.integer({"sliding_window_pattern", "_sliding_window_pattern"}, t == "cohere2" ? 4 : 6));
     if (pattern < 1) return config_error(origin, "\"sliding_window_pattern\" must be positive, got 0");
     for (std::int64_t l = pattern - 1; l < m.num_layers; l += pattern) m.full_attention_layers.push_back(static_cast<int>(l));
   } else if (t == "olmo3") {  // Olmo3Config: sliding unless (i + 1) % 4 == 0
@@ -443,6 +441,29 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
     m.sliding_window = 0;
     m.full_attention_layers.clear();
   }
+  return Ok{};
+}
+
+// Command R / R+ / Aya (cohere) and Command R7B / A (cohere2), docs/models.md#cohere: one
+// CohereLayerNorm (a weight, no bias) per layer feeding attention and the MLP in parallel;
+// use_qk_norm (cohere only) adds q_norm and k_norm, LayerNorms over head_dim whose weights are
+// (heads, head_dim) and (kv_heads, head_dim). Cohere2Attention rotates q and k on its sliding
+// layers only: its full-attention layers take no positional embedding.
+Status read_cohere(const Fields& f, ModelSpec& m) {
+  m.norm = NormKind::kLayerNorm;
+  m.norm_bias = false;
+  m.norms_per_layer = 1;
+  if (m.model_type == "cohere") {
+    MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
+    m.qk_norm = qk.value_or(false);
+    m.qk_norm_per_head = false;  // weights of heads x head_dim, counted as OLMo 2's
+    return Ok{};
+  }
+  // Cohere2Config: head_dim is hidden_size // num_attention_heads whatever config.json says.
+  if (m.num_heads > 0) m.head_dim = m.hidden_size / m.num_heads;
+  m.nope_layers.clear();
+  for (int l = 0; l < m.num_layers; ++l)
+    if (!m.is_sliding_layer(l)) m.nope_layers.push_back(l);
   return Ok{};
 }
 
@@ -986,7 +1007,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
 
   // transformers' per-class defaults when the key is absent.
   MEMPLAN_TRY(auto tie, f.boolean("tie_word_embeddings"));
-  m.tie_word_embeddings = tie.value_or(gpt2 || gemma || t == "smollm3" || t == "lfm2");
+  m.tie_word_embeddings = tie.value_or(gpt2 || gemma || t == "smollm3" || t == "lfm2" || t == "cohere" || t == "cohere2");
   MEMPLAN_TRY(std::string act, f.string(gpt2 ? "activation_function" : "hidden_act"));
   if (gemma) {
     MEMPLAN_TRY(std::string gemma_act, f.string("hidden_activation"));
@@ -1033,6 +1054,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (std::isinf(m.final_logit_softcap)) m.final_logit_softcap = 0.0;
   if (std::isinf(m.attn_logit_softcap)) m.attn_logit_softcap = 0.0;
   if (auto s = parse_sliding_window(f, m, origin); !s) return s.error();
+  if (t == "cohere" || t == "cohere2")
+    if (auto s = read_cohere(f, m); !s) return s.error();
   if (t == "gemma4_text") {
     // Gemma4TextConfig use_bidirectional_attention: "vision" only changes the mask around image
     // tokens (text-only steps are causal); "all" makes every layer bidirectional, as Gemma 3's True.
@@ -1177,7 +1200,7 @@ const std::vector<std::string>& supported_model_types() {
                                              "starcoder2", "qwen3_vl", "qwen3_vl_moe", "llama4", "llama4_text",
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                              "qwen3_5_moe_text", "gemma4", "gemma4_text", "mistral3", "ministral3",
-                                             "arcee"};
+                                             "arcee", "cohere", "cohere2"};
   return t;
 }
 

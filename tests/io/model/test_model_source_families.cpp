@@ -503,16 +503,13 @@ TEST_CASE("the hybrid models estimate end to end under LoRA with checkpointing a
 }
 
 TEST_CASE("families of 2025 whose layout is not modelled name their blocks, never a near-miss type") {
-  // gemma3n is not gemma3, cohere2 is not cohere: an
-  // edit-distance suggestion would point at a different architecture.
+  // gemma3n is not gemma3: an edit-distance suggestion would point at a different architecture.
   const std::pair<const char*, const char*> cases[] = {
       {"gemma3n", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing (and "
                   "its vision and audio towers) are not modelled"},
       {"granitemoehybrid", "its Mamba-2 layers beside attention layers, its MoE with a shared MLP and its embedding, "
                            "residual and attention multipliers are not modelled"},
       {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
-      {"cohere2", "its blocks that run attention and the MLP in parallel on one bias-free LayerNorm, its "
-                  "sliding-window layers and its logit_scale are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
   };
   for (const auto& [type, why] : cases) {
@@ -597,5 +594,87 @@ TEST_CASE("hybrid models refuse model parallelism and run under QLoRA") {
     auto e = estimate(catalog_spec(name), c);
     REQUIRE(e.has_value());
     memplan::testing::require_consistent(*e);
+  }
+}
+
+// ---- Command R / Aya (cohere) and Command R7B / A (cohere2), docs/models.md#cohere
+
+TEST_CASE("Command R 08-2024: one bias-free LayerNorm per layer, tied embeddings, the total by hand") {
+  const ModelSpec& m = catalog_spec("CohereForAI/c4ai-command-r-08-2024");
+  CHECK(m.model_type == "cohere");
+  CHECK(m.norm == NormKind::kLayerNorm);
+  CHECK_FALSE(m.norm_bias);
+  CHECK(m.norms_per_layer == 1);  // CohereDecoderLayer: input_layernorm only
+  CHECK(m.tie_word_embeddings);   // CohereConfig tie_word_embeddings defaults to True
+  CHECK_FALSE(m.qk_norm);         // use_qk_norm: false
+  CHECK(m.sliding_window == 0);
+  // By hand (python, from CohereForCausalLM's modules): embed_tokens 256,000 x 8,192 =
+  // 2,097,152,000 (tied); per layer q and o 8,192 x 8,192, k and v 8,192 x 1,024, gate, up and
+  // down 8,192 x 24,576 and one LayerNorm weight 8,192 = 754,982,912; 40 layers and the final norm.
+  CHECK(count_parameters(m).total == 2'097'152'000LL + 40 * 754'982'912LL + 8'192);
+}
+
+TEST_CASE("Aya Expanse 8B's shape counts to its published safetensors total") {
+  // CohereForAI/aya-expanse-8b: cohere, hidden 4,096, intermediate 14,336, 32 layers, 32 heads,
+  // 8 KV heads, vocabulary 256,000, tied. Its safetensors parameter_count (BF16), 8,028,033,024,
+  // as a public benchmark's model table lists it (GIMMICK get_model_sizes): a number memplan's
+  // layout did not produce.
+  auto m = io::parse_hf_config(R"({"model_type": "cohere", "hidden_size": 4096, "intermediate_size": 14336,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 256000,
+      "logit_scale": 0.125})", "c.json");
+  REQUIRE(m.has_value());
+  CHECK(count_parameters(*m).total == 8'028'033'024LL);
+}
+
+TEST_CASE("Command A: cohere2's sliding layers rotate, every fourth layer attends in full without positions") {
+  const ModelSpec& m = catalog_spec("CohereForAI/c4ai-command-a-03-2025");
+  CHECK(m.model_type == "cohere2");
+  CHECK(m.sliding_window == 4096);
+  // Cohere2Config: sliding unless (i + 1) % sliding_window_pattern (4) == 0.
+  REQUIRE(m.full_attention_layers.size() == 16);
+  CHECK(m.full_attention_layers.front() == 3);
+  CHECK(m.full_attention_layers.back() == 63);
+  CHECK(m.nope_layers == m.full_attention_layers);
+  CHECK(m.is_sliding_layer(0));
+  CHECK_FALSE(m.is_sliding_layer(7));
+  // By hand: embed_tokens 256,000 x 12,288 = 3,145,728,000 (tied); per layer q and o 12,288 x
+  // 12,288, k and v 12,288 x 1,024, gate, up and down 12,288 x 36,864, LayerNorm 12,288 =
+  // 1,686,122,496; 64 layers and the final norm: 111,057,580,032 (the model card: 111B).
+  CHECK(count_parameters(m).total == 111'057'580'032LL);
+}
+
+TEST_CASE("cohere: use_qk_norm adds q_norm (heads x head_dim) and k_norm (kv_heads x head_dim)") {
+  const std::string keys = R"("model_type": "cohere", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100)";
+  auto plain = io::parse_hf_config("{" + keys + "}", "c.json");
+  auto qk = io::parse_hf_config("{" + keys + R"(, "use_qk_norm": true})", "c.json");
+  REQUIRE(plain.has_value());
+  REQUIRE(qk.has_value());
+  // By hand: embeddings 100 x 64 (tied); per layer q, o 64 x 64, k, v 64 x 32, MLP 3 x 64 x 128,
+  // one LayerNorm 64 = 36,928; final norm 64. q_norm (4, 16) and k_norm (2, 16): 96 per layer.
+  CHECK(count_parameters(*plain).total == 6'400 + 2 * 36'928 + 64);
+  CHECK(count_parameters(*qk).total - count_parameters(*plain).total == 2 * 96);
+  // Cohere2 has no qk norm and forces head_dim to hidden_size / heads.
+  auto c2 = io::parse_hf_config(R"({"model_type": "cohere2", "head_dim": 8, "sliding_window": 16, )" +
+                                    keys.substr(keys.find("\"hidden_size\"")) + "}",
+                                "c.json");
+  REQUIRE(c2.has_value());
+  CHECK(c2->head_dim == 16);
+  CHECK(c2->full_attention_layers == std::vector<int>{});  // 2 layers: none is a fourth
+}
+
+TEST_CASE("Command R and Command A estimate end to end: LoRA with checkpointing, full fine-tuning") {
+  for (const char* name : {"command-r-08-2024", "command-a-03-2025"}) {
+    INFO(name);
+    auto e = estimate(catalog_spec(name), lora_checkpointed());
+    REQUIRE(e.has_value());
+    memplan::testing::require_consistent(*e);
+    TrainingConfig full = lora_checkpointed();
+    full.lora.enabled = false;
+    full.gradient_checkpointing = false;
+    auto f = estimate(catalog_spec(name), full);
+    REQUIRE(f.has_value());
+    memplan::testing::require_consistent(*f);
+    CHECK(f->params.trainable == count_parameters(catalog_spec(name)).total);
   }
 }
