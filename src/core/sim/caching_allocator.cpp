@@ -282,9 +282,15 @@ namespace {
 
 // FSDP1's unshard / reshard / reduce-scatter on their streams, driven by the trace's marks.
 class FsdpReplay {
+  static std::size_t units(const FsdpStreams& f) { return static_cast<std::size_t>(std::max(0, f.layers)) + 1; }
+
  public:
   FsdpReplay(CachingAllocator& a, const FsdpStreams& f)
-      : a_(a), f_(f), gathered_(static_cast<std::size_t>(std::max(0, f.layers)) + 1, -2) {}
+      : a_(a),
+        f_(f),
+        gathered_(units(f), -2),
+        unit_grads_(units(f)),
+        unit_grad_bytes_(units(f), 0) {}
 
   // The program enters (segment, instance).
   void enter(int segment, int instance) {
@@ -407,8 +413,8 @@ class FsdpReplay {
   std::vector<int> gathered_;  // per layer unit and the root (last): its block, or -2
   std::vector<int> grads_;
   // Per layer unit and the root: the .grads the trace made during its backward, not yet reduced.
-  std::vector<std::vector<int>> unit_grads_ = std::vector<std::vector<int>>(static_cast<std::size_t>(std::max(0, f_.layers)) + 1);
-  std::vector<std::int64_t> unit_grad_bytes_ = std::vector<std::int64_t>(static_cast<std::size_t>(std::max(0, f_.layers)) + 1, 0);
+  std::vector<std::vector<int>> unit_grads_;
+  std::vector<std::int64_t> unit_grad_bytes_;
   std::vector<std::int64_t> queue_;  // the free events the rate limiter has not waited for
   int fwd_ = -1, bwd_ = -1;
   bool root_gathered_ = false;
