@@ -296,6 +296,10 @@ struct TrainingConfig {
   std::int64_t micro_batch = 1;        // per_device_train_batch_size (sequences; GRPO: completions)
   std::int64_t seq_len = 1024;         // tokens per sequence (TRL SFTConfig.max_length default)
   std::int64_t grad_accum = 1;         // gradient_accumulation_steps (> 1: later micro-batches hold .grad)
+  // zero_grad(set_to_none=False), torch < 2.0's default (docs/formulas.md#zero-grad-set-to-none):
+  // every .grad stays allocated (zeroed) into the next step, so every micro-batch after the first
+  // step holds all of them, as a later micro-batch of gradient accumulation does. Set by the stack.
+  bool zero_grad_keeps_grads = false;
   DType torch_dtype = DType::kFloat32; // dtype weights are loaded in (from_pretrained default)
   std::optional<DType> autocast;       // --bf16 / --fp16: torch.autocast around forward and loss
   OptimizerConfig optim;

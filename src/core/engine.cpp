@@ -1930,13 +1930,18 @@ std::size_t program_class(std::int64_t b, std::int64_t s, std::int64_t window_fr
   return (b == 1 ? 0 : 1) + (window_from > 0 && s >= window_from ? 2 : 0);
 }
 
+// Whether a micro-batch can find every .grad already allocated: a later one of an accumulation
+// step, or any after the first step when zero_grad zeroes instead of freeing
+// (docs/formulas.md#zero-grad-set-to-none).
+bool holds_grads(const TrainingConfig& c, std::int64_t accum) { return accum > 1 || c.zero_grad_keeps_grads; }
+
 Worst evaluate(const std::vector<StageSim>& sims, const std::vector<RankSim>& ranks, const TrainingConfig& c,
                std::int64_t window_from, std::int64_t chunk, std::int64_t b, std::int64_t s, std::int64_t accum,
                std::optional<Phase> only) {
   Worst w;
   const sim::Point at = local_point(c, b, s, chunk);
   const std::size_t cls = program_class(b, s, window_from);
-  const std::size_t acc = accum > 1 ? 1 : 0;
+  const std::size_t acc = holds_grads(c, accum) ? 1 : 0;
   for (const auto& rk : ranks) {
     const StageSim& st = sims[rk.sim];
     std::int64_t held = 0;
@@ -1980,7 +1985,8 @@ Result<Bytes> Estimator::peak_bytes(std::int64_t b, std::int64_t s, std::int64_t
   try {
     impl_->ensure(program_class(b, s, impl_->window_from));
     if (impl_->ranks.size() == 1) {  // the common case, kept tight
-      const auto& cands = impl_->sims.front().candidates[accum > 1 ? 1 : 0][program_class(b, s, impl_->window_from)];
+      const auto& cands =
+          impl_->sims.front().candidates[holds_grads(impl_->config, accum) ? 1 : 0][program_class(b, s, impl_->window_from)];
       const sim::Point at = local_point(impl_->config, b, s, impl_->scan_chunk);
       std::int64_t best = 0;
       for (const auto& c : cands) best = std::max(best, c.total.eval(at));
@@ -2066,6 +2072,7 @@ sim::FsdpStreams fsdp_streams(const TrainingConfig& c, const ShardPlan& p, int l
     f.construction[unit].push_back(checked_mul(q.numel, sim::esize(q.dt)));
   }
   f.shard_over = static_cast<int>(n);
+  f.free_unsharded_grads = true;  // the replay's one micro-batch per step is the synchronizing one
   return f;
 }
 }  // namespace
@@ -2112,6 +2119,7 @@ std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, st
         opt.temp_ratio = static_cast<double>(st.opt.temp_bytes) / static_cast<double>(param_bytes);
       }
     }
+    opt.keep_grads = config.zero_grad_keeps_grads;
     sim::CachingAllocatorSettings settings;
     settings.expandable_segments = config.allocator.expandable_segments;
     if (config.allocator.max_split_size_mb) settings.max_split_size = *config.allocator.max_split_size_mb << 20;

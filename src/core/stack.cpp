@@ -230,6 +230,22 @@ StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::
     }
   }
 
+  // zero_grad's set_to_none (docs/formulas.md#zero-grad-set-to-none): before torch 2.0
+  // Optimizer.zero_grad and nn.Module.zero_grad default to set_to_none=False (torch 1.13
+  // torch/optim/optimizer.py and torch/nn/modules/module.py: `p.grad.zero_()`), and the trainers
+  // call them without the argument (transformers' Trainer `model.zero_grad()`, later
+  // `self.optimizer.zero_grad()`); 2.0 made True the default. So every .grad stays allocated
+  // into the next step. DeepSpeed's engine and Megatron-Core keep gradients their own way, and
+  // FSDP's .grad is the sharded one: the rule is for one GPU and DDP. 2.0's release candidates
+  // already have the new default (2.0.0a0: below every 2.0 pre-release).
+  if (s.has(Library::kTorch) && s.of(Library::kTorch) < version("2.0.0a0") &&
+      c.parallel.sharding == ShardingStrategy::kNone && !c.parallel.megatron_core) {
+    c.zero_grad_keeps_grads = true;
+    out.effects.push_back({"zero_grad", fmt::format("set_to_none=false: {} zeroes every .grad instead of freeing it, "
+                                                    "so the gradients stay allocated into the next step (< 2.0)",
+                                                    lib_version(s, Library::kTorch))});
+  }
+
   // Checkpointing's use_reentrant when nothing sets it (docs/formulas.md#gradient-checkpointing):
   // transformers 4.37-4.x passes use_reentrant=True (before, torch's own default, also reentrant);
   // transformers 5 checkpoints non-reentrantly. TRL 0.27+ sets use_reentrant=False where

@@ -128,6 +128,7 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
     if (c.checkpoint_every > 1) v.insert(at + 1, {"checkpoint_every", std::to_string(c.checkpoint_every)});
   }
   if (!c.loss_upcast) v.push_back({"loss_dtype", "logits"});
+  if (c.zero_grad_keeps_grads) v.push_back({"zero_grad", "set_to_none=false"});  // torch < 2.0 (stack)
   if (!c.optim.args.empty()) {
     std::string args;
     for (const auto& [k, val] : c.optim.args) args += (args.empty() ? "" : ",") + k + "=" + val;

@@ -182,3 +182,32 @@ TEST_CASE("the published runs through their stated flags and --stack give the re
     }
   }
 }
+
+TEST_CASE("--stack torch==1.13.1 keeps the zeroed gradients into the next step, and --show-config says why") {
+  // torch < 2.0: zero_grad(set_to_none=False) (docs/formulas.md#zero-grad-set-to-none). A full
+  // fine-tune of GPT-2 in fp32: no gradient is live in the first step's forward, and all of them are
+  // in every later one: 4 bytes x 124,439,808 parameters (the model card's count; the tied
+  // embedding has one .grad).
+  const std::vector<std::string> run = {"--model", "gpt2", "--batch", "4", "--seq-len", "512"};
+  const auto forward_peak = [&](const char* stack) {
+    std::vector<std::string> a = {"estimate", "--stack", stack};
+    a.insert(a.end(), run.begin(), run.end());
+    const json j = run_json(a);
+    for (const auto& p : j["estimate"]["phases"])
+      if (p["phase"] == "forward") return p["peak_bytes"].get<std::int64_t>();
+    return std::int64_t{-1};
+  };
+  CHECK(forward_peak("torch==1.13.1") - forward_peak("torch==2.0.0") == 4LL * 124'439'808);
+  std::vector<std::string> a = {"estimate", "--show-config", "--stack", "torch==1.13.1"};
+  a.insert(a.end(), run.begin(), run.end());
+  const json shown = run_json(a);
+  bool found = false;
+  for (const auto& row : shown["inputs"])
+    if (row["input"] == "zero_grad") {
+      found = true;
+      CHECK(row["value"] == "set_to_none=false");
+      CHECK(row["source"] == "derived (set_to_none=false: torch 1.13.1 zeroes every .grad instead of freeing it, so "
+                             "the gradients stay allocated into the next step (< 2.0))");
+    }
+  CHECK(found);
+}

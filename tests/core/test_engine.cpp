@@ -366,3 +366,30 @@ TEST_CASE("a loss on 16-bit logits holds 6 bytes per logit instead of the fp32 u
   auto ac_up = Estimator::create(m, c);
   CHECK(ac_own->peak_bytes(8, 512)->count() == ac_up->peak_bytes(8, 512)->count());
 }
+
+TEST_CASE("zero_grad(set_to_none=False) keeps every gradient at the peak, as a later accumulation micro-batch does") {
+  // docs/formulas.md#zero-grad-set-to-none: from the second step on, every micro-batch runs with
+  // every .grad allocated (zeroed) and adds its new gradients in place: the program of a later
+  // micro-batch of gradient accumulation, whatever the accumulation steps.
+  auto c = cfg(4, 512, DType::kFloat32);
+  const auto freed = estimate(toy_llama(), c);
+  c.zero_grad_keeps_grads = true;
+  const auto kept = estimate(toy_llama(), c);
+  auto acc = cfg(4, 512, DType::kFloat32);
+  acc.grad_accum = 2;
+  const auto accumulated = estimate(toy_llama(), acc);
+  REQUIRE(freed.has_value());
+  REQUIRE(kept.has_value());
+  REQUIRE(accumulated.has_value());
+  require_consistent(*kept);
+  CHECK(kept->peak == accumulated->peak);
+  // Whatever the phase of the peak, every gradient is live there: 4 bytes per trained fp32 parameter.
+  CHECK(component(*kept, "gradients") == kept->params.trainable * 4);
+  // No gradient exists in the first step's forward; in a later one all of them do.
+  const auto forward = [](const Estimate& e) {
+    for (const auto& p : e.phases)
+      if (p.phase == Phase::kForward) return p.peak.count();
+    return std::int64_t{-1};
+  };
+  CHECK(forward(*kept) - forward(*freed) == kept->params.trainable * 4);
+}

@@ -44,6 +44,9 @@ std::vector<TrainingConfig> changed_configs() {
   c.grad_accum = 4;
   out.push_back(c);
   c = base;
+  c.zero_grad_keeps_grads = true;  // torch < 2.0's zero_grad: every .grad kept into the next step
+  out.push_back(c);
+  c = base;
   c.gradient_checkpointing = true;
   out.push_back(c);
   c = base;

@@ -254,3 +254,36 @@ TEST_CASE("torch before 2.0 runs torch.optim's single-tensor loop on CUDA (forea
   apply_stack(stack_of({{Library::kTorch, "1.13.1"}}), given, {});
   CHECK(given.optim.args.at("foreach") == "true");
 }
+
+TEST_CASE("torch before 2.0 zeroes the gradients instead of freeing them (zero_grad(set_to_none=False))") {
+  // torch 1.13 torch/optim/optimizer.py and torch/nn/modules/module.py: `def zero_grad(self,
+  // set_to_none: bool = False)`, then `p.grad.zero_()`; 2.0 made True the default
+  // (docs/formulas.md#zero-grad-set-to-none).
+  const auto kept = [](const char* torch, ShardingStrategy sh = ShardingStrategy::kNone, Device d = Device::kCuda) {
+    TrainingConfig c;
+    c.device = d;
+    c.parallel.sharding = sh;
+    const auto a = apply_stack(stack_of({{Library::kTorch, torch}}), c, {});
+    const StackEffect* e = effect(a, "zero_grad");
+    CHECK((e != nullptr) == c.zero_grad_keeps_grads);
+    return c.zero_grad_keeps_grads;
+  };
+  CHECK(kept("1.10.1"));
+  CHECK(kept("1.13.1"));
+  CHECK(kept("1.13.1", ShardingStrategy::kNone, Device::kCpu));  // the default is the same on every device
+  CHECK_FALSE(kept("2.0.0"));
+  CHECK_FALSE(kept("2.0.0rc1"));  // the 2.0 release candidates already had the new default
+  // DeepSpeed's engine and FSDP keep their gradients their own way.
+  CHECK_FALSE(kept("1.13.1", ShardingStrategy::kZero2));
+  CHECK_FALSE(kept("1.13.1", ShardingStrategy::kFsdpFullShard));
+  TrainingConfig c;
+  const auto a = apply_stack(stack_of({{Library::kTorch, "1.10.1"}}), c, {});
+  REQUIRE(effect(a, "zero_grad") != nullptr);
+  CHECK(effect(a, "zero_grad")->why ==
+        "set_to_none=false: torch 1.10.1 zeroes every .grad instead of freeing it, so the gradients stay "
+        "allocated into the next step (< 2.0)");
+  // No torch version: the newest release's default (set_to_none=True).
+  TrainingConfig none;
+  apply_stack(Stack{}, none, {});
+  CHECK_FALSE(none.zero_grad_keeps_grads);
+}

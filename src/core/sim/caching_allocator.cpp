@@ -282,9 +282,15 @@ namespace {
 
 // FSDP1's unshard / reshard / reduce-scatter on their streams, driven by the trace's marks.
 class FsdpReplay {
+  static std::size_t units(const FsdpStreams& f) { return static_cast<std::size_t>(std::max(0, f.layers)) + 1; }
+
  public:
   FsdpReplay(CachingAllocator& a, const FsdpStreams& f)
-      : a_(a), f_(f), gathered_(static_cast<std::size_t>(std::max(0, f.layers)) + 1, -2) {}
+      : a_(a),
+        f_(f),
+        gathered_(units(f), -2),
+        unit_grads_(units(f)),
+        unit_grad_bytes_(units(f), 0) {}
 
   // The program enters (segment, instance).
   void enter(int segment, int instance) {
@@ -320,8 +326,19 @@ class FsdpReplay {
     if (!f_.enabled) return;
     end_forward();
     end_backward();
+    const int root_flat = concat_grads(f_.layers);
     for (std::size_t l = 0; l < gathered_.size(); ++l) reshard(static_cast<int>(l));
+    release_flat_grad(root_flat);
     root_gathered_ = false;
+  }
+
+  bool frees_grads() const { return f_.enabled && f_.free_unsharded_grads; }
+  // A .grad the trace allocates now: the unit whose backward runs (the root outside the layers')
+  // owns it until that unit's post-backward hook.
+  void take_grad(int handle, std::int64_t bytes) {
+    const std::size_t unit = static_cast<std::size_t>(bwd_ >= 0 ? bwd_ : f_.layers);
+    unit_grads_[unit].push_back(handle);
+    unit_grad_bytes_[unit] += bytes;
   }
 
   // After zero_grad: the sharded gradients go; the loss's .item() lets the GPU catch up.
@@ -348,9 +365,31 @@ class FsdpReplay {
   }
   void end_backward() {
     if (bwd_ < 0) return;
+    const int flat = concat_grads(bwd_);
     reshard(bwd_);
     if (f_.grad_shard_bytes > 0) grads_.push_back(a_.malloc(f_.grad_shard_bytes, kStreamPostBackward));
+    release_flat_grad(flat);
     bwd_ = -1;
+  }
+  // SplitWithSizesBackward: the unit's parameter gradients become its flat gradient (padded to the
+  // shard group, as the flat parameter is), a default-stream block; -2 when the unit has none.
+  int concat_grads(int unit) {
+    auto& hs = unit_grads_[static_cast<std::size_t>(unit)];
+    std::int64_t& bytes = unit_grad_bytes_[static_cast<std::size_t>(unit)];
+    if (hs.empty()) return -2;
+    const std::int64_t n = std::max(1, f_.shard_over);
+    const int flat = a_.malloc((bytes + n - 1) / n * n);
+    for (const int h : hs) a_.free(h);
+    hs.clear();
+    bytes = 0;
+    return flat;
+  }
+  // The post-backward hook has issued the reduce-scatter of `flat` on the post_backward stream:
+  // record_stream, then its last reference goes.
+  void release_flat_grad(int flat) {
+    if (flat == -2) return;
+    a_.record_stream(flat, kStreamPostBackward);
+    a_.free(flat);
   }
   void unshard(int l, std::int64_t bytes) {
     if (l < 0 || l > f_.layers || gathered_[static_cast<std::size_t>(l)] != -2 || bytes <= 0) return;
@@ -373,6 +412,9 @@ class FsdpReplay {
   const FsdpStreams& f_;
   std::vector<int> gathered_;  // per layer unit and the root (last): its block, or -2
   std::vector<int> grads_;
+  // Per layer unit and the root: the .grads the trace made during its backward, not yet reduced.
+  std::vector<std::vector<int>> unit_grads_;
+  std::vector<std::int64_t> unit_grad_bytes_;
   std::vector<std::int64_t> queue_;  // the free events the rate limiter has not waited for
   int fwd_ = -1, bwd_ = -1;
   bool root_gathered_ = false;
@@ -427,6 +469,14 @@ ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& step
   const auto bytes_at = [&](std::int32_t t, const ReplayStep& st) {
     return trace.bytes[static_cast<std::size_t>(t)].eval(Point{st.b, st.s, st.p > 0 ? st.p : st.s});
   };
+  const std::size_t opt_at = std::clamp(trace.optimizer_at, trace.step_begin, trace.ops.size());
+  // The .grad tensors: what zero_grad frees after the optimizer step. With keep_grads they stay;
+  // under FSDP1 each unit's post-backward frees them (FsdpReplay::take_grad).
+  std::vector<char> is_grad(trace.bytes.size(), 0);
+  for (std::size_t i = opt_at; i < trace.ops.size(); ++i)
+    if (trace.ops[i] < 0) is_grad[static_cast<std::size_t>(-trace.ops[i] - 1)] = 1;
+  std::vector<char> kept(trace.bytes.size(), 0);
+  if (opt.keep_grads) kept = is_grad;
   std::size_t mark = 0;
   const auto run = [&](std::size_t from, std::size_t to, const ReplayStep& st, std::vector<std::int32_t>* made) {
     for (std::size_t i = from; i < to; ++i) {
@@ -435,13 +485,22 @@ ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& step
       const std::int32_t op = trace.ops[i];
       if (op > 0) {
         const std::int32_t t = op - 1;
-        handle[static_cast<std::size_t>(t)] = a.malloc(bytes_at(t, st));
         ++out.allocations;
+        if (kept[static_cast<std::size_t>(t)] && alive[static_cast<std::size_t>(t)]) {
+          // AccumulateGrad with a .grad already there: `grad += new`, the new gradient freed.
+          a.free(a.malloc(bytes_at(t, st)));
+          continue;
+        }
+        handle[static_cast<std::size_t>(t)] = a.malloc(bytes_at(t, st));
+        if (is_grad[static_cast<std::size_t>(t)] && i >= trace.step_begin && streams.frees_grads()) {
+          streams.take_grad(handle[static_cast<std::size_t>(t)], bytes_at(t, st));
+          continue;  // FSDP frees it; zero_grad finds no .grad to free
+        }
         alive[static_cast<std::size_t>(t)] = 1;
-        if (made != nullptr) made->push_back(t);
+        if (made != nullptr && !kept[static_cast<std::size_t>(t)]) made->push_back(t);
       } else {
         const std::int32_t t = -op - 1;
-        if (!alive[static_cast<std::size_t>(t)]) continue;
+        if (!alive[static_cast<std::size_t>(t)] || (kept[static_cast<std::size_t>(t)] && i >= opt_at)) continue;
         a.free(handle[static_cast<std::size_t>(t)]);
         alive[static_cast<std::size_t>(t)] = 0;
       }
@@ -457,7 +516,6 @@ ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& step
     run(0, trace.step_begin, steps.front(), nullptr);
   }
   std::vector<int> states;
-  const std::size_t opt_at = std::clamp(trace.optimizer_at, trace.step_begin, trace.ops.size());
   for (std::size_t k = 0; k < steps.size(); ++k) {
     const ReplayStep& st = steps[k];
     std::vector<std::int32_t> made;

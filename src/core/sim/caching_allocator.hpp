@@ -145,11 +145,15 @@ struct ReplayStep {
 // bitsandbytes kernels) makes one parameter's temporaries at a time, `temp_ratio` of that
 // parameter each (the footprint's peak, reached at the largest); foreach and fused ones make
 // every parameter's at once.
+// `keep_grads`: zero_grad(set_to_none=False) (torch < 2.0; docs/formulas.md#zero-grad-set-to-none):
+// the trace's .grad tensors (those its zero_grad frees) stay allocated from the first step on, and
+// in a later step each new gradient is a temporary added in place into its .grad and freed at once.
 struct OptimizerAllocations {
   double state_ratio = 0;
   int state_tensors = 0;
   double temp_ratio = 0;
   bool per_param_temps = false;
+  bool keep_grads = false;
 };
 
 // FSDP1 in the replay (docs/formulas.md#allocator-streams). The step's trace has the parameters
@@ -183,6 +187,14 @@ struct FsdpStreams {
   std::vector<std::vector<std::int64_t>> construction;
   bool sync_module_states = true;
   int shard_over = 1;
+  // The unsharded gradients freed after their reduce-scatter (docs/formulas.md#fsdp1-unsharded-
+  // gradients): a trainable parameter's .grad that the trace keeps to zero_grad is, under FSDP1,
+  // held by its unit's SplitWithSizesBackward until the unit's last one is made, concatenated into
+  // the unit's flat gradient (default stream; the per-parameter ones freed), and that one is freed
+  // in the unit's post-backward hook after the reduce-scatter is issued, with a use recorded on
+  // the post_backward stream (_post_backward_hook / _reduce_grad: record_stream, then it goes out
+  // of scope). Off: the trace's whole-size .grads stay to zero_grad.
+  bool free_unsharded_grads = false;
 };
 inline constexpr int kStreamDefault = 0, kStreamUnshard = 1, kStreamPostBackward = 2;
 

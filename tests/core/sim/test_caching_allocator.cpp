@@ -162,6 +162,35 @@ TEST_CASE("caching allocator: a replay keeps parameters, adds the optimizer's st
   }
 }
 
+TEST_CASE("caching allocator: zero_grad(set_to_none=False) keeps every .grad across steps", "[allocator]") {
+  // docs/formulas.md#zero-grad-set-to-none. Set-up: a 40 MiB trainable weight. A step: an
+  // activation a = b*s MiB, the weight's gradient g (40 MiB, its .grad), a freed; the optimizer;
+  // zero_grad frees g (set_to_none=True).
+  AllocTrace tr;
+  tr.bytes = {Poly::constant(40 * MiB), Poly::mono(Mono::kBS, MiB), Poly::constant(40 * MiB)};
+  tr.ops = {1, 2, 3, -2, -3};
+  tr.step_begin = 1;
+  tr.optimizer_at = 4;
+  tr.trainable = {0};
+  memplan::sim::OptimizerAllocations opt;
+  SECTION("set_to_none=True: g reuses its block every step") {
+    // Segments: the weight 40, a 10 (a 10 MiB request gets a segment of its own size), g 40; the
+    // next steps reuse the 10 and the 40. Allocated peak 40 + 10 + 40.
+    const auto r = memplan::sim::replay(tr, {{1, 10}, {1, 10}, {1, 10}}, opt, {});
+    CHECK(r.peak_reserved == 90 * MiB);
+    CHECK(r.peak_allocated == 90 * MiB);
+  }
+  SECTION("set_to_none=False: g stays, and the next step's new gradient needs a block of its own") {
+    // Step 1 as above, but g is kept. Step 2: a reuses its 10 MiB block; the new gradient (40 MiB,
+    // added in place into g and freed) finds no free block: a new 40 MiB segment. Step 3 reuses
+    // it. Reserved 40 + 10 + 40 + 40; allocated the same at the moment of the in-place add.
+    opt.keep_grads = true;
+    const auto r = memplan::sim::replay(tr, {{1, 10}, {1, 10}, {1, 10}}, opt, {});
+    CHECK(r.peak_reserved == 130 * MiB);
+    CHECK(r.peak_allocated == 130 * MiB);
+  }
+}
+
 TEST_CASE("caching allocator: a freed block serves only its own stream", "[allocator][streams]") {
   // BlockComparatorSize orders (stream, size, address) and get_free_block rejects another
   // stream's block: a 100 MiB block freed on stream 1 cannot hold stream 0's 100 MiB request.
@@ -288,6 +317,48 @@ TEST_CASE("caching allocator: FSDP1 replay gathers each layer on the unshard str
   SECTION("one stream: the freed layer block is reused at once") {
     const auto r = replay(tr, {{1, 1}}, {}, {}, 0);
     CHECK(r.peak_reserved == 30 * MiB);
+  }
+}
+
+TEST_CASE("caching allocator: FSDP1 frees each unit's unsharded gradient after its reduce-scatter", "[allocator][streams]") {
+  // docs/formulas.md#fsdp1-unsharded-gradients. Three decoder layers, one 10 MiB activation each
+  // (a0, a1, a2), kept to its backward; each layer's backward frees its activation and makes its
+  // parameters' gradient g2, g1, g0 (30 MiB, the trace's .grad, freed by zero_grad after the
+  // optimizer). No gathers (layer_bytes 0), so no rate-limiter wait completes an event in the step.
+  using namespace memplan::sim;
+  AllocTrace tr;
+  tr.bytes = {Poly::constant(10 * MiB), Poly::constant(10 * MiB), Poly::constant(10 * MiB),
+              Poly::constant(30 * MiB), Poly::constant(30 * MiB), Poly::constant(30 * MiB)};
+  tr.ops = {1, 2, 3, -3, 4, -2, 5, -1, 6, -4, -5, -6};
+  tr.step_begin = 0;
+  tr.optimizer_at = 9;
+  tr.marks = {{0, kSegFwdFirst, 0}, {1, kSegFwdMid, 0}, {2, kSegFwdLast, 0},
+              {3, kSegBwdLast, 0},  {5, kSegBwdMid, 0}, {7, kSegBwdFirst, 0}};
+  FsdpStreams f;
+  f.enabled = true;
+  f.layers = 3;
+  f.layer_bytes = 0;
+  SECTION("kept to zero_grad (the unsharded step)") {
+    // a0, a1, a2: three 10 MiB segments. g2, g1, g0 fit no freed 10 MiB block: three 30 MiB
+    // segments, all live at the end of backward. Reserved 30 + 90, allocated peak 90.
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 120 * MiB);
+    CHECK(r.peak_allocated == 90 * MiB);
+  }
+  SECTION("freed after each unit's reduce-scatter") {
+    // L2's backward: g2 a new 30 MiB segment (a0, a1, g2: 50 MiB). Its post-backward (entering
+    // L1): the flat gradient (30 MiB) fits no free block: a new segment (80 MiB allocated, the
+    // peak); g2's block is freed to the default pool; the flat one leaves allocated but waits for
+    // the post_backward stream. L1: g1 takes g2's old block; its flat gradient a third 30 MiB
+    // segment (the first still waits). L0: g0 takes the same block; its flat gradient a fourth.
+    // zero_grad finds no .grad. Reserved 30 + 4 x 30; allocated peak 10 + 10 + 30 + 30.
+    f.free_unsharded_grads = true;
+    const auto r = replay(tr, {{1, 1}}, {}, {}, 0, f);
+    CHECK(r.peak_reserved == 150 * MiB);
+    CHECK(r.peak_allocated == 80 * MiB);
+    // The second step: every event completed at the first one's end, so the blocks are back.
+    const auto two = replay(tr, {{1, 1}, {1, 1}}, {}, {}, 0, f);
+    CHECK(two.peak_reserved == 150 * MiB);
   }
 }
 
