@@ -167,4 +167,17 @@ TEST_CASE("Granite 4.0-H estimates end to end under LoRA with checkpointing and 
     memplan::testing::require_consistent(*f);
     CHECK(f->params.trainable == count_parameters(m).total);
   }
+  SECTION("LoRA on transformers' names of the shared MLP: input_linear and output_linear") {
+    const ModelSpec m = load("granite-4.0-h-1b");
+    TrainingConfig a = lora_checkpointed();
+    a.lora.target_modules = {"input_linear", "output_linear"};
+    auto by_hf_name = estimate(m, a);
+    REQUIRE(by_hf_name.has_value());
+    a.lora.target_modules = {"gate_up_proj", "down_proj"};
+    auto by_memplan_name = estimate(m, a);
+    REQUIRE(by_memplan_name.has_value());
+    // 40 shared MLPs, r 16 (lora_checkpointed): (1,536 + 8,192) x 16 + (4,096 + 1,536) x 16 = 245,760 each.
+    CHECK(by_hf_name->params.trainable == 40 * 245'760LL);
+    CHECK(by_hf_name->params.trainable == by_memplan_name->params.trainable);
+  }
 }
