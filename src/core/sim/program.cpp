@@ -2029,10 +2029,11 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   g_.drop(sg);
   const int nrm = llama_rmsnorm(yg, lp.mix_norm, tok(I), tok(1), false);
   g_.drop(yg);
+  // scan_output is a local: under 16-bit weights its fp32 tensor lives through out_proj.
   const int nb = ops_.to(nrm, sp_.weight_dt);
-  g_.drop(nrm);
   const int o = lin(nb, lp.lin.at("out_proj"), tok(m_.hidden_size));
   g_.drop(nb);
+  g_.drop(nrm);
   for (const int t : locals) g_.drop(t);
   return o;
 }
