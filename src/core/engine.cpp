@@ -189,6 +189,11 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
                       fmt::format("PEFT has no default LoRA target modules for model_type '{}'", m.model_type),
                       "set target_modules (its attention projections: " + attn + ") or all-linear");
   }
+  // Granite 4.0 (docs/models.md#granite-4-0): transformers' shared_mlp.input_linear / output_linear
+  // and router.layer are memplan's gate_up_proj / down_proj and gate.
+  if (m.model_type == "granitemoehybrid")
+    for (auto& t : targets)
+      t = t == "input_linear" ? "gate_up_proj" : t == "output_linear" ? "down_proj" : t == "layer" ? "gate" : t;
   for (const auto& t : targets) {
     // PEFT matches a target as a suffix of the module path: "dense" names three BERT modules.
     const bool suffix = m.is_encoder() && std::any_of(names.begin(), names.end(), [&](const std::string& n) {

@@ -450,7 +450,9 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     out[first_expert].out_features *= 2;
     out.erase(out.begin() + static_cast<std::ptrdiff_t>(first_expert) + 1);
   }
-  if (has_parameter_experts(m) || llama4 || (m.vision.kind == VisionKind::kQwen3Vl && m.moe.enabled()))
+  // GraniteMoeHybridParallelExperts: input_linear (E, 2I, H) and output_linear (E, H, I) Parameters.
+  if (has_parameter_experts(m) || llama4 || (m.vision.kind == VisionKind::kQwen3Vl && m.moe.enabled()) ||
+      m.model_type == "granitemoehybrid")
     for (std::size_t i = first_expert; i < out.size(); ++i) out[i].nn_linear = false;
   if (m.moe.num_shared_experts > 0) {
     // DeepSeek fuses n shared experts into one MLP of n x width; Qwen2-MoE has one.

@@ -189,6 +189,7 @@ class Step {
                          const Poly& pairs_h, DT out_dt, const Poly& total);
   // Hybrid layers (docs/models.md#hybrid-layers), as transformers' torch fallbacks run them.
   int hybrid_layer(int h, LayerParams& lp);
+  int residual_scale(int x);
   int short_conv(int x, LayerParams& lp);
   int mamba2_mixer(int x, LayerParams& lp);
   int gated_deltanet(int x, LayerParams& lp);
@@ -225,6 +226,9 @@ class Step {
   int cohere_layer(int h, LayerParams& lp);
   int cohere_layer_norm(int x, int w, const Poly& numel, const Poly& rows);
   std::pair<int, int> cohere_rope(int q, int k, const Poly& qn, const Poly& kvn);
+  // Granite 4.0 (docs/models.md#granite-4-0): its multipliers, and NoPE unless position_embedding_type is "rope".
+  bool granite_hybrid() const { return m_.model_type == "granitemoehybrid"; }
+  bool granite_nope() const { return granite_hybrid() && !m_.nope_layers.empty(); }
   int mllama_vision_features();
   // gate.tanh() * branch (mllama's gated vision layers and cross-attention layers); consumes branch.
   int tanh_gate(int branch, int gate, const Poly& numel);
@@ -950,7 +954,7 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
   int qe = qt, ke = kt;
   // NemotronHAttention applies no rotary embedding (the Mamba-2 layers carry the positions).
   // Cohere2Attention rotates on its sliding layers only (docs/models.md#cohere).
-  const bool no_rope = m_.model_type == "gpt2" || m_.model_type == "nemotron_h" || llama4() || lp.nope;
+  const bool no_rope = m_.model_type == "gpt2" || m_.model_type == "nemotron_h" || llama4() || lp.nope || granite_nope();
   if (!no_rope && cohere()) {
     std::tie(qe, ke) = cohere_rope(qt, kt, qn, kvn);
     g_.drop(qt);
@@ -1277,6 +1281,21 @@ int Step::moe(int x, LayerParams& lp) {
       topw = ops_.scalar_op(normed);
       g_.drop(normed);
     }
+  } else if (granite_hybrid()) {
+    // GraniteMoeHybridTopKGating: router.layer(x).float(), topk of the fp32 logits (saves its
+    // indices), softmax over the k (saves its result); the (tokens, E) gates scatter and its
+    // .long() copy are transients of the router.
+    const int l = lin(x, lp.lin.at("gate"), tok(E));
+    const int lf = ops_.to(l, DT::kF32);
+    g_.drop(l);
+    topi = g_.make(tok(k), DT::kI64, ops_.cat);
+    const int tv = g_.make(tok(k), DT::kF32, ops_.cat);
+    g_.node({lf}, {tv}, {topi}, [lf](Bwd& ctx) { ctx.give(lf, ctx.like(lf)); });
+    g_.drop(lf);
+    g_.drop(g_.make(tok(E), xdt, ops_.cat));
+    g_.drop(g_.make(tok(E), DT::kI64, ops_.cat));
+    topw = ops_.softmax_f32(tv);
+    g_.drop(tv);
   } else {
     // Mixtral / Qwen-MoE: fp32 softmax, torch.topk (saves its indices).
     const int logits = lin(x, lp.lin.at("gate"), tok(E));
@@ -1311,7 +1330,10 @@ int Step::moe(int x, LayerParams& lp) {
   // six eighths of the layer's expert activations (measured, docs/models.md#fused-expert-parameters).
   // The loop runs in G groups as gpt-oss's does (G: E up to 8, else the largest divisor of E up
   // to 8), each group reading the Parameters through its own views.
-  const bool param_experts = (minimax || m_.model_type == "deepseek_v32") && sp_.expert_parallel <= 1;
+  // GraniteMoeHybridParallelExperts likewise: input_linear [E, 2I, H] and output_linear [E, H, I],
+  // self.weight[i] per expert (docs/models.md#granite-4-0).
+  const bool param_experts =
+      (minimax || m_.model_type == "deepseek_v32" || granite_hybrid()) && sp_.expert_parallel <= 1;
   int summed = -1;
   if (param_experts) {
     const int groups = expert_loop_groups(E);
@@ -1326,7 +1348,8 @@ int Step::moe(int x, LayerParams& lp) {
     const bool fused_gu = lp.lin.count("gate_up_proj") > 0;
     const std::vector<std::string> gu_names =
         fused_gu ? std::vector<std::string>{"gate_up_proj"} : std::vector<std::string>{"gate_proj", "up_proj"};
-    const int onehot = g_.make(tok(checked_mul(k, E)), DT::kI64, ops_.cat);  // one_hot(top_k_index)
+    // one_hot(top_k_index); Granite sorts the pairs by expert instead.
+    const int onehot = granite_hybrid() ? -1 : g_.make(tok(checked_mul(k, E)), DT::kI64, ops_.cat);
     int next = out;
     for (; grp < groups; ++grp) {
       // torch.where(expert_mask[e]): the pairs' top-k slots and tokens (int64)
@@ -1360,7 +1383,7 @@ int Step::moe(int x, LayerParams& lp) {
       g_.drop(token_idx);
       g_.drop(slot_idx);
     }
-    g_.drop(onehot);
+    if (onehot >= 0) g_.drop(onehot);
     g_.drop(weights);
     g_.drop(topi);
     summed = next;
@@ -1555,7 +1578,7 @@ std::pair<int, int> Step::gpt_oss_moe(int x, LayerParams& lp) {
 int Step::decoder_layer(int h, int layer) {
   LayerParams& lp = w_->layers[static_cast<std::size_t>(layer)];
   if (lp.cross) return cross_decoder_layer(h, lp);
-  if (lp.mixer != MixerKind::kAttention || !lp.ffn) return hybrid_layer(h, lp);
+  if (lp.mixer != MixerKind::kAttention || !lp.ffn || granite_hybrid()) return hybrid_layer(h, lp);
   if (m_.model_type == "gemma4_text") return gemma4_layer(h, lp);
   if (cohere()) return cohere_layer(h, lp);
   const std::int64_t hs = m_.hidden_size;
@@ -1902,6 +1925,14 @@ int Step::f32_copy(int x) {
   return y;
 }
 
+// GraniteMoeHybridDecoderLayer: residual + hidden_states * residual_multiplier, a new tensor
+// (a product with a Python float saves nothing for backward); consumes x.
+int Step::residual_scale(int x) {
+  const int s = ops_.scalar_op(x);
+  g_.drop(x);
+  return s;
+}
+
 int Step::hybrid_layer(int h, LayerParams& lp) {
   // Qwen3NextDecoderLayer / Lfm2DecoderLayer: norm -> mixer -> add, norm -> MLP or MoE -> add.
   // NemotronHBlock: norm -> mixer (Mamba-2, attention, MLP) -> add, one per block.
@@ -1922,6 +1953,7 @@ int Step::hybrid_layer(int h, LayerParams& lp) {
       case MixerKind::kNone: break;
     }
     g_.drop(n1);
+    if (granite_hybrid()) a = residual_scale(a);
     const int h2 = ops_.add(cur, a, H);
     g_.drop(a);
     g_.drop(cur);
@@ -1930,8 +1962,9 @@ int Step::hybrid_layer(int h, LayerParams& lp) {
   }
   if (lp.ffn) {
     const int n2 = norm(cur, lp.norms[ni], lp.norms[ni + 1], hs, H);
-    const int mo = lp.moe ? moe(n2, lp) : mlp(n2, lp, "", m_.intermediate_size, tok(1), false);
+    int mo = lp.moe ? moe(n2, lp) : mlp(n2, lp, "", m_.intermediate_size, tok(1), false);
     g_.drop(n2);
+    if (granite_hybrid()) mo = residual_scale(mo);
     const int h3 = ops_.add(cur, mo, H);
     g_.drop(mo);
     g_.drop(cur);
@@ -2094,10 +2127,11 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   g_.drop(sg);
   const int nrm = llama_rmsnorm(yg, lp.mix_norm, tok(I), tok(1), false);
   g_.drop(yg);
+  // scan_output is a local: under 16-bit weights its fp32 tensor lives through out_proj.
   const int nb = ops_.to(nrm, sp_.weight_dt);
-  g_.drop(nrm);
   const int o = lin(nb, lp.lin.at("out_proj"), tok(m_.hidden_size));
   g_.drop(nb);
+  g_.drop(nrm);
   for (const int t : locals) g_.drop(t);
   return o;
 }
@@ -3208,7 +3242,8 @@ int Step::embed_and_layers(bool policy) {
     mllama_cross_masks();
   }
   int hcur = received ? g_.make(htok(), embed_dt(), Cat::kActivations, true) : ops_.embedding(ids_, emb_w, tok(h));
-  if (m_.scale_embeddings && !received) {  // Gemma: inputs_embeds * sqrt(hidden)
+  // Gemma: inputs_embeds * sqrt(hidden); Granite 4.0: inputs_embeds * embedding_multiplier.
+  if ((m_.scale_embeddings || granite_hybrid()) && !received) {
     const int s = ops_.scalar_op(hcur);
     g_.drop(hcur);
     hcur = s;
@@ -3330,7 +3365,7 @@ int Step::embed_and_layers(bool policy) {
     const bool interleaved = m_.vision.kind == VisionKind::kQwen3Vl || m_.mrope_interleaved;
     if (m_.mrope || interleaved) mrope_ids_ = g_.make(tok(3), DT::kI64, Cat::kInputs);
     // NemotronHModel has no rotary embedding: empty tables stand in for them.
-    const bool rotary = m_.model_type != "nemotron_h";
+    const bool rotary = m_.model_type != "nemotron_h" && !granite_nope();
     const auto tables = [&](int& cos, int& sin, std::int64_t dim) {
       const Poly rot = !rotary ? Poly{} : m_.mrope ? tok(3 * dim) : interleaved ? tok(dim) : Poly::mono(kS, dim);
       const int f = g_.make(!rotary              ? Poly{}
@@ -3511,6 +3546,10 @@ int Step::head_logits(int h, const Poly& rows) {
     const int scaled = ops_.scalar_op(logits);
     g_.drop(logits);
     logits = scaled;
+  } else if (granite_hybrid()) {  // GraniteMoeHybridForCausalLM: logits / logits_scaling, a second logits tensor
+    const int d = ops_.scalar_op(logits);
+    g_.drop(logits);
+    logits = d;
   }
   return logits;
 }

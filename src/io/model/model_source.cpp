@@ -18,6 +18,7 @@
 #include "io/embedded.hpp"
 #include "io/model/model_names.hpp"
 #include "io/model/model_source_encoders.hpp"
+#include "io/model/model_source_granite.hpp"
 #include "io/model/model_source_moe2025.hpp"
 #include "io/model/model_source_wrappers.hpp"
 #include "memplan/text.hpp"
@@ -277,8 +278,6 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
                   "(and its vision and audio towers) are not modelled"},
       {"gemma3n_text", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing "
                        "are not modelled"},
-      {"granitemoehybrid", "its Mamba-2 layers beside attention layers, its MoE with a shared MLP and its embedding, "
-                           "residual and attention multipliers are not modelled"},
       {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
       {"new", "it is a remote-code encoder (GTE v1.5's NewModel: rotary positions, fused qkv, unpadded inputs) whose "
@@ -1090,6 +1089,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     m.mlp_bias = nemotron_mlp_bias.value_or(false);
   }
   if (auto s = parse_hybrid(f, m, origin); !s) return s.error();
+  if (t == "granitemoehybrid")  // Granite 4.0 (docs/models.md#granite-4-0)
+    if (auto s = apply_granite_hybrid_fields(j, m, origin); !s) return s.error();
   if (gpt2) {
     m.norm = NormKind::kLayerNorm;
     m.norm_bias = true;
@@ -1200,7 +1201,8 @@ const std::vector<std::string>& supported_model_types() {
                                              "starcoder2", "qwen3_vl", "qwen3_vl_moe", "llama4", "llama4_text",
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                              "qwen3_5_moe_text", "gemma4", "gemma4_text", "mistral3", "ministral3",
-                                             "arcee", "cohere", "cohere2"};
+                                             "arcee", "cohere", "cohere2",
+                                             "granitemoehybrid"};
   return t;
 }
 

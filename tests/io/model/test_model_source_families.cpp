@@ -507,8 +507,6 @@ TEST_CASE("families of 2025 whose layout is not modelled name their blocks, neve
   const std::pair<const char*, const char*> cases[] = {
       {"gemma3n", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing (and "
                   "its vision and audio towers) are not modelled"},
-      {"granitemoehybrid", "its Mamba-2 layers beside attention layers, its MoE with a shared MLP and its embedding, "
-                           "residual and attention multipliers are not modelled"},
       {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
   };
