@@ -113,6 +113,7 @@ enum class VisionKind {
   kQwen3Vl,   // Qwen3-VL: LayerNorm, fc1/GELU-tanh/fc2 MLP, learned positions, DeepStack mergers into early layers
   kLlama4,    // Llama 4: counted (unfold patch Linear, 2D-rope ViT, pixel-shuffle adapter, projector), not simulated
   kGemma4,    // Gemma 4: counted (patch Linear, 2D position table, q/k/v-normed ViT, gated GELU-tanh MLP), not simulated
+  kGemma3n,   // Gemma 3n: timm's MobileNetV5-300M and Gemma3nMultimodalEmbedder, counted, not simulated
 };
 
 struct VisionSpec {
@@ -144,6 +145,8 @@ struct VisionSpec {
   // Llama 4 (docs/models.md#llama-4): the vision adapter's pixel-shuffle MLP width and output.
   std::int64_t projector_input_dim = 0;
   std::int64_t projector_output_dim = 0;
+  // Gemma 3n (docs/models.md#gemma-3n): Gemma3nMultimodalEmbedder's embedding rows (vocab_size).
+  std::int64_t embed_vocab = 0;
 
   bool enabled() const { return depth > 0; }
   // Rows of the patch-embedding input: channels x temporal x patch x patch values per patch.
@@ -173,7 +176,8 @@ struct AudioSpec {
   std::int64_t conv_channels0 = 0;      // subsampling_conv_channels
   std::int64_t conv_channels1 = 0;
   std::int64_t conv_kernel = 0;         // conv_kernel_size of the depthwise convolution
-  std::int64_t output_dims = 0;         // output_proj_dims: the embedder's input
+  std::int64_t output_dims = 0;         // output_proj_dims: the embedder's input (Gemma 3n: 0, no output_proj)
+  std::int64_t embed_vocab = 0;         // Gemma 3n: Gemma3nMultimodalEmbedder's embedding rows
   bool enabled() const { return depth > 0; }
   bool operator==(const AudioSpec&) const = default;
 };
@@ -323,6 +327,14 @@ struct ModelSpec {
   std::int64_t per_layer_input_vocab = 0;
   bool moe_beside_mlp = false;
   AudioSpec audio;
+  // Gemma 3n (docs/models.md#gemma-3n): altup_inputs copies of the residual stream (AltUp, 0: none)
+  // with laurel_rank's low-rank residual in every layer; the MatFormer MLP width of each layer
+  // (empty: intermediate_size everywhere); the layers whose MLP gate goes through the gaussian
+  // top-k (activation_sparsity_pattern > 0). Its KV-shared layers keep their k/v projections.
+  int altup_inputs = 0;
+  std::int64_t laurel_rank = 0;
+  std::vector<std::int64_t> intermediate_sizes;
+  std::vector<int> sparse_mlp_layers;
 
   bool is_encoder() const { return encoder; }
   // Sentence embeddings (pooled, no vocabulary head): an encoder's pooling head or a decoder
