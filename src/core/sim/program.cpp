@@ -191,7 +191,7 @@ class Step {
   int gemma3n_router(int x, LayerParams& lp);
   int gemma3n_magnitude_match(int x, int target);
   int gemma3n_stack(int h0);
-  int gemma3n_unstack(int h);
+  int gemma3n_unstack(int h, DT dt);  // dt: inputs_embeds' dtype
   bool gemma3n() const { return m_.altup_inputs > 0; }
   // Gemma 3n's KV-shared layers read the cache (use_cache, on unless checkpointing turns it off);
   // without one every layer computes its own K/V.
@@ -1923,7 +1923,9 @@ int Step::gemma3n_stack(int h0) {
   g_.drop(mean);
   std::vector<int> parts{h0};
   for (int i = 1; i < m_.altup_inputs; ++i) {
-    const int a = lin(h0, w_->altup[static_cast<std::size_t>(i - 1)], H);
+    const int a0 = lin(h0, w_->altup[static_cast<std::size_t>(i - 1)], H);
+    const int a = ops_.to(a0, g_.at(h0).dt);  // .to(dtype=hidden_states_0.dtype): a copy under autocast
+    g_.drop(a0);
     parts.push_back(gemma3n_magnitude_match(a, target));
     g_.drop(a);
   }
@@ -1933,7 +1935,7 @@ int Step::gemma3n_stack(int h0) {
   return stacked;
 }
 
-int Step::gemma3n_unstack(int h) {
+int Step::gemma3n_unstack(int h, DT dt) {
   // After the layers: the same magnitude match of altup_unembed_projections[i - 1](h[i]) to
   // h[0], torch.stack, mean over the streams; the new list replaces the old one (whose tensors
   // nothing saved go).
@@ -1950,8 +1952,10 @@ int Step::gemma3n_unstack(int h) {
   const std::size_t first = static_cast<std::size_t>(m_.altup_inputs - 1);
   for (int i = 1; i < m_.altup_inputs; ++i) {
     const int hi = ops_.slice(h, H, false);
-    const int a = lin(hi, w_->altup[first + static_cast<std::size_t>(i - 1)], H);
+    const int a0 = lin(hi, w_->altup[first + static_cast<std::size_t>(i - 1)], H);
     g_.drop(hi);
+    const int a = ops_.to(a0, dt);
+    g_.drop(a0);
     parts.push_back(gemma3n_magnitude_match(a, target));
     g_.drop(a);
   }
@@ -2002,8 +2006,13 @@ int Step::gemma3n_layer(int x, LayerParams& lp) {
   g_.drop(ca);
   const int mmp = ops_.view(mm);
   g_.drop(mm);
-  const int pred = ops_.clone(mmp);
+  int pred = ops_.clone(mmp);
   g_.drop(mmp);
+  {  // .type_as(hidden_states): under autocast an fp32 copy of the bf16 product
+    const int p2 = ops_.to(pred, xdt);
+    g_.drop(pred);
+    pred = p2;
+  }
   locals.push_back(pred);
   const int active = ops_.slice(pred, H, false);  // predictions[altup_active_idx]
   locals.push_back(active);
@@ -3658,7 +3667,7 @@ int Step::embed_and_layers(bool policy) {
     g_.set_segment(policy ? kSegHead : kSegRefHead);
     const int h0 = altup_locals_.empty() ? -1 : altup_locals_.back();  // inputs_embeds stays
     if (h0 >= 0) altup_locals_.pop_back();
-    const int out = gemma3n_unstack(hcur);
+    const int out = gemma3n_unstack(hcur, h0 >= 0 ? g_.at(h0).dt : g_.at(hcur).dt);
     if (h0 >= 0) altup_locals_.push_back(h0);
     g_.drop(hcur);
     hcur = out;
