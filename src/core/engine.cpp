@@ -1595,6 +1595,13 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.adapter_dt = to_dt(effective_adapter_dtype(config));
     sp.loss_shift_copy = config.loss_shift != TrainingConfig::LossShift::kPadLabels;
     sp.loss_upcast_in_model = config.loss_shift == TrainingConfig::LossShift::kUpcastInModel;
+    // Gemma3nForConditionalGeneration computes its own loss (docs/models.md#gemma-3n): `logits =
+    // logits.float()` (the model's only reference), shift_logits[mask != 0].contiguous() (a second
+    // fp32 copy), nn.CrossEntropyLoss. Gemma3nForCausalLM (a bare gemma3n_text) uses ForCausalLMLoss.
+    if (model.vision.kind == VisionKind::kGemma3n && config.loss_kernel == LossKernel::kEager) {
+      sp.loss_shift_copy = true;
+      sp.loss_upcast_in_model = true;
+    }
     switch (config.method) {
       case Method::kSft: sp.method = sim::StepMethod::kSft; break;
       case Method::kDpo: sp.method = sim::StepMethod::kDpo; break;
