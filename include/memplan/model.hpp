@@ -114,6 +114,7 @@ enum class VisionKind {
   kLlama4,    // Llama 4: counted (unfold patch Linear, 2D-rope ViT, pixel-shuffle adapter, projector), not simulated
   kGemma4,    // Gemma 4: counted (patch Linear, 2D position table, q/k/v-normed ViT, gated GELU-tanh MLP), not simulated
   kPixtral,   // Mistral 3 (Mistral Small 3.1/3.2, Ministral 3): Pixtral ViT + patch merger, counted, not simulated
+  kGemma3n,   // Gemma 3n: timm's MobileNetV5-300M and Gemma3nMultimodalEmbedder, counted, not simulated
 };
 
 struct VisionSpec {
@@ -148,6 +149,8 @@ struct VisionSpec {
   // Mistral 3 (docs/models.md#mistral-3): multimodal_projector_bias on linear_1 and linear_2;
   // projector_input_dim is the vision width times the number of vision_feature_layer entries.
   bool projector_bias = false;
+  // Gemma 3n (docs/models.md#gemma-3n): Gemma3nMultimodalEmbedder's embedding rows (vocab_size).
+  std::int64_t embed_vocab = 0;
 
   bool enabled() const { return depth > 0; }
   // Rows of the patch-embedding input: channels x temporal x patch x patch values per patch.
@@ -177,7 +180,8 @@ struct AudioSpec {
   std::int64_t conv_channels0 = 0;      // subsampling_conv_channels
   std::int64_t conv_channels1 = 0;
   std::int64_t conv_kernel = 0;         // conv_kernel_size of the depthwise convolution
-  std::int64_t output_dims = 0;         // output_proj_dims: the embedder's input
+  std::int64_t output_dims = 0;         // output_proj_dims: the embedder's input (Gemma 3n: 0, no output_proj)
+  std::int64_t embed_vocab = 0;         // Gemma 3n: Gemma3nMultimodalEmbedder's embedding rows
   bool enabled() const { return depth > 0; }
   bool operator==(const AudioSpec&) const = default;
 };
@@ -327,6 +331,14 @@ struct ModelSpec {
   std::int64_t per_layer_input_vocab = 0;
   bool moe_beside_mlp = false;
   AudioSpec audio;
+  // Gemma 3n (docs/models.md#gemma-3n): altup_inputs copies of the residual stream (AltUp, 0: none)
+  // with laurel_rank's low-rank residual in every layer; the MatFormer MLP width of each layer
+  // (empty: intermediate_size everywhere); the layers whose MLP gate goes through the gaussian
+  // top-k (activation_sparsity_pattern > 0). Its KV-shared layers keep their k/v projections.
+  int altup_inputs = 0;
+  std::int64_t laurel_rank = 0;
+  std::vector<std::int64_t> intermediate_sizes;
+  std::vector<int> sparse_mlp_layers;
 
   bool is_encoder() const { return encoder; }
   // Sentence embeddings (pooled, no vocabulary head): an encoder's pooling head or a decoder

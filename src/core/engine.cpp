@@ -137,7 +137,8 @@ std::int64_t quant_state_bytes(const ModelSpec& m, int first, int n, bool double
   std::array<std::optional<std::int64_t>, 2> of_kind;
   std::int64_t bytes = 0;
   for (int layer = first; layer < first + n; ++layer) {
-    if (m.hybrid.enabled() || m.model_type == "gemma4_text") {  // Gemma 4: full, sliding and KV-shared layers differ
+    // Gemma 4: full, sliding and KV-shared layers differ; Gemma 3n: its MatFormer widths.
+    if (m.hybrid.enabled() || m.model_type == "gemma4_text" || m.altup_inputs > 0) {
       bytes += of_layer(layer);
       continue;
     }
@@ -254,7 +255,8 @@ ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
   // text (its tower loaded, unused).
   // Llama 4 is counted with its tower but fine-tuned on text here (docs/models.md#llama-4).
   const bool text_default = m.vision.kind == VisionKind::kSiglip || m.vision.kind == VisionKind::kLlama4 ||
-                            m.vision.kind == VisionKind::kGemma4 || m.vision.kind == VisionKind::kPixtral;
+                            m.vision.kind == VisionKind::kGemma4 || m.vision.kind == VisionKind::kPixtral ||
+                            m.vision.kind == VisionKind::kGemma3n;
   p.images = c.vision.images >= 0 ? c.vision.images : text_default ? 0 : 1;
   const std::int64_t side = default_image_side(m.vision);
   p.grid = image_grid(m.vision, c.vision.image_height > 0 ? c.vision.image_height : side,
@@ -293,6 +295,11 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
                       "Gemma 4's vision tower (2D position table, q/k/v-normed ViT, spatial pooling) is counted but "
                       "not simulated: batches with images are not modelled",
                       "estimate text-only fine-tuning (--images 0), the default for Gemma 4");
+  if (m.vision.kind == VisionKind::kGemma3n && c.vision.images > 0)
+    return make_error(ErrorCode::kUnsupported,
+                      "Gemma 3n's vision tower (timm's MobileNetV5-300M with its multi-scale fusion adapter) is counted "
+                      "but not simulated: batches with images are not modelled",
+                      "estimate text-only fine-tuning (--images 0), the default for Gemma 3n");
   if (m.vision.kind == VisionKind::kMllama) {
     // docs/formulas.md#llama-32-vision: what is and is not modelled.
     if (c.vision.train_vision_tower)
@@ -346,6 +353,11 @@ Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
     return make_error(ErrorCode::kUnsupported,
                       "Gemma 4 with tensor or context parallelism is not modelled: its full-attention layers' own "
                       "key/value heads (num_global_key_value_heads) are not split over ranks",
+                      "estimate a data-parallel (DDP, ZeRO, FSDP) layout");
+  if (m.altup_inputs > 0 && (p.tensor_parallel > 1 || p.context_parallel > 1 || p.pipeline_parallel > 1))
+    return make_error(ErrorCode::kUnsupported,
+                      "Gemma 3n with tensor, context or pipeline parallelism is not modelled: its AltUp stack of "
+                      "residual streams is simulated on one rank",
                       "estimate a data-parallel (DDP, ZeRO, FSDP) layout");
   if (p.expert_parallel > 1 || p.moe_capacity_factor > 0 || p.expert_tensor_parallel > 0) {
     const char* what = p.expert_parallel > 1           ? "expert-parallel"
@@ -999,6 +1011,8 @@ SimulatedLayers simulated_layers(const ModelSpec& model, int first, int n, bool 
   if (n <= 3 || every_layer) return all();
   // Gemma 4 (docs/models.md#gemma-4): its KV-shared layers end the period of the others.
   if (model.model_type == "gemma4_text" && model.kv_shared_layers > 0) return all();
+  // Gemma 3n (docs/models.md#gemma-3n): sparse, KV-shared and MatFormer layers differ.
+  if (model.altup_inputs > 0) return all();
   const int last = first + n - 1;
   // The layers that break the run of identical ones: cross-attention layers, or (with the
   // sliding mask materialized) the full-attention layers among sliding ones.
@@ -1593,6 +1607,13 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     sp.adapter_dt = to_dt(effective_adapter_dtype(config));
     sp.loss_shift_copy = config.loss_shift != TrainingConfig::LossShift::kPadLabels;
     sp.loss_upcast_in_model = config.loss_shift == TrainingConfig::LossShift::kUpcastInModel;
+    // Gemma3nForConditionalGeneration computes its own loss (docs/models.md#gemma-3n): `logits =
+    // logits.float()` (the model's only reference), shift_logits[mask != 0].contiguous() (a second
+    // fp32 copy), nn.CrossEntropyLoss. Gemma3nForCausalLM (a bare gemma3n_text) uses ForCausalLMLoss.
+    if (model.vision.kind == VisionKind::kGemma3n && config.loss_kernel == LossKernel::kEager) {
+      sp.loss_shift_copy = true;
+      sp.loss_upcast_in_model = true;
+    }
     switch (config.method) {
       case Method::kSft: sp.method = sim::StepMethod::kSft; break;
       case Method::kDpo: sp.method = sim::StepMethod::kDpo; break;
@@ -1814,11 +1835,11 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                             images.grid.tokens, config.vision.train_vision_tower ? "trained" : "frozen",
                             config.vision.train_projector ? "trained" : "frozen"));
     }
-    if (model.audio.enabled())  // Gemma 4 E2B / E4B (docs/models.md#gemma-4)
+    if (model.audio.enabled())  // Gemma 4 E2B / E4B (docs/models.md#gemma-4), Gemma 3n (#gemma-3n)
       impl->assumptions.push_back(fmt::format(
-          "audio tower (Gemma 4, {} Conformer layers): loaded and counted, never run: text-only batches; audio "
+          "audio tower ({}, {} Conformer layers): loaded and counted, never run: text-only batches; audio "
           "fine-tuning is not modelled",
-          model.audio.depth));
+          model.altup_inputs > 0 ? "Gemma 3n" : "Gemma 4", model.audio.depth));
     if (model.sliding_window > 0 && sp.attn == AttnImpl::kSdpa) {
       int sliding = 0;
       for (int l = 0; l < model.num_layers; ++l) sliding += model.is_sliding_layer(l) ? 1 : 0;

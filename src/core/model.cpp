@@ -218,6 +218,14 @@ Status validate(const ModelSpec& m) {
       return field_error("num_kv_shared_layers", m.kv_shared_layers,
                          fmt::format("leaves shared layer {} no earlier layer of its type to read K/V from", l));
   }
+  // Gemma 3n (docs/models.md#gemma-3n).
+  if (m.altup_inputs < 0 || m.altup_inputs > 64) return field_error("altup_num_inputs", m.altup_inputs, "must be between 0 and 64");
+  if (m.laurel_rank < 0 || m.laurel_rank > (1 << 16)) return field_error("laurel_rank", m.laurel_rank, "must be between 0 and 65536");
+  if (!m.intermediate_sizes.empty() && m.intermediate_sizes.size() != static_cast<std::size_t>(m.num_layers))
+    return field_error("intermediate_size", static_cast<std::int64_t>(m.intermediate_sizes.size()),
+                       fmt::format("(entries) must be one per layer ({})", m.num_layers));
+  for (const std::int64_t w : m.intermediate_sizes)
+    if (w <= 0 || w > (1 << 22)) return field_error("intermediate_size", w, "must be between 1 and 4194304 in every layer");
   if (m.per_layer_input_dim < 0 || m.per_layer_input_dim > (1 << 14))
     return field_error("hidden_size_per_layer_input", m.per_layer_input_dim, "must be between 0 and 16384");
   if (m.per_layer_input_dim > 0 && (m.per_layer_input_vocab <= 0 || m.per_layer_input_vocab > (1 << 24)))
@@ -236,7 +244,7 @@ Status validate(const ModelSpec& m) {
                             m.audio.num_heads <= 0 || m.audio.hidden_size % m.audio.num_heads != 0 ||
                             m.audio.conv_channels0 <= 0 || m.audio.conv_channels0 > (1 << 12) ||
                             m.audio.conv_channels1 <= 0 || m.audio.conv_channels1 > (1 << 12) ||
-                            m.audio.conv_kernel <= 0 || m.audio.conv_kernel > 1024 || m.audio.output_dims <= 0 ||
+                            m.audio.conv_kernel <= 0 || m.audio.conv_kernel > 1024 || m.audio.output_dims < 0 ||
                             m.audio.output_dims > (1 << 16)))
     return make_error(ErrorCode::kInvalidConfig, "model audio_config sizes are not plausible",
                       "check hidden_size, num_attention_heads, subsampling_conv_channels, conv_kernel_size and "
@@ -257,6 +265,9 @@ bool ModelSpec::is_kv_shared_layer(int layer) const {
 }
 
 std::int64_t ModelSpec::layer_intermediate_size(int layer) const {
+  // Gemma 3n's MatFormer widths: one per layer.
+  if (!intermediate_sizes.empty() && layer >= 0 && static_cast<std::size_t>(layer) < intermediate_sizes.size())
+    return intermediate_sizes[static_cast<std::size_t>(layer)];
   return double_wide_mlp && is_kv_shared_layer(layer) ? 2 * intermediate_size : intermediate_size;
 }
 
@@ -380,8 +391,9 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
   } else {
     // Qwen3-Next gated attention: q_proj gives the queries and their output gate.
     out.push_back({"q_proj", h, m.attn_output_gate ? 2 * q : q, m.qkv_bias, 1, LinearRole::kAttention});
-    // Gemma 4: a KV-shared layer has no k/v projections; a k_eq_v layer no v_proj.
-    if (!m.is_kv_shared_layer(layer)) {
+    // Gemma 4: a KV-shared layer has no k/v projections; a k_eq_v layer no v_proj. Gemma 3n's
+    // shared layers keep theirs (Gemma3nTextAttention builds them all; only a cache bypasses them).
+    if (!m.is_kv_shared_layer(layer) || m.altup_inputs > 0) {
       out.push_back({"k_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
       if (!m.layer_k_eq_v(layer)) out.push_back({"v_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
     }
@@ -390,6 +402,21 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     out.push_back({attention_out_name(m), q, h, m.o_bias, 1, LinearRole::kAttention});
 
   if (!m.hybrid.has_ffn(layer)) return out;
+  if (m.altup_inputs > 0) {
+    // Gemma3nTextDecoderLayer (docs/models.md#gemma-3n): the MLP, then AltUp's modality_router
+    // (hidden -> n), prediction_coefs (n -> n^2) and correction_coefs (n -> n), Laurel's
+    // linear_left / linear_right, and the per-layer input gate and projection; no biases.
+    const std::int64_t n = m.altup_inputs;
+    add_gated_mlp(out, m, m.layer_intermediate_size(layer), 1, LinearRole::kMlp, false);
+    out.push_back({"altup.modality_router", h, n, false, 1, LinearRole::kMlp});
+    out.push_back({"altup.prediction_coefs", n, n * n, false, 1, LinearRole::kMlp});
+    out.push_back({"altup.correction_coefs", n, n, false, 1, LinearRole::kMlp});
+    out.push_back({"laurel.linear_left", h, m.laurel_rank, false, 1, LinearRole::kMlp});
+    out.push_back({"laurel.linear_right", m.laurel_rank, h, false, 1, LinearRole::kMlp});
+    out.push_back({"per_layer_input_gate", h, m.per_layer_input_dim, false, 1, LinearRole::kMlp});
+    out.push_back({"per_layer_projection", m.per_layer_input_dim, h, false, 1, LinearRole::kMlp});
+    return out;
+  }
   // Gemma 4 (docs/models.md#gemma-4): the per-layer input gate and projection (PLE), after the MLP.
   const auto per_layer_input = [&]() {
     if (m.per_layer_input_dim <= 0) return;
@@ -533,6 +560,19 @@ ParameterCounts count_model_parameters(const ModelSpec& m) {
       c.norms += h;
       active += h;
     }
+    if (m.altup_inputs > 0) {
+      // Gemma 3n: AltUp's router_norm and Laurel's post_laurel_norm; AltUp's correct_output_scale
+      // (a hidden-size Parameter).
+      c.norms += 2 * h;
+      c.mlp += h;
+      active += 3 * h;
+    }
+  }
+  if (m.altup_inputs > 0) {
+    // Gemma3nTextModel's altup_projections and altup_unembed_projections: n - 1 each, hidden x hidden.
+    const std::int64_t proj = 2 * (m.altup_inputs - 1) * h * h;
+    c.mlp += proj;
+    active += proj;
   }
   if (m.per_layer_input_dim > 0) {
     // Gemma 4 PLE: embed_tokens_per_layer (vocab_size_per_layer_input x layers x dim),

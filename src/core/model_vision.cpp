@@ -38,6 +38,7 @@ std::string to_string(VisionKind k) {
     case VisionKind::kLlama4: return "llama4";
     case VisionKind::kGemma4: return "gemma4";
     case VisionKind::kPixtral: return "pixtral";
+    case VisionKind::kGemma3n: return "gemma3n";
   }
   return "?";
 }
@@ -46,6 +47,10 @@ Status validate_vision(const VisionSpec& v) {
   if (!v.enabled()) return Ok{};
   if (v.depth > 1024) return vision_error("depth", v.depth, "must be at most 1024");
   if (v.hidden_size <= 0 || v.hidden_size > (1 << 16)) return vision_error("hidden_size", v.hidden_size, "must be between 1 and 65536");
+  if (v.kind == VisionKind::kGemma3n) {  // a fixed timm tower: only the embedder's sizes vary
+    if (v.embed_vocab < 0 || v.embed_vocab > (1 << 20)) return vision_error("vocab_size", v.embed_vocab, "must be between 0 and 1048576");
+    return Ok{};
+  }
   if (v.intermediate_size <= 0 || v.intermediate_size > (1 << 18))
     return vision_error("intermediate_size", v.intermediate_size, "must be between 1 and 262144");
   if (v.num_heads <= 0 || v.hidden_size % v.num_heads != 0)
@@ -189,6 +194,16 @@ VisionCounts count_vision_parameters(const VisionSpec& v, std::int64_t text_hidd
   VisionCounts c;
   if (!v.enabled()) return c;
   const std::int64_t h = v.hidden_size;
+  if (v.kind == VisionKind::kGemma3n) {
+    // timm's mobilenetv5_300m_enc (the only architecture Gemma 3n ships): 294,284,096 parameters,
+    // keras-hub's mobilenetv5_300m_enc_gemma3n preset (keras-team/keras-hub@b93373ad,
+    // keras_hub/src/models/mobilenetv5/mobilenetv5_presets.py). Gemma3nMultimodalEmbedder:
+    // embedding (vocab_size x h), hard_ and soft_embedding_norm (h each), embedding_projection
+    // (h -> text hidden); embedding_post_projection_norm has no weight.
+    c.tower = 294'284'096;
+    c.projector = v.embed_vocab * h + 2 * h + h * text_hidden;
+    return c;
+  }
   // Gemma4VisionEncoderLayer: four RMSNorms (weight only), q_norm and k_norm over head_dim (v_norm
   // has no weight).
   std::int64_t block = v.kind == VisionKind::kGemma4 ? 4 * h + 2 * (h / v.num_heads) : 2 * norm_numel(v);
@@ -251,6 +266,9 @@ VisionCounts count_audio_parameters(const AudioSpec& a, std::int64_t text_hidden
   // (linear_start h -> 2h, depthwise kernel x h, linear_end, two RMSNorms) and three RMSNorms;
   // output_proj (h -> output_proj_dims, with a bias). embed_audio: Linear(output_proj_dims, text
   // hidden) after a weightless norm.
+  // Gemma3nAudioEncoder has the same subsampling and Conformer layers and no output_proj
+  // (output_dims 0); its embed_audio is a Gemma3nMultimodalEmbedder (embedding rows x h, two
+  // norms, h -> text hidden).
   VisionCounts c;
   if (!a.enabled()) return c;
   const std::int64_t h = a.hidden_size, c0 = a.conv_channels0, c1 = a.conv_channels1;
@@ -259,7 +277,7 @@ VisionCounts count_audio_parameters(const AudioSpec& a, std::int64_t text_hidden
   const std::int64_t attn = 5 * h * h + h / a.num_heads;
   const std::int64_t conv = 2 * h * h + h * h + a.conv_kernel * h + 2 * h;
   c.tower = subsample + (ffw + attn + conv + 3 * h) * a.depth + h * a.output_dims + a.output_dims;
-  c.projector = a.output_dims * text_hidden;
+  c.projector = a.output_dims > 0 ? a.output_dims * text_hidden : a.embed_vocab * h + 2 * h + h * text_hidden;
   return c;
 }
 

@@ -49,6 +49,7 @@ struct LayerParams {
   bool kv_shared = false;  // Gemma 4: reads an earlier layer's K/V
   bool store_kv = false;   // Gemma 4: the last non-shared layer of its type, whose K/V the shared ones read
   bool k_eq_v = false;     // Gemma 4: V is k_proj's output
+  bool sparse_mlp = false; // Gemma 3n: activation_sparsity_pattern > 0 (the gaussian top-k on the gate)
   // Gemma 4: post_feedforward_layernorm_1, _2 and pre_feedforward_layernorm_2 (MoE), then
   // post_per_layer_input_norm (PLE); the router's scale and per_expert_scale as one tensor.
   std::vector<int> extra_norms;
@@ -79,6 +80,8 @@ std::int64_t largest_window(const ProgramSpec& sp) {
   const std::int64_t units = std::max<std::int64_t>(1, v.window_size / v.patch_size / merge);
   return std::min(units, sp.image_rows / merge) * std::min(units, sp.image_cols / merge) * merge * merge;
 }
+
+bool contains_layer(const std::vector<int>& v, int layer) { return std::find(v.begin(), v.end(), layer) != v.end(); }
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -184,6 +187,19 @@ class Step {
   // experts on the pre-MLP residual.
   int gemma4_layer(int h, LayerParams& lp);
   int gemma4_experts(int x, LayerParams& lp);
+  // Gemma 3n (docs/models.md#gemma-3n): Gemma3nTextDecoderLayer on the (n, b, s, h) AltUp stack;
+  // the model's stack of the embeddings and its projections before the layers, and the unembed
+  // projections and mean after them.
+  int gemma3n_layer(int h, LayerParams& lp);
+  int gemma3n_mlp(int x, LayerParams& lp, bool sparse);
+  int gemma3n_router(int x, LayerParams& lp);
+  int gemma3n_magnitude_match(int x, int target);
+  int gemma3n_stack(int h0);
+  int gemma3n_unstack(int h, DT dt);  // dt: inputs_embeds' dtype
+  bool gemma3n() const { return m_.altup_inputs > 0; }
+  // Gemma 3n's KV-shared layers read the cache (use_cache, on unless checkpointing turns it off);
+  // without one every layer computes its own K/V.
+  bool gemma3n_cache() const { return gemma3n() && !sp_.gradient_checkpointing; }
   // The end of one step of the eager expert loops (moe's fused-Parameter path, gpt-oss, Gemma 4).
   int weighted_index_add(int next, int out, int weights, DT weight_dt, const Ids& weight_index, const Poly& pairs,
                          const Poly& pairs_h, DT out_dt, const Poly& total);
@@ -309,6 +325,8 @@ class Step {
     // Gemma 4: embed_tokens_per_layer, per_layer_model_projection and its norm (PLE); the audio
     // tower with its embedder, one frozen tensor.
     int ple_embed = -1, ple_proj = -1, ple_norm = -1, audio = -1;
+    // Gemma 3n: altup_projections, then altup_unembed_projections (n - 1 each).
+    std::vector<LinearParams> altup;
   };
   Weights policy_, ref_;
   Weights* w_ = &policy_;
@@ -324,6 +342,16 @@ class Step {
   // of the model forward.
   int ple_ = -1, ple_where_ = -1;
   int ple_slice_ = -1;  // the current layer's per_layer_inputs[:, :, i, :] (a select view)
+  // Gemma 3n: Gemma3nTextModel.forward's temp_hidden_states list and target_magnitude (locals
+  // until it returns); the wrapper's vision_embeds and audio_embeds are ple_where_.
+  std::vector<int> altup_locals_;
+  // Gemma 3n with use_cache (no checkpointing): DynamicCache's torch.cat copies of each
+  // non-shared layer's K and V, returned with the outputs: alive until the loss is computed.
+  std::vector<int> cache_kv_;
+  void drop_cache_kv() {
+    for (const int t : cache_kv_) g_.drop(t);
+    cache_kv_.clear();
+  }
   // Gemma 4 shared_kv_states: the K and V (sliding, full) the KV-shared layers read. The dict is
   // bound into every layer's call, so under checkpointing it lives until backward ends; the
   // recomputations read the forward's tensors. Stored in the forward only.
@@ -407,6 +435,13 @@ void Step::make_params() {
     w_->ple_proj = make_param(h * packed, sp_.weight_dt, sp_.full_finetune, Cat::kWeights, packed, h);
     w_->ple_norm = make_param(m_.per_layer_input_dim, other_dt(), sp_.full_finetune);
   }
+  if (sp_.stage_embedding && gemma3n()) {
+    // Gemma3nTextModel's altup_projections and altup_unembed_projections (hidden x hidden, no bias).
+    w_->altup.clear();
+    for (int i = 0; i < 2 * (m_.altup_inputs - 1); ++i)
+      w_->altup.push_back(make_linear({i < m_.altup_inputs - 1 ? "altup_projections" : "altup_unembed_projections", h, h,
+                                       false, 1, LinearRole::kMlp}));
+  }
   if (sp_.stage_embedding && m_.audio.enabled()) {
     // Gemma 4's audio tower: no gradient reaches it in a text (or image) step, so no grads or
     // optimizer states whatever its requires_grad.
@@ -427,11 +462,11 @@ void Step::make_params() {
     lp.head_dim = m_.layer_head_dim(model_layer);
     lp.kv_heads = m_.layer_kv_heads(model_layer);
     lp.intermediate = m_.layer_intermediate_size(model_layer);
-    lp.kv_shared = m_.is_kv_shared_layer(model_layer);
+    lp.kv_shared = m_.is_kv_shared_layer(model_layer) && (!gemma3n() || gemma3n_cache());
     lp.k_eq_v = m_.layer_k_eq_v(model_layer);
     // Gemma4TextAttention.store_full_length_kv: the last non-shared layer of each type stores its
-    // K/V in shared_kv_states, whether or not any layer reads them.
-    if (m_.model_type == "gemma4_text" && !lp.kv_shared) {
+    // K/V in shared_kv_states, whether or not any layer reads them (Gemma 3n: in the cache).
+    if ((m_.model_type == "gemma4_text" || gemma3n_cache()) && !lp.kv_shared) {
       bool last_of_type = true;
       for (int later = model_layer + 1; later < m_.num_layers - m_.kv_shared_layers && last_of_type; ++later)
         if (m_.is_sliding_layer(later) == lp.sliding) last_of_type = false;
@@ -474,6 +509,13 @@ void Step::make_params() {
     } else if (m_.qk_norm && lp.mixer == MixerKind::kAttention) {
       lp.q_norm = make_param(lp.head_dim, other_dt(), sp_.full_finetune);
       if (!lp.kv_shared) lp.k_norm = make_param(lp.head_dim, other_dt(), sp_.full_finetune);
+      else if (gemma3n()) make_param(lp.head_dim, other_dt(), sp_.full_finetune);  // loaded, unused with the cache
+    }
+    if (gemma3n()) {
+      lp.sparse_mlp = contains_layer(m_.sparse_mlp_layers, model_layer);
+      // router_norm, post_laurel_norm, post_per_layer_input_norm; AltUp's correct_output_scale.
+      for (int i = 0; i < 3; ++i) lp.extra_norms.push_back(make_param(h, other_dt(), sp_.full_finetune));
+      lp.router_scale = make_param(h, other_dt(), sp_.full_finetune);
     }
     if (m_.model_type == "gemma4_text") {
       const bool moe_block = m_.moe_beside_mlp && lp.moe;
@@ -535,6 +577,13 @@ void Step::make_params() {
 void Step::make_vision_params() {
   const VisionSpec& v = m_.vision;
   VisionWeights& vw = w_->vision;
+  if (v.kind == VisionKind::kGemma3n) {
+    // Gemma 3n's MobileNetV5 tower and embed_vision, counted, never run (docs/models.md#gemma-3n):
+    // one frozen tensor; its embedder's forward on the text tokens is modelled with the embeddings.
+    const VisionCounts vc = count_vision_parameters(v, m_.hidden_size);
+    vw.pos = make_param(vc.tower + vc.projector, other_dt(), false);
+    return;
+  }
   const std::int64_t h = v.hidden_size;
   const bool siglip = v.kind == VisionKind::kSiglip;
   const bool ln = v.kind != VisionKind::kQwen25Vl && v.kind != VisionKind::kPixtral;  // else RMSNorm
@@ -1581,6 +1630,7 @@ int Step::decoder_layer(int h, int layer) {
   if (lp.mixer != MixerKind::kAttention || !lp.ffn || granite_hybrid()) return hybrid_layer(h, lp);
   if (m_.model_type == "gemma4_text") return gemma4_layer(h, lp);
   if (cohere()) return cohere_layer(h, lp);
+  if (gemma3n()) return gemma3n_layer(h, lp);
   const std::int64_t hs = m_.hidden_size;
   const bool gpt2 = m_.model_type == "gpt2";
   const bool post_norms = m_.norms_per_layer == 4;
@@ -1905,6 +1955,269 @@ int Step::gemma4_experts(int x, LayerParams& lp) {
   g_.drop(weights);
   g_.drop(x2);
   return next;
+}
+
+// ---- Gemma 3n (docs/models.md#gemma-3n)
+
+int Step::gemma3n_router(int x, LayerParams& lp) {
+  // Gemma3nTextAltUp.compute_router_modalities: router_norm(x) * hidden^-1 (a buffer: nothing
+  // saved), modality_router (saves its input), tanh(routed.float()).type_as(x).
+  const std::int64_t hs = m_.hidden_size, n = m_.altup_inputs;
+  const DT xdt = g_.at(x).dt;
+  const int rn = norm(x, lp.extra_norms[0], -1, hs, tok(hs));
+  const int ri = ops_.scalar_op(rn);
+  g_.drop(rn);
+  const int routed = lin(ri, lp.lin.at("altup.modality_router"), tok(n));
+  g_.drop(ri);
+  const int r32 = ops_.to(routed, DT::kF32);
+  g_.drop(routed);
+  const int t = ops_.tanh(r32);
+  g_.drop(r32);
+  const int out = ops_.to(t, xdt);
+  g_.drop(t);
+  return out;
+}
+
+int Step::gemma3n_mlp(int x, LayerParams& lp, bool sparse) {
+  // Gemma3nTextMLP: gate_proj; on the sparse layers _gaussian_topk: mean and std (unbiased=False:
+  // its backward keeps the gate output) over the width, cutoff = mean + std * icdf(sparsity),
+  // relu(gate - cutoff) (keeps its result); then act_fn (gelu_pytorch_tanh), * up_proj, down_proj.
+  const Poly wide = tok(lp.intermediate), narrow = tok(m_.hidden_size);
+  int gate = lin(x, lp.lin.at("gate_proj"), wide);
+  if (sparse) {
+    const int mean = ops_.mean_last(gate, tok(1));
+    const int sd = g_.make(tok(1), g_.at(gate).dt, ops_.cat);
+    g_.node({gate}, {sd}, {gate, sd}, [gate](Bwd& ctx) { ctx.give(gate, ctx.like(gate)); });
+    const int cut0 = ops_.scalar_op(sd);  // std * std_multiplier (a 0-d tensor)
+    g_.drop(sd);
+    const int cut = ops_.add(mean, cut0, tok(1));
+    g_.drop(mean);
+    g_.drop(cut0);
+    const int diff = ops_.add(gate, cut, wide);  // inputs - cutoff_x
+    g_.drop(cut);
+    g_.drop(gate);
+    gate = ops_.tanh(diff);  // relu: keeps its result
+    g_.drop(diff);
+  }
+  const int act = ops_.gelu(gate);
+  g_.drop(gate);
+  const int up = lin(x, lp.lin.at("up_proj"), wide);
+  const int p = ops_.mul(act, up, wide);
+  g_.drop(act);
+  g_.drop(up);
+  const int o = lin(p, lp.lin.at("down_proj"), narrow);
+  g_.drop(p);
+  return o;
+}
+
+int Step::gemma3n_magnitude_match(int x, int target) {
+  // Gemma3nTextModel.forward, for each projected stream: new_magnitude = sqrt(maximum(mean(x ** 2),
+  // eps)); x * target_magnitude / new_magnitude (both products keep their inputs).
+  const Poly H = tok(m_.hidden_size);
+  const int p = ops_.pow2(x);
+  const int mean = ops_.mean_last(p, tok(1));
+  g_.drop(p);
+  const int mx = ops_.scalar_op(mean);  // torch.maximum with the 0-d epsilon
+  g_.drop(mean);
+  const int nm = ops_.rsqrt(mx);  // sqrt: keeps its result
+  g_.drop(mx);
+  const int prod = ops_.mul(x, target, H);
+  const int out = ops_.mul(prod, nm, H);
+  g_.drop(prod);
+  g_.drop(nm);
+  return out;
+}
+
+int Step::gemma3n_stack(int h0) {
+  // target_magnitude = mean(h0 ** 2) ** 0.5; altup_projections[i - 1](h0), magnitude-matched;
+  // torch.stack of [h0, ...] into (n, b, s, h). The list (temp_hidden_states) and
+  // target_magnitude are locals of the forward: they live until the layers are done.
+  const Poly H = tok(m_.hidden_size);
+  const int p = ops_.pow2(h0);
+  const int mean = ops_.mean_last(p, tok(1));
+  g_.drop(p);
+  const int target = ops_.pow2(mean);  // ** 0.5 keeps its input
+  g_.drop(mean);
+  std::vector<int> parts{h0};
+  for (int i = 1; i < m_.altup_inputs; ++i) {
+    const int a0 = lin(h0, w_->altup[static_cast<std::size_t>(i - 1)], H);
+    const int a = ops_.to(a0, g_.at(h0).dt);  // .to(dtype=hidden_states_0.dtype): a copy under autocast
+    g_.drop(a0);
+    parts.push_back(gemma3n_magnitude_match(a, target));
+    g_.drop(a);
+  }
+  const int stacked = ops_.concat(parts);
+  altup_locals_.assign(parts.begin() + 1, parts.end());
+  altup_locals_.push_back(target);
+  return stacked;
+}
+
+int Step::gemma3n_unstack(int h, DT dt) {
+  // After the layers: the same magnitude match of altup_unembed_projections[i - 1](h[i]) to
+  // h[0], torch.stack, mean over the streams; the new list replaces the old one (whose tensors
+  // nothing saved go).
+  const Poly H = tok(m_.hidden_size);
+  for (const int t : altup_locals_) g_.drop(t);
+  altup_locals_.clear();
+  const int h0 = ops_.slice(h, H, false);
+  const int p = ops_.pow2(h0);
+  const int mean = ops_.mean_last(p, tok(1));
+  g_.drop(p);
+  const int target = ops_.pow2(mean);
+  g_.drop(mean);
+  std::vector<int> parts{h0};
+  const std::size_t first = static_cast<std::size_t>(m_.altup_inputs - 1);
+  for (int i = 1; i < m_.altup_inputs; ++i) {
+    const int hi = ops_.slice(h, H, false);
+    const int a0 = lin(hi, w_->altup[first + static_cast<std::size_t>(i - 1)], H);
+    g_.drop(hi);
+    const int a = ops_.to(a0, dt);
+    g_.drop(a0);
+    parts.push_back(gemma3n_magnitude_match(a, target));
+    g_.drop(a);
+  }
+  const int stacked = ops_.concat(parts);
+  const int out = ops_.mean_last(stacked, H);  // torch.mean(dim=0)
+  g_.drop(stacked);
+  altup_locals_ = parts;
+  altup_locals_.push_back(target);
+  return out;
+}
+
+int Step::gemma3n_layer(int x, LayerParams& lp) {
+  // Gemma3nTextDecoderLayer.forward on the (n, b, s, h) stack. Its intermediate results are named
+  // locals (active_prediction_normed, laurel_output, attn_gated, attn_laurel, attn_norm,
+  // attn_ffw, attn_ffw_norm, attn_ffw_laurel_gated, predictions) that live until it returns.
+  const std::int64_t hs = m_.hidden_size, n = m_.altup_inputs, d = m_.per_layer_input_dim;
+  const Poly H = tok(hs), N = tok(n * hs);
+  const DT xdt = g_.at(x).dt;
+  std::vector<int> locals;
+  // AltUp predict: modalities of x[0], prediction_coefs -> (b, s, n, n) permuted; matmul of
+  // x.permute(1, 2, 3, 0) (b, s, h, n) with it folds (b, s) into bmm's batch as views (measured:
+  // autograd saves the views, no copy); bmm makes the permuted stack contiguous for its kernel, a
+  // transient in forward and again in backward for the coefficients' gradient.
+  // `predictions += hidden_states` in place, then .contiguous() of the permuted product.
+  const int x0 = ops_.slice(x, H, false);
+  const int mod = gemma3n_router(x0, lp);
+  g_.drop(x0);
+  const int coefs = lin(mod, lp.lin.at("altup.prediction_coefs"), tok(n * n));
+  g_.drop(mod);
+  const int xa = ops_.cast_for_autocast(x);
+  const int ca = ops_.cast_for_autocast(coefs);
+  g_.drop(coefs);
+  const DT mdt = g_.at(xa).dt;
+  const int folded = g_.make(N, mdt, ops_.cat);
+  const int mm = g_.make(N, mdt, ops_.cat);
+  g_.drop(folded);
+  g_.node({xa, ca}, {mm}, {xa, ca}, [xa, ca, N, mdt](Bwd& ctx) {
+    const int gx = ctx.needs(xa) ? ctx.like(xa) : -1;
+    if (ctx.needs(ca)) {
+      const int t = ctx.temp(N, mdt);
+      const int gc = ctx.like(ca);
+      ctx.drop(t);
+      ctx.give(ca, gc);
+    }
+    if (gx >= 0) ctx.give(xa, gx);
+  });
+  g_.drop(xa);
+  g_.drop(ca);
+  const int mmp = ops_.view(mm);
+  g_.drop(mm);
+  int pred = ops_.clone(mmp);
+  g_.drop(mmp);
+  {  // .type_as(hidden_states): under autocast an fp32 copy of the bf16 product
+    const int p2 = ops_.to(pred, xdt);
+    g_.drop(pred);
+    pred = p2;
+  }
+  locals.push_back(pred);
+  const int active = ops_.slice(pred, H, false);  // predictions[altup_active_idx]
+  locals.push_back(active);
+  const int normed = norm(active, lp.norms[0], -1, hs, H);
+  locals.push_back(normed);
+  // Laurel: linear_right(linear_left(x)), post_laurel_norm, + x.
+  const int ll = lin(normed, lp.lin.at("laurel.linear_left"), tok(m_.laurel_rank));
+  const int lr = lin(ll, lp.lin.at("laurel.linear_right"), H);
+  g_.drop(ll);
+  const int ln = norm(lr, lp.extra_norms[1], -1, hs, H);
+  g_.drop(lr);
+  const int laurel = ops_.add(normed, ln, H);
+  g_.drop(ln);
+  locals.push_back(laurel);
+  if (gemma3n_cache() && !lp.kv_shared && !lp.store_kv && layers_forward_ && g_.grad_enabled()) {
+    // past_key_values.update: torch.cat([empty, k]) and the same for v, copies the cache keeps
+    // (the last layer of each type's are shared_kv_ instead). Attention reads the copies; the
+    // projections' own k and v go when it returns.
+    const std::int64_t kvn = static_cast<std::int64_t>(lp.kv_heads > 0 ? lp.kv_heads : m_.num_kv_heads) *
+                             (lp.head_dim > 0 ? lp.head_dim : m_.head_dim);
+    for (int i = 0; i < 2; ++i) cache_kv_.push_back(g_.make(tok(kvn), xdt, Cat::kActivations));
+  }
+  auto [attn, probs] = attention(normed, lp);
+  const int a2 = norm(attn, lp.norms[2], -1, hs, H);
+  g_.drop(attn);
+  locals.push_back(a2);
+  const int gated = ops_.add(active, a2, H);
+  locals.push_back(gated);
+  const int sum = ops_.add(gated, laurel, H);
+  const int al = ops_.scalar_op(sum);  // / sqrt(2)
+  g_.drop(sum);
+  locals.push_back(al);
+  const int n2 = norm(al, lp.norms[4], -1, hs, H);
+  locals.push_back(n2);
+  const int f = gemma3n_mlp(n2, lp, lp.sparse_mlp);
+  locals.push_back(f);
+  const int f2 = norm(f, lp.norms[6], -1, hs, H);
+  locals.push_back(f2);
+  const int activated = ops_.add(al, f2, H);
+  locals.push_back(activated);
+  // AltUp correct: modalities of the output; innovation = activated - predictions[0], repeated
+  // n times; * (correction_coefs(modalities) + 1) (keeps both); `corrected += predictions` in place.
+  const int cm = gemma3n_router(activated, lp);
+  const int diff = ops_.add(activated, active, H);
+  const int innov = g_.make(N, xdt, ops_.cat);
+  g_.node({diff}, {innov}, {}, [diff](Bwd& ctx) { ctx.give(diff, ctx.like(diff)); });
+  g_.drop(diff);
+  const int cc = lin(cm, lp.lin.at("altup.correction_coefs"), tok(n));
+  g_.drop(cm);
+  const int cc1 = ops_.scalar_op(cc);
+  g_.drop(cc);
+  const int corr = ops_.mul(innov, cc1, N);
+  g_.drop(innov);
+  g_.drop(cc1);
+  // first_prediction = corrected[0].clone() * correct_output_scale; per_layer_input_gate, act,
+  // * per_layer_input, per_layer_projection, post_per_layer_input_norm.
+  const int c0 = ops_.slice(corr, H, false);
+  const int first = ops_.clone(c0);
+  g_.drop(c0);
+  const int scaled = ops_.mul(first, lp.router_scale, H);
+  g_.drop(first);
+  int pn = -1;
+  if (ple_slice_ >= 0) {
+    const int gt = lin(scaled, lp.lin.at("per_layer_input_gate"), tok(d));
+    const int ga = ops_.gelu(gt);
+    g_.drop(gt);
+    const int pm = ops_.mul(ga, ple_slice_, tok(d));
+    g_.drop(ga);
+    const int pr = lin(pm, lp.lin.at("per_layer_projection"), H);
+    g_.drop(pm);
+    pn = norm(pr, lp.extra_norms[2], -1, hs, H);
+    g_.drop(pr);
+  } else {
+    pn = ops_.scalar_op(scaled);
+  }
+  g_.drop(scaled);
+  // corrected_predictions[1:] += first_prediction: in place (a view of the same storage); its
+  // backward gives the stack its gradient and the branch the sum over the n - 1 streams.
+  const int out = g_.view(corr, N);
+  g_.node({corr, pn}, {out}, {}, [corr, pn](Bwd& ctx) {
+    ctx.give(corr, ctx.like(corr));
+    ctx.give(pn, ctx.like(pn));
+  });
+  g_.drop(corr);
+  g_.drop(pn);
+  for (const int t : locals) g_.drop(t);
+  if (probs >= 0) g_.drop(probs);
+  return out;
 }
 
 // ---- hybrid layers (docs/models.md#hybrid-layers)
@@ -3260,7 +3573,8 @@ int Step::embed_and_layers(bool policy) {
         !g_.at(hcur).requires_grad)
       g_.at(hcur).requires_grad = true;
     if (m_.vision.kind == VisionKind::kGemma4 || m_.audio.enabled())  // the wrapper, not Gemma4ForCausalLM
-      ple_where_ = g_.make(tok(h), g_.at(hcur).dt, Cat::kActivations);
+      // Gemma 3n's wrapper keeps two: embed_vision's and embed_audio's outputs on the text tokens.
+      ple_where_ = g_.make(tok(gemma3n() ? 2 * h : h), g_.at(hcur).dt, Cat::kActivations);
     const int pe = ops_.embedding(ids_, w_->ple_embed, tok(packed));
     const int pes = ops_.scalar_op(pe);
     g_.drop(pe);
@@ -3411,7 +3725,14 @@ int Step::embed_and_layers(bool policy) {
     }
     // Gemma 3 also builds the sliding layers' tables (rotary_emb_local, rope_local_base_freq), and
     // transformers 4.56-4.57 pass both pairs to every decoder layer (docs/formulas.md#embeddinggemma).
-    if (m_.local_rotary_tables() || (gemma4 && m_.mixes_attention_kinds())) tables(cos_local_, sin_local_, rot_dim);
+    // Gemma 3n likewise: one pair per layer type (rope_local_base_freq for the sliding ones).
+    if (m_.local_rotary_tables() || ((gemma4 || gemma3n()) && m_.mixes_attention_kinds()))
+      tables(cos_local_, sin_local_, rot_dim);
+  }
+  if (gemma3n() && !received) {  // the (n, b, s, h) AltUp stack the layers carry
+    const int stacked = gemma3n_stack(hcur);
+    altup_locals_.push_back(hcur);  // inputs_embeds, a local until the forward returns
+    hcur = stacked;
   }
   const int n = static_cast<int>(sp_.model_layers.size());
   const int first = policy ? kSegFwdFirst : kSegRefFirst;
@@ -3487,10 +3808,22 @@ int Step::embed_and_layers(bool policy) {
           t = -1;
         }
       }
+  if (gemma3n()) {
+    g_.set_segment(policy ? kSegHead : kSegRefHead);
+    const int h0 = altup_locals_.empty() ? -1 : altup_locals_.back();  // inputs_embeds stays
+    if (h0 >= 0) altup_locals_.pop_back();
+    const int out = gemma3n_unstack(hcur, h0 >= 0 ? g_.at(h0).dt : g_.at(hcur).dt);
+    if (h0 >= 0) altup_locals_.push_back(h0);
+    g_.drop(hcur);
+    hcur = out;
+  }
   return hcur;
 }
 
 void Step::drop_forward_locals() {
+  for (const int t : altup_locals_) g_.drop(t);
+  altup_locals_.clear();
+  if (sp_.method != StepMethod::kSft) drop_cache_kv();  // the SFT loss drops it with the outputs
   for (int* t : {&ple_, &ple_where_}) {
     if (*t >= 0) g_.drop(*t);
     *t = -1;
@@ -3672,6 +4005,7 @@ int Step::sft_loss(int logits) {
   g_.drop(l32);
   g_.drop(shift);
   if (logits >= 0) g_.drop(logits);  // CausalLMOutputWithPast is dropped by compute_loss before backward
+  drop_cache_kv();                     // and Gemma 3n's past_key_values in it
   return loss;
 }
 
@@ -3720,6 +4054,7 @@ int Step::fused_sft_loss(int h) {
     case LossKernel::kEager: break;
   }
   g_.drop(hn);
+  drop_cache_kv();
   return loss;
 }
 

@@ -274,10 +274,6 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
 std::optional<std::string> unsupported_reason(const std::string& type) {
   static const std::pair<const char*, const char*> kNotModelled[] = {
       // Families checked from their transformers modelling code (docs/models.md#not-modelled).
-      {"gemma3n", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing "
-                  "(and its vision and audio towers) are not modelled"},
-      {"gemma3n_text", "its per-layer embeddings, AltUp and Laurel blocks, activation sparsity and KV cache sharing "
-                       "are not modelled"},
       {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
       {"new", "it is a remote-code encoder (GTE v1.5's NewModel: rotary positions, fused qkv, unpadded inputs) whose "
@@ -392,7 +388,7 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
   const std::string& t = m.model_type;
   const bool qwen = starts_with(t, "qwen2") || starts_with(t, "qwen3");
   const bool windowed_type = t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" ||
-                             t == "gemma4_text" ||
+                             t == "gemma4_text" || t == "gemma3n_text" ||
                              t == "olmo3" || t == "gpt_oss" || t == "starcoder2" || t == "cohere2" || qwen;
   MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
   if (qwen) {
@@ -879,6 +875,27 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
         if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
       text["model_type"] = "gemma4_text";
       j = std::move(text);
+    } else if (type == "gemma3n") {
+      // Gemma 3n (docs/models.md#gemma-3n): the language model is the text_config
+      // (Gemma3nTextConfig); the vision and audio towers are counted, never simulated.
+      const json* t = top.find("text_config");
+      if (!t || !t->is_object())
+        return config_error(origin, "model_type 'gemma3n' has no \"text_config\" object", kWrongFileHint);
+      json text = *t;
+      const json* vc = top.find("vision_config");
+      const json* ac = top.find("audio_config");
+      if (vc && !vc->is_object())
+        return config_error(origin, fmt::format("\"vision_config\" must be an object, got {}", describe(*vc)));
+      if (ac && !ac->is_object())
+        return config_error(origin, fmt::format("\"audio_config\" must be an object, got {}", describe(*ac)));
+      // Gemma3nConfig builds both towers, from their defaults when a config leaves them out.
+      MEMPLAN_TRY(vision, parse_gemma3n_vision(vc ? *vc : json::object(), origin));
+      vision.model_type = type;
+      MEMPLAN_TRY(audio, parse_gemma3n_audio(ac ? *ac : json::object(), origin));
+      for (const char* inherited : {"tie_word_embeddings", "torch_dtype", "dtype"})
+        if (!text.contains(inherited) && j.contains(inherited)) text[inherited] = j[inherited];
+      text["model_type"] = "gemma3n_text";
+      j = std::move(text);
     } else if (type == "mllama") {
       // Llama 3.2 Vision: the language model is the text_config (MllamaTextConfig), a Llama with
       // cross-attention layers; the vision tower the vision_config.
@@ -954,6 +971,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   const std::string& t = m.model_type;
   if (t == "gemma3_text") apply_gemma3_text_defaults(j);
   if (t == "gemma4_text") apply_gemma4_text_defaults(j);
+  if (t == "gemma3n_text")
+    if (auto s = normalize_gemma3n_text(j, origin); !s) return s.error();
   if (t == "glm4_moe") apply_glm4_moe_defaults(j);
   if (t == "lfm2")
     if (auto s = apply_lfm2_fields(j, origin); !s) return s.error();
@@ -1036,7 +1055,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     m.qkv_bias = qkv_bias.value_or(false);
     m.o_bias = m.mlp_bias = bias.value_or(false);
   }
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "gemma4_text" || t == "olmo2" ||
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "gemma4_text" || t == "gemma3n_text" ||
+              t == "olmo2" ||
               t == "olmo3" || qwen3_next_layout(t) || t == "lfm2";
   m.qk_norm_per_head = t != "olmo2" && t != "olmo3";  // OLMo 2 and 3 norm the whole q and k projections
   if (glm4_moe) {
@@ -1045,7 +1065,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     MEMPLAN_TRY(auto qk, f.boolean("use_qk_norm"));
     m.qk_norm = qk.value_or(false);
   }
-  if (t == "gemma2" || t == "gemma3_text" || t == "gemma4_text") m.norms_per_layer = 4;
+  if (t == "gemma2" || t == "gemma3_text" || t == "gemma4_text" || t == "gemma3n_text") m.norms_per_layer = 4;
   m.scale_embeddings = gemma;
   MEMPLAN_TRY(m.final_logit_softcap, f.number("final_logit_softcapping"));
   MEMPLAN_TRY(m.attn_logit_softcap, f.number("attn_logit_softcapping"));
@@ -1067,6 +1087,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     }
     if (auto s = read_gemma4_text(j, m, origin); !s) return s.error();
   }
+  if (t == "gemma3n_text")  // Gemma 3n's AltUp, Laurel, MatFormer widths and sparse layers (docs/models.md#gemma-3n)
+    if (auto s = read_gemma3n_text(j, m, origin); !s) return s.error();
   if (t == "gemma3_text") {
     // Gemma3TextConfig(use_bidirectional_attention=True), EmbeddingGemma: the window becomes a
     // radius, sliding_window // 2 + 1 ("due to fa we set exclusive bounds", transformers 4.56+).
@@ -1202,7 +1224,7 @@ const std::vector<std::string>& supported_model_types() {
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                              "qwen3_5_moe_text", "gemma4", "gemma4_text", "mistral3", "ministral3",
                                              "arcee", "cohere", "cohere2",
-                                             "granitemoehybrid"};
+                                             "granitemoehybrid", "gemma3n", "gemma3n_text"};
   return t;
 }
 

@@ -346,6 +346,123 @@ Status read_gemma4_text(const json& j, ModelSpec& m, const std::string& origin) 
   return Ok{};
 }
 
+Result<VisionSpec> parse_gemma3n_vision(const json& vc, const std::string& origin) {
+  // Gemma3nVisionConfig: a TimmWrapper around timm's mobilenetv5_300m_enc (the one architecture
+  // Gemma 3n ships), counted from its published total; hidden_size and vocab_size size the
+  // Gemma3nMultimodalEmbedder.
+  VisionSpec v;
+  const std::string where = origin + " vision_config";
+  v.kind = VisionKind::kGemma3n;
+  if (const json* arch = field(vc, "architecture");
+      arch && !(arch->is_string() && arch->get<std::string>() == "mobilenetv5_300m_enc"))
+    return wrap_error(origin, fmt::format("vision_config \"architecture\" {} is not modelled (Gemma 3n ships "
+                                          "\"mobilenetv5_300m_enc\")", arch->dump()));
+  MEMPLAN_TRY(v.hidden_size, integer(vc, "hidden_size", where, 2048));
+  MEMPLAN_TRY(v.embed_vocab, integer(vc, "vocab_size", where, 128));
+  v.depth = 1;  // one tower, counted whole
+  return v;
+}
+
+Result<AudioSpec> parse_gemma3n_audio(const json& ac, const std::string& origin) {
+  // Gemma3nAudioConfig defaults. The subsampling's input_proj_linear reads sscp_conv_channel_size[1]
+  // x (input_feat_size / 4) values: memplan's count takes input_feat_size = channels[0] (128, 128).
+  AudioSpec a;
+  const std::string where = origin + " audio_config";
+  MEMPLAN_TRY(std::int64_t depth, integer(ac, "conf_num_hidden_layers", where, 12));
+  MEMPLAN_TRY(a.hidden_size, integer(ac, "hidden_size", where, 1536));
+  MEMPLAN_TRY(std::int64_t heads, integer(ac, "conf_num_attention_heads", where, 8));
+  MEMPLAN_TRY(a.conv_kernel, integer(ac, "conf_conv_kernel_size", where, 5));
+  MEMPLAN_TRY(a.embed_vocab, integer(ac, "vocab_size", where, 128));
+  MEMPLAN_TRY(std::int64_t feat, integer(ac, "input_feat_size", where, 128));
+  bool present = false;
+  MEMPLAN_TRY(std::vector<int> channels, int_list(ac, "sscp_conv_channel_size", where, present));
+  if (!present) channels = {128, 32};
+  if (channels.size() != 2)
+    return wrap_error(origin, fmt::format("audio_config \"sscp_conv_channel_size\" must list 2 channel counts, got {}",
+                                          channels.size()));
+  if (feat != channels[0])
+    return wrap_error(origin, fmt::format("audio_config \"input_feat_size\" {} differs from \"sscp_conv_channel_size\"[0] "
+                                          "{}: memplan counts the released layout, where they are equal",
+                                          feat, channels[0]));
+  a.conv_channels0 = channels[0];
+  a.conv_channels1 = channels[1];
+  a.output_dims = 0;  // no output_proj
+  a.depth = narrow(depth);
+  a.num_heads = narrow(heads);
+  if (a.depth <= 0) return wrap_error(origin, fmt::format("audio_config conf_num_hidden_layers = {} must be positive", a.depth));
+  return a;
+}
+
+Status normalize_gemma3n_text(json& t, const std::string& origin) {
+  // Gemma3nTextConfig's defaults (the E4B layout) and __post_init__: layer_types with every fifth
+  // layer full, intermediate_size one per layer (a list, or one value for all), the first 10
+  // layers sparse (0.95) when there are more than 10.
+  static const std::pair<const char*, json> kDefaults[] = {
+      {"vocab_size", 262400},        {"hidden_size", 2048},          {"intermediate_size", 16384},
+      {"num_hidden_layers", 35},     {"num_attention_heads", 8},     {"num_key_value_heads", 2},
+      {"head_dim", 256},             {"max_position_embeddings", 32768},
+      {"sliding_window", 512},       {"hidden_activation", "gelu_pytorch_tanh"},
+      {"final_logit_softcapping", 30.0}};
+  for (const auto& [k, v] : kDefaults)
+    if (!t.contains(k) || t[k].is_null()) t[k] = v;
+  if (!t["num_hidden_layers"].is_number_integer()) return Ok{};  // the common reader reports it
+  const std::int64_t n = t["num_hidden_layers"].get<std::int64_t>();
+  if (n <= 0 || n > 4096) return Ok{};
+  if (!t.contains("layer_types") || t["layer_types"].is_null()) {
+    json types = json::array();
+    for (std::int64_t i = 0; i < n; ++i) types.push_back((i + 1) % 5 == 0 ? "full_attention" : "sliding_attention");
+    t["layer_types"] = std::move(types);
+  }
+  if (t["intermediate_size"].is_array()) {
+    const json widths = t["intermediate_size"];
+    if (widths.size() != static_cast<std::size_t>(n))
+      return wrap_error(origin, fmt::format("\"intermediate_size\" lists {} widths, \"num_hidden_layers\" is {}",
+                                            widths.size(), n));
+    std::int64_t widest = 0;
+    for (const json& w : widths) {
+      if (!w.is_number_integer() || w.get<std::int64_t>() <= 0)
+        return wrap_error(origin, fmt::format("\"intermediate_size\" lists {}, not a positive integer", w.dump()));
+      widest = std::max(widest, w.get<std::int64_t>());
+    }
+    t["intermediate_size"] = widest;  // the common reader's scalar; the widths go to read_gemma3n_text
+    t["_memplan_intermediate_sizes"] = widths;
+  }
+  return Ok{};
+}
+
+Status read_gemma3n_text(const json& j, ModelSpec& m, const std::string& origin) {
+  MEMPLAN_TRY(std::int64_t altup, integer(j, "altup_num_inputs", origin, 4));
+  MEMPLAN_TRY(std::int64_t active, integer(j, "altup_active_idx", origin, 0));
+  MEMPLAN_TRY(m.laurel_rank, integer(j, "laurel_rank", origin, 64));
+  MEMPLAN_TRY(std::int64_t shared, integer(j, "num_kv_shared_layers", origin, 15));
+  MEMPLAN_TRY(m.per_layer_input_dim, integer(j, "hidden_size_per_layer_input", origin, 256));
+  MEMPLAN_TRY(m.per_layer_input_vocab, integer(j, "vocab_size_per_layer_input", origin, 262144));
+  if (altup < 1 || altup > 64) return wrap_error(origin, fmt::format("\"altup_num_inputs\" = {} must be between 1 and 64", altup));
+  if (active != 0)
+    return wrap_error(origin, fmt::format("\"altup_active_idx\" = {} is not modelled (the released models use 0)", active));
+  if (m.per_layer_input_dim <= 0) return wrap_error(origin, "\"hidden_size_per_layer_input\" must be positive");
+  m.altup_inputs = narrow(altup);
+  m.kv_shared_layers = narrow(shared);
+  m.v_norm = true;
+  m.intermediate_sizes.clear();
+  if (const json* w = field(j, "_memplan_intermediate_sizes"))
+    for (const json& x : *w) m.intermediate_sizes.push_back(x.get<std::int64_t>());
+  m.sparse_mlp_layers.clear();
+  if (const json* sp = field(j, "activation_sparsity_pattern")) {
+    if (!sp->is_array() || sp->size() != static_cast<std::size_t>(m.num_layers))
+      return wrap_error(origin, fmt::format("\"activation_sparsity_pattern\" must list one value per layer ({})",
+                                            m.num_layers));
+    for (std::size_t l = 0; l < sp->size(); ++l) {
+      if (!(*sp)[l].is_number())
+        return wrap_error(origin, fmt::format("\"activation_sparsity_pattern\"[{}] is {}, not a number", l, (*sp)[l].dump()));
+      if ((*sp)[l].get<double>() > 0.0) m.sparse_mlp_layers.push_back(static_cast<int>(l));
+    }
+  } else {
+    for (int l = 0; l < 10 && m.num_layers > 10; ++l) m.sparse_mlp_layers.push_back(l);
+  }
+  return Ok{};
+}
+
 Status read_dsa_indexer(const json& j, ModelSpec& m, const std::string& origin) {
   // DeepseekV32 (inference/model.py Indexer): defaults of its ModelArgs.
   MEMPLAN_TRY(std::int64_t heads, integer(j, "index_n_heads", origin, 64));

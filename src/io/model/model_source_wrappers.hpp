@@ -43,6 +43,18 @@ Result<VisionSpec> parse_pixtral_vision(const nlohmann::json& vc, const nlohmann
 // vocab_size_per_layer_input, enable_moe_block (num_experts, top_k_experts, moe_intermediate_size).
 Status read_gemma4_text(const nlohmann::json& j, ModelSpec& m, const std::string& origin);
 
+// Gemma 3n (docs/models.md#gemma-3n): Gemma3nVisionConfig (timm's MobileNetV5, counted whole)
+// and Gemma3nAudioConfig (a Conformer, counted), with transformers' defaults.
+Result<VisionSpec> parse_gemma3n_vision(const nlohmann::json& vc, const std::string& origin);
+Result<AudioSpec> parse_gemma3n_audio(const nlohmann::json& ac, const std::string& origin);
+
+// Gemma3nTextConfig's defaults and __post_init__ on the text config before the common keys are
+// read (layer_types, a per-layer intermediate_size list kept for read_gemma3n_text); then, after
+// them, altup_num_inputs, laurel_rank, num_kv_shared_layers, the per-layer inputs and
+// activation_sparsity_pattern.
+Status normalize_gemma3n_text(nlohmann::json& t, const std::string& origin);
+Status read_gemma3n_text(const nlohmann::json& j, ModelSpec& m, const std::string& origin);
+
 // DeepSeek-V3.2: index_n_heads, index_head_dim, index_topk (all three, or none).
 Status read_dsa_indexer(const nlohmann::json& j, ModelSpec& m, const std::string& origin);
 
