@@ -245,7 +245,11 @@ Status validate(const ModelSpec& m) {
                             m.audio.conv_channels0 <= 0 || m.audio.conv_channels0 > (1 << 12) ||
                             m.audio.conv_channels1 <= 0 || m.audio.conv_channels1 > (1 << 12) ||
                             m.audio.conv_kernel <= 0 || m.audio.conv_kernel > 1024 || m.audio.output_dims < 0 ||
-                            m.audio.output_dims > (1 << 16)))
+                            m.audio.output_dims > (1 << 16) || m.audio.embed_vocab < 0 ||
+                            m.audio.embed_vocab > (1 << 20) ||
+                            // Gemma 4's tower projects to output_proj_dims; Gemma 3n's has no projection
+                            // and an embedder of embed_vocab rows instead: one of the two
+                            (m.audio.output_dims == 0) == (m.audio.embed_vocab == 0)))
     return make_error(ErrorCode::kInvalidConfig, "model audio_config sizes are not plausible",
                       "check hidden_size, num_attention_heads, subsampling_conv_channels, conv_kernel_size and "
                       "output_proj_dims of audio_config");

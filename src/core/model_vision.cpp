@@ -128,6 +128,9 @@ std::vector<LinearModule> vision_block_linears(const VisionSpec& v) {
     out.push_back({"down_proj", f, h, false, 1, LinearRole::kMlp});
     return out;
   }
+  // Gemma 3n's MobileNetV5 (timm) has no transformer blocks, and its embedder no Linear a LoRA
+  // target name could reach in the tower: nothing to list (the counts are in count_vision_parameters).
+  if (v.kind == VisionKind::kGemma3n) return out;
   if (v.kind == VisionKind::kMllama) {  // MllamaVisionAttention (no biases), MllamaVisionMLP
     for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, false, 1, LinearRole::kAttention});
     out.push_back({"fc1", h, f, true, 1, LinearRole::kMlp});
@@ -153,6 +156,7 @@ std::vector<LinearModule> vision_block_linears(const VisionSpec& v) {
 }
 
 std::vector<LinearModule> vision_projector_linears(const VisionSpec& v, std::int64_t text_hidden) {
+  if (v.kind == VisionKind::kGemma3n) return {};  // Gemma3nMultimodalEmbedder: counted in count_vision_parameters
   if (v.kind == VisionKind::kSiglip) {
     // Gemma3MultiModalProjector.mm_input_projection_weight: a bare Parameter used with matmul.
     LinearModule w{"mm_input_projection_weight", v.hidden_size, text_hidden, false, 1, LinearRole::kMlp};

@@ -288,8 +288,8 @@ struct Event {
 };
 
 // The categories of a run's events, stored compactly: a (category, monomial) coefficient is
-// recorded from the first event at which it is nonzero on, and most of the 20 x 7 never are.
-// An event then costs tens of bytes instead of a 1,176-byte CatVec (docs/plan.md#speed).
+// recorded from the first event at which it is nonzero on, and most of the categories x monomials never are.
+// An event then costs tens of bytes instead of a whole CatVec (categories x 9 monomials x 8 bytes) (docs/plan.md#speed).
 class EventCats {
  public:
   Poly at(const Event& e, Cat c) const {
@@ -443,7 +443,7 @@ class Graph {
   void flush();
   // Adds (kSign +1) or subtracts (-1) a tensor's bytes, numel x esize, to category c (and to the
   // total unless `total` is false), touching only its nonzero monomials: most tensors have one
-  // or two of the seven. A coefficient that becomes nonzero for the first time gets a slot in
+  // or two of the kNumMono. A coefficient that becomes nonzero for the first time gets a slot in
   // the EventCats layout; flat_ keeps every slot's live value, so an event copies one array.
   // Overflow is checked as Poly arithmetic checks it: every product first, then the sums.
   template <int kSign>

@@ -16,7 +16,7 @@ bool Poly::is_zero() const {
 
 std::int64_t padded_seq(std::int64_t s, std::int64_t chunk) {
   if (chunk <= 1 || s <= 0) return s;
-  return checked_mul((s + chunk - 1) / chunk, chunk);
+  return checked_mul(s / chunk + (s % chunk != 0 ? 1 : 0), chunk);  // no s + chunk - 1: s may be near INT64_MAX
 }
 
 std::int64_t Poly::eval(const Point& at) const {

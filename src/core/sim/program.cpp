@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -245,6 +246,9 @@ class Step {
   // Granite 4.0 (docs/models.md#granite-4-0): its multipliers, and NoPE unless position_embedding_type is "rope".
   bool granite_hybrid() const { return m_.model_type == "granitemoehybrid"; }
   bool granite_nope() const { return granite_hybrid() && !m_.nope_layers.empty(); }
+  // Granite 3.x (modeling_granite.py, "diff w/ Llama") and Granite 4.0: inputs_embeds *
+  // embedding_multiplier, residual + out * residual_multiplier, logits / logits_scaling.
+  bool granite_multipliers() const { return granite_hybrid() || m_.model_type == "granite"; }
   int mllama_vision_features();
   // gate.tanh() * branch (mllama's gated vision layers and cross-attention layers); consumes branch.
   int tanh_gate(int branch, int gate, const Poly& numel);
@@ -456,7 +460,7 @@ void Step::make_params() {
     const int model_layer = sp_.model_layers[static_cast<std::size_t>(l)];
     lp.moe = m_.moe.is_moe_layer(model_layer) && m_.hybrid.has_ffn(model_layer);
     lp.sliding = m_.is_sliding_layer(model_layer);
-    lp.nope = (llama4() || m_.model_type == "cohere2") && std::find(m_.nope_layers.begin(), m_.nope_layers.end(), model_layer) != m_.nope_layers.end();
+    lp.nope = (llama4() || m_.model_type == "cohere2") && contains_layer(m_.nope_layers, model_layer);
     lp.mixer = m_.hybrid.mixer(model_layer);
     lp.ffn = m_.hybrid.has_ffn(model_layer);
     lp.head_dim = m_.layer_head_dim(model_layer);
@@ -1658,6 +1662,7 @@ int Step::decoder_layer(int h, int layer) {
     g_.drop(attn);
     attn = d;
   }
+  if (granite_multipliers()) attn = residual_scale(attn);  // GraniteDecoderLayer
   const int h2 = ops_.add(residual, attn, H);
   // Llama4TextDecoderLayer binds the attention output to its own name (`attention_states, _ =
   // self.self_attn(...)`): it lives to the layer's end, not only to the residual add.
@@ -1715,6 +1720,7 @@ int Step::decoder_layer(int h, int layer) {
     g_.drop(m);
     m = d;
   }
+  if (granite_multipliers()) m = residual_scale(m);
   const int h3 = ops_.add(h2, m, H);
   g_.drop(m);
   g_.drop(h2);
@@ -3556,7 +3562,7 @@ int Step::embed_and_layers(bool policy) {
   }
   int hcur = received ? g_.make(htok(), embed_dt(), Cat::kActivations, true) : ops_.embedding(ids_, emb_w, tok(h));
   // Gemma: inputs_embeds * sqrt(hidden); Granite 4.0: inputs_embeds * embedding_multiplier.
-  if ((m_.scale_embeddings || granite_hybrid()) && !received) {
+  if ((m_.scale_embeddings || granite_multipliers()) && !received) {
     const int s = ops_.scalar_op(hcur);
     g_.drop(hcur);
     hcur = s;
@@ -3875,14 +3881,12 @@ int Step::head_logits(int h, const Poly& rows) {
     logits = ops_.scalar_op(t);
     g_.drop(t);
   }
-  if (cohere()) {  // logits * self.logit_scale: a second logits-sized tensor; the first is freed
+  // Cohere: logits * self.logit_scale; Granite(MoeHybrid)ForCausalLM: logits / logits_scaling.
+  // A second logits-sized tensor; the first is freed.
+  if (cohere() || granite_multipliers()) {
     const int scaled = ops_.scalar_op(logits);
     g_.drop(logits);
     logits = scaled;
-  } else if (granite_hybrid()) {  // GraniteMoeHybridForCausalLM: logits / logits_scaling, a second logits tensor
-    const int d = ops_.scalar_op(logits);
-    g_.drop(logits);
-    logits = d;
   }
   return logits;
 }
@@ -4074,6 +4078,7 @@ int Step::selective_log_softmax(int logits, const Poly& rows, std::int64_t) {
   for (auto& v : row.c) v /= sp_.batch_multiplier;
   // per sequence: divide out b (the Poly's b-terms become constants per sequence)
   Poly seq;
+  assert(row.c[kBP] == 0 && row.c[kBPP] == 0);  // logits are never padded to a scan's chunk
   seq.c[kOne] = row.c[kB];
   seq.c[kS] = row.c[kBS];
   seq.c[kSS] = row.c[kBSS];

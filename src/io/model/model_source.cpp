@@ -977,7 +977,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (t == "lfm2")
     if (auto s = apply_lfm2_fields(j, origin); !s) return s.error();
   if (t == "starcoder2" && !j.contains("hidden_act")) j["hidden_act"] = "gelu_pytorch_tanh";  // Starcoder2Config
-  if (t == "arcee" && !j.contains("hidden_act")) j["hidden_act"] = "relu2";  // ArceeConfig
+  if (t == "arcee" && (!j.contains("hidden_act") || j["hidden_act"].is_null())) j["hidden_act"] = "relu2";  // ArceeConfig
   if (t == "nemotron_h") {
     // NemotronHConfig: attention_head_dim in the first releases, head_dim later; relu2 MLP.
     if (!j.contains("head_dim") && j.contains("attention_head_dim")) j["head_dim"] = j["attention_head_dim"];

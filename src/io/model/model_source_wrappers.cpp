@@ -403,6 +403,8 @@ Status normalize_gemma3n_text(json& t, const std::string& origin) {
       {"head_dim", 256},             {"max_position_embeddings", 32768},
       {"sliding_window", 512},       {"hidden_activation", "gelu_pytorch_tanh"},
       {"final_logit_softcapping", 30.0}};
+  // The per-layer widths travel to read_gemma3n_text under a private key; a file's own is not trusted.
+  t.erase("_memplan_intermediate_sizes");
   for (const auto& [k, v] : kDefaults)
     if (!t.contains(k) || t[k].is_null()) t[k] = v;
   if (!t["num_hidden_layers"].is_number_integer()) return Ok{};  // the common reader reports it

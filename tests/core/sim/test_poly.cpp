@@ -2,7 +2,10 @@
 // (docs/formulas.md#chunked-scans).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+
 #include "core/sim/poly.hpp"
+#include "memplan/bytes.hpp"
 #include "core/sim/program.hpp"
 
 using namespace memplan;
@@ -15,6 +18,9 @@ TEST_CASE("padded_seq rounds up to whole chunks", "[sim][poly]") {
   CHECK(padded_seq(257, 128) == 384);
   CHECK(padded_seq(200, 1) == 200);  // no scan
   CHECK(padded_seq(200, 0) == 200);
+  // Near INT64_MAX the padded length does not fit: a SizeOverflow, not a wrapped sum.
+  CHECK(padded_seq(INT64_MAX - 3, 1) == INT64_MAX - 3);
+  CHECK_THROWS_AS(padded_seq(INT64_MAX - 3, 64), SizeOverflow);
 }
 
 TEST_CASE("the padded monomials use p, the others s", "[sim][poly]") {

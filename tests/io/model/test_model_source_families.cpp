@@ -135,6 +135,9 @@ TEST_CASE("Arcee (AFM): Llama's attention with NemotronMLP's ungated relu2 MLP")
   CHECK_FALSE(m->gated_mlp);
   CHECK(m->activation == Activation::kRelu2);
   CHECK(count_parameters(*m).total == kTinyLlamaParams - 2 * 64 * 128);
+  auto null_act = io::parse_hf_config(R"({"model_type": "arcee", "hidden_act": null, )" + kLlamaKeys + "}", "c.json");
+  REQUIRE(null_act.has_value());  // a null hidden_act is ArceeConfig's default, relu2
+  CHECK(null_act->activation == Activation::kRelu2);
   auto biased = io::parse_hf_config(R"({"model_type": "arcee", "mlp_bias": true, )" + kLlamaKeys + "}", "c.json");
   REQUIRE(biased.has_value());
   CHECK(count_parameters(*biased).total == kTinyLlamaParams - 2 * 64 * 128 + 2 * (128 + 64));  // up and down biases

@@ -130,6 +130,14 @@ TEST_CASE("Gemma 3n configs: Gemma3nTextConfig's defaults, MatFormer widths, and
   REQUIRE_FALSE(tower.has_value());
   CHECK(tower.error().message ==
         "vision_config \"architecture\" \"resnet50\" is not modelled (Gemma 3n ships \"mobilenetv5_300m_enc\")");
+  // The reader's private key for the per-layer widths is not taken from a file (a string there
+  // once threw out of the parser): a scalar intermediate_size gives every layer that width.
+  auto hostile = io::parse_hf_config(
+      R"({"model_type": "gemma3n_text", "num_hidden_layers": 5, "num_kv_shared_layers": 0,
+          "intermediate_size": 4096, "_memplan_intermediate_sizes": ["x", 1e300]})",
+      "c.json");
+  REQUIRE(hostile.has_value());
+  CHECK(hostile->layer_intermediate_size(3) == 4'096);
 }
 
 TEST_CASE("Gemma 3n estimates text-only fine-tuning end to end; images and tensor parallelism are refused") {
