@@ -110,18 +110,10 @@ std::vector<LinearModule> vision_block_linears(const VisionSpec& v) {
     out.push_back({"fc2", f, h, true, 1, LinearRole::kMlp});
     return out;
   }
-  if (v.kind == VisionKind::kPixtral) {
+  if (v.kind == VisionKind::kPixtral || v.kind == VisionKind::kGemma4) {
     // PixtralAttention (q, k, v, o: hidden x hidden, no biases) and PixtralMLP (Mistral's gated
-    // MLP, no biases).
-    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, false, 1, LinearRole::kAttention});
-    out.push_back({"gate_proj", h, f, false, 1, LinearRole::kMlp});
-    out.push_back({"up_proj", h, f, false, 1, LinearRole::kMlp});
-    out.push_back({"down_proj", f, h, false, 1, LinearRole::kMlp});
-    return out;
-  }
-  if (v.kind == VisionKind::kGemma4) {
-    // Gemma4VisionAttention (heads x head_dim = hidden, as many K/V heads as heads) and
-    // Gemma4VisionMLP; each a Gemma4ClippableLinear around a bias-free nn.Linear.
+    // MLP, no biases); Gemma4VisionAttention (heads x head_dim = hidden, as many K/V heads as
+    // heads) and Gemma4VisionMLP, each a Gemma4ClippableLinear around a bias-free nn.Linear.
     for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back({n, h, h, false, 1, LinearRole::kAttention});
     out.push_back({"gate_proj", h, f, false, 1, LinearRole::kMlp});
     out.push_back({"up_proj", h, f, false, 1, LinearRole::kMlp});

@@ -2,17 +2,15 @@
 
 #include <fmt/format.h>
 
+#include "io/model/config_keys.hpp"
+
 namespace memplan::io {
 
 namespace {
 
 using nlohmann::json;
-
-Error key_error(const std::string& origin, std::string msg) {
-  Error e = make_error(ErrorCode::kInvalidConfig, std::move(msg), "check the config");
-  e.where = SourceLocation{origin, 0, 0};
-  return e;
-}
+using keys::flag;
+using keys::key_error;
 
 // An integer key: its value, `fallback` when absent or null (GraniteMoeHybridConfig's default).
 Result<std::int64_t> count(const json& j, const char* key, std::int64_t fallback, const std::string& origin) {
@@ -23,13 +21,6 @@ Result<std::int64_t> count(const json& j, const char* key, std::int64_t fallback
   if (v < 0 || v > (std::int64_t{1} << 20))
     return key_error(origin, fmt::format("\"{}\" must be between 0 and 1048576, got {}", key, v));
   return v;
-}
-
-Result<bool> flag(const json& j, const char* key, bool fallback, const std::string& origin) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) return key_error(origin, fmt::format("\"{}\" must be true or false", key));
-  return it->get<bool>();
 }
 
 int narrow(std::int64_t v) { return static_cast<int>(v); }  // count() bounds it by 2^20

@@ -2,25 +2,15 @@
 
 #include <fmt/format.h>
 
+#include "io/model/config_keys.hpp"
+
 namespace memplan::io {
 
 namespace {
 
 using nlohmann::json;
-
-Error key_error(const std::string& origin, std::string msg) {
-  Error e = make_error(ErrorCode::kInvalidConfig, std::move(msg), "check the config");
-  e.where = SourceLocation{origin, 0, 0};
-  return e;
-}
-
-// A boolean key: its value, `fallback` when absent or null (the config class's default).
-Result<bool> flag(const json& j, const char* key, bool fallback, const std::string& origin) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) return key_error(origin, fmt::format("\"{}\" must be true or false", key));
-  return it->get<bool>();
-}
+using keys::flag;
+using keys::key_error;
 
 // A probability key (dropout): its value in [0, 1), `fallback` when absent or null.
 Result<double> probability(const json& j, const char* key, double fallback, const std::string& origin) {
