@@ -195,6 +195,7 @@ class Step {
   int gemma3n_mlp(int x, LayerParams& lp, bool sparse);
   int gemma3n_router(int x, LayerParams& lp);
   int gemma3n_magnitude_match(int x, int target);
+  int gemma3n_target_magnitude(int h0);
   int gemma3n_stack(int h0);
   int gemma3n_unstack(int h, DT dt);  // dt: inputs_embeds' dtype
   bool gemma3n() const { return m_.altup_inputs > 0; }
@@ -2034,16 +2035,22 @@ int Step::gemma3n_magnitude_match(int x, int target) {
   return out;
 }
 
-int Step::gemma3n_stack(int h0) {
-  // target_magnitude = mean(h0 ** 2) ** 0.5; altup_projections[i - 1](h0), magnitude-matched;
-  // torch.stack of [h0, ...] into (n, b, s, h). The list (temp_hidden_states) and
-  // target_magnitude are locals of the forward: they live until the layers are done.
-  const Poly H = tok(m_.hidden_size);
+// target_magnitude = torch.mean(h0 ** 2, dim=-1, keepdim=True) ** 0.5 (the ** 0.5 keeps its input).
+int Step::gemma3n_target_magnitude(int h0) {
   const int p = ops_.pow2(h0);
   const int mean = ops_.mean_last(p, tok(1));
   g_.drop(p);
-  const int target = ops_.pow2(mean);  // ** 0.5 keeps its input
+  const int target = ops_.pow2(mean);
   g_.drop(mean);
+  return target;
+}
+
+int Step::gemma3n_stack(int h0) {
+  // target_magnitude of h0; altup_projections[i - 1](h0), magnitude-matched;
+  // torch.stack of [h0, ...] into (n, b, s, h). The list (temp_hidden_states) and
+  // target_magnitude are locals of the forward: they live until the layers are done.
+  const Poly H = tok(m_.hidden_size);
+  const int target = gemma3n_target_magnitude(h0);
   std::vector<int> parts{h0};
   for (int i = 1; i < m_.altup_inputs; ++i) {
     const int a0 = lin(h0, w_->altup[static_cast<std::size_t>(i - 1)], H);
@@ -2066,11 +2073,7 @@ int Step::gemma3n_unstack(int h, DT dt) {
   for (const int t : altup_locals_) g_.drop(t);
   altup_locals_.clear();
   const int h0 = ops_.slice(h, H, false);
-  const int p = ops_.pow2(h0);
-  const int mean = ops_.mean_last(p, tok(1));
-  g_.drop(p);
-  const int target = ops_.pow2(mean);
-  g_.drop(mean);
+  const int target = gemma3n_target_magnitude(h0);
   std::vector<int> parts{h0};
   const std::size_t first = static_cast<std::size_t>(m_.altup_inputs - 1);
   for (int i = 1; i < m_.altup_inputs; ++i) {
