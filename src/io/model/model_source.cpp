@@ -21,6 +21,7 @@
 #include "io/model/model_source_granite.hpp"
 #include "io/model/model_source_moe2025.hpp"
 #include "io/model/model_source_wrappers.hpp"
+#include "io/model/unknown_type.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::io {
@@ -171,6 +172,8 @@ class Fields {
     return it == j_.end() || it->is_null() ? nullptr : &*it;
   }
   bool has(const char* name) const { return find(name) != nullptr; }
+  // The key is written, null included (a null that means "none" where absent means a default).
+  bool written(const char* name) const { return j_.contains(name); }
 
   // The first of `names` present. Config classes name the same thing differently (GPT-2's n_embd).
   Result<std::int64_t> integer(std::initializer_list<const char*> names,
@@ -276,6 +279,17 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
       // Families checked from their transformers modelling code (docs/models.md#not-modelled).
       {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
+      // Remote-code families one edit from a known type, whose layout is not that type's: a
+      // "did you mean" would send the user to a different model (the held-out corpus of
+      // tests/data/corpus/MANIFEST.yaml found each).
+      {"qwen", "Qwen (v1)'s remote-code layout (a fused c_attn with biases; intermediate_size is twice its MLP's "
+               "width) is not Qwen2's and is not modelled"},
+      {"glm", "GLM-4's dense layout (fused gate_up_proj, q/k/v biases, a rotary embedding on half of each head) is "
+              "not modelled; glm4_moe is a different, mixture-of-experts model"},
+      {"internlm", "InternLM (v1) and InternLM2's early checkpoints, which carry this type, run remote code whose "
+                   "layout (biases on q/k/v/o; InternLM2's fused wqkv) is not InternLM3's and is not modelled"},
+      {"baichuan", "Baichuan's attention is chosen by its remote code, not by config.json (ALiBi in the 13B "
+                   "checkpoints, RoPE in the 7B), and is not modelled"},
       {"new", "it is a remote-code encoder (GTE v1.5's NewModel: rotary positions, fused qkv, unpadded inputs) whose "
               "layout is not modelled"},
   };
@@ -294,41 +308,6 @@ std::string supported_list() {
   for (const auto& t : supported_model_types()) s += (s.empty() ? "" : ", ") + t;
   for (const auto& t : encoder_model_types()) s += ", " + t;
   return "supported model types: " + s;
-}
-
-// The keys of blocks a Llama-compatible layout does not have: a config of an unknown model_type
-// that carries one is refused with its name, never read as a Llama (docs/models.md#unknown-types).
-const char* unmodelled_block_key(const json& j) {
-  static const char* const kKeys[] = {
-      // mixture of experts: only known model types say how experts are named, routed and shared
-      "num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok",
-      // latent attention, sparse-attention indexers
-      "kv_lora_rank", "q_lora_rank", "index_n_heads",
-      // state-space, linear-attention and convolution layers
-      "ssm_state_size", "state_size", "mamba_num_heads", "mamba_d_state", "hybrid_override_pattern",
-      "layers_block_type", "linear_num_value_heads", "linear_key_head_dim", "conv_L_cache", "block_types",
-      "full_attn_idxs",
-      // attention variants that change the activations
-      "sliding_window", "attention_chunk_size", "no_rope_layers", "sliding_window_pattern", "attn_logit_softcapping",
-      "final_logit_softcapping", "cross_attention_layers",
-      // wrappers around a language model
-      "text_config", "vision_config", "audio_config", "llm_config",
-      // bidirectional encoders (BERT-like token types), never a causal Llama
-      "type_vocab_size",
-      // per-layer widths
-      "num_key_value_heads_per_layer", "intermediate_size_per_layer", "altup_num_inputs",
-      "per_layer_input_dim"};
-  for (const char* k : kKeys)
-    if (auto it = j.find(k); it != j.end() && !it->is_null()) return k;
-  // Switches that add modules or change the attention when on (HunYuan's use_qk_norm and
-  // cross-layer K/V sharing, OLMo-style qk_layernorm, Apertus-style qk_norm).
-  static const char* const kOnKeys[] = {"use_qk_norm", "qk_layernorm", "qk_norm", "use_cla", "use_qk_layernorm"};
-  for (const char* k : kOnKeys)
-    if (auto it = j.find(k); it != j.end() && it->is_boolean() && it->get<bool>()) return k;
-  if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
-    for (const auto& v : *it)
-      if (!v.is_string() || v.get<std::string>() != "full_attention") return "layer_types";
-  return nullptr;
 }
 
 // The keys of a Llama-compatible layout: all must be there to read an unknown type as one.
@@ -389,8 +368,10 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
   const bool qwen = starts_with(t, "qwen2") || starts_with(t, "qwen3");
   const bool windowed_type = t == "mistral" || t == "mixtral" || t == "phi3" || t == "gemma2" || t == "gemma3_text" ||
                              t == "gemma4_text" || t == "gemma3n_text" ||
-                             t == "olmo3" || t == "gpt_oss" || t == "starcoder2" || t == "cohere2" || qwen;
-  MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, 0));
+                             t == "olmo3" || t == "gpt_oss" || t == "starcoder2" || t == "cohere2" ||
+                             t == "exaone4" || qwen;
+  // Exaone4Config's sliding_window defaults to 4096 (absent); null is no window.
+  MEMPLAN_TRY(m.sliding_window, f.integer({"sliding_window"}, t == "exaone4" && !f.written("sliding_window") ? 4096 : 0));
   if (qwen) {
     // Qwen configs always carry a sliding_window; it only applies with use_sliding_window.
     MEMPLAN_TRY(auto use_sw, f.boolean("use_sliding_window"));
@@ -424,6 +405,24 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
                 f.integer({"sliding_window_pattern", "_sliding_window_pattern"}, t == "cohere2" ? 4 : 6));
     if (pattern < 1) return config_error(origin, "\"sliding_window_pattern\" must be positive, got 0");
     for (std::int64_t l = pattern - 1; l < m.num_layers; l += pattern) m.full_attention_layers.push_back(static_cast<int>(l));
+  } else if (t == "exaone4") {
+    // Exaone4Config.__post_init__: sliding unless (i + 1) % sliding_window_pattern == 0 (4 by
+    // default); a string pattern ("LLLG") repeats from layer 0 with the last layer always global.
+    const json* p = f.find("sliding_window_pattern");
+    if (p && p->is_string()) {
+      const std::string pat = p->get<std::string>();
+      if (pat.empty() || pat.find_first_not_of("LG") != std::string::npos)
+        return config_error(origin, fmt::format("\"sliding_window_pattern\" is {}; EXAONE 4 writes L (local) and G "
+                                                "(global) per layer", describe(*p)));
+      for (int l = 0; l < m.num_layers; ++l)
+        if (pat[static_cast<std::size_t>(l) % pat.size()] == 'G' || l == m.num_layers - 1)
+          m.full_attention_layers.push_back(l);
+    } else {
+      MEMPLAN_TRY(std::int64_t pattern, f.integer({"sliding_window_pattern"}, 4));
+      if (pattern < 1) return config_error(origin, "\"sliding_window_pattern\" must be positive, got 0");
+      for (std::int64_t l = pattern - 1; l < m.num_layers; l += pattern)
+        m.full_attention_layers.push_back(static_cast<int>(l));
+    }
   } else if (t == "olmo3") {  // Olmo3Config: sliding unless (i + 1) % 4 == 0
     for (int l = 3; l < m.num_layers; l += 4) m.full_attention_layers.push_back(l);
   } else if (qwen) {  // Qwen2Config: sliding if i >= max_window_layers
@@ -945,19 +944,30 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     const char* missing = nullptr;
     for (const char* k : kLlamaKeys)
       if (!f.has(k) && !missing) missing = k;
-    const char* block = unmodelled_block_key(j);
+    const UnknownLayout layout = inspect_unknown_layout(j);
+    const bool block = !layout.block.empty();
     const std::string hint = did_you_mean(m.model_type, types);
     // A near-miss name (llava for llama) is no help when the config carries a block a Llama lacks.
     if (assumption && !missing && !block && hint.empty()) {
-      *assumption = fmt::format("model_type '{}' is not known; its config.json has the keys of a Llama-compatible "
-                                "layout and nothing else, so it is read as a Llama (q/k/v/o attention, gated MLP, "
-                                "RMSNorm); parameter counts and memory are right only if its modules are a Llama's",
-                                m.model_type);
+      std::string unread;
+      for (const auto& k : layout.unread) unread += (unread.empty() ? "\"" : ", \"") + k + "\"";
+      *assumption =
+          layout.unread.empty()
+              ? fmt::format("model_type '{}' is not known; its config.json has the keys of a Llama-compatible layout "
+                            "and nothing else, so it is read as a Llama (q/k/v/o attention, gated MLP, RMSNorm); "
+                            "parameter counts and memory are right only if its modules are a Llama's",
+                            m.model_type)
+              : fmt::format("model_type '{}' is not known; its config.json has the keys of a Llama-compatible layout, "
+                            "so it is read as a Llama (q/k/v/o attention, gated MLP, RMSNorm); memplan does not read "
+                            "its {}: if they add modules or change what a step computes, the figures miss it; "
+                            "parameter counts and memory are right only if its modules are a Llama's",
+                            m.model_type, unread);
       j["model_type"] = "llama";
       m.model_type = "llama";
     } else {
       if (block) {
-        e.message += fmt::format(": its config.json has \"{}\", a block memplan does not model for this type", block);
+        e.message += fmt::format(": its config.json has {}, a block memplan does not model for this type",
+                                 describe_block(layout));
       } else if (!hint.empty()) {
         // a near miss of a known type: the suggestion says it all
       } else if (missing) {
@@ -1057,7 +1067,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   }
   m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "gemma4_text" || t == "gemma3n_text" ||
               t == "olmo2" ||
-              t == "olmo3" || qwen3_next_layout(t) || t == "lfm2";
+              t == "olmo3" || qwen3_next_layout(t) || t == "lfm2" || t == "exaone4";
   m.qk_norm_per_head = t != "olmo2" && t != "olmo3";  // OLMo 2 and 3 norm the whole q and k projections
   if (glm4_moe) {
     // Glm4MoeAttention: q/k/v with attention_bias, o_proj never; use_qk_norm: RMSNorm(head_dim).
@@ -1073,6 +1083,13 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (std::isinf(m.final_logit_softcap)) m.final_logit_softcap = 0.0;
   if (std::isinf(m.attn_logit_softcap)) m.attn_logit_softcap = 0.0;
   if (auto s = parse_sliding_window(f, m, origin); !s) return s.error();
+  if (t == "exaone4" && m.sliding_window > 0) {
+    // Exaone4Attention rotates q and k only when the model has no window or the layer slides:
+    // a hybrid model's global layers are NoPE.
+    m.nope_layers.clear();
+    for (int l = 0; l < m.num_layers; ++l)
+      if (!m.is_sliding_layer(l)) m.nope_layers.push_back(l);
+  }
   if (t == "cohere" || t == "cohere2")
     if (auto s = read_cohere(f, m); !s) return s.error();
   if (t == "gemma4_text") {
@@ -1224,7 +1241,7 @@ const std::vector<std::string>& supported_model_types() {
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                              "qwen3_5_moe_text", "gemma4", "gemma4_text", "mistral3", "ministral3",
                                              "arcee", "cohere", "cohere2",
-                                             "granitemoehybrid", "gemma3n", "gemma3n_text"};
+                                             "granitemoehybrid", "gemma3n", "gemma3n_text", "exaone4"};
   return t;
 }
 

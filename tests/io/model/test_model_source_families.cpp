@@ -240,6 +240,59 @@ TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and
                               assumption)
               .has_value());
   }
+  SECTION("keys whose value changes a Llama's layout are refused with what they change") {
+    // Each row: a key as transformers' config classes spell it (GPTNeoXConfig, PhiConfig,
+    // StableLmConfig, OlmoConfig, Qwen2Config, ErnieMoe-style names), and the refusal's phrase.
+    const std::pair<const char*, const char*> cases[] = {
+        {R"("use_parallel_residual": true)", R"("use_parallel_residual" (attention and MLP in parallel))"},
+        {R"("partial_rotary_factor": 0.4)", R"("partial_rotary_factor" (a rotary embedding on part of each head))"},
+        {R"("rotary_pct": 0.25)", R"("rotary_pct" (a rotary embedding on part of each head))"},
+        {R"("layer_norm_eps": 1e-05)",
+         R"("layer_norm_eps" (a LayerNorm's epsilon and no rms_norm_eps: its norms may not be a Llama's RMSNorm))"},
+        {R"("clip_qkv": 8.0)", R"("clip_qkv" (q, k and v clamped))"},
+        {R"("use_sliding_window": true, "sliding_window": null)", R"("use_sliding_window" (sliding-window attention))"},
+        {R"("moe_num_experts": 64)", R"("moe_num_experts" (a mixture of experts))"},
+        {R"("n_shared_experts": 1)", R"("n_shared_experts" (a mixture of experts))"},
+        {R"("mamba_d_conv": 4)", R"("mamba_d_conv" (state-space or linear-attention layers))"},
+        {R"("use_qkv_bias": true)", R"("use_qkv_bias" (biases a Llama's projections do not have))"},
+        {R"("use_post_norm": true)", R"("use_post_norm" (normalization layers a Llama does not have))"},
+        {R"("embd_layer": {"embedding_cls": "image_audio"})", R"("embd_layer" (a nested module configuration))"},
+    };
+    for (const auto& [keys, phrase] : cases) {
+      INFO(keys);
+      auto r = io::parse_hf_config(std::string(R"({"model_type": "acme_lm", )") + keys + ", " + kLlamaKeys + "}",
+                                   "c.json", assumption);
+      REQUIRE_FALSE(r.has_value());
+      CHECK(r.error().message == std::string("model_type 'acme_lm' is not supported: its config.json has ") + phrase +
+                                     ", a block memplan does not model for this type");
+    }
+    // Off, zero or a full rotary factor leaves a Llama's layout.
+    for (const char* keys : {R"("use_parallel_residual": false)", R"("partial_rotary_factor": 1.0)",
+                             R"("clip_qkv": null)", R"("use_bias": false)", R"("attention_dropout": 0.0)"}) {
+      INFO(keys);
+      assumption.clear();
+      auto r = io::parse_hf_config(std::string(R"({"model_type": "acme_lm", )") + keys + ", " + kLlamaKeys + "}",
+                                   "c.json", assumption);
+      REQUIRE(r.has_value());
+      CHECK(count_parameters(*r).total == kTinyLlamaParams);
+      CHECK(assumption.find("and nothing else") != std::string::npos);
+    }
+  }
+  SECTION("keys memplan neither reads nor knows to be inert are named in the note") {
+    // PretrainedConfig's own keys (token ids, generation defaults, rope settings) are inert; a
+    // muP-style multiplier and a non-zero dropout change what the step computes.
+    auto r = io::parse_hf_config(
+        R"({"model_type": "acme_lm", "bos_token_id": 1, "eos_token_id": [2, 3], "temperature": 0.7, "rope_theta": 1e6,
+            "embedding_multiplier": 12.0, "hidden_dropout": 0.1, )" + kLlamaKeys + "}",
+        "c.json", assumption);
+    REQUIRE(r.has_value());
+    CHECK(count_parameters(*r).total == kTinyLlamaParams);
+    CHECK(assumption ==
+          "model_type 'acme_lm' is not known; its config.json has the keys of a Llama-compatible layout, so it is "
+          "read as a Llama (q/k/v/o attention, gated MLP, RMSNorm); memplan does not read its \"embedding_multiplier\", "
+          "\"hidden_dropout\": if they add modules or change what a step computes, the figures miss it; parameter "
+          "counts and memory are right only if its modules are a Llama's");
+  }
   SECTION("a missing Llama key is named") {
     auto r = io::parse_hf_config(R"({"model_type": "acme_lm", "hidden_size": 64, "num_hidden_layers": 2})", "c.json",
                                  assumption);
@@ -675,5 +728,56 @@ TEST_CASE("Command R and Command A estimate end to end: LoRA with checkpointing,
     REQUIRE(f.has_value());
     memplan::testing::require_consistent(*f);
     CHECK(f->params.trainable == count_parameters(catalog_spec(name)).total);
+  }
+}
+
+TEST_CASE("EXAONE 4.0: OLMo 2's post-norm layer with head-dim q/k norms; a hybrid's global layers are NoPE") {
+  // EXAONE-4.0-32B's shape (its model card: 64 layers, 40 query / 8 KV heads, vocab 102,400,
+  // "30.95B without embeddings"), with sliding_window_pattern "LLLG" as the checkpoint writes it.
+  const std::string keys = R"("model_type": "exaone4", "hidden_size": 5120, "intermediate_size": 27392,
+      "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+      "vocab_size": 102400, "tie_word_embeddings": false, "rms_norm_eps": 1e-05)";
+  auto m = io::parse_hf_config("{" + keys + R"(, "sliding_window": 4096, "sliding_window_pattern": "LLLG"})", "c.json");
+  REQUIRE(m.has_value());
+  CHECK(m->qk_norm);
+  CHECK(m->qk_norm_per_head);
+  CHECK(m->sliding_window == 4096);
+  // "LLLG" repeats from layer 0: layers 3, 7, ..., 63 attend in full, and only they skip the
+  // rotary embedding (Exaone4Attention rotates when the layer slides).
+  REQUIRE(m->full_attention_layers.size() == 16);
+  CHECK(m->full_attention_layers.front() == 3);
+  CHECK(m->full_attention_layers.back() == 63);
+  CHECK(m->nope_layers == m->full_attention_layers);
+  // By hand, per layer: q and o 5,120 x 5,120, k and v 5,120 x 1,024, MLP 3 x 5,120 x 27,392,
+  // q_norm and k_norm 2 x 128, post-attention and post-feedforward norms 2 x 5,120 = 483,666,176;
+  // x 64 + final norm 5,120 = 30,954,640,384 (the card's 30.95B); embed_tokens and lm_head
+  // 2 x 102,400 x 5,120 = 1,048,576,000.
+  CHECK(count_parameters(*m).total == 30'954'640'384LL + 1'048'576'000LL);
+
+  SECTION("no window: every layer rotates") {
+    auto plain = io::parse_hf_config("{" + keys + R"(, "sliding_window": null})", "c.json");
+    REQUIRE(plain.has_value());
+    CHECK(plain->sliding_window == 0);
+    CHECK(plain->nope_layers.empty());
+  }
+  SECTION("an integer pattern: every fourth layer global; Exaone4Config's defaults without the keys") {
+    auto every = io::parse_hf_config("{" + keys + R"(, "sliding_window": 64, "sliding_window_pattern": 4})", "c.json");
+    REQUIRE(every.has_value());
+    CHECK(every->full_attention_layers == m->full_attention_layers);
+    auto defaults = io::parse_hf_config("{" + keys + "}", "c.json");
+    REQUIRE(defaults.has_value());
+    CHECK(defaults->sliding_window == 4096);
+    CHECK(defaults->full_attention_layers == m->full_attention_layers);
+  }
+  SECTION("a pattern of other letters is refused") {
+    auto bad = io::parse_hf_config("{" + keys + R"(, "sliding_window": 64, "sliding_window_pattern": "LLX"})", "c.json");
+    REQUIRE_FALSE(bad.has_value());
+    CHECK(bad.error().message ==
+          "\"sliding_window_pattern\" is \"LLX\"; EXAONE 4 writes L (local) and G (global) per layer");
+  }
+  SECTION("it estimates end to end") {
+    auto e = estimate(*m, lora_checkpointed());
+    REQUIRE(e.has_value());
+    memplan::testing::require_consistent(*e);
   }
 }
