@@ -1114,6 +1114,26 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     if (m.bidirectional && m.sliding_window > 0) m.sliding_window = m.sliding_window / 2 + 1;
   }
   if (t == "phi3") m.fused_qkv = m.fused_gate_up = true;
+  // A rotary embedding on part of each head: apply_rotary_pos_emb takes rotary_dim = cos.shape[-1],
+  // rotates q[..., :rotary_dim] and concatenates the rest (Phi-4-mini's partial_rotary_factor 0.75,
+  // GLM-4.5's 0.5 by Glm4MoeConfig's default, MiniMax-M2's rotary_dim 64 of 128); the simulator runs
+  // it as Qwen3-Next's (docs/formulas.md#partial-rotary).
+  if (t == "phi3" || glm4_moe || t == "minimax_m2") {
+    std::int64_t rd = m.head_dim;
+    if (t == "minimax_m2") {
+      MEMPLAN_TRY(rd, f.integer({"rotary_dim"}, m.head_dim));
+    } else {
+      MEMPLAN_TRY(double partial, f.number("partial_rotary_factor"));
+      if (!f.has("partial_rotary_factor")) partial = glm4_moe ? 0.5 : 1.0;  // the config classes' defaults
+      if (!(partial > 0) || partial > 1)
+        return config_error(origin, fmt::format("\"partial_rotary_factor\" must be in (0, 1], got {}", partial));
+      rd = static_cast<std::int64_t>(static_cast<double>(m.head_dim) * partial);
+    }
+    if (rd <= 0 || rd > m.head_dim || rd % 2 != 0)
+      return config_error(origin, fmt::format("the rotary part of each head ({}) must be even and at most head_dim ({})",
+                                              rd, m.head_dim));
+    if (rd < m.head_dim) m.qk_rope_head_dim = rd;
+  }
   if (t == "arcee") {
     m.gated_mlp = false;  // ArceeMLP is NemotronMLP: up_proj, act (relu2), down_proj
     // The simulator runs relu2's ops (relu, square); another activation saves other tensors.

@@ -781,3 +781,20 @@ TEST_CASE("EXAONE 4.0: OLMo 2's post-norm layer with head-dim q/k norms; a hybri
     memplan::testing::require_consistent(*e);
   }
 }
+
+TEST_CASE("partial rotary: the rotated share of each head, from each config class's key and default") {
+  // Phi-4-mini: partial_rotary_factor 0.75 of head_dim 128 (3072 / 24).
+  CHECK(catalog_spec("phi-4-mini").qk_rope_head_dim == 96);
+  // GLM-4.5-Air: Glm4MoeConfig's partial_rotary_factor 0.5 of 128.
+  CHECK(catalog_spec("glm-4.5-air").qk_rope_head_dim == 64);
+  // MiniMax-M2: rotary_dim 64 of head_dim 128.
+  CHECK(catalog_spec("minimax-m2").qk_rope_head_dim == 64);
+  // Phi-3 without the key (Phi3Config's default 1.0) rotates the whole head: no partial share.
+  auto phi3 = io::parse_hf_config(R"({"model_type": "phi3", )" + kLlamaKeys + "}", "c.json");
+  REQUIRE(phi3.has_value());
+  CHECK(phi3->qk_rope_head_dim == 0);
+  auto big = io::parse_hf_config(R"({"model_type": "phi3", "partial_rotary_factor": 1.5, )" + kLlamaKeys + "}",
+                                 "c.json");
+  REQUIRE_FALSE(big.has_value());
+  CHECK(big.error().message == "\"partial_rotary_factor\" must be in (0, 1], got 1.5");
+}
