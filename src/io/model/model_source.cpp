@@ -286,6 +286,8 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
                "width) is not Qwen2's and is not modelled"},
       {"glm", "GLM-4's dense layout (fused gate_up_proj, q/k/v biases, a rotary embedding on half of each head) is "
               "not modelled; glm4_moe is a different, mixture-of-experts model"},
+      {"glm4", "GLM-4-0414's dense layout (GLM-4's, with post-attention and post-MLP norms: four per layer) is not "
+               "modelled; glm4_moe is a different, mixture-of-experts model"},
       {"internlm", "InternLM (v1) and InternLM2's early checkpoints, which carry this type, run remote code whose "
                    "layout (biases on q/k/v/o; InternLM2's fused wqkv) is not InternLM3's and is not modelled"},
       {"baichuan", "Baichuan's attention is chosen by its remote code, not by config.json (ALiBi in the 13B "

@@ -782,6 +782,22 @@ TEST_CASE("EXAONE 4.0: OLMo 2's post-norm layer with head-dim q/k norms; a hybri
   }
 }
 
+TEST_CASE("families one edit from a modelled type are refused by family, never sent to the near miss") {
+  // GLM-4-9B-0414's shape (Glm4ForCausalLM): a dense model; glm4_moe is GLM-4.5's MoE.
+  auto glm4 = io::parse_hf_config(R"({"model_type": "glm4", "attention_bias": true, "partial_rotary_factor": 0.5, )" +
+                                      kLlamaKeys + "}",
+                                  "c.json");
+  REQUIRE_FALSE(glm4.has_value());
+  CHECK(glm4.error().message.find("model_type 'glm4' is not supported: GLM-4-0414's dense layout") == 0);
+  CHECK(glm4.error().suggestion == "use --model-params for a Llama-shaped estimate of the same size");
+  for (const char* t : {"qwen", "glm", "internlm", "baichuan"}) {
+    INFO(t);
+    auto r = io::parse_hf_config(std::string(R"({"model_type": ")") + t + "\", " + kLlamaKeys + "}", "c.json");
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().suggestion.find("did you mean") == std::string::npos);
+  }
+}
+
 TEST_CASE("partial rotary: the rotated share of each head, from each config class's key and default") {
   // Phi-4-mini: partial_rotary_factor 0.75 of head_dim 128 (3072 / 24).
   CHECK(catalog_spec("phi-4-mini").qk_rope_head_dim == 96);
