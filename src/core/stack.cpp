@@ -350,6 +350,29 @@ StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::
                                                         to_string(c.torch_dtype), lib_version(s, Library::kPeft))});
   }
 
+  // accelerate's FSDP upcast (docs/formulas.md#accelerate-fsdp-upcast): since 0.30 (PR #2674)
+  // Accelerator.prepare_model, when mixed_precision is not "no" (the Trainer's --bf16/--fp16),
+  // casts every FSDP1 FlatParameter that requires grad and is not fp32 to fp32, and FSDP's
+  // MixedPrecision(param_dtype=bf16/fp16) gathers it in 16 bits: a 16-bit model trained under
+  // FSDP with autocast keeps fp32 trainable shards, fp32 gradient shards and fp32 optimizer
+  // states, as under FSDP's MixedPrecisionPolicy. Frozen parameters and fp32 adapters are left
+  // as they are (FSDP2's path in accelerate casts differently and is not covered here).
+  {
+    const bool sixteen = c.torch_dtype == DType::kBFloat16 || c.torch_dtype == DType::kFloat16;
+    const bool trainable16 = !c.lora.enabled || (c.lora.adapter_dtype && (*c.lora.adapter_dtype == DType::kBFloat16 ||
+                                                                          *c.lora.adapter_dtype == DType::kFloat16));
+    if (fsdp_family(c.parallel.sharding) && c.parallel.fsdp_version == 1 && c.autocast && sixteen && trainable16 &&
+        !c.parallel.fsdp_mixed_precision && free("fsdp_mixed_precision") &&
+        s.of(Library::kAccelerate) >= version("0.30")) {
+      c.parallel.fsdp_mixed_precision = true;
+      out.effects.push_back(
+          {"fsdp_mixed_precision",
+           fmt::format("true: {} upcasts FSDP's trainable {} FlatParameters to fp32 under mixed precision and gathers "
+                       "them in {} (>= 0.30)",
+                       lib_version(s, Library::kAccelerate), to_string(c.torch_dtype), to_string(*c.autocast))});
+    }
+  }
+
   // TRL GRPO's defaults (docs/formulas.md#grpo): vllm_gpu_memory_utilization 0.9 before 0.18,
   // 0.3 since; beta 0.04 before 0.19, 0.0 since (no reference model by default).
   if (c.method == Method::kGrpo && s.has(Library::kTrl)) {

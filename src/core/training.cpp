@@ -305,10 +305,14 @@ Status validate(const TrainingConfig& c) {
     if (!fsdp_family(c.parallel.sharding))
       return make_error(ErrorCode::kConflict, "fsdp-mixed-precision is FSDP's MixedPrecisionPolicy: it needs --fsdp",
                         "add --fsdp full_shard (torchtitan shards fully), or drop --fsdp-mixed-precision");
-    if (c.torch_dtype == DType::kFloat32 || c.autocast)
+    // A 16-bit model: torchtitan computes in it without autocast; accelerate (>= 0.30) upcasts the
+    // trainable shards of a 16-bit model under the Trainer's --bf16/--fp16 autocast
+    // (docs/formulas.md#accelerate-fsdp-upcast). An fp32 model needs neither.
+    if (c.torch_dtype == DType::kFloat32)
       return make_error(ErrorCode::kConflict,
-                        "fsdp-mixed-precision computes in --torch-dtype (bfloat16 or float16) without autocast",
-                        "use --torch-dtype bfloat16 and drop --bf16/--fp16");
+                        "fsdp-mixed-precision keeps fp32 shards of a 16-bit model: --torch-dtype must be bfloat16 or "
+                        "float16",
+                        "use --torch-dtype bfloat16");
   }
   if (c.contrastive.enabled()) {
     const auto& k = c.contrastive;

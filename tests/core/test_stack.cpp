@@ -287,3 +287,46 @@ TEST_CASE("torch before 2.0 zeroes the gradients instead of freeing them (zero_g
   apply_stack(Stack{}, none, {});
   CHECK_FALSE(none.zero_grad_keeps_grads);
 }
+
+TEST_CASE("accelerate 0.30+ upcasts FSDP's trainable 16-bit FlatParameters to fp32 under mixed precision") {
+  // accelerate src/accelerate/accelerator.py prepare_model (v0.30.0 to v1.14.0, PR #2674): with
+  // mixed_precision != "no", every FSDP1 FlatParameter that requires grad and is not fp32 gets
+  // `param.data = param.data.to(torch.float32)` (docs/formulas.md#accelerate-fsdp-upcast).
+  const auto upcast = [](const char* accelerate, TrainingConfig c) {
+    const auto a = apply_stack(accelerate ? stack_of({{Library::kAccelerate, accelerate}}) : Stack{}, c, {});
+    CHECK((effect(a, "fsdp_mixed_precision") != nullptr) == c.parallel.fsdp_mixed_precision);
+    return c.parallel.fsdp_mixed_precision;
+  };
+  TrainingConfig full;
+  full.torch_dtype = DType::kBFloat16;
+  full.autocast = DType::kBFloat16;
+  full.parallel.num_gpus = 2;
+  full.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  CHECK(upcast("0.33.0", full));
+  CHECK(upcast("0.30.0", full));
+  CHECK_FALSE(upcast("0.29.3", full));  // before PR #2674 the 16-bit FlatParameters stayed 16-bit
+  CHECK(upcast(nullptr, full));          // no version: the newest release, which still upcasts
+  TrainingConfig pure = full;            // no mixed precision (no --bf16): nothing is upcast
+  pure.autocast.reset();
+  CHECK_FALSE(upcast("0.33.0", pure));
+  TrainingConfig fp32 = full;            // an fp32 model has nothing to upcast
+  fp32.torch_dtype = DType::kFloat32;
+  CHECK_FALSE(upcast("0.33.0", fp32));
+  TrainingConfig one = full;             // no FSDP
+  one.parallel.sharding = ShardingStrategy::kNone;
+  CHECK_FALSE(upcast("0.33.0", one));
+  TrainingConfig fsdp2 = full;           // accelerate's FSDP2 path casts differently: not this rule
+  fsdp2.parallel.fsdp_version = 2;
+  CHECK_FALSE(upcast("0.33.0", fsdp2));
+  TrainingConfig lora = full;            // PEFT's fp32 adapters are already fp32, the base is frozen
+  lora.lora.enabled = true;
+  CHECK_FALSE(upcast("0.33.0", lora));
+  lora.lora.adapter_dtype = DType::kBFloat16;  // 16-bit adapters (sharded QLoRA under TRL < 0.27)
+  CHECK(upcast("0.33.0", lora));
+  TrainingConfig c = full;
+  const auto a = apply_stack(stack_of({{Library::kAccelerate, "0.33.0"}}), c, {});
+  REQUIRE(effect(a, "fsdp_mixed_precision") != nullptr);
+  CHECK(effect(a, "fsdp_mixed_precision")->why ==
+        "true: accelerate 0.33.0 upcasts FSDP's trainable bfloat16 FlatParameters to fp32 under mixed precision and "
+        "gathers them in bfloat16 (>= 0.30)");
+}

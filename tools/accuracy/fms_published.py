@@ -122,6 +122,13 @@ def main():
                                  # prepare_model_for_kbit_training + peft_module_casting_to_bf16, except
                                  # under FSDP (is_sharded_qlora skips both)
                                  "kbit_prepare": "trl_legacy" if fw == "baseline-peft-bnb" and gpus == 1 else "freeze_only"}
+        # accelerate >= 0.30 casts every trainable FSDP FlatParameter that is not fp32 to fp32 when
+        # the Trainer's mixed precision is on (docs/formulas.md#accelerate-fsdp-upcast): the full
+        # fine-tunes run with bf16 and TRL's bf16 adapters of sharded QLoRA.
+        trainable16 = not lora or training["lora"]["adapter_dtype"] != "float32"
+        acc = tuple(int(x) for x in env.get("accelerate", "0.0").split(".")[:2])
+        if gpus > 1 and "autocast" in training and dtype != "float32" and trainable16 and acc >= (0, 30):
+            training["fsdp_mixed_precision"] = True
         gap = None
         # Found on the two versions of refs/a100_80gb.csv the engine was first checked on, and kept
         # there; a table collected later (another commit or file) is judged without it.

@@ -127,6 +127,9 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   if (t.contains("fsdp")) {
     MEMPLAN_TRY(cfg.parallel.sharding, parse_fsdp(t["fsdp"].get<std::string>()));
   }
+  // fp32 trainable shards gathered in 16 bits: torchtitan's policy, or accelerate's upcast of a
+  // 16-bit model under the Trainer's mixed precision (docs/formulas.md#accelerate-fsdp-upcast).
+  cfg.parallel.fsdp_mixed_precision = t.value("fsdp_mixed_precision", false);
   const std::string loss = t.value("transformers_loss", std::string("pad_labels"));
   if (loss == "shift_contiguous") cfg.loss_shift = TrainingConfig::LossShift::kShiftLogitsCopy;
   else if (loss == "upcast_in_model") cfg.loss_shift = TrainingConfig::LossShift::kUpcastInModel;
