@@ -311,6 +311,12 @@ struct TrainingConfig {
   // selective_ac_option: N; docs/formulas.md#every-n-checkpointing): with gradient_checkpointing,
   // only the layers whose 1-based index is a multiple of N are checkpointed (N = 1: every layer).
   int checkpoint_every = 1;
+  // What a checkpointed layer keeps for its backward (docs/formulas.md#per-op-selective-checkpointing).
+  // kFull: its input only (torch.utils.checkpoint). kOp: torchtitan's per-op selective policy
+  // (selective_ac_option: op) also keeps the outputs of every other aten.mm in call order and of
+  // the fused attention kernel, which its recomputation then reuses. Needs gradient_checkpointing.
+  enum class CheckpointPolicy { kFull, kOp };
+  CheckpointPolicy checkpoint_policy = CheckpointPolicy::kFull;
   // The loss upcasts the logits to fp32 before cross_entropy (transformers, torchtitan); false:
   // cross_entropy on the logits in their own dtype, as a training loop of one's own may do
   // (docs/formulas.md#loss-dtype). Eager loss kernel only.

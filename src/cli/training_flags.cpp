@@ -151,6 +151,11 @@ void add_training_flags(CLI::App& app, TrainingFlags& f) {
                  "With --gradient-checkpointing, checkpoint only every N-th decoder layer (torchtitan "
                  "activation_checkpoint.mode selective, selective_ac_option N; default 1: every layer)")
       ->group("Training");
+  app.add_option("--checkpoint-policy", f.checkpoint_policy,
+                 "With --gradient-checkpointing, what each checkpointed layer keeps: full (default: its input "
+                 "only) or op (torchtitan's per-op selective policy, selective_ac_option op: also every other "
+                 "matmul's output and SDPA's output; needs --use-reentrant false)")
+      ->group("Training");
   app.add_option("--loss-dtype", f.loss_dtype,
                  "Cross-entropy on float32 logits (default: the upcast transformers and torchtitan do) or on the "
                  "logits' own dtype ('logits': a training loop of one's own without .float())")
@@ -557,6 +562,15 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
   if (given("--checkpoint-every")) {
     c.checkpoint_every = f.checkpoint_every;
     mark("checkpoint_every", "--checkpoint-every");
+  }
+  if (given("--checkpoint-policy")) {
+    const std::string v = to_lower(trim(f.checkpoint_policy));
+    if (v != "full" && v != "op")
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("--checkpoint-policy = '{}' must be full or op", f.checkpoint_policy),
+                        "op is torchtitan's per-op selective checkpointing; full keeps each layer's input only");
+    c.checkpoint_policy = v == "op" ? TrainingConfig::CheckpointPolicy::kOp : TrainingConfig::CheckpointPolicy::kFull;
+    mark("checkpoint_policy", "--checkpoint-policy");
   }
   if (given("--loss-dtype")) {
     const std::string v = to_lower(trim(f.loss_dtype));

@@ -49,6 +49,7 @@ struct TrainingFlags {
   bool gradient_checkpointing = false;
   std::string use_reentrant;  // true|false: torch.utils.checkpoint use_reentrant
   int checkpoint_every = 1;   // --checkpoint-every N: only every N-th layer checkpointed
+  std::string checkpoint_policy;  // --checkpoint-policy full|op
   std::string loss_dtype;     // --loss-dtype float32|logits
   std::string attn;
   bool use_peft = false;

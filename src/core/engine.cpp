@@ -416,6 +416,11 @@ Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
                       "checkpoint-every is modelled for decoder language models only (torchtitan's layer-selective "
                       "checkpointing)",
                       "drop --checkpoint-every (every layer is then checkpointed)");
+  if (c.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp && (m.is_encoder() || m.vision.enabled()))
+    return make_error(ErrorCode::kUnsupported,
+                      "checkpoint-policy op is modelled for decoder language models only (torchtitan's per-op "
+                      "selective checkpointing)",
+                      "drop --checkpoint-policy (full checkpointing keeps each layer's input only)");
   if (!c.loss_upcast && (c.loss_kernel != LossKernel::kEager || m.is_encoder() || c.method != Method::kSft))
     return make_error(ErrorCode::kUnsupported,
                       "a loss without the fp32 upcast is modelled for decoders' eager SFT cross-entropy only",
@@ -1643,6 +1648,11 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     // DeBERTa-v2 and NomicBERT have no SDPA or flash path: eager whatever the default.
     sp.attn = model.eager_attention_only() || (model.attention_sinks && !config.attn) ? AttnImpl::kEager
                                                                                      : config.attn_impl();
+    // torchtitan's per-op policy (docs/formulas.md#per-op-selective-checkpointing); its save list
+    // names CUDA's flash and memory-efficient SDPA kernels, not flash-attn's or the CPU's.
+    sp.checkpoint_op_policy = config.gradient_checkpointing && !sp.checkpoint_reentrant &&
+                              config.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp;
+    sp.sac_save_attention = config.device == Device::kCuda && sp.attn == AttnImpl::kSdpa;
     // No vocabulary head to fuse for an embedding model; sentence-transformers applies no Liger kernel.
     const bool lm_head = !model.is_encoder() && !model.decoder_embedding;
     // DPO and GRPO have TRL's Liger losses (docs/formulas.md#liger-dpo-grpo); the other kernels

@@ -287,6 +287,23 @@ Status validate(const TrainingConfig& c) {
   if (c.checkpoint_every > 1 && !c.gradient_checkpointing)
     return make_error(ErrorCode::kConflict, "checkpoint-every checkpoints every N-th layer: it needs gradient checkpointing",
                       "add --gradient-checkpointing, or drop --checkpoint-every");
+  if (c.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp) {
+    // docs/formulas.md#per-op-selective-checkpointing: torchtitan's policy runs inside
+    // torch.utils.checkpoint's non-reentrant frame, on every layer.
+    if (!c.gradient_checkpointing)
+      return make_error(ErrorCode::kConflict, "checkpoint-policy op selects what a checkpointed layer keeps: it needs "
+                                              "gradient checkpointing",
+                        "add --gradient-checkpointing, or drop --checkpoint-policy");
+    if (c.reentrant_checkpointing())
+      return make_error(ErrorCode::kConflict,
+                        "checkpoint-policy op needs non-reentrant checkpointing (selective checkpointing contexts "
+                        "work only with use_reentrant=False)",
+                        "add --use-reentrant false");
+    if (c.checkpoint_every > 1)
+      return make_error(ErrorCode::kConflict,
+                        "checkpoint-policy op checkpoints every layer: it cannot be combined with checkpoint-every",
+                        "drop --checkpoint-every or --checkpoint-policy");
+  }
   if (c.lora.dropout < 0 || c.lora.dropout >= 1)
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("lora-dropout = {} is out of range (0 <= p < 1)", c.lora.dropout));

@@ -126,6 +126,7 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
     auto at = v.insert(std::find_if(v.begin(), v.end(), [](const auto& kv) { return kv.first == "gradient_checkpointing"; }) + 1,
                        {"use_reentrant", b(c.reentrant_checkpointing())});
     if (c.checkpoint_every > 1) v.insert(at + 1, {"checkpoint_every", std::to_string(c.checkpoint_every)});
+    if (c.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp) v.insert(at + 1, {"checkpoint_policy", "op"});
   }
   if (!c.loss_upcast) v.push_back({"loss_dtype", "logits"});
   if (c.zero_grad_keeps_grads) v.push_back({"zero_grad", "set_to_none=false"});  // torch < 2.0 (stack)

@@ -92,6 +92,7 @@ json to_json(const TrainingConfig& c) {
             {"gradient_checkpointing", c.gradient_checkpointing},
             {"use_reentrant", c.gradient_checkpointing ? json(c.reentrant_checkpointing()) : json(nullptr)},
             {"checkpoint_every", c.checkpoint_every},
+            {"checkpoint_policy", c.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp ? "op" : "full"},
             {"loss_dtype", c.loss_upcast ? "float32" : "logits"},
             {"attn_implementation", to_string(c.attn_impl())},
             {"loss_kernel", to_string(c.loss_kernel)},

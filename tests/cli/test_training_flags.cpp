@@ -179,3 +179,34 @@ TEST_CASE("--checkpoint-every, --loss-dtype and --fsdp no_shard: shown where the
   CHECK(r.code != 0);
   CHECK(r.err.find("--loss-dtype = 'bf16' must be float32 or logits") != std::string::npos);
 }
+
+TEST_CASE("--checkpoint-policy op: shown where it comes from; refused without checkpointing, with reentrancy, or misspelt") {
+  // docs/formulas.md#per-op-selective-checkpointing.
+  const std::vector<std::string> base{"estimate", "--model-params", "1B", "--torch-dtype", "bfloat16",
+                                      "--batch", "2", "--seq-len", "512"};
+  auto op = base;
+  op.insert(op.end(), {"--gradient-checkpointing", "--checkpoint-policy", "op", "--show-config"});
+  auto r = run_cli(op);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("checkpoint_policy") != std::string::npos);
+  CHECK(r.out.find("--checkpoint-policy") != std::string::npos);
+  auto alone = base;
+  alone.insert(alone.end(), {"--checkpoint-policy", "op"});
+  r = run_cli(alone);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("checkpoint-policy op selects what a checkpointed layer keeps: it needs gradient checkpointing") !=
+        std::string::npos);
+  auto reentrant = base;
+  reentrant.insert(reentrant.end(), {"--gradient-checkpointing", "--checkpoint-policy", "op", "--use-reentrant", "true"});
+  r = run_cli(reentrant);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("checkpoint-policy op needs non-reentrant checkpointing (selective checkpointing contexts work "
+                   "only with use_reentrant=False)") != std::string::npos);
+  CHECK(r.err.find("--use-reentrant false") != std::string::npos);
+  auto bad = base;
+  bad.insert(bad.end(), {"--gradient-checkpointing", "--checkpoint-policy", "selective"});
+  r = run_cli(bad);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("--checkpoint-policy = 'selective' must be full or op") != std::string::npos);
+}

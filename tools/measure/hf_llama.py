@@ -19,6 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
+import sac
+
 
 class Config:
     def __init__(self, d):
@@ -167,8 +169,11 @@ class GradientCheckpointingLayer(nn.Module):
     hidden_states checkpointed, everything else bound in a functools.partial."""
     gradient_checkpointing = False
     use_reentrant = True
+    checkpoint_policy = "full"  # "op": torchtitan's per-op selective policy (sac.py)
 
     def __call__(self, *args, **kwargs):
+        if self.gradient_checkpointing and self.training and self.checkpoint_policy == "op":
+            return sac.checkpoint(functools.partial(super().__call__, **kwargs), *args)
         if self.gradient_checkpointing and self.training:
             return torch.utils.checkpoint.checkpoint(functools.partial(super().__call__, **kwargs), *args,
                                                      use_reentrant=self.use_reentrant)

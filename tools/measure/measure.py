@@ -3,7 +3,8 @@
 
 A case is a JSON object: {"id", "model": {HF config.json fields}, "training": {...}} with training
 keys named like memplan's flags: method (sft), batch, seq_len, torch_dtype, autocast (null|bf16),
-optim, optim_args, gradient_checkpointing, attn_implementation (eager), lora ({r, alpha, dropout,
+optim, optim_args, gradient_checkpointing, checkpoint_reentrant, checkpoint_policy (full|op:
+torchtitan's per-op selective checkpointing, sac.py), attn_implementation (eager), lora ({r, alpha, dropout,
 target_modules, modules_to_save} or null).
 
 The step follows transformers.Trainer.training_step: the forward (with the loss) under autocast
@@ -288,6 +289,11 @@ def build(case):
     if t.get("gradient_checkpointing"):
         reentrant = t.get("checkpoint_reentrant", True)
         model.gradient_checkpointing_enable(use_reentrant=reentrant)
+        if t.get("checkpoint_policy", "full") == "op":  # torchtitan's per-op selective policy (sac.py)
+            assert not reentrant, "checkpoint_policy op needs checkpoint_reentrant false"
+            for m in model.modules():
+                if isinstance(m, hf_llama.GradientCheckpointingLayer):
+                    m.checkpoint_policy = "op"
         if lora and t.get("embedding_library") != "llm2vec":
             # TRL's SFTTrainer calls enable_input_require_grads() for PEFT with checkpointing
             # (and transformers does for sentence-transformers' adapters); LLM2Vec's scripts do not.

@@ -245,7 +245,7 @@ void Graph::accumulate_param(int p, int g) {
 
 int Graph::begin_checkpoint_region(std::function<void()> recompute, std::vector<int> holds) {
   for (int t : holds) hold(t);
-  regions_.push_back(Region{std::move(recompute), {}, std::move(holds), false, false});
+  regions_.push_back(Region{std::move(recompute), {}, std::move(holds), {}, 0, false, false});
   open_region_ = static_cast<int>(regions_.size()) - 1;
   return open_region_;
 }
@@ -265,6 +265,21 @@ void Graph::maybe_free_region(int r) {
     if (!nodes_[static_cast<std::size_t>(ni)].released) return;
   reg.freed = true;
   for (int t : reg.holds) drop(t);
+  for (std::size_t i = reg.popped; i < reg.cache.size(); ++i) drop(reg.cache[i]);
+  reg.popped = reg.cache.size();
+}
+
+void Graph::sac_store(int t) {
+  if (open_region_ < 0) return;
+  hold(t);
+  regions_[static_cast<std::size_t>(open_region_)].cache.push_back(t);
+}
+
+int Graph::sac_take() {
+  if (recomputing_ < 0) return -1;
+  Region& reg = regions_[static_cast<std::size_t>(recomputing_)];
+  if (reg.popped >= reg.cache.size()) return -1;
+  return reg.cache[reg.popped++];
 }
 
 void Graph::recompute_region(int r) {
@@ -274,7 +289,9 @@ void Graph::recompute_region(int r) {
   capture_ = &captured;
   const bool prev = grad_enabled_;
   grad_enabled_ = true;
+  recomputing_ = r;
   reg.recompute();
+  recomputing_ = -1;
   grad_enabled_ = prev;
   capture_ = nullptr;
   // storage[i] goes to the i-th saved slot, in node creation order.

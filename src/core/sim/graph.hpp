@@ -383,6 +383,13 @@ class Graph {
   int begin_checkpoint_region(std::function<void()> recompute, std::vector<int> holds);
   void end_checkpoint_region();
   bool capturing() const { return capture_ != nullptr; }
+  // Selective checkpointing (torch.utils.checkpoint.create_selective_checkpoint_contexts): in the
+  // open region's forward, sac_store keeps tensor t (a detached alias of an op output the policy
+  // saves) in the region's storage; in its recomputation, sac_take pops the next stored tensor in
+  // store order (its reference passes to the caller) instead of the op running again. Entries
+  // never popped go when the region is freed.
+  void sac_store(int t);
+  int sac_take();
 
   // torch >= 2.0 accumulates gradients in place when it holds the last reference.
   void set_inplace_accumulation(bool on) { inplace_accumulation_ = on; }
@@ -509,6 +516,8 @@ class Graph {
     std::function<void()> recompute;
     std::vector<int> nodes;
     std::vector<int> holds;  // tensors the hooks' closures keep (inputs, mask, RNG state)
+    std::vector<int> cache;  // selective checkpointing's stored op outputs, popped from `popped` on
+    std::size_t popped = 0;
     bool done = false;
     bool freed = false;
   };
@@ -516,6 +525,7 @@ class Graph {
   std::vector<Region> regions_;
   int open_region_ = -1;
   std::vector<int>* capture_ = nullptr;
+  int recomputing_ = -1;  // the region being recomputed (sac_take's storage)
   void recompute_region(int r);
 };
 

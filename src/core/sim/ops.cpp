@@ -319,7 +319,11 @@ int Ops::gemm(int x, int w, int bias, Poly out_numel, bool conv) {
   const int xc = cast_for_autocast(x);
   const int wc = cast_for_autocast(w);
   const int bc = bias >= 0 ? cast_for_autocast(bias) : -1;
-  const int y = g_.make(out_numel, g_.at(xc).dt, cat);
+  // aten.mm (no bias) under the per-op selective policy: every odd-numbered call is saved.
+  const bool saved = sac.mode != SacMode::kOff && !conv && bias < 0 && ++sac.mm_count % 2 == 1;
+  int y = saved && sac.mode == SacMode::kCached ? g_.sac_take() : -1;
+  if (y < 0) y = g_.make(out_numel, g_.at(xc).dt, cat);
+  if (saved && sac.mode == SacMode::kCaching) g_.sac_store(y);
   // mm saves the input only to compute the weight gradient, the weight only for the input's;
   // a convolution's single backward formula saves both.
   const int save_x = conv || g_.rg(wc) ? xc : -1;
@@ -390,8 +394,17 @@ int Ops::repeat_kv(int x, int n_rep, bool single_kv_head) {
 }
 
 int Ops::fused_attention(int q, int k, int v, Poly out_numel, Poly rows, int bias) {
-  const int o = g_.make(out_numel, g_.at(q).dt, cat);
-  const int lse = g_.make(rows, DT::kF32, cat);
+  // Under the per-op selective policy the kernel's output and logsumexp are stored in forward
+  // and taken back, in the same order, by the recomputation.
+  const bool saved = sac.mode != SacMode::kOff && sac.attention;
+  int o = saved && sac.mode == SacMode::kCached ? g_.sac_take() : -1;
+  if (o < 0) o = g_.make(out_numel, g_.at(q).dt, cat);
+  int lse = saved && sac.mode == SacMode::kCached ? g_.sac_take() : -1;
+  if (lse < 0) lse = g_.make(rows, DT::kF32, cat);
+  if (saved && sac.mode == SacMode::kCaching) {
+    g_.sac_store(o);
+    g_.sac_store(lse);
+  }
   const Poly qn = g_.at(q).numel;
   g_.node({q, k, v}, {o}, {q, k, v, o, lse, bias}, [q, k, v, rows, qn](Bwd& c) {
     const int acc = c.temp(qn, DT::kF32);

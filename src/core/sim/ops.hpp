@@ -39,6 +39,21 @@ class Ops {
 
   Cat cat = Cat::kActivations;  // category for forward outputs created from now on
 
+  // ---- torchtitan's per-op selective checkpointing policy (docs/formulas.md#per-op-selective-checkpointing)
+  // Inside a checkpointed layer's forward (kCaching) the outputs of the policy's ops go into the
+  // region's storage (Graph::sac_store); in its recomputation (kCached) those ops take them back
+  // (Graph::sac_take) instead of allocating. The policy: every aten.mm whose 1-based count within
+  // the call is odd (a Linear without bias is one mm; with a bias it is addmm, not counted), and
+  // the fused attention kernel's output and logsumexp when `attention` is set (CUDA's flash and
+  // memory-efficient SDPA kernels are on the list; the CPU's kernel is not).
+  enum class SacMode { kOff, kCaching, kCached };
+  struct Sac {
+    SacMode mode = SacMode::kOff;
+    int mm_count = 0;
+    bool attention = false;
+  };
+  Sac sac;
+
   // ---- autocast (torch.autocast): lower-precision ops cast their floating inputs; casts of
   // fp32 leaves that require grad are cached until the autocast context exits.
   void enter_autocast(DT dt);

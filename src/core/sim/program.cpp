@@ -2759,20 +2759,32 @@ int Step::checkpointed_nonreentrant(int h, const Body& body, const std::vector<i
   std::vector<int> kept{h};
   kept.insert(kept.end(), holds.begin(), holds.end());
   kept.push_back(rng);
+  // torchtitan's per-op selective policy (docs/formulas.md#per-op-selective-checkpointing): the
+  // forward stores the policy's op outputs in the region, the recomputation takes them back; each
+  // counts its mm calls from zero (the policy's meta counter is made per checkpoint call).
+  const auto sac = [this](Ops::SacMode mode) {
+    const Ops::Sac outer = ops_.sac;
+    if (sp_.checkpoint_op_policy) ops_.sac = Ops::Sac{mode, 0, sp_.sac_save_attention};
+    return outer;
+  };
   g_.begin_checkpoint_region(
-      [this, h, body, ac]() {
+      [this, h, body, ac, sac]() {
         const int rng2 = g_.make(Poly::constant(5056), DT::kU8, Cat::kCheckpoints);  // fork_rng
         const Cat saved_cat = ops_.cat;
         ops_.cat = Cat::kActivations;
         if (ac) ops_.enter_autocast(*ac);
+        const Ops::Sac outer = sac(Ops::SacMode::kCached);
         const int unused = body(h);
+        ops_.sac = outer;
         if (ac) ops_.exit_autocast();
         ops_.cat = saved_cat;
         g_.drop(unused);
         g_.drop(rng2);
       },
       kept);
+  const Ops::Sac outer = sac(Ops::SacMode::kCaching);
   const int out = body(h);
+  ops_.sac = outer;
   g_.end_checkpoint_region();
   g_.drop(rng);
   return out;

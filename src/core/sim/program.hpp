@@ -77,6 +77,11 @@ struct ProgramSpec {
   // With gradient_checkpointing: only the decoder layers whose 1-based model index is a multiple
   // of this are checkpointed (torchtitan's selective_ac_option N; docs/formulas.md#every-n-checkpointing).
   int checkpoint_every = 1;
+  // torchtitan's per-op selective checkpointing (non-reentrant only): each checkpointed layer also
+  // keeps the outputs of every other aten.mm and, with sac_save_attention, of the fused attention
+  // kernel (docs/formulas.md#per-op-selective-checkpointing).
+  bool checkpoint_op_policy = false;
+  bool sac_save_attention = false;
   // The eager loss upcasts the logits to fp32 (false: cross_entropy on the logits' own dtype;
   // docs/formulas.md#loss-dtype).
   bool loss_upcast = true;

@@ -73,6 +73,7 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   cfg.grpo.max_completion_length = t.value("max_completion_length", std::int64_t{256});
   cfg.gradient_checkpointing = t.value("gradient_checkpointing", false);
   if (t.contains("checkpoint_reentrant")) cfg.checkpoint_reentrant = t["checkpoint_reentrant"].get<bool>();
+  if (t.value("checkpoint_policy", std::string("full")) == "op") cfg.checkpoint_policy = TrainingConfig::CheckpointPolicy::kOp;
   MEMPLAN_TRY(cfg.attn, parse_attn_impl(t.value("attn_implementation", std::string("eager"))));
   MEMPLAN_TRY(cfg.loss_kernel, parse_loss_kernel(t.value("loss_kernel", std::string("eager"))));
   MEMPLAN_TRY(cfg.model_code, parse_model_code(t.value("model_code", std::string("transformers"))));

@@ -2,6 +2,9 @@
 // what each checkpointed layer keeps, and for how long.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
+#include "core/sim/ops.hpp"
 #include "core/sim/program.hpp"
 #include "support/models.hpp"
 
@@ -127,4 +130,66 @@ TEST_CASE("a no_grad op inside a non-reentrant checkpoint region saves nothing w
   g.free_param_grads();
   g.drop(w);
   CHECK(g.live_total() == Poly{});
+}
+
+TEST_CASE("per-op selective checkpointing keeps every other mm's output and SDPA's, and nothing after backward") {
+  // docs/formulas.md#per-op-selective-checkpointing. torchtitan's policy under
+  // create_selective_checkpoint_contexts: in each checkpointed layer's forward the outputs of the
+  // 1st, 3rd, 5th and 7th aten.mm (HF Llama's call order q, k, v, o, gate, up, down: q_proj,
+  // v_proj, gate_proj, down_proj) and of the flash / memory-efficient SDPA kernel (output and fp32
+  // logsumexp) are stored as detached aliases; the rest is recomputed. toy_llama in bf16 at b = 2,
+  // s = 128 (256 tokens): q 256 x 2 B, v 2 x 64 x 2 B, gate 688 x 2 B, down 256 x 2 B per token
+  // (2,656 B), SDPA's output 256 x 2 B and logsumexp 4 heads x 4 B (528 B): 3,184 B per token per
+  // layer beyond full checkpointing when the head starts, 815,104 B a layer, 3,260,416 B for four.
+  ProgramSpec sp = checkpointed(4, false);
+  const ProgramResult full = run_step(sp);
+  sp.checkpoint_op_policy = true;
+  sp.sac_save_attention = true;
+  const ProgramResult op = run_step(sp);
+  CHECK(at_head(op) - at_head(full) == 4 * 256 * 3184);
+  // CPU attention (SDPA's CPU kernel, eager, flash-attn's own op): not on the list, mm outputs only.
+  sp.sac_save_attention = false;
+  const ProgramResult mm_only = run_step(sp);
+  CHECK(at_head(mm_only) - at_head(full) == 4 * 256 * 2656);
+  // The recomputation pops each stored output (torch's storage.pop(0)) and the graph frees it with
+  // the layer's saved tensors: after backward the step holds what full checkpointing holds.
+  CHECK(op.events.back().total.eval(2, 128) == full.events.back().total.eval(2, 128));
+  CHECK(mm_only.events.back().total.eval(2, 128) == full.events.back().total.eval(2, 128));
+}
+
+TEST_CASE("a stored op output is taken back by the recomputation, not allocated again") {
+  // Graph::sac_store / sac_take as create_selective_checkpoint_contexts uses them: a region on x
+  // (400 B, requires grad) with two mms by Ops: y1 = x W1 (1,000 B, the 1st mm: stored) and
+  // y2 = y1 W2 (200 B, the 2nd: recomputed). After the forward the region keeps x (its hold), y1
+  // (the storage) and returns y2: W1 40 + W2 40 + x 400 + y1 1,000 + y2 200 = 1,680 B. The
+  // recomputation allocates no second y1: inside the second mm's backward (the first to run) live
+  // are the 1,680 B, y2's gradient 200 B (the root) and W2's gradient 40 B and y1's 1,000 B, and
+  // nothing else (2,920 B).
+  Graph g;
+  Ops ops(g, OpsBehaviour{});
+  const int w1 = g.param(Poly::constant(10), DT::kF32, Cat::kWeights, true);
+  const int w2 = g.param(Poly::constant(10), DT::kF32, Cat::kWeights, true);
+  const int x = g.make(Poly::constant(100), DT::kF32, Cat::kActivations, true);
+  const auto body = [&](Ops::SacMode mode) {
+    ops.sac = Ops::Sac{mode, 0, false};
+    const int y1 = ops.linear(x, w1, -1, Poly::constant(250));
+    const int y2 = ops.linear(y1, w2, -1, Poly::constant(50));
+    g.drop(y1);
+    ops.sac = Ops::Sac{};
+    return y2;
+  };
+  g.begin_checkpoint_region([&]() { g.drop(body(Ops::SacMode::kCached)); }, {x});
+  const int y2 = body(Ops::SacMode::kCaching);
+  g.end_checkpoint_region();
+  CHECK(g.live_total().eval(1, 1) == 40 + 40 + 400 + 1000 + 200);
+  const int root = g.make(Poly::constant(50), DT::kF32, Cat::kActivationGrads);
+  std::int64_t max_live = 0;
+  g.backward_from(y2, root, 0);
+  for (const auto& e : g.events()) max_live = std::max(max_live, e.total.eval(1, 1));
+  CHECK(max_live == 1680 + 200 + 40 + 1000);
+  g.drop(y2);
+  g.drop(g.take_grad(x));  // x's gradient (400 B), as a caller would take it
+  g.drop(x);
+  // Left: the weights and their .grad; y1 went with the second mm's saved tensors.
+  CHECK(g.live_total().eval(1, 1) == 40 + 40 + 40 + 40);
 }

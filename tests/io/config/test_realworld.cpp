@@ -143,6 +143,10 @@ Verdict judge(const std::string& key, const YamlNode& want, const Loaded& l) {
   if (key == "gradient_checkpointing") return as_bool(c.gradient_checkpointing);
   if (key == "use_reentrant") return as_bool(c.reentrant_checkpointing());
   if (key == "checkpoint_every") return as_int(c.checkpoint_every);
+  if (key == "checkpoint_policy") {
+    const std::string got = c.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp ? "op" : "full";
+    return {got == w, got};
+  }
   if (key == "precision") {
     const std::string got = c.autocast ? to_string(*c.autocast) + " autocast" : to_string(c.torch_dtype) + " weights";
     auto dt = parse_dtype(w);

@@ -310,8 +310,8 @@ Status map_torchtitan(Mapper& m) {
     }
   }
   // Activation checkpointing: full is every layer; selective with selective_ac_option N every
-  // N-th layer (docs/formulas.md#every-n-checkpointing); selective per-op keeps some activations
-  // that memplan does not model: estimated without it, an upper bound.
+  // N-th layer (docs/formulas.md#every-n-checkpointing); selective per-op checkpoints every layer
+  // keeping the outputs of its policy's ops (docs/formulas.md#per-op-selective-checkpointing).
   MEMPLAN_TRY(auto ac, m.text("activation_checkpoint.mode"));
   if (ac) {
     const std::string mode = to_lower(*ac);
@@ -327,8 +327,11 @@ Status map_torchtitan(Mapper& m) {
       const std::string o = to_lower(opt.value_or("op"));
       const YamlNode& at = opt ? *m.node("activation_checkpoint.selective_ac_option") : n;
       if (o == "op") {
-        m.warn_at(at, "selective per-op activation checkpointing is not modelled; estimated without checkpointing "
-                      "(an upper bound)");
+        c.gradient_checkpointing = true;
+        c.checkpoint_reentrant = false;  // ptd_checkpoint_wrapper with context_fn: non-reentrant
+        c.checkpoint_policy = TrainingConfig::CheckpointPolicy::kOp;
+        m.from_file("gradient_checkpointing", n, "activation_checkpoint.mode");
+        m.from_file("checkpoint_policy", at, opt ? "activation_checkpoint.selective_ac_option" : "activation_checkpoint.mode");
       } else {
         auto every = parse_int(o, "activation_checkpoint.selective_ac_option");
         if (!every || *every < 1)

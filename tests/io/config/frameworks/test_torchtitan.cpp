@@ -184,7 +184,7 @@ TEST_CASE("torchtitan: tensor parallelism brings sequence and loss parallelism; 
                    "never); read as default") == 1);
 }
 
-TEST_CASE("torchtitan: selective checkpointing every N layers is read; per-op selective warns") {
+TEST_CASE("torchtitan: selective checkpointing every N layers and per-op selective are read") {
   // docs/formulas.md#every-n-checkpointing: selective_ac_option N (a string in torchtitan's TOML,
   // int() of it in _apply_ac_to_transformer_block) checkpoints every N-th block, non-reentrant.
   LoadedConfig c = load_toml(
@@ -196,10 +196,22 @@ TEST_CASE("torchtitan: selective checkpointing every N layers is read; per-op se
   c = load_toml(
       "[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
       "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n");
-  CHECK_FALSE(c.inputs.config.gradient_checkpointing);
-  CHECK(std::count(c.inputs.warnings.begin(), c.inputs.warnings.end(),
-                   "job.toml:6: selective per-op activation checkpointing is not modelled; estimated without "
-                   "checkpointing (an upper bound)") == 1);
+  // docs/formulas.md#per-op-selective-checkpointing: every block wrapped with the per-op policy,
+  // non-reentrant; no warning any more; the option's line is the policy's origin.
+  CHECK(c.inputs.config.gradient_checkpointing);
+  CHECK(c.inputs.config.checkpoint_reentrant == false);
+  CHECK(c.inputs.config.checkpoint_every == 1);
+  CHECK(c.inputs.config.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp);
+  CHECK(c.inputs.origins.at("checkpoint_policy").to_string() == "job.toml:6");
+  CHECK(std::none_of(c.inputs.warnings.begin(), c.inputs.warnings.end(),
+                     [](const std::string& w) { return w.find("selective") != std::string::npos; }));
+  // selective_ac_option absent: torchtitan's default is op; the origin is the mode's line.
+  c = load_toml("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[activation_checkpoint]\nmode = \"selective\"\n");
+  CHECK(c.inputs.config.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp);
+  CHECK(c.inputs.origins.at("checkpoint_policy").to_string() == "job.toml:5");
+  // mode = "full" keeps the full policy.
+  c = load_toml("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[activation_checkpoint]\nmode = \"full\"\n");
+  CHECK(c.inputs.config.checkpoint_policy == TrainingConfig::CheckpointPolicy::kFull);
   MemoryFileSystem fs;
   fs.files["job.toml"] =
       "[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
