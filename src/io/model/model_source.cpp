@@ -18,6 +18,7 @@
 #include "io/embedded.hpp"
 #include "io/model/model_names.hpp"
 #include "io/model/model_source_encoders.hpp"
+#include "io/model/model_source_falcon_h1.hpp"
 #include "io/model/model_source_granite.hpp"
 #include "io/model/model_source_moe2025.hpp"
 #include "io/model/model_source_wrappers.hpp"
@@ -274,7 +275,6 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
 std::optional<std::string> unsupported_reason(const std::string& type) {
   static const std::pair<const char*, const char*> kNotModelled[] = {
       // Families checked from their transformers modelling code (docs/models.md#not-modelled).
-      {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
       {"new", "it is a remote-code encoder (GTE v1.5's NewModel: rotary positions, fused qkv, unpadded inputs) whose "
               "layout is not modelled"},
@@ -1113,6 +1113,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (auto s = parse_hybrid(f, m, origin); !s) return s.error();
   if (t == "granitemoehybrid")  // Granite 4.0 (docs/models.md#granite-4-0)
     if (auto s = apply_granite_hybrid_fields(j, m, origin); !s) return s.error();
+  if (t == "falcon_h1")  // Falcon-H1 (docs/models.md#falcon-h1)
+    if (auto s = apply_falcon_h1_fields(j, m, origin); !s) return s.error();
   if (gpt2) {
     m.norm = NormKind::kLayerNorm;
     m.norm_bias = true;
@@ -1224,7 +1226,7 @@ const std::vector<std::string>& supported_model_types() {
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                              "qwen3_5_moe_text", "gemma4", "gemma4_text", "mistral3", "ministral3",
                                              "arcee", "cohere", "cohere2",
-                                             "granitemoehybrid", "gemma3n", "gemma3n_text"};
+                                             "granitemoehybrid", "gemma3n", "gemma3n_text", "falcon_h1"};
   return t;
 }
 
