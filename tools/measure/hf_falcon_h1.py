@@ -13,7 +13,8 @@ after the gate). The attention multiplies K by key_multiplier after the transpos
 multiplies the embeddings by embedding_multiplier and the LM head's logits by lm_head_multiplier.
 The model's mamba mask is None when every token attends (all measured inputs). Shared pieces
 (RMSNorm, eager attention, rotary embedding, the causal mask, checkpointing, the loss) are
-hf_llama's; the scan is hf_granitemoehybrid's (Bamba's torch_forward, the same lines).
+hf_llama's; the mixer's modules, its scan and the attention are hf_granitemoehybrid's (Bamba's
+torch_forward and Granite's attention, the same lines), with Falcon-H1's widths, keys and multipliers.
 """
 import torch
 import torch.nn as nn
@@ -128,32 +129,16 @@ class FalconH1Mixer(hf_granitemoehybrid.GraniteMoeHybridMambaLayer):
         return self.out_proj(scan_output.to(dtype))
 
 
-class FalconH1Attention(nn.Module):
+class FalconH1Attention(hf_granitemoehybrid.GraniteMoeHybridAttention):
+    """Granite 4.0's q/k/v/o attention (rotary in every layer here), scaling head_dim ** -0.5, and
+    k_proj(x).view(...).transpose(1, 2) * key_multiplier."""
+
     def __init__(self, config):
-        super().__init__()
-        self.head_dim = config.head_dim
-        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
-        self.scaling = self.head_dim ** -0.5
-        h, nh, nkv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
-        b = config.attention_bias
-        self.q_proj = nn.Linear(h, nh * self.head_dim, bias=b)
-        self.k_proj = nn.Linear(h, nkv * self.head_dim, bias=b)
-        self.v_proj = nn.Linear(h, nkv * self.head_dim, bias=b)
-        self.o_proj = nn.Linear(nh * self.head_dim, h, bias=b)
+        super().__init__(config, scaling=config.head_dim ** -0.5)
         self.key_multiplier = config.key_multiplier
 
-    def forward(self, hidden_states, attention_mask, position_embeddings):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2) * self.key_multiplier
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        cos, sin = position_embeddings
-        query_states, key_states = hf_llama.apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        attn_output, attn_weights = hf_llama.eager_attention_forward(
-            self, query_states, key_states, value_states, attention_mask, dropout=0.0, scaling=self.scaling)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.o_proj(attn_output), attn_weights
+    def scale_keys(self, key_states):
+        return key_states * self.key_multiplier
 
 
 class FalconH1MLP(nn.Module):

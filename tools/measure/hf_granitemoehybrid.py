@@ -237,11 +237,12 @@ class GraniteMoeHybridMoE(nn.Module):
 
 
 class GraniteMoeHybridAttention(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, scaling=None):
+        # Falcon-H1's attention passes head_dim ** -0.5 and scales the keys (hf_falcon_h1).
         super().__init__()
         self.head_dim = config.head_dim
         self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
-        self.scaling = config.attention_multiplier
+        self.scaling = config.attention_multiplier if scaling is None else scaling
         h, nh, nkv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
         b = config.attention_bias
         self.q_proj = nn.Linear(h, nh * self.head_dim, bias=b)
@@ -253,7 +254,7 @@ class GraniteMoeHybridAttention(nn.Module):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.scale_keys(self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2))
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         if position_embeddings is not None:
             cos, sin = position_embeddings
@@ -262,6 +263,9 @@ class GraniteMoeHybridAttention(nn.Module):
             self, query_states, key_states, value_states, attention_mask, dropout=0.0, scaling=self.scaling)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         return self.o_proj(attn_output), attn_weights
+
+    def scale_keys(self, key_states):
+        return key_states
 
 
 class GraniteMoeHybridDecoderLayer(hf_llama.GradientCheckpointingLayer):
