@@ -2369,9 +2369,10 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
     // FalconH1Mixer.torch_forward: in_proj(input_states * ssm_in_multiplier) * mup_vector, two new
     // tensors (products with a float and with a buffer save nothing for backward); the split
     // below views the second.
-    const int xs = ops_.scalar_op(x);
+    // input_states (the scaled input) is a local: it lives until the mixer returns even where
+    // in_proj does not save it (LoRA on a frozen in_proj).
+    const int xs = keep(ops_.scalar_op(x));
     const int p0 = lin(xs, lp.lin.at("in_proj"), tok(2 * I + 2 * G * N + Hh));
-    g_.drop(xs);
     proj = ops_.scalar_op(p0);
     g_.drop(p0);
   } else {
@@ -2386,12 +2387,13 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   g_.drop(xbc);
   const int conv = causal_conv(xt, lp, conv_dim, tok(conv_dim));
   g_.drop(xt);
-  const int act = ops_.silu(conv);
+  // hidden_states_B_C, the activation's output, is a local: under 16-bit weights it outlives its
+  // fp32 copies (.float() of the x, B and C views) until the mixer returns.
+  const int act = keep(ops_.silu(conv));
   g_.drop(conv);
   const int hs0 = ops_.slice(act, tok(I), false);
   const int b0 = ops_.slice(act, tok(G * N), false);
   const int c0 = ops_.slice(act, tok(G * N), false);
-  g_.drop(act);
   // dt = clamp(softplus(dt + dt_bias)): softplus and clamp save their inputs.
   const int dtb = ops_.add(dt, lp.dt_bias, tok(Hh));
   g_.drop(dt);
