@@ -87,6 +87,15 @@ struct HybridSpec {
   // Qwen3.5 (Qwen3_5GatedDeltaNet): in_proj_qkv, in_proj_z, in_proj_b and in_proj_a in place of
   // Qwen3-Next's in_proj_qkvz and in_proj_ba (the same weights, no per-head reordering).
   bool gdn_split_projections = false;
+  // Falcon-H1 (docs/models.md#falcon-h1): every layer runs the self-attention beside its Mamba-2
+  // mixer on the same normed input. mamba_rms_norm: the gated RMSNorm exists (else y * silu(gate));
+  // mamba_norm_before_gate: it norms y before the gate; projectors_bias: out_proj's bias (unset:
+  // use_bias / mamba_proj_bias, as Nemotron-H and Granite 4.0 give both projections).
+  bool parallel_attention = false;
+  bool mamba_norm = true;
+  bool mamba_norm_before_gate = false;
+  std::optional<bool> mamba_out_bias;
+  bool mamba_out_proj_bias() const { return mamba_out_bias.value_or(mamba_proj_bias); }
 
   bool enabled() const { return !mixers.empty(); }
   MixerKind mixer(int layer) const {

@@ -303,10 +303,11 @@ std::int64_t mixer_params(const ModelSpec& m, int layer) {
       return conv_dim * k + 2 * static_cast<std::int64_t>(y.gdn_value_heads) + y.gdn_value_head_dim;
     }
     case MixerKind::kMamba2: {
-      // conv1d over (x, B, C) with use_conv_bias; dt_bias, A_log, D per head; norm over the inner width.
+      // conv1d over (x, B, C) with use_conv_bias; dt_bias, A_log, D per head; norm over the inner
+      // width (Falcon-H1: only with mamba_rms_norm).
       const std::int64_t conv_dim = y.mamba_inner() + 2 * y.mamba_groups * y.ssm_state;
       return conv_dim * k + (y.mamba_conv_bias ? conv_dim : 0) + 3 * static_cast<std::int64_t>(y.mamba_heads) +
-             y.mamba_inner();
+             (y.mamba_norm ? y.mamba_inner() : 0);
     }
     case MixerKind::kShortConv:  // depthwise Conv1d(hidden, hidden, L_cache) with conv_bias
       return m.hidden_size * k + (y.short_conv_bias ? m.hidden_size : 0);
@@ -356,11 +357,17 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
     }
     out.push_back({"out_proj", y.gdn_value_dim(), h, false, 1, LinearRole::kAttention});
   } else if (mixer == MixerKind::kMamba2) {
-    // NemotronHMamba2Mixer: in_proj to (gate z, x, B, C, dt), out_proj; both with use_bias.
+    // NemotronHMamba2Mixer: in_proj to (gate z, x, B, C, dt), out_proj; both with use_bias
+    // (Falcon-H1: out_proj's is projectors_bias).
     const HybridSpec& y = m.hybrid;
     const std::int64_t d_in = 2 * y.mamba_inner() + 2 * y.mamba_groups * y.ssm_state + y.mamba_heads;
     out.push_back({"in_proj", h, d_in, y.mamba_proj_bias, 1, LinearRole::kAttention});
-    out.push_back({"out_proj", y.mamba_inner(), h, y.mamba_proj_bias, 1, LinearRole::kAttention});
+    out.push_back({"out_proj", y.mamba_inner(), h, y.mamba_out_proj_bias(), 1, LinearRole::kAttention});
+    if (y.parallel_attention) {  // FalconH1Attention beside the mixer: q/k/v here, o_proj below
+      out.push_back({"q_proj", h, q, m.qkv_bias, 1, LinearRole::kAttention});
+      out.push_back({"k_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
+      out.push_back({"v_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
+    }
   } else if (mixer == MixerKind::kShortConv) {
     // Lfm2ShortConv: in_proj to (B, C, x), out_proj; both with conv_bias.
     out.push_back({"in_proj", h, 3 * h, m.hybrid.short_conv_bias, 1, LinearRole::kAttention});
@@ -402,7 +409,7 @@ std::vector<LinearModule> layer_linears(const ModelSpec& m, int layer) {
       if (!m.layer_k_eq_v(layer)) out.push_back({"v_proj", h, kv, m.qkv_bias, 1, LinearRole::kAttention});
     }
   }
-  if (mixer == MixerKind::kAttention && !m.is_mla())
+  if ((mixer == MixerKind::kAttention || (mixer == MixerKind::kMamba2 && m.hybrid.parallel_attention)) && !m.is_mla())
     out.push_back({attention_out_name(m), q, h, m.o_bias, 1, LinearRole::kAttention});
 
   if (!m.hybrid.has_ffn(layer)) return out;

@@ -68,12 +68,14 @@ class GraniteMoeHybridRMSNormGated(nn.Module):
 
 
 class GraniteMoeHybridMambaLayer(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, intermediate_size=None, out_proj_bias=None):
+        # Falcon-H1's mixer passes mamba_d_ssm and projectors_bias (hf_falcon_h1.FalconH1Mixer).
         super().__init__()
         self.num_heads = config.mamba_n_heads
         self.ssm_state_size = config.mamba_d_state
         self.conv_kernel_size = config.mamba_d_conv
-        self.intermediate_size = int(config.mamba_expand * config.hidden_size)
+        self.intermediate_size = int(config.mamba_expand * config.hidden_size) if intermediate_size is None \
+            else intermediate_size
         self.n_groups = config.mamba_n_groups
         self.head_dim = config.mamba_d_head
         self.chunk_size = config.mamba_chunk_size
@@ -86,10 +88,14 @@ class GraniteMoeHybridMambaLayer(nn.Module):
                                  bias=config.mamba_proj_bias)
         self.dt_bias = nn.Parameter(torch.ones(self.num_heads))
         self.A_log = nn.Parameter(torch.log(torch.arange(1, self.num_heads + 1, dtype=torch.float32)))
-        self.norm = GraniteMoeHybridRMSNormGated(self.intermediate_size, config.rms_norm_eps)
+        self.norm = self.build_norm(config)
         self.D = nn.Parameter(torch.ones(self.num_heads))
-        self.out_proj = nn.Linear(self.intermediate_size, config.hidden_size, bias=config.mamba_proj_bias)
+        self.out_proj = nn.Linear(self.intermediate_size, config.hidden_size,
+                                  bias=config.mamba_proj_bias if out_proj_bias is None else out_proj_bias)
         self.act = nn.SiLU()
+
+    def build_norm(self, config):
+        return GraniteMoeHybridRMSNormGated(self.intermediate_size, config.rms_norm_eps)
 
     def forward(self, input_states):
         # torch_forward without a cache and without a mask
@@ -101,6 +107,14 @@ class GraniteMoeHybridMambaLayer(nn.Module):
         hidden_states_B_C = self.act(self.conv1d(hidden_states_B_C.transpose(1, 2))[..., :seq_len].transpose(1, 2))
         gs = self.n_groups * self.ssm_state_size
         hidden_states, B, C = torch.split(hidden_states_B_C, [self.intermediate_size, gs, gs], dim=-1)
+        y, scan_locals = self.naive_scan(hidden_states, B, C, dt, batch_size, seq_len)
+        scan_output = self.norm(y, gate)
+        return self.out_proj(scan_output.to(dtype))
+
+    def naive_scan(self, hidden_states, B, C, dt, batch_size, seq_len):
+        # torch_forward's "ssd naive implementation without einsums" (Bamba's, Falcon-H1's). Its
+        # names are locals of torch_forward in transformers, alive until it returns: the caller
+        # holds them (the second result) through the gate and out_proj.
         A = -torch.exp(self.A_log.float())
         dt = F.softplus(dt + self.dt_bias)
         dt = torch.clamp(dt, self.time_step_limit[0], self.time_step_limit[1])
@@ -141,8 +155,7 @@ class GraniteMoeHybridMambaLayer(nn.Module):
         if pad_size > 0:
             y = y[:, :seq_len, :, :]
         y = y.reshape(batch_size, seq_len, -1)
-        scan_output = self.norm(y, gate)
-        return self.out_proj(scan_output.to(dtype))
+        return y, locals()
 
 
 class GraniteMoeHybridMLP(nn.Module):
@@ -224,11 +237,12 @@ class GraniteMoeHybridMoE(nn.Module):
 
 
 class GraniteMoeHybridAttention(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, scaling=None):
+        # Falcon-H1's attention passes head_dim ** -0.5 and scales the keys (hf_falcon_h1).
         super().__init__()
         self.head_dim = config.head_dim
         self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
-        self.scaling = config.attention_multiplier
+        self.scaling = config.attention_multiplier if scaling is None else scaling
         h, nh, nkv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
         b = config.attention_bias
         self.q_proj = nn.Linear(h, nh * self.head_dim, bias=b)
@@ -240,7 +254,7 @@ class GraniteMoeHybridAttention(nn.Module):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.scale_keys(self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2))
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         if position_embeddings is not None:
             cos, sin = position_embeddings
@@ -249,6 +263,9 @@ class GraniteMoeHybridAttention(nn.Module):
             self, query_states, key_states, value_states, attention_mask, dropout=0.0, scaling=self.scaling)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         return self.o_proj(attn_output), attn_weights
+
+    def scale_keys(self, key_states):
+        return key_states
 
 
 class GraniteMoeHybridDecoderLayer(hf_llama.GradientCheckpointingLayer):

@@ -250,6 +250,11 @@ class Step {
   // Granite 3.x (modeling_granite.py, "diff w/ Llama") and Granite 4.0: inputs_embeds *
   // embedding_multiplier, residual + out * residual_multiplier, logits / logits_scaling.
   bool granite_multipliers() const { return granite_hybrid() || m_.model_type == "granite"; }
+  // Falcon-H1 (docs/models.md#falcon-h1): Mamba-2 and attention side by side in every layer, and
+  // muP multipliers on the embedding, the logits, both mixers' inputs and outputs, K, the MLP's
+  // gate and down projections and the Mamba-2 in_proj's output.
+  bool falcon_h1() const { return m_.model_type == "falcon_h1"; }
+  int falcon_mixers(int x, LayerParams& lp, int& probs);
   int mllama_vision_features();
   // gate.tanh() * branch (mllama's gated vision layers and cross-attention layers); consumes branch.
   int tanh_gate(int branch, int gate, const Poly& numel);
@@ -545,7 +550,10 @@ void Step::make_params() {
       lp.dt_bias = make_param(hy.mamba_heads, other_dt(), ft);
       lp.a_log = make_param(hy.mamba_heads, other_dt(), ft);
       lp.d = make_param(hy.mamba_heads, other_dt(), ft);
-      lp.mix_norm = make_param(hy.mamba_inner(), other_dt(), ft);
+      if (hy.mamba_norm) lp.mix_norm = make_param(hy.mamba_inner(), other_dt(), ft);
+      // Falcon-H1's mup_vector: a (1, 1, in_proj width) buffer per layer, cast with the model.
+      if (hy.parallel_attention)
+        make_param(2 * hy.mamba_inner() + 2 * hy.mamba_groups * hy.ssm_state + hy.mamba_heads, sp_.weight_dt, false);
     } else if (lp.mixer == MixerKind::kShortConv) {
       lp.conv_w = make_param(h * hy.conv_kernel, sp_.weight_dt, ft);
       if (hy.short_conv_bias) lp.conv_b = make_param(h, other_dt(), ft);
@@ -996,6 +1004,11 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     }
     fresh_q = true;
   }
+  if (falcon_h1()) {  // FalconH1Attention: k_proj(x).view(...).transpose(1, 2) * key_multiplier
+    const int k2 = ops_.scalar_op(k);
+    g_.drop(k);
+    k = k2;
+  }
   // .view(...).transpose(1, 2): the gradient needs a contiguous copy before the projection's
   // backward, except when the head dimension has size one (a single KV head).
   const bool one_kv = nkv == 1;
@@ -1201,6 +1214,15 @@ int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t wi
     g_.drop(gu);
     act = m_.activation == Activation::kSilu ? ops_.silu(gate) : ops_.gelu(gate);
     g_.drop(gate);
+  } else if (falcon_h1()) {
+    // FalconH1MLP: up_proj(x) * act(gate_proj(x) * gate_multiplier): Python evaluates up_proj
+    // first, and the multiplier makes a new tensor (the SiLU saves it); down_multiplier below.
+    up = lin(x, lp.lin.at(prefix + "up_proj"), wide);
+    const int gate = lin(x, lp.lin.at(prefix + "gate_proj"), wide);
+    const int gs = ops_.scalar_op(gate);
+    g_.drop(gate);
+    act = ops_.silu(gs);
+    g_.drop(gs);
   } else if (sp_.liger_kernels) {
     // LigerSwiGLUMLP / LigerGEGLUMLP: down_proj(act_mul(gate_proj(x), up_proj(x))).
     const int gate = lin(x, lp.lin.at(prefix + (mixtral ? "w1" : "gate_proj")), wide);
@@ -1222,6 +1244,11 @@ int Step::mlp(int x, LayerParams& lp, const std::string& prefix, std::int64_t wi
   g_.drop(up);
   const int o = lin(p, lp.lin.at(prefix + (mixtral ? "w2" : "down_proj")), narrow);
   g_.drop(p);
+  if (falcon_h1()) {  // down_proj(y) * down_multiplier: a new tensor
+    const int os = ops_.scalar_op(o);
+    g_.drop(o);
+    return os;
+  }
   return o;
 }
 
@@ -2270,7 +2297,9 @@ int Step::hybrid_layer(int h, LayerParams& lp) {
     switch (lp.mixer) {
       case MixerKind::kAttention: std::tie(a, probs) = attention(n1, lp); break;
       case MixerKind::kGatedDeltaNet: a = gated_deltanet(n1, lp); break;
-      case MixerKind::kMamba2: a = mamba2_mixer(n1, lp); break;
+      case MixerKind::kMamba2:
+        a = m_.hybrid.parallel_attention ? falcon_mixers(n1, lp, probs) : mamba2_mixer(n1, lp);
+        break;
       case MixerKind::kShortConv: a = short_conv(n1, lp); break;
       case MixerKind::kNone: break;
     }
@@ -2335,7 +2364,20 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   const std::int64_t conv_dim = I + 2 * G * N;
   std::vector<int> locals;
   const auto keep = [&](int t) { locals.push_back(t); return t; };
-  const int proj = lin(x, lp.lin.at("in_proj"), tok(2 * I + 2 * G * N + Hh));
+  int proj = -1;
+  if (falcon_h1()) {
+    // FalconH1Mixer.torch_forward: in_proj(input_states * ssm_in_multiplier) * mup_vector, two new
+    // tensors (products with a float and with a buffer save nothing for backward); the split
+    // below views the second.
+    // input_states (the scaled input) is a local: it lives until the mixer returns even where
+    // in_proj does not save it (LoRA on a frozen in_proj).
+    const int xs = keep(ops_.scalar_op(x));
+    const int p0 = lin(xs, lp.lin.at("in_proj"), tok(2 * I + 2 * G * N + Hh));
+    proj = ops_.scalar_op(p0);
+    g_.drop(p0);
+  } else {
+    proj = lin(x, lp.lin.at("in_proj"), tok(2 * I + 2 * G * N + Hh));
+  }
   const int gate = keep(ops_.slice(proj, tok(I), false));
   const int xbc = ops_.slice(proj, tok(conv_dim), false);
   const int dt = ops_.slice(proj, tok(Hh), false);
@@ -2345,12 +2387,13 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   g_.drop(xbc);
   const int conv = causal_conv(xt, lp, conv_dim, tok(conv_dim));
   g_.drop(xt);
-  const int act = ops_.silu(conv);
+  // hidden_states_B_C, the activation's output, is a local: under 16-bit weights it outlives its
+  // fp32 copies (.float() of the x, B and C views) until the mixer returns.
+  const int act = keep(ops_.silu(conv));
   g_.drop(conv);
   const int hs0 = ops_.slice(act, tok(I), false);
   const int b0 = ops_.slice(act, tok(G * N), false);
   const int c0 = ops_.slice(act, tok(G * N), false);
-  g_.drop(act);
   // dt = clamp(softplus(dt + dt_bias)): softplus and clamp save their inputs.
   const int dtb = ops_.add(dt, lp.dt_bias, tok(Hh));
   g_.drop(dt);
@@ -2441,14 +2484,35 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   // and the padded y goes: p - s rows of one fp32 tensor over (docs/formulas.md#chunked-scans).
   // MambaRMSNormGated(y, gate): y * silu(gate.float()), RMS over the inner width, * weight; then
   // out_proj(scan_output.to(dtype)).
-  const int g32 = f32_copy((g_.hold(gate), gate));
-  const int sg = ops_.silu(g32);
-  g_.drop(g32);
-  const int yg = ops_.mul(y2, sg, tok(I));
-  g_.drop(y2);
-  g_.drop(sg);
-  const int nrm = llama_rmsnorm(yg, lp.mix_norm, tok(I), tok(1), false);
-  g_.drop(yg);
+  int nrm = -1;
+  if (!y.mamba_norm) {
+    // Falcon-H1 without mamba_rms_norm: y * silu(gate), the gate in the weights' dtype (the
+    // product is fp32 and saves both factors).
+    const int sg = ops_.silu((g_.hold(gate), gate));
+    g_.drop(gate);
+    nrm = ops_.mul(y2, sg, tok(I));
+    g_.drop(y2);
+    g_.drop(sg);
+  } else if (y.mamba_norm_before_gate) {
+    // FalconH1RMSNormGated(norm_before_gate=True): the RMS norm of y, then * silu(gate.float()).
+    const int n0 = llama_rmsnorm(y2, lp.mix_norm, tok(I), tok(1), false);
+    g_.drop(y2);
+    const int g32 = f32_copy((g_.hold(gate), gate));
+    const int sg = ops_.silu(g32);
+    g_.drop(g32);
+    nrm = ops_.mul(n0, sg, tok(I));
+    g_.drop(n0);
+    g_.drop(sg);
+  } else {
+    const int g32 = f32_copy((g_.hold(gate), gate));
+    const int sg = ops_.silu(g32);
+    g_.drop(g32);
+    const int yg = ops_.mul(y2, sg, tok(I));
+    g_.drop(y2);
+    g_.drop(sg);
+    nrm = llama_rmsnorm(yg, lp.mix_norm, tok(I), tok(1), false);
+    g_.drop(yg);
+  }
   // scan_output is a local: under 16-bit weights its fp32 tensor lives through out_proj.
   const int nb = ops_.to(nrm, sp_.weight_dt);
   const int o = lin(nb, lp.lin.at("out_proj"), tok(m_.hidden_size));
@@ -2456,6 +2520,25 @@ int Step::mamba2_mixer(int x, LayerParams& lp) {
   g_.drop(nrm);
   for (const int t : locals) g_.drop(t);
   return o;
+}
+
+int Step::falcon_mixers(int x, LayerParams& lp, int& probs) {
+  // FalconH1DecoderLayer: mamba(h) * ssm_out_multiplier, then self_attn(h * attention_in_multiplier)
+  // * attention_out_multiplier, their sum (each product a new tensor that saves nothing).
+  const Poly H = htok();
+  const int m0 = mamba2_mixer(x, lp);
+  const int ms = ops_.scalar_op(m0);
+  g_.drop(m0);
+  const int xi = ops_.scalar_op(x);
+  int a0 = -1;
+  std::tie(a0, probs) = attention(xi, lp);
+  g_.drop(xi);
+  const int as = ops_.scalar_op(a0);
+  g_.drop(a0);
+  const int sum = ops_.add(ms, as, H);
+  g_.drop(ms);
+  g_.drop(as);
+  return sum;
 }
 
 int Step::gated_deltanet(int x, LayerParams& lp) {
@@ -3577,7 +3660,7 @@ int Step::embed_and_layers(bool policy) {
   }
   int hcur = received ? g_.make(htok(), embed_dt(), Cat::kActivations, true) : ops_.embedding(ids_, emb_w, tok(h));
   // Gemma: inputs_embeds * sqrt(hidden); Granite 4.0: inputs_embeds * embedding_multiplier.
-  if ((m_.scale_embeddings || granite_multipliers()) && !received) {
+  if ((m_.scale_embeddings || granite_multipliers() || falcon_h1()) && !received) {
     const int s = ops_.scalar_op(hcur);
     g_.drop(hcur);
     hcur = s;
@@ -3898,7 +3981,7 @@ int Step::head_logits(int h, const Poly& rows) {
   }
   // Cohere: logits * self.logit_scale; Granite(MoeHybrid)ForCausalLM: logits / logits_scaling.
   // A second logits-sized tensor; the first is freed.
-  if (cohere() || granite_multipliers()) {
+  if (cohere() || granite_multipliers() || falcon_h1()) {  // Falcon-H1: * lm_head_multiplier
     const int scaled = ops_.scalar_op(logits);
     g_.drop(logits);
     logits = scaled;

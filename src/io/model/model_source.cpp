@@ -18,6 +18,7 @@
 #include "io/embedded.hpp"
 #include "io/model/model_names.hpp"
 #include "io/model/model_source_encoders.hpp"
+#include "io/model/model_source_falcon_h1.hpp"
 #include "io/model/model_source_granite.hpp"
 #include "io/model/model_source_moe2025.hpp"
 #include "io/model/model_source_wrappers.hpp"
@@ -277,7 +278,6 @@ Result<Activation> parse_activation(const std::string& s, const std::string& ori
 std::optional<std::string> unsupported_reason(const std::string& type) {
   static const std::pair<const char*, const char*> kNotModelled[] = {
       // Families checked from their transformers modelling code (docs/models.md#not-modelled).
-      {"falcon_h1", "its blocks that run Mamba-2 and attention in parallel and its muP multipliers are not modelled"},
       {"phi4mm", "its vision and audio towers and the LoRA adapters built into the checkpoint are not modelled"},
       // Remote-code families one edit from a known type, whose layout is not that type's: a
       // "did you mean" would send the user to a different model (the held-out corpus of
@@ -1152,6 +1152,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (auto s = parse_hybrid(f, m, origin); !s) return s.error();
   if (t == "granitemoehybrid")  // Granite 4.0 (docs/models.md#granite-4-0)
     if (auto s = apply_granite_hybrid_fields(j, m, origin); !s) return s.error();
+  if (t == "falcon_h1")  // Falcon-H1 (docs/models.md#falcon-h1)
+    if (auto s = apply_falcon_h1_fields(j, m, origin); !s) return s.error();
   if (gpt2) {
     m.norm = NormKind::kLayerNorm;
     m.norm_bias = true;
@@ -1263,7 +1265,7 @@ const std::vector<std::string>& supported_model_types() {
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                                              "qwen3_5_moe_text", "gemma4", "gemma4_text", "mistral3", "ministral3",
                                              "arcee", "cohere", "cohere2",
-                                             "granitemoehybrid", "gemma3n", "gemma3n_text", "exaone4"};
+                                             "granitemoehybrid", "gemma3n", "gemma3n_text", "exaone4", "falcon_h1"};
   return t;
 }
 

@@ -25,23 +25,23 @@ Result<std::int64_t> count(const json& j, const char* key, std::int64_t fallback
 
 int narrow(std::int64_t v) { return static_cast<int>(v); }  // count() bounds it by 2^20
 
-// GraniteMoeHybridMambaLayer (BambaMixer): in_proj to (gate, x, B, C, dt), a depthwise conv1d,
-// dt_bias, A_log, D, a gated RMSNorm over the whole inner width, out_proj. Its inner width is
-// mamba_expand x hidden_size, which the config checks equals mamba_n_heads x mamba_d_head.
-Status read_mamba(const json& j, ModelSpec& m, const std::string& origin) {
+}  // namespace
+
+// The Mamba-2 mixer's keys, as GraniteMoeHybridConfig and FalconH1Config name them and default
+// them (the same defaults in both): in_proj to (gate, x, B, C, dt), a depthwise conv1d, dt_bias,
+// A_log, D, out_proj. `inner` is the mixer's width, which both configs check equals mamba_n_heads x
+// mamba_d_head ("auto": inner / heads); `inner_name` names it in the error.
+Status read_mamba2_keys(const json& j, ModelSpec& m, std::int64_t inner, const std::string& inner_name,
+                        const std::string& origin) {
   HybridSpec& y = m.hybrid;
   MEMPLAN_TRY(const std::int64_t heads, count(j, "mamba_n_heads", 128, origin));
-  MEMPLAN_TRY(const std::int64_t expand, count(j, "mamba_expand", 2, origin));
-  if (m.hidden_size <= 0 || m.hidden_size > (std::int64_t{1} << 30))
-    return key_error(origin, fmt::format("\"hidden_size\" {} must be between 1 and 2^30", m.hidden_size));
-  const std::int64_t inner = expand * m.hidden_size;
   std::int64_t head_dim = heads > 0 ? inner / heads : 0;  // mamba_d_head "auto"
   if (const auto it = j.find("mamba_d_head"); it != j.end() && !it->is_null() && !it->is_string()) {
     MEMPLAN_TRY(head_dim, count(j, "mamba_d_head", 0, origin));
   }
   if (heads > 0 && head_dim * heads != inner)
-    return key_error(origin, fmt::format("\"mamba_n_heads\" {} x \"mamba_d_head\" {} must equal \"mamba_expand\" x "
-                                         "\"hidden_size\" ({})", heads, head_dim, inner));
+    return key_error(origin, fmt::format("\"mamba_n_heads\" {} x \"mamba_d_head\" {} must equal {} ({})", heads,
+                                         head_dim, inner_name, inner));
   MEMPLAN_TRY(y.ssm_state, count(j, "mamba_d_state", 256, origin));
   MEMPLAN_TRY(const std::int64_t groups, count(j, "mamba_n_groups", 1, origin));
   MEMPLAN_TRY(const std::int64_t kernel, count(j, "mamba_d_conv", 4, origin));
@@ -55,7 +55,9 @@ Status read_mamba(const json& j, ModelSpec& m, const std::string& origin) {
   return Ok{};
 }
 
-}  // namespace
+Result<std::int64_t> read_count_key(const json& j, const char* key, std::int64_t fallback, const std::string& origin) {
+  return count(j, key, fallback, origin);
+}
 
 Status apply_granite_hybrid_fields(const json& j, ModelSpec& m, const std::string& origin) {
   HybridSpec& y = m.hybrid;
@@ -89,8 +91,15 @@ Status apply_granite_hybrid_fields(const json& j, ModelSpec& m, const std::strin
   // An all-attention config (granite-4.0-micro) builds no mixer: its mamba_* keys are not read.
   bool any_mamba = false;
   for (const MixerKind k : y.mixers) any_mamba = any_mamba || k == MixerKind::kMamba2;
-  if (any_mamba)
-    if (auto s = read_mamba(j, m, origin); !s) return s.error();
+  if (any_mamba) {
+    // GraniteMoeHybridMambaLayer (BambaMixer): its gated RMSNorm spans the whole inner width,
+    // mamba_expand x hidden_size.
+    MEMPLAN_TRY(const std::int64_t expand, count(j, "mamba_expand", 2, origin));
+    if (m.hidden_size <= 0 || m.hidden_size > (std::int64_t{1} << 30))
+      return key_error(origin, fmt::format("\"hidden_size\" {} must be between 1 and 2^30", m.hidden_size));
+    if (auto s = read_mamba2_keys(j, m, expand * m.hidden_size, "\"mamba_expand\" x \"hidden_size\"", origin); !s)
+      return s.error();
+  }
   // GraniteMoeHybridMLP (the shared MLP, in every layer): input_linear (hidden -> 2 x
   // shared_intermediate_size, gate and up in one) and output_linear, no biases. With
   // num_local_experts > 0, GraniteMoeHybridMoE beside it: a bias-free Linear router (top-k of the

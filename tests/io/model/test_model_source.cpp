@@ -669,7 +669,7 @@ TEST_CASE("unsupported model types: near misses suggested, known ones explained"
         "nemotron_h, lfm2, gpt_oss, minimax_m2, starcoder2, qwen3_vl, qwen3_vl_moe, llama4, llama4_text, "
         "deepseek_v32, qwen3_5, qwen3_5_moe, qwen3_5_text, qwen3_5_moe_text, gemma4, gemma4_text, mistral3, ministral3, "
         "arcee, cohere, cohere2, granitemoehybrid, gemma3n, "
-        "gemma3n_text, exaone4, bert, roberta, "
+        "gemma3n_text, exaone4, falcon_h1, bert, roberta, "
         "xlm-roberta, modernbert, deberta-v2, nomic_bert, mpnet");
   CHECK(error_text(io::parse_hf_config(R"({"model_type": "gemma3"})", "c.json")) ==
         "c.json: model_type 'gemma3' has no \"text_config\" object; is this the model's config.json? "
