@@ -248,6 +248,14 @@ struct ImagePlan {
   ImageGrid grid;
 };
 
+// The tokens one image takes in the sequence: its features' placeholders, and for Pixtral an
+// [IMG_BREAK] after every row of merged patches but the last, which is [IMG_END]
+// (Mistral3Processor / PixtralProcessor; docs/formulas.md#pixtral).
+std::int64_t sequence_tokens(const VisionSpec& v, const ImageGrid& g) {
+  if (v.kind != VisionKind::kPixtral) return g.tokens;
+  return g.tokens + g.rows / v.spatial_merge_size;
+}
+
 ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
   ImagePlan p;
   if (!m.vision.enabled()) return p;
@@ -285,11 +293,12 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
                       "Llama 4's vision tower (unfold patch embedding, 2D-rotary ViT, pixel-shuffle adapter) is counted "
                       "but not simulated: batches with images are not modelled",
                       "estimate text-only fine-tuning (--images 0), the common case for Llama 4");
-  if (m.vision.kind == VisionKind::kPixtral && c.vision.images > 0)
+  if (m.vision.kind == VisionKind::kPixtral && c.vision.images > 0 && m.vision.projector_input_dim != m.vision.hidden_size)
     return make_error(ErrorCode::kUnsupported,
-                      "Mistral 3's Pixtral tower (2D-rotary ViT over images at their own sizes, block-diagonal mask, "
-                      "patch merger) is counted but not simulated: batches with images are not modelled",
-                      "estimate text-only fine-tuning (--images 0), the default for Mistral 3");
+                      "Mistral 3 with a list of vision_feature_layer entries (the chosen hidden states concatenated "
+                      "before the projector) is not modelled with images",
+                      "estimate text-only fine-tuning (--images 0), or a config whose vision_feature_layer is one "
+                      "index (-1, as every published Mistral 3)");
   if (m.vision.kind == VisionKind::kGemma4 && c.vision.images > 0)
     return make_error(ErrorCode::kUnsupported,
                       "Gemma 4's vision tower (2D position table, q/k/v-normed ViT, spatial pooling) is counted but "
@@ -323,7 +332,7 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
     return make_error(ErrorCode::kUnsupported,
                       "images with tensor, pipeline, context or sequence parallelism are not modelled",
                       "estimate a data-parallel (DDP, ZeRO, FSDP) layout, or --images 0 for text-only batches");
-  const std::int64_t tokens = checked_mul(p.images, p.grid.tokens);
+  const std::int64_t tokens = checked_mul(p.images, sequence_tokens(m.vision, p.grid));
   // GRPO's images are in the prompt.
   const std::int64_t seq = c.method == Method::kGrpo ? c.grpo.max_prompt_length : c.seq_len;
   if (seq < tokens)
@@ -1842,7 +1851,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                             "through the tower and {:L} image tokens in the sequence each; vision tower {}, projector {} "
                             "(--images, --image-size, --train-vision-tower, --train-projector)",
                             v.model_type, images.images, images.grid.width, images.grid.height, images.grid.patches,
-                            images.grid.tokens, config.vision.train_vision_tower ? "trained" : "frozen",
+                            sequence_tokens(v, images.grid), config.vision.train_vision_tower ? "trained" : "frozen",
                             config.vision.train_projector ? "trained" : "frozen"));
     }
     if (model.audio.enabled())  // Gemma 4 E2B / E4B (docs/models.md#gemma-4), Gemma 3n (#gemma-3n)
@@ -2246,7 +2255,7 @@ Result<Estimate> Estimator::at_impl(std::int64_t b, std::int64_t s, std::optiona
 
 std::int64_t image_tokens_per_sequence(const ModelSpec& model, const TrainingConfig& config) {
   const ImagePlan p = image_plan(model, config);
-  return checked_mul(p.images, p.grid.tokens);
+  return checked_mul(p.images, sequence_tokens(model.vision, p.grid));
 }
 
 Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& config) {

@@ -2,6 +2,7 @@
 // the modules transformers builds in Qwen2VisionTransformerPretrainedModel,
 // Qwen2_5_VisionTransformerPretrainedModel and SiglipVisionModel (Gemma 3), their exact parameter
 // counts, and what one image becomes under each model's image processor.
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -310,6 +311,27 @@ ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t widt
     g.rows = g.cols = v.image_size / v.patch_size;
     g.patches = g.rows * g.cols;
     g.tokens = v.tokens_per_image;
+    return g;
+  }
+  if (v.kind == VisionKind::kPixtral) {
+    // PixtralImageProcessor (docs/formulas.md#pixtral): scaled down (floor) to fit longest_edge,
+    // taken to be vision_config.image_size (Mistral Small 3.1: 1540 both), then each side rounded
+    // up to whole patches. Mistral3PatchMerger's unfold drops an odd last row or column; the
+    // processor writes one [IMG] per merged patch (height // (patch x merge) rows).
+    const double hh = static_cast<double>(height), ww = static_cast<double>(width);
+    const double edge = static_cast<double>(v.image_size);
+    const double ratio = std::max(hh / edge, ww / edge);
+    std::int64_t ht = height, wt = width;
+    if (ratio > 1.0) {
+      ht = static_cast<std::int64_t>(std::floor(hh / ratio));
+      wt = static_cast<std::int64_t>(std::floor(ww / ratio));
+    }
+    g.rows = (std::max<std::int64_t>(ht, 1) - 1) / v.patch_size + 1;
+    g.cols = (std::max<std::int64_t>(wt, 1) - 1) / v.patch_size + 1;
+    g.height = g.rows * v.patch_size;
+    g.width = g.cols * v.patch_size;
+    g.patches = g.rows * g.cols;
+    g.tokens = (g.rows / v.spatial_merge_size) * (g.cols / v.spatial_merge_size);
     return g;
   }
   // Qwen2VLImageProcessor smart_resize: each side rounded (half to even, as Python's round) to a

@@ -116,6 +116,39 @@ TEST_CASE("smart_resize: sides rounded half-to-even to multiples of 28, bounded 
   }
 }
 
+TEST_CASE("Pixtral: scaled to fit longest_edge (image_size), sides rounded up to patches, merged 2 x 2") {
+  // Mistral Small 3.1's vision_config: patch 14, image_size 1540; spatial_merge_size 2.
+  VisionSpec v;
+  v.kind = VisionKind::kPixtral;
+  v.depth = 24;
+  v.hidden_size = 1024;
+  v.intermediate_size = 4096;
+  v.num_heads = 16;
+  v.patch_size = 14;
+  v.image_size = 1540;
+  v.spatial_merge_size = 2;
+  struct Case {
+    std::int64_t h, w, rh, rw, rows, cols, tokens;
+  };
+  // By hand from PixtralImageProcessor's get_resize_output_image_size: ratio = max(h, w) / 1540,
+  // floor(h / ratio) and floor(w / ratio) when it exceeds 1, then ((side - 1) // 14 + 1) patches;
+  // tokens (features) = (rows // 2) x (cols // 2).
+  for (const Case& c : {Case{768, 768, 770, 770, 55, 55, 729},        // 767 // 14 + 1 = 55
+                        Case{768, 1024, 770, 1036, 55, 74, 999},      // 1023 // 14 + 1 = 74
+                        Case{2000, 3080, 1008, 1540, 72, 110, 1980},  // ratio 2: 1000 x 1540
+                        Case{1000, 4000, 392, 1540, 28, 110, 770},    // ratio 2.597: 385 x 1540
+                        Case{20, 30, 28, 42, 2, 3, 1}}) {             // 3 columns merge to 1
+    const ImageGrid g = image_grid(v, c.h, c.w);
+    INFO(c.h << "x" << c.w);
+    CHECK(g.height == c.rh);
+    CHECK(g.width == c.rw);
+    CHECK(g.rows == c.rows);
+    CHECK(g.cols == c.cols);
+    CHECK(g.patches == c.rows * c.cols);
+    CHECK(g.tokens == c.tokens);
+  }
+}
+
 TEST_CASE("Gemma 3 resizes every image to 896 x 896: 4096 patches pooled to 256 tokens") {
   const ImageGrid g = image_grid(siglip_gemma3(), 480, 640);
   CHECK(g.height == 896);

@@ -41,6 +41,7 @@ import hf_mllama
 import hf_modernbert
 import hf_nemotron_h
 import hf_nomic
+import hf_pixtral
 import hf_qwen_vl
 import hf_qwen3_next
 import hf_starcoder2
@@ -155,14 +156,16 @@ def build_vlm(case):
     torch.manual_seed(0)
     t = case["training"]
     qwen3 = case["model"].get("model_type") == "qwen3_vl"
-    family = hf_qwen3_vl if qwen3 else hf_qwen_vl
-    cls = hf_qwen3_vl.Qwen3VLForConditionalGeneration if qwen3 else hf_qwen_vl.Qwen25VLForConditionalGeneration
+    mistral3 = case["model"].get("model_type") == "mistral3"
+    family = hf_qwen3_vl if qwen3 else hf_pixtral if mistral3 else hf_qwen_vl
+    cls = (hf_qwen3_vl.Qwen3VLForConditionalGeneration if qwen3 else
+           hf_pixtral.Mistral3ForConditionalGeneration if mistral3 else hf_qwen_vl.Qwen25VLForConditionalGeneration)
     model = from_pretrained_dtype(cls(case["model"]), DTYPES[t.get("torch_dtype", "float32")])
     lora = t.get("lora")
     for p in model.visual.parameters():
         p.requires_grad_(t.get("train_vision_tower", False) and not lora)
     # The projector: Qwen2.5-VL's merger; Qwen3-VL's merger and DeepStack mergers.
-    projector = model.projector_modules() if qwen3 else [model.visual.merger]
+    projector = model.projector_modules() if qwen3 or mistral3 else [model.visual.merger]
     for mod in projector:
         for p in mod.parameters():
             p.requires_grad_(t.get("train_projector", False) and not lora)
@@ -174,7 +177,9 @@ def build_vlm(case):
             p.requires_grad_(False)
         peft_lora.apply_lora(scope, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
                              lora.get("target_modules"))
-        if t.get("train_projector"):
+        if t.get("train_projector") and mistral3:
+            model.model.multi_modal_projector = peft_lora.ModulesToSaveWrapper(model.model.multi_modal_projector)
+        elif t.get("train_projector"):
             model.model.visual.merger = peft_lora.ModulesToSaveWrapper(model.model.visual.merger)
             if qwen3:
                 model.model.visual.deepstack_merger_list = peft_lora.ModulesToSaveWrapper(
@@ -254,7 +259,7 @@ def build(case):
         return build_modernbert(case)
     if case["model"].get("model_type") == "mllama":
         return build_mllama(case)
-    if case["model"].get("model_type") in ("qwen2_5_vl", "qwen3_vl"):
+    if case["model"].get("model_type") in ("qwen2_5_vl", "qwen3_vl", "mistral3"):
         return build_vlm(case)
     torch.manual_seed(0)
     t = case["training"]

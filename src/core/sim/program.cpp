@@ -272,6 +272,8 @@ class Step {
   int vision_block(int h, int block);
   int trained_vision_blocks(int x, const std::vector<int>& holds, const std::function<bool(int)>& full_block);
   int vision_features();
+  int pixtral_features();
+  int pixtral_attention(int x, LayerParams& lp);
   int merge_image_features(int embeds, int features);
   // Qwen3-VL (docs/models.md#qwen3-vl): a DeepStack merger on a block's output, the learned
   // position table's bilinear interpolation, and the add of a merger's features into the image
@@ -375,7 +377,7 @@ class Step {
   // mllama: the projected image features every cross-attention layer reads, the (b, 1, s, M)
   // cross-attention mask, full_text_row_masked_out_mask, and the collator's (b, s, images, tiles) mask.
   int cross_states_ = -1, cross_mask_ = -1, cross_rows_ = -1, cross_mask_in_ = -1;
-  int vision_mask_ = -1;  // mllama: the tower's (images, 1, n, n) aspect-ratio mask while it runs
+  int vision_mask_ = -1;  // mllama: the tower's (images, 1, n, n) aspect-ratio mask while it runs; Pixtral's block-diagonal one
   int vision_out_ = -1;   // mllama: the tower's concatenated output, a local of MllamaModel.forward
   std::vector<int> deepstack_;  // Qwen3-VL: the DeepStack features, locals of Qwen3VLModel.forward
   int mrope_ids_ = -1;  // Qwen-VL get_rope_index position ids
@@ -619,8 +621,13 @@ void Step::make_vision_params() {
                             v.projector_output_dim * v.projector_output_dim,
                         dt(false, other_dt()), false);
   }
-  if (v.kind == VisionKind::kPixtral)  // ln_pre; counted, never run (docs/models.md#mistral-3)
+  if (v.kind == VisionKind::kPixtral) {  // ln_pre (docs/formulas.md#pixtral)
     vw.pos = make_param(h, dt(tower, other_dt()), tower);
+    // PixtralRotaryEmbedding's inv_freq and original_inv_freq buffers, (image_size / patch)^2 x
+    // head_dim each, fp32 as from_pretrained leaves buffers.
+    const std::int64_t side = v.image_size / v.patch_size;
+    vw.post_w = make_param(2 * side * side * (h / v.num_heads), DT::kF32, false);
+  }
   if (v.kind == VisionKind::kGemma4)  // position_embedding_table (2, position_embedding_size, h)
     vw.pos = make_param(2 * v.num_position_embeddings * h, dt(tower, other_dt()), tower);
   if (v.kind == VisionKind::kQwen3Vl) {
@@ -2884,12 +2891,14 @@ int Step::layer_forward(int h, const Body& body, const std::vector<int>& holds, 
 // ---- vision tower (docs/formulas.md#vision-language-models)
 
 int Step::vision_norm(int x, int w, int bias, const Poly& numel, const Poly& rows) {
-  if (m_.vision.kind != VisionKind::kQwen25Vl) return layer_norm(x, w, bias, numel, rows);
-  return llama_rmsnorm(x, w, numel, rows, /*liger=*/false);  // Qwen2RMSNorm, as LlamaRMSNorm
+  if (m_.vision.kind != VisionKind::kQwen25Vl && m_.vision.kind != VisionKind::kPixtral)
+    return layer_norm(x, w, bias, numel, rows);
+  return llama_rmsnorm(x, w, numel, rows, /*liger=*/false);  // Qwen2RMSNorm / PixtralRMSNorm, as LlamaRMSNorm
 }
 
 int Step::vision_attention(int x, LayerParams& lp, int block) {
   const VisionSpec& v = m_.vision;
+  if (v.kind == VisionKind::kPixtral) return pixtral_attention(x, lp);
   const std::int64_t h = v.hidden_size;
   // SigLIP and mllama project q, k, v separately; both run one attention call over the image
   // (mllama: over all tiles of an image, with the aspect-ratio mask).
@@ -3059,7 +3068,8 @@ int Step::chunked_eager_attention(int q, int k, int v, std::int64_t chunk_scores
 int Step::vision_mlp(int x, LayerParams& lp) {
   const VisionSpec& v = m_.vision;
   const Poly wide = vpt(v.intermediate_size), narrow = vpt(v.hidden_size);
-  if (v.kind == VisionKind::kQwen25Vl) {  // down_proj(silu(gate_proj(x)) * up_proj(x)), with biases
+  if (v.kind == VisionKind::kQwen25Vl || v.kind == VisionKind::kPixtral) {
+    // down_proj(silu(gate_proj(x)) * up_proj(x)), with biases (Qwen2.5-VL) or without (PixtralMLP)
     const int gate = lin(x, lp.lin.at("gate_proj"), wide);
     const int act = ops_.silu(gate);
     g_.drop(gate);
@@ -3214,6 +3224,7 @@ int Step::trained_vision_blocks(int x, const std::vector<int>& holds, const std:
 // language model's hidden size per image token.
 int Step::vision_features() {
   const VisionSpec& v = m_.vision;
+  if (v.kind == VisionKind::kPixtral) return pixtral_features();
   VisionWeights& vw = w_->vision;
   const std::int64_t h = v.hidden_size;
   const bool siglip = v.kind == VisionKind::kSiglip;
@@ -3350,6 +3361,174 @@ int Step::vision_features() {
     feats = cat;
   }
   return feats;
+}
+
+// ---- Mistral 3's Pixtral tower and projector (docs/formulas.md#pixtral)
+
+// The rows of every image of the batch, one sequence through the tower (N = images x patches x
+// batch): its attention scores and mask are N x N, quadratic in the batch.
+namespace {
+Poly pixtral_square(std::int64_t per_seq, std::int64_t bm, std::int64_t k) {
+  const std::int64_t n = checked_mul(per_seq, bm);
+  return Poly::mono(kBB, checked_mul(k, checked_mul(n, n)));
+}
+}  // namespace
+
+// PixtralAttention: q/k/v_proj, .view().transpose(1, 2), apply_rotary_pos_emb with the (N,
+// head_dim) tables in the activation dtype, then one attention call over the whole sequence of
+// patches with the block-diagonal mask (eager: q k^T * scaling + mask, fp32 softmax, .to(dtype);
+// SDPA: the mask as attn_mask; flash-attention: no mask), o_proj.
+int Step::pixtral_attention(int x, LayerParams& lp) {
+  const VisionSpec& v = m_.vision;
+  const std::int64_t h = v.hidden_size, heads = v.num_heads;
+  const Poly qn = vpt(h);
+  const int q0 = lin(x, lp.lin.at("q_proj"), qn);
+  const int k0 = lin(x, lp.lin.at("k_proj"), qn);
+  const int v0 = lin(x, lp.lin.at("v_proj"), qn);
+  const int q1 = ops_.transpose_view(q0);
+  const int k1 = ops_.transpose_view(k0);
+  const int val = ops_.transpose_view(v0);
+  g_.drop(q0);
+  g_.drop(k0);
+  g_.drop(v0);
+  const int q = rope(q1, qn);
+  const int k = rope(k1, qn);
+  g_.drop(q1);
+  g_.drop(k1);
+  const std::int64_t per_seq = checked_mul(sp_.images, sp_.image_patches);
+  int out = -1;
+  if (sp_.attn == AttnImpl::kEager) {
+    // (1, heads, N, d) contiguous q and a transposed k fold into bmm without copies.
+    const Poly scores = pixtral_square(per_seq, sp_.batch_multiplier, heads);
+    const int probs = ops_.eager_probs(q, ops_.view(k), vision_mask_, scores, false, false);
+    out = ops_.attention_output(probs, val, qn, false);
+  } else {
+    const int q16 = ops_.cast_for_autocast(q);
+    const int k16 = ops_.cast_for_autocast(k);
+    const int v16 = ops_.cast_for_autocast(val);
+    const int o = ops_.fused_attention(q16, k16, v16, qn, vpt(heads), vision_mask_);
+    g_.drop(q16);
+    g_.drop(k16);
+    g_.drop(v16);
+    // sdpa_attention_forward: transpose(1, 2).contiguous(), a copy; flash-attention's output is
+    // already (1, N, heads, d).
+    out = sp_.attn == AttnImpl::kFlashAttention2 ? ops_.view(o) : ops_.clone(o);
+    g_.drop(o);
+  }
+  g_.drop(q);
+  g_.drop(k);
+  g_.drop(val);
+  const int r = ops_.view(out);  // reshape(1, N, -1).contiguous()
+  g_.drop(out);
+  const int o = lin(r, lp.lin.at("o_proj"), qn);
+  g_.drop(r);
+  return o;
+}
+
+// Mistral3Model.get_image_features (transformers 4.50-4.57): PixtralVisionModel with
+// output_hidden_states=True, then Mistral3MultiModalProjector on the last hidden state. What stays
+// alive follows Python's references: the conv output (patch_embeds_list holds views of it), the
+// position ids, the (N, head_dim) cos/sin and the (1, 1, N, N) mask are locals of the tower's
+// forward until it returns; the hidden_states tuple (the ln_pre output and every block's output)
+// lives in image_outputs until get_image_features returns, past the projector.
+int Step::pixtral_features() {
+  const VisionSpec& v = m_.vision;
+  VisionWeights& vw = w_->vision;
+  const std::int64_t h = v.hidden_size, hd = h / v.num_heads;
+  const Poly H = vpt(h);
+  ops_.cat = Cat::kActivations;
+  // patch_conv(pixel_values.to(weight dtype)): the cast is a temporary the conv saves when it
+  // has a graph.
+  const int px = ops_.to(pixels_, g_.at(vw.patch_w).dt);
+  const int conv = ops_.patch_conv(px, vw.patch_w, -1, H);
+  g_.drop(px);
+  // torch.cat([p.flatten(1).T ...]): a copy. Its backward goes through .T, flatten (a reshape of
+  // the transposed gradient: a copy) and the slices (SliceBackward: zeros of the conv output's
+  // size, the gradient copied in), one conv-sized temporary beside the conv's gradient.
+  const int flat = g_.make(g_.at(conv).numel, g_.at(conv).dt, ops_.cat);
+  g_.node({conv}, {flat}, {}, [conv](Bwd& c) {
+    const int t = c.like(conv);
+    const int g = c.like(conv);
+    c.drop(t);
+    c.give(conv, g);
+  });
+  const int x0 = llama_rmsnorm(flat, vw.pos, H, vpt(1), /*liger=*/false);  // ln_pre
+  g_.drop(flat);
+  const DT dt = g_.at(x0).dt;
+  // position_ids_in_meshgrid (int64); PixtralRotaryEmbedding: inv_freq[position_ids] (fp32),
+  // cos and sin in fp32, then .to(x.dtype).
+  const int pos = g_.make(vpt(1), DT::kI64, Cat::kInputs);
+  const int freqs = g_.make(vpt(hd), DT::kF32, Cat::kInputs);
+  const int c32 = g_.make(vpt(hd), DT::kF32, Cat::kInputs);
+  const int s32 = g_.make(vpt(hd), DT::kF32, Cat::kInputs);
+  const int lm_cos = cos_, lm_sin = sin_;
+  cos_ = ops_.to(c32, dt);
+  sin_ = ops_.to(s32, dt);
+  g_.drop(c32);
+  g_.drop(s32);
+  g_.drop(freqs);
+  // generate_block_attention_mask: an (N, N) tensor of the activation dtype, expanded; none
+  // under flash-attention (is_flash_attention_requested).
+  const std::int64_t per_seq = checked_mul(sp_.images, sp_.image_patches);
+  vision_mask_ = sp_.attn == AttnImpl::kFlashAttention2
+                     ? -1
+                     : g_.make(pixtral_square(per_seq, sp_.batch_multiplier, 1), dt, Cat::kAttentionScores);
+  std::vector<int> holds{cos_, sin_, pos};
+  if (vision_mask_ >= 0) holds.push_back(vision_mask_);
+  // Every block runs: each leaves its output in the hidden_states tuple.
+  std::vector<int> hidden{x0};
+  g_.hold(x0);
+  int x = x0;
+  for (int l = 0; l < v.depth; ++l) {
+    const Body body = [this, l](int t) { return vision_block(t, l); };
+    const int next = layer_forward(x, body, holds, false);
+    g_.hold(next);
+    hidden.push_back(next);
+    g_.drop(x);
+    x = next;
+  }
+  // The tower's forward returns.
+  for (const int t : {conv, pos, cos_, sin_}) g_.drop(t);
+  if (vision_mask_ >= 0) g_.drop(vision_mask_);
+  vision_mask_ = -1;
+  cos_ = lm_cos;
+  sin_ = lm_sin;
+  // Mistral3MultiModalProjector: norm (Mistral3RMSNorm over the vision width), the patch merger,
+  // linear_1, GELU, linear_2.
+  const std::int64_t merge2 = static_cast<std::int64_t>(v.spatial_merge_size) * v.spatial_merge_size;
+  const int n = llama_rmsnorm(x, vw.merge_norm_w, H, vpt(1), /*liger=*/false);
+  g_.drop(x);
+  // Mistral3PatchMerger, per image: view(h, w, d).permute(2, 0, 1) into F.unfold, whose im2col
+  // makes its input contiguous (one image's features, a transient) and returns (d x merge^2, L);
+  // backward (col2im) saves nothing. The unfolded images stay in a list until forward returns;
+  // torch.cat of their .t() views is a copy.
+  const int image_copy = g_.make(Poly::constant(checked_mul(sp_.image_patches, h)), g_.at(n).dt, ops_.cat);
+  const int unfolded = g_.make(vtok(checked_mul(merge2, h)), g_.at(n).dt, ops_.cat);
+  // Backward: col2im's output, the reshape of its permuted gradient (a copy) and, once every
+  // image's is there, SplitBackward's torch.cat: two feature-sized tensors at once.
+  g_.node({n}, {unfolded}, {}, [n](Bwd& c) {
+    const int t = c.like(n);
+    const int g = c.like(n);
+    c.drop(t);
+    c.give(n, g);
+  });
+  g_.drop(image_copy);
+  g_.drop(n);
+  const int grid = ops_.clone(unfolded);
+  const int merged = lin(grid, vw.proj.at("patch_merger.merging_layer"), vtok(h));
+  g_.drop(grid);
+  g_.drop(unfolded);
+  const Poly T = vtok(m_.hidden_size);
+  const int l1 = lin(merged, vw.proj.at("linear_1"), T);
+  g_.drop(merged);
+  const int ge = ops_.gelu(l1);  // GELUActivation: saves its input
+  g_.drop(l1);
+  const int feats = lin(ge, vw.proj.at("linear_2"), T);
+  g_.drop(ge);
+  for (const int t : hidden) g_.drop(t);  // get_image_features returns: image_outputs dies
+  const int cat = ops_.clone(feats);  // torch.cat of the per-image splits
+  g_.drop(feats);
+  return cat;
 }
 
 // Qwen3VLVisionPatchMerger(use_postshuffle_norm=True) on block output x: x.view(-1, 4h),

@@ -121,6 +121,9 @@ Result<MeasuredCase> parse_case(const json& j, const std::string& path) {
   if (c.model.vision.enabled()) {
     cfg.vision.images = t.value("images", 1);
     cfg.vision.image_height = cfg.vision.image_width = t.value("image_size", std::int64_t{0});
+    // Mistral 3 cases (tools/measure/hf_pixtral.py) may give a non-square image.
+    cfg.vision.image_height = t.value("image_height", cfg.vision.image_height);
+    cfg.vision.image_width = t.value("image_width", cfg.vision.image_width);
     cfg.vision.train_vision_tower = t.value("train_vision_tower", false);
     cfg.vision.train_projector = t.value("train_projector", false);
   }

@@ -163,3 +163,38 @@ TEST_CASE("simulating the first and last vision block of each kind gives every b
         }
       }
 }
+
+TEST_CASE("Pixtral: every block's output stays in the hidden_states tuple get_image_features asks for") {
+  // A tiny Mistral 3 (docs/formulas.md#pixtral): Pixtral blocks of width 64, MLP 128, 4 heads,
+  // patch 14; two 280 x 280 images (20 x 20 patches each) in one sequence of N = 800 patches
+  // through the frozen tower with eager attention, whose N x N scores make the tower the peak.
+  ModelSpec m = tiny_qwen25_vl();
+  m.model_type = "mistral";
+  m.qkv_bias = false;
+  VisionSpec& v = m.vision;
+  v = VisionSpec{};
+  v.kind = VisionKind::kPixtral;
+  v.model_type = "mistral3";
+  v.hidden_size = 64;
+  v.intermediate_size = 128;
+  v.num_heads = 4;
+  v.patch_size = 14;
+  v.image_size = 280;
+  v.spatial_merge_size = 2;
+  v.projector_input_dim = 64;
+  TrainingConfig c = cfg();
+  c.attn = AttnImpl::kEager;
+  c.seq_len = 128;  // 10 x 10 [IMG] + 10 [IMG_BREAK] / [IMG_END] = 110 tokens
+  c.vision.image_height = c.vision.image_width = 280;
+  v.depth = 2;
+  auto two = estimate(m, c);
+  v.depth = 3;
+  auto three = estimate(m, c);
+  REQUIRE(two.has_value());
+  REQUIRE(three.has_value());
+  require_consistent(*three);
+  // One block more: one more (N, h) bf16 hidden state alive at the last block's scores
+  // (800 x 64 x 2 = 102,400 bytes) and the block's frozen bf16 weights: q/k/v/o 4 x 64^2,
+  // gate/up/down 3 x 64 x 128, two RMSNorms 2 x 64 = 41,088 parameters, 82,176 bytes.
+  CHECK(forward_peak(*three) - forward_peak(*two) == 102'400 + 82'176);
+}

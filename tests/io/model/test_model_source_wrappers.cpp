@@ -446,6 +446,34 @@ TEST_CASE("Mistral Small 3.1: the Mistral-Small-24B text model, a Pixtral tower 
   CHECK(c.total == 24'011'361'280LL);
 }
 
+TEST_CASE("Mistral 3 with images: the Pixtral tower runs; [IMG_BREAK] and [IMG_END] take sequence tokens") {
+  auto m = io::parse_hf_config(R"({"model_type": "mistral3", "vision_feature_layer": -1,
+      "vision_config": {"model_type": "pixtral", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "patch_size": 16, "image_size": 256},
+      "text_config": {"model_type": "mistral", "hidden_size": 128, "intermediate_size": 256,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+      "vocab_size": 1000}})",
+                               "c.json");
+  REQUIRE(m.has_value());
+  TrainingConfig t = lora_config();
+  t.vision.images = 1;
+  t.vision.image_height = t.vision.image_width = 256;
+  auto text_only = estimate(*m, lora_config());
+  auto with_image = estimate(*m, t);
+  REQUIRE(text_only.has_value());
+  REQUIRE(with_image.has_value());
+  memplan::testing::require_consistent(*with_image);
+  CHECK(with_image->total.count() > text_only->total.count());
+  // 256 x 256 at patch 16: 16 x 16 patches, 8 x 8 = 64 [IMG] tokens, one [IMG_BREAK] per row
+  // but the last, which is [IMG_END]: 72 tokens in the sequence.
+  t.seq_len = 71;
+  auto short_seq = estimate(*m, t);
+  REQUIRE_FALSE(short_seq.has_value());
+  CHECK(short_seq.error().message == "a sequence of 71 tokens cannot hold 1 image(s) of 256x256: 72 image tokens");
+  t.seq_len = 72;
+  CHECK(estimate(*m, t).has_value());
+}
+
 TEST_CASE("Mistral 3: Ministral 3 text reads as Mistral's layout; projector biases and feature layers; other text types refused") {
   const char* vision = R"("vision_config": {"model_type": "pixtral", "hidden_size": 64, "intermediate_size": 128,
       "num_hidden_layers": 2, "num_attention_heads": 4, "patch_size": 16, "image_size": 256})";
@@ -470,7 +498,9 @@ TEST_CASE("Mistral 3: Ministral 3 text reads as Mistral's layout; projector bias
     return t;
   }());
   REQUIRE_FALSE(images.has_value());
-  CHECK(images.error().suggestion == "estimate text-only fine-tuning (--images 0), the default for Mistral 3");
+  CHECK(images.error().message ==
+        "Mistral 3 with a list of vision_feature_layer entries (the chosen hidden states concatenated before the "
+        "projector) is not modelled with images");
   auto text_only = estimate(*m, lora_config());
   REQUIRE(text_only.has_value());
   memplan::testing::require_consistent(*text_only);
