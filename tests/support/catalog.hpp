@@ -20,6 +20,14 @@ inline const ModelSpec& catalog_spec(const std::string& name) {
   return c->spec;
 }
 
+// A config.json under tests/data/models/<dir>/, read as `--model PATH` reads it.
+inline ModelSpec fixture_spec(const std::string& dir) {
+  auto r = io::resolve_model_source(std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/models/" + dir + "/config.json",
+                                    io::ModelSearchEnv{});
+  REQUIRE(r.has_value());
+  return r->spec;
+}
+
 // One bf16 sequence of seq_len tokens on CUDA, LoRA (PEFT's default targets) with checkpointing.
 inline TrainingConfig lora_checkpointed(std::int64_t seq_len = 512) {
   TrainingConfig c;

@@ -17,12 +17,7 @@ using memplan::testing::lora_checkpointed;
 
 namespace {
 
-ModelSpec load(const std::string& dir) {
-  auto r = io::resolve_model_source(std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/models/" + dir + "/config.json",
-                                    io::ModelSearchEnv{});
-  REQUIRE(r.has_value());
-  return r->spec;
-}
+ModelSpec load(const std::string& dir) { return memplan::testing::fixture_spec(dir); }
 
 // hidden 64, 2 layers, 4 heads of 16 (2 KV), MLP 128, vocabulary 100; Mamba-2: 4 heads of 16
 // (mamba_d_ssm 64), state 8, one group.

@@ -16,12 +16,7 @@ using memplan::testing::lora_checkpointed;
 
 namespace {
 
-ModelSpec load(const std::string& dir) {
-  auto r = io::resolve_model_source(std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/models/" + dir + "/config.json",
-                                    io::ModelSearchEnv{});
-  REQUIRE(r.has_value());
-  return r->spec;
-}
+ModelSpec load(const std::string& dir) { return memplan::testing::fixture_spec(dir); }
 
 int count_mixers(const ModelSpec& m, MixerKind k) {
   int n = 0;
