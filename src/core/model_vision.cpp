@@ -316,8 +316,9 @@ ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t widt
   if (v.kind == VisionKind::kPixtral) {
     // PixtralImageProcessor (docs/formulas.md#pixtral): scaled down (floor) to fit longest_edge,
     // taken to be vision_config.image_size (Mistral Small 3.1: 1540 both), then each side rounded
-    // up to whole patches. Mistral3PatchMerger's unfold drops an odd last row or column; the
-    // processor writes one [IMG] per merged patch (height // (patch x merge) rows).
+    // up to whole units of patch_size x spatial_merge_size: PixtralProcessor (transformers 4.50+,
+    // the processor Mistral 3 checkpoints name) passes patch_size * spatial_merge_size to the image
+    // processor, so the patch grid is always whole merged patches, one [IMG] each.
     const double hh = static_cast<double>(height), ww = static_cast<double>(width);
     const double edge = static_cast<double>(v.image_size);
     const double ratio = std::max(hh / edge, ww / edge);
@@ -326,8 +327,10 @@ ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t widt
       ht = static_cast<std::int64_t>(std::floor(hh / ratio));
       wt = static_cast<std::int64_t>(std::floor(ww / ratio));
     }
-    g.rows = (std::max<std::int64_t>(ht, 1) - 1) / v.patch_size + 1;
-    g.cols = (std::max<std::int64_t>(wt, 1) - 1) / v.patch_size + 1;
+    const std::int64_t merge = std::max<std::int64_t>(1, v.spatial_merge_size);
+    const std::int64_t unit = v.patch_size * merge;
+    g.rows = ((std::max<std::int64_t>(ht, 1) - 1) / unit + 1) * merge;
+    g.cols = ((std::max<std::int64_t>(wt, 1) - 1) / unit + 1) * merge;
     g.height = g.rows * v.patch_size;
     g.width = g.cols * v.patch_size;
     g.patches = g.rows * g.cols;

@@ -116,7 +116,7 @@ TEST_CASE("smart_resize: sides rounded half-to-even to multiples of 28, bounded 
   }
 }
 
-TEST_CASE("Pixtral: scaled to fit longest_edge (image_size), sides rounded up to patches, merged 2 x 2") {
+TEST_CASE("Pixtral: scaled to fit longest_edge (image_size), sides rounded up to merged patches (28 px), merged 2 x 2") {
   // Mistral Small 3.1's vision_config: patch 14, image_size 1540; spatial_merge_size 2.
   VisionSpec v;
   v.kind = VisionKind::kPixtral;
@@ -130,14 +130,15 @@ TEST_CASE("Pixtral: scaled to fit longest_edge (image_size), sides rounded up to
   struct Case {
     std::int64_t h, w, rh, rw, rows, cols, tokens;
   };
-  // By hand from PixtralImageProcessor's get_resize_output_image_size: ratio = max(h, w) / 1540,
-  // floor(h / ratio) and floor(w / ratio) when it exceeds 1, then ((side - 1) // 14 + 1) patches;
-  // tokens (features) = (rows // 2) x (cols // 2).
-  for (const Case& c : {Case{768, 768, 770, 770, 55, 55, 729},        // 767 // 14 + 1 = 55
-                        Case{768, 1024, 770, 1036, 55, 74, 999},      // 1023 // 14 + 1 = 74
+  // By hand from PixtralImageProcessor's get_resize_output_image_size with the patch_size
+  // PixtralProcessor passes it (patch_size x spatial_merge_size = 28, transformers 4.50+): ratio =
+  // max(h, w) / 1540, floor(h / ratio) and floor(w / ratio) when it exceeds 1, then
+  // ((side - 1) // 28 + 1) units of 2 x 2 patches; tokens (features) = units down x units across.
+  for (const Case& c : {Case{768, 768, 784, 784, 56, 56, 784},        // 767 // 28 + 1 = 28 units
+                        Case{768, 1024, 784, 1036, 56, 74, 1036},     // 1023 // 28 + 1 = 37 units
                         Case{2000, 3080, 1008, 1540, 72, 110, 1980},  // ratio 2: 1000 x 1540
                         Case{1000, 4000, 392, 1540, 28, 110, 770},    // ratio 2.597: 385 x 1540
-                        Case{20, 30, 28, 42, 2, 3, 1}}) {             // 3 columns merge to 1
+                        Case{20, 30, 28, 56, 2, 4, 2}}) {             // one unit down, two across
     const ImageGrid g = image_grid(v, c.h, c.w);
     INFO(c.h << "x" << c.w);
     CHECK(g.height == c.rh);

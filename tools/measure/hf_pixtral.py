@@ -307,11 +307,12 @@ class Mistral3ForConditionalGeneration(hf_qwen_vl.VlmTraining, nn.Module):
         return {"loss": loss, "logits": logits}
 
 
-def resized(v, height, width):
-    """PixtralImageProcessor.get_resize_output_image_size with longest_edge = image_size."""
+def resized(v, height, width, merge=2):
+    """PixtralImageProcessor.get_resize_output_image_size with longest_edge = image_size and the
+    patch_size PixtralProcessor passes it: patch_size * spatial_merge_size (transformers 4.50+)."""
     import math
     edge = v.get("image_size", 1024)
-    p = v.get("patch_size", 16)
+    p = v.get("patch_size", 16) * merge
     ratio = max(height / edge, width / edge)
     if ratio > 1:
         height = int(math.floor(height / ratio))
@@ -325,7 +326,8 @@ def make_inputs(d, t, gen):
     [IMG] tokens each closed by [IMG_BREAK], the last by [IMG_END]."""
     v = d["vision_config"]
     b, s = t["batch"], t["seq_len"]
-    hh, ww = resized(v, t.get("image_height", t.get("image_size")), t.get("image_width", t.get("image_size")))
+    hh, ww = resized(v, t.get("image_height", t.get("image_size")), t.get("image_width", t.get("image_size")),
+                     d.get("spatial_merge_size", 2))
     ratio = v.get("patch_size", 16) * d.get("spatial_merge_size", 2)
     rows, cols = hh // ratio, ww // ratio
     row = [IMAGE_TOKEN_ID] * cols + [BREAK_TOKEN_ID]
