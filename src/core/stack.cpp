@@ -373,6 +373,20 @@ StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::
     }
   }
 
+  // accelerate's FSDP2 path (fsdp2_prepare_model) upcasts too, but differently by release: the
+  // whole model, frozen weights included (`model.to(torch.float32)`), in the 1.x releases read,
+  // later only trainable parameters. The boundaries are not pinned: warned, not modelled
+  // (docs/formulas.md#accelerate-fsdp-upcast).
+  if (fsdp_family(c.parallel.sharding) && c.parallel.fsdp_version == 2 && c.autocast &&
+      (c.torch_dtype == DType::kBFloat16 || c.torch_dtype == DType::kFloat16) && s.has(Library::kAccelerate) &&
+      s.of(Library::kAccelerate) >= version("1.6") && !c.parallel.fsdp_mixed_precision) {
+    out.warnings.push_back(fmt::format(
+        "{}'s FSDP2 preparation casts the {} model to fp32 under mixed precision (the whole model in the 1.x releases "
+        "read, frozen weights included; only trainable parameters later), which memplan does not model: the "
+        "sharded weights may be up to twice what is shown",
+        lib_version(s, Library::kAccelerate), to_string(c.torch_dtype)));
+  }
+
   // TRL GRPO's defaults (docs/formulas.md#grpo): vllm_gpu_memory_utilization 0.9 before 0.18,
   // 0.3 since; beta 0.04 before 0.19, 0.0 since (no reference model by default).
   if (c.method == Method::kGrpo && s.has(Library::kTrl)) {

@@ -330,3 +330,29 @@ TEST_CASE("accelerate 0.30+ upcasts FSDP's trainable 16-bit FlatParameters to fp
         "true: accelerate 0.33.0 upcasts FSDP's trainable bfloat16 FlatParameters to fp32 under mixed precision and "
         "gathers them in bfloat16 (>= 0.30)");
 }
+
+TEST_CASE("accelerate 1.6+ under FSDP2 with mixed precision: the upcast is warned, not modelled") {
+  // accelerate src/accelerate/utils/fsdp_utils.py fsdp2_prepare_model: with mixed_precision != "no"
+  // and a non-fp32 model, `model = model.to(torch.float32)` in the 1.x releases read (frozen
+  // weights too); memplan does not model it (docs/formulas.md#accelerate-fsdp-upcast).
+  TrainingConfig c;
+  c.torch_dtype = DType::kBFloat16;
+  c.autocast = DType::kBFloat16;
+  c.parallel.num_gpus = 8;
+  c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  c.parallel.fsdp_version = 2;
+  const auto warned = [](const StackApplied& a) {
+    for (const auto& w : a.warnings)
+      if (w.find("FSDP2 preparation casts") != std::string::npos) return true;
+    return false;
+  };
+  TrainingConfig a = c;
+  const auto applied = apply_stack(stack_of({{Library::kAccelerate, "1.8.0"}}), a, {});
+  CHECK(warned(applied));
+  CHECK_FALSE(a.parallel.fsdp_mixed_precision);  // nothing changed in the estimate
+  TrainingConfig b = c;
+  CHECK_FALSE(warned(apply_stack(stack_of({{Library::kAccelerate, "1.5.0"}}), b, {})));
+  TrainingConfig pure = c;  // no mixed precision: nothing is cast
+  pure.autocast.reset();
+  CHECK_FALSE(warned(apply_stack(stack_of({{Library::kAccelerate, "1.8.0"}}), pure, {})));
+}

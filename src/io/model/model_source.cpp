@@ -409,7 +409,9 @@ Status parse_sliding_window(const Fields& f, ModelSpec& m, const std::string& or
     for (std::int64_t l = pattern - 1; l < m.num_layers; l += pattern) m.full_attention_layers.push_back(static_cast<int>(l));
   } else if (t == "exaone4") {
     // Exaone4Config.__post_init__: sliding unless (i + 1) % sliding_window_pattern == 0 (4 by
-    // default); a string pattern ("LLLG") repeats from layer 0 with the last layer always global.
+    // default). A string pattern ("LLLG", which EXAONE 4.0's config.json writes beside its
+    // layer_types) fails there; memplan reads it as EXAONE's own code does: the letters repeat
+    // from layer 0 and the last layer is always global.
     const json* p = f.find("sliding_window_pattern");
     if (p && p->is_string()) {
       const std::string pat = p->get<std::string>();
@@ -1084,10 +1086,15 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   // cap * tanh(x / cap) tends to x as the cap grows: an infinite cap (Python's Infinity) is none.
   if (std::isinf(m.final_logit_softcap)) m.final_logit_softcap = 0.0;
   if (std::isinf(m.attn_logit_softcap)) m.attn_logit_softcap = 0.0;
+  // Exaone4Attention rotates q and k only when config.sliding_window is None or the layer slides:
+  // with a window written (4096 when absent), the global layers are NoPE, all of them when every
+  // layer attends in full (parse_sliding_window then drops the unused window).
+  const json* exaone_window = t == "exaone4" ? f.find("sliding_window") : nullptr;
+  const bool exaone_windowed = t == "exaone4" && (!f.written("sliding_window") ||
+                                                  (exaone_window && exaone_window->is_number() &&
+                                                   exaone_window->get<double>() > 0));
   if (auto s = parse_sliding_window(f, m, origin); !s) return s.error();
-  if (t == "exaone4" && m.sliding_window > 0) {
-    // Exaone4Attention rotates q and k only when the model has no window or the layer slides:
-    // a hybrid model's global layers are NoPE.
+  if (exaone_windowed) {
     m.nope_layers.clear();
     for (int l = 0; l < m.num_layers; ++l)
       if (!m.is_sliding_layer(l)) m.nope_layers.push_back(l);
@@ -1125,8 +1132,14 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     if (t == "minimax_m2") {
       MEMPLAN_TRY(rd, f.integer({"rotary_dim"}, m.head_dim));
     } else {
-      MEMPLAN_TRY(double partial, f.number("partial_rotary_factor"));
-      if (!f.has("partial_rotary_factor")) partial = glm4_moe ? 0.5 : 1.0;  // the config classes' defaults
+      double partial = glm4_moe ? 0.5 : 1.0;  // the config classes' defaults
+      if (f.has("partial_rotary_factor")) {
+        MEMPLAN_TRY(partial, f.number("partial_rotary_factor"));
+      } else if (const json* rp = f.find("rope_parameters");
+                 rp && rp->is_object() && Fields(*rp, origin).has("partial_rotary_factor")) {
+        // transformers 5 keeps it in rope_parameters only.
+        MEMPLAN_TRY(partial, Fields(*rp, origin).number("partial_rotary_factor"));
+      }
       if (!(partial > 0) || partial > 1)
         return config_error(origin, fmt::format("\"partial_rotary_factor\" must be in (0, 1], got {}", partial));
       rd = static_cast<std::int64_t>(static_cast<double>(m.head_dim) * partial);

@@ -1,6 +1,7 @@
 #include "io/model/unknown_type.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -21,6 +22,21 @@ bool truthy(const json& v) {
 }
 
 bool has(std::string_view key, std::string_view part) { return key.find(part) != std::string_view::npos; }
+
+const json* find_object(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_object() ? &*it : nullptr;
+}
+
+// head_dim as a Llama reads it: the key, else hidden_size / num_attention_heads; 0 when unknown.
+std::int64_t head_dim(const json& j) {
+  auto hd = j.find("head_dim");
+  if (hd != j.end() && hd->is_number_integer()) return hd->get<std::int64_t>();
+  auto h = j.find("hidden_size"), n = j.find("num_attention_heads");
+  if (h == j.end() || n == j.end() || !h->is_number_integer() || !n->is_number_integer()) return 0;
+  const std::int64_t heads = n->get<std::int64_t>();
+  return heads > 0 ? h->get<std::int64_t>() / heads : 0;
+}
 
 // The keys of blocks a Llama-compatible layout does not have, by name: present and not null, the
 // config is refused with the key named.
@@ -132,19 +148,37 @@ UnknownLayout inspect_unknown_layout(const json& j) {
     return out;
   };
   if (!j.is_object()) return out;
-  for (const char* k : kBlockKeys)
-    if (auto it = j.find(k); it != j.end() && !it->is_null()) return refuse(k, "");
+  // Qwen2-derived configs carry a sliding_window that only applies with use_sliding_window
+  // (Qwen2Config; Xiaomi MiMo writes 32768 with the switch off).
+  const auto usw = j.find("use_sliding_window");
+  const bool window_off = usw != j.end() && usw->is_boolean() && !usw->get<bool>();
+  for (const char* k : kBlockKeys) {
+    if (window_off && std::string_view(k) == "sliding_window") continue;
+    if (auto it = j.find(k); it != j.end() && truthy(*it)) return refuse(k, "");
+  }
   for (const char* k : kOnKeys)
     if (auto it = j.find(k); it != j.end() && it->is_boolean() && it->get<bool>()) return refuse(k, "");
   if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
     for (const auto& v : *it)
       if (!v.is_string() || v.get<std::string>() != "full_attention") return refuse("layer_types", "");
-  for (const auto& [k, meaning] : kSwitches)
-    if (auto it = j.find(k); it != j.end() && truthy(*it)) return refuse(k, meaning);
-  // A rotary embedding on part of each head (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor).
-  for (const char* k : {"partial_rotary_factor", "rotary_pct", "rope_pct", "rotary_emb_fraction"})
-    if (auto it = j.find(k); it != j.end() && it->is_number() && it->get<double>() < 1.0)
-      return refuse(k, "a rotary embedding on part of each head");
+  for (const auto& [k, meaning] : kSwitches) {
+    auto it = j.find(k);
+    if (it == j.end() || !truthy(*it)) continue;
+    if (std::string_view(k) == "rotary_dim" && it->is_number_integer() && it->get<std::int64_t>() == head_dim(j))
+      continue;  // the whole head: a Llama's rotary embedding
+    return refuse(k, meaning);
+  }
+  // A rotary embedding on part of each head (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor),
+  // at the top level or, as transformers 5 writes it, inside rope_parameters (or rope_scaling).
+  const char* const kPartial = "a rotary embedding on part of each head";
+  for (const json* o : {&j, find_object(j, "rope_parameters"), find_object(j, "rope_scaling")}) {
+    if (o == nullptr) continue;
+    for (const char* k : {"partial_rotary_factor", "rotary_pct", "rope_pct", "rotary_emb_fraction"}) {
+      auto it = o->find(k);
+      if (it == o->end() || it->is_null()) continue;
+      if (!it->is_number() || it->get<double>() < 1.0) return refuse(k, kPartial);
+    }
+  }
   // A norm epsilon under a LayerNorm's name and none under RMSNorm's: GPT-NeoX, StableLM, Phi and
   // Falcon normalize with LayerNorm (mean subtraction and a bias), not a Llama's RMSNorm.
   if (!j.contains("rms_norm_eps"))
@@ -154,6 +188,7 @@ UnknownLayout inspect_unknown_layout(const json& j) {
   for (const auto& [k, v] : j.items()) {
     if (read_or_inert(k, v) || !truthy(v)) continue;
     if (k == "layer_types") continue;  // every layer full attention: a Llama's
+    if (window_off && k == "sliding_window") continue;  // switched off by use_sliding_window
     // MLX's "quantization" ({group_size, bits}) says how the weights are stored, not which
     // modules there are: named in the note, never a block.
     if (has(k, "quantiz")) {

@@ -278,6 +278,32 @@ TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and
       CHECK(assumption.find("and nothing else") != std::string::npos);
     }
   }
+  SECTION("what switches nothing on is a Llama's: a window turned off, zero experts, a full rotary_dim") {
+    // Xiaomi MiMo (Qwen2-derived): sliding_window 32768 with use_sliding_window false.
+    for (const char* keys : {R"("sliding_window": 32768, "use_sliding_window": false, "max_window_layers": 28)",
+                             R"("sliding_window": 0)", R"("num_experts": 0)", R"("no_rope_layers": [])",
+                             R"("rotary_dim": 16)"}) {  // head_dim 64 / 4 = 16: the whole head
+      INFO(keys);
+      assumption.clear();
+      auto r = io::parse_hf_config(std::string(R"({"model_type": "acme_lm", )") + keys + ", " + kLlamaKeys + "}",
+                                   "c.json", assumption);
+      REQUIRE(r.has_value());
+      CHECK(count_parameters(*r).total == kTinyLlamaParams);
+    }
+  }
+  SECTION("a partial rotary factor inside rope_parameters or rope_scaling, or not a number, is refused") {
+    for (const char* keys : {R"("rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5})",
+                             R"("rope_scaling": {"type": "linear", "factor": 2.0, "partial_rotary_factor": 0.25})",
+                             R"("partial_rotary_factor": "0.5")"}) {
+      INFO(keys);
+      auto r = io::parse_hf_config(std::string(R"({"model_type": "acme_lm", )") + keys + ", " + kLlamaKeys + "}",
+                                   "c.json", assumption);
+      REQUIRE_FALSE(r.has_value());
+      CHECK(r.error().message ==
+            "model_type 'acme_lm' is not supported: its config.json has \"partial_rotary_factor\" (a rotary embedding "
+            "on part of each head), a block memplan does not model for this type");
+    }
+  }
   SECTION("keys memplan neither reads nor knows to be inert are named in the note") {
     // PretrainedConfig's own keys (token ids, generation defaults, rope settings) are inert; a
     // muP-style multiplier and a non-zero dropout change what the step computes.
@@ -753,6 +779,18 @@ TEST_CASE("EXAONE 4.0: OLMo 2's post-norm layer with head-dim q/k norms; a hybri
   // 2 x 102,400 x 5,120 = 1,048,576,000.
   CHECK(count_parameters(*m).total == 30'954'640'384LL + 1'048'576'000LL);
 
+  SECTION("a window written but every layer global: Exaone4Attention rotates none of them") {
+    auto allfull = io::parse_hf_config(
+        "{" + keys + R"(, "sliding_window": 4096, "layer_types": )" + [] {
+          std::string l = "[";
+          for (int i = 0; i < 64; ++i) l += std::string(i ? ", " : "") + "\"full_attention\"";
+          return l + "]";
+        }() + "}",
+        "c.json");
+    REQUIRE(allfull.has_value());
+    CHECK(allfull->sliding_window == 0);  // no layer slides
+    CHECK(allfull->nope_layers.size() == 64);
+  }
   SECTION("no window: every layer rotates") {
     auto plain = io::parse_hf_config("{" + keys + R"(, "sliding_window": null})", "c.json");
     REQUIRE(plain.has_value());
@@ -804,6 +842,11 @@ TEST_CASE("partial rotary: the rotated share of each head, from each config clas
   CHECK(catalog_spec("glm-4.5-air").qk_rope_head_dim == 64);
   // MiniMax-M2: rotary_dim 64 of head_dim 128.
   CHECK(catalog_spec("minimax-m2").qk_rope_head_dim == 64);
+  // transformers 5 writes the factor into rope_parameters only.
+  auto v5 = io::parse_hf_config(R"({"model_type": "phi3", "rope_parameters": {"rope_type": "default",
+      "partial_rotary_factor": 0.75}, )" + kLlamaKeys + "}", "c.json");
+  REQUIRE(v5.has_value());
+  CHECK(v5->qk_rope_head_dim == 12);  // head_dim 16 x 0.75
   // Phi-3 without the key (Phi3Config's default 1.0) rotates the whole head: no partial share.
   auto phi3 = io::parse_hf_config(R"({"model_type": "phi3", )" + kLlamaKeys + "}", "c.json");
   REQUIRE(phi3.has_value());
