@@ -978,7 +978,10 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
         e.message += fmt::format(": its config.json has no \"{}\", so it cannot be read as a Llama-compatible layout",
                                  missing);
       }
-      e.suggestion = hint.empty() || block ? supported_list() : hint;
+      // A block memplan does not model: the types that parse, or a Llama-shaped estimate of the
+      // same size for a user who wants a figure anyway.
+      e.suggestion = block ? supported_list() + "; or use --model-params for a Llama-shaped estimate of the same size"
+                           : hint.empty() ? supported_list() : hint;
       return e;
     }
   }

@@ -265,6 +265,9 @@ TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and
       REQUIRE_FALSE(r.has_value());
       CHECK(r.error().message == std::string("model_type 'acme_lm' is not supported: its config.json has ") + phrase +
                                      ", a block memplan does not model for this type");
+      const std::string tail = "; or use --model-params for a Llama-shaped estimate of the same size";
+      CHECK(r.error().suggestion.rfind("supported model types: llama, ", 0) == 0);
+      CHECK(r.error().suggestion.substr(r.error().suggestion.size() - tail.size()) == tail);
     }
     // Off, zero or a full rotary factor leaves a Llama's layout.
     for (const char* keys : {R"("use_parallel_residual": false)", R"("partial_rotary_factor": 1.0)",
