@@ -615,6 +615,21 @@ Error unsupported_at(const std::string& origin, std::string msg, std::string sug
   return e;
 }
 
+// partial_rotary_factor in (0, 1]: the top-level key, else (transformers 5, Qwen3.5's small
+// checkpoints) the one in rope_parameters, else the config class's default.
+Result<double> partial_rotary_factor(const Fields& f, const std::string& origin, double fallback) {
+  double partial = fallback;
+  if (f.has("partial_rotary_factor")) {
+    MEMPLAN_TRY(partial, f.number("partial_rotary_factor"));
+  } else if (const json* rp = f.find("rope_parameters");
+             rp && rp->is_object() && Fields(*rp, origin).has("partial_rotary_factor")) {
+    MEMPLAN_TRY(partial, Fields(*rp, origin).number("partial_rotary_factor"));
+  }
+  if (!(partial > 0) || partial > 1)
+    return config_error(origin, fmt::format("\"partial_rotary_factor\" must be in (0, 1], got {}", partial));
+  return partial;
+}
+
 // Qwen3-Next's layers: Qwen3-Next itself and Qwen3.5's language models (Qwen3_5TextModel is
 // Qwen3NextModel with split Gated DeltaNet projections; docs/models.md#qwen3-5).
 bool qwen3_next_layout(const std::string& t) {
@@ -660,16 +675,7 @@ Status parse_hybrid(const Fields& f, ModelSpec& m, const std::string& origin) {
     m.attn_output_gate = true;
     // Qwen3NextRotaryEmbedding rotates int(head_dim * partial_rotary_factor) dimensions (0.25 by
     // default); qk_rope_head_dim holds that rotary part, as it does for MLA.
-    double partial = 0.25;
-    if (f.has("partial_rotary_factor")) {
-      MEMPLAN_TRY(partial, f.number("partial_rotary_factor"));
-    } else if (const json* rp = f.find("rope_parameters");
-               rp && rp->is_object() && Fields(*rp, origin).has("partial_rotary_factor")) {
-      // transformers 5 keeps it in rope_parameters only (Qwen3.5's small checkpoints).
-      MEMPLAN_TRY(partial, Fields(*rp, origin).number("partial_rotary_factor"));
-    }
-    if (!(partial > 0) || partial > 1)
-      return config_error(origin, fmt::format("\"partial_rotary_factor\" must be in (0, 1], got {}", partial));
+    MEMPLAN_TRY(const double partial, partial_rotary_factor(f, origin, 0.25));
     m.qk_rope_head_dim = static_cast<std::int64_t>(static_cast<double>(m.head_dim) * partial);
     return Ok{};
   }
@@ -1135,16 +1141,8 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
     if (t == "minimax_m2") {
       MEMPLAN_TRY(rd, f.integer({"rotary_dim"}, m.head_dim));
     } else {
-      double partial = glm4_moe ? 0.5 : 1.0;  // the config classes' defaults
-      if (f.has("partial_rotary_factor")) {
-        MEMPLAN_TRY(partial, f.number("partial_rotary_factor"));
-      } else if (const json* rp = f.find("rope_parameters");
-                 rp && rp->is_object() && Fields(*rp, origin).has("partial_rotary_factor")) {
-        // transformers 5 keeps it in rope_parameters only.
-        MEMPLAN_TRY(partial, Fields(*rp, origin).number("partial_rotary_factor"));
-      }
-      if (!(partial > 0) || partial > 1)
-        return config_error(origin, fmt::format("\"partial_rotary_factor\" must be in (0, 1], got {}", partial));
+      // The config classes' defaults: Glm4MoeConfig 0.5, Phi3Config 1.0.
+      MEMPLAN_TRY(const double partial, partial_rotary_factor(f, origin, glm4_moe ? 0.5 : 1.0));
       rd = static_cast<std::int64_t>(static_cast<double>(m.head_dim) * partial);
     }
     if (rd <= 0 || rd > m.head_dim || rd % 2 != 0)
