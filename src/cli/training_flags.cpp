@@ -889,6 +889,10 @@ Result<io::ResolvedInputs> apply_training_flags(const TrainingFlags& f, io::Reso
     mark("mini_batch_size", "--mini-batch-size");
   }
   if (given("--images")) {
+    // -1 is the engine's "not given" (the model's default); a user's -1 is not a count.
+    if (f.images < 0)
+      return make_error(ErrorCode::kInvalidArgument, fmt::format("--images = {} is out of range (0 to 1024)", f.images),
+                        "give the images per sequence, or leave --images out for the model's default");
     c.vision.images = f.images;
     mark("images", "--images");
   }

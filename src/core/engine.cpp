@@ -418,18 +418,21 @@ Status check_parallel_supported(const ModelSpec& m, const TrainingConfig& c) {
 }
 
 Status check_supported(const ModelSpec& m, const TrainingConfig& c) {
-  // Every-N checkpointing and a loss without the fp32 upcast are modelled for decoders' layers
-  // and eager loss (docs/formulas.md#every-n-checkpointing, #loss-dtype).
-  if (c.checkpoint_every > 1 && (m.is_encoder() || m.vision.enabled()))
+  // Every-N and per-op checkpointing and a loss without the fp32 upcast are modelled for decoders'
+  // layers and eager loss (docs/formulas.md#every-n-checkpointing, #loss-dtype). A vision-language
+  // model fine-tuned on text (no images in the batch) runs its language model's layers only.
+  const bool images = m.vision.enabled() && image_plan(m, c).images > 0;
+  if (c.checkpoint_every > 1 && (m.is_encoder() || images))
     return make_error(ErrorCode::kUnsupported,
                       "checkpoint-every is modelled for decoder language models only (torchtitan's layer-selective "
-                      "checkpointing)",
-                      "drop --checkpoint-every (every layer is then checkpointed)");
-  if (c.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp && (m.is_encoder() || m.vision.enabled()))
+                      "checkpointing), and for vision-language models on text-only batches",
+                      "drop --checkpoint-every (every layer is then checkpointed), or train on text (--images 0)");
+  if (c.checkpoint_policy == TrainingConfig::CheckpointPolicy::kOp && (m.is_encoder() || images))
     return make_error(ErrorCode::kUnsupported,
                       "checkpoint-policy op is modelled for decoder language models only (torchtitan's per-op "
-                      "selective checkpointing)",
-                      "drop --checkpoint-policy (full checkpointing keeps each layer's input only)");
+                      "selective checkpointing), and for vision-language models on text-only batches",
+                      "drop --checkpoint-policy (full checkpointing keeps each layer's input only), or train on text "
+                      "(--images 0)");
   if (!c.loss_upcast && (c.loss_kernel != LossKernel::kEager || m.is_encoder() || c.method != Method::kSft))
     return make_error(ErrorCode::kUnsupported,
                       "a loss without the fp32 upcast is modelled for decoders' eager SFT cross-entropy only",

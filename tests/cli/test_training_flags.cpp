@@ -1,9 +1,12 @@
 // The training flags read numbers one way (issue 11 items 10 to 13): integers in decimal only
 // (`--batch 010` is 10, `--batch 08` is 8, 0x10 is refused), every numeric flag through the same
 // range check as a file value (NaN never passes), and values echoed escaped.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cli_harness.hpp"
 
@@ -61,6 +64,15 @@ TEST_CASE("flags (issue 11 item 12): flags accept exactly what the same value in
   const std::string cfg = dir.write("train.yaml", "model_name_or_path: m\nuse_peft: true\nlora_dropout: .nan\n");
   auto r = run_cli({"estimate", "--model-params", "1B", "--config", cfg});
   CHECK(r.err == "memplan: error: " + cfg + ":3: lora_dropout = nan is not a finite number (0 <= p < 1)\n");
+}
+
+TEST_CASE("flags: --images -1 is refused, not taken as the model's default") {
+  // -1 is the engine's sentinel for "not given"; typed by a user it is a bad count.
+  auto r = run_cli({"estimate", "--model", "qwen2-vl-2b", "--images", "-1"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("memplan: error: --images = -1 is out of range (0 to 1024)") == 0);
+  auto ok = run_cli({"estimate", "--model", "qwen2-vl-2b", "--images", "0"});
+  CHECK(ok.code == 0);
 }
 
 TEST_CASE("flags (issue 11 item 11): check --max-utilization nan is a usage error, not a gate switched off") {
@@ -152,6 +164,41 @@ TEST_CASE("a loss kernel shows in the summary line and in the JSON inputs") {
   auto plain = run_cli(base);
   REQUIRE(plain.code == 0);
   CHECK(plain.out.find(" loss · ") == std::string::npos);
+}
+
+TEST_CASE("per-op and every-N checkpointing run for a vision-language model on text, and are refused with images") {
+  // Mistral Small 3.1 (mistral3) on text-only batches runs Mistral Small 3's language model (the
+  // same 40 layers) with the Pixtral tower loaded and unused: the checkpointing policies act on the
+  // layers alone, so its activations must equal those of the text-only Mistral Small 24B.
+  // Review finding: both policies were refused for every model that carries a tower.
+  const auto activations = [](const std::string& model, const std::vector<std::string>& policy) {
+    std::vector<std::string> args{"estimate", "--model", model, "--bf16", "--torch-dtype", "bfloat16",
+                                  "--use-peft", "--gradient-checkpointing", "--batch", "1", "--seq-len", "512",
+                                  "--format", "json"};
+    args.insert(args.end(), policy.begin(), policy.end());
+    auto r = run_cli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    for (const auto& c : j["estimate"]["components"])
+      if (c["name"] == "activations") return c["bytes"].get<std::int64_t>();
+    FAIL("no activations component");
+    return std::int64_t{0};
+  };
+  for (const std::vector<std::string> policy :
+       {std::vector<std::string>{"--checkpoint-policy", "op"}, std::vector<std::string>{"--checkpoint-every", "2"}}) {
+    INFO(policy[0]);
+    const auto vlm = activations("mistral-small-3.1-24b", policy);
+    CHECK(vlm == activations("mistral-small-24b", policy));
+    CHECK(vlm > activations("mistral-small-24b", {}));  // keeps more than full checkpointing
+  }
+  auto r = run_cli({"estimate", "--model", "mistral-small-3.1-24b", "--torch-dtype", "bfloat16", "--use-peft",
+                    "--gradient-checkpointing", "--checkpoint-policy", "op", "--images", "1"});
+  CHECK(r.code != 0);
+  CHECK(r.err.find("checkpoint-policy op is modelled for decoder language models only (torchtitan's per-op "
+                   "selective checkpointing), and for vision-language models on text-only batches") !=
+        std::string::npos);
+  CHECK(r.err.find("or train on text (--images 0)") != std::string::npos);
 }
 
 TEST_CASE("--checkpoint-every, --loss-dtype and --fsdp no_shard: shown where they come from, refused with the fix") {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "io/model/config_keys.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan::io {
@@ -11,6 +12,7 @@ namespace memplan::io {
 namespace {
 
 using nlohmann::json;
+using keys::probability;
 
 Error field_error(const std::string& origin, std::string msg) {
   Error e = make_error(ErrorCode::kInvalidConfig, std::move(msg));
@@ -136,15 +138,6 @@ Status parse_deberta(const json& j, const std::string& origin, ModelSpec& m) {
     m.c2p = m.p2c = false;  // DisentangledSelfAttention adds no position terms without relative_attention
   }
   return Ok{};
-}
-
-// A dropout probability: a number in [0, 1), or `fallback` when absent.
-Result<double> probability(const json& j, const char* key, double fallback, const std::string& origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number() || !(it->get<double>() >= 0.0 && it->get<double>() < 1.0))
-    return field_error(origin, fmt::format("\"{}\" must be a probability (0 <= p < 1), got {}", key, it->dump()));
-  return it->get<double>();
 }
 
 // NomicBertConfig (nomic-ai's remote code, configuration_hf_nomic_bert.py: a GPT2Config) with its

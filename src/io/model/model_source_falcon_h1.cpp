@@ -1,5 +1,7 @@
 #include "io/model/model_source_falcon_h1.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "io/model/config_keys.hpp"
@@ -52,12 +54,16 @@ Status apply_falcon_h1_fields(const json& j, ModelSpec& m, const std::string& or
   // FalconH1MLP unpacks gate_multiplier, down_multiplier = mlp_multipliers; compute_mup_vector
   // reads five ssm_multipliers. Their values change no memory; their counts are the layout's.
   for (const auto& [key, n] : {std::pair<const char*, std::size_t>{"mlp_multipliers", 2}, {"ssm_multipliers", 5}})
-    if (const auto it = j.find(key); it != j.end() && !it->is_null() && (!it->is_array() || it->size() != n))
+    if (const auto it = j.find(key);
+        it != j.end() && !it->is_null() &&
+        (!it->is_array() || it->size() != n ||
+         !std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_number(); })))
       return key_error(origin, fmt::format("\"{}\" must list {} numbers", key, n));
   m.hidden_dropout = 0.0;
-  if (const auto ad = j.find("attention_dropout"); ad != j.end() && ad->is_number() && ad->get<double>() != 0.0)
+  MEMPLAN_TRY(const double attention_dropout, keys::probability(j, "attention_dropout", 0.0, origin));
+  if (attention_dropout != 0.0)
     return key_error(origin, fmt::format("\"attention_dropout\" {} is not modelled for falcon_h1 (the released "
-                                         "checkpoints use 0.0)", ad->get<double>()));
+                                         "checkpoints use 0.0)", attention_dropout));
   m.attention_dropout = 0.0;
   return Ok{};
 }

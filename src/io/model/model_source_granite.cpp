@@ -133,9 +133,10 @@ Status apply_granite_hybrid_fields(const json& j, ModelSpec& m, const std::strin
   // No dropout in the model but the eager attention's (attention_dropout, 0.0 in every release).
   m.hidden_dropout = 0.0;
   m.attention_dropout = 0.0;
-  if (const auto ad = j.find("attention_dropout"); ad != j.end() && ad->is_number() && ad->get<double>() != 0.0)
+  MEMPLAN_TRY(const double attention_dropout, keys::probability(j, "attention_dropout", 0.0, origin));
+  if (attention_dropout != 0.0)
     return key_error(origin, fmt::format("\"attention_dropout\" {} is not modelled for granitemoehybrid (the released "
-                                         "checkpoints use 0.0)", ad->get<double>()));
+                                         "checkpoints use 0.0)", attention_dropout));
   return Ok{};
 }
 

@@ -11,16 +11,7 @@ namespace {
 using nlohmann::json;
 using keys::flag;
 using keys::key_error;
-
-// A probability key (dropout): its value in [0, 1), `fallback` when absent or null.
-Result<double> probability(const json& j, const char* key, double fallback, const std::string& origin) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) return key_error(origin, fmt::format("\"{}\" must be a number", key));
-  const double p = it->get<double>();
-  if (!(p >= 0.0 && p < 1.0)) return key_error(origin, fmt::format("\"{}\" must be in [0, 1), got {}", key, p));
-  return p;
-}
+using keys::probability;
 
 }  // namespace
 

@@ -122,6 +122,11 @@ TEST_CASE("falcon_h1: what is not modelled or not consistent is refused with the
   CHECK(err(R"(, "attention_dropout": 0.1)") ==
         "\"attention_dropout\" 0.1 is not modelled for falcon_h1 (the released checkpoints use 0.0)");
   CHECK(err(R"(, "mamba_rms_norm": "yes")") == "\"mamba_rms_norm\" must be true or false");
+  // The right count of values that are not numbers, and a dropout written as a string, were read
+  // past (review finding): FalconH1MLP multiplies by them, and "0.1" is not a probability.
+  CHECK(err(R"(, "mlp_multipliers": ["a", "b"])") == "\"mlp_multipliers\" must list 2 numbers");
+  CHECK(err(R"(, "attention_dropout": "0.1")") ==
+        "\"attention_dropout\" must be a probability (0 <= p < 1), got \"0.1\"");
 }
 
 TEST_CASE("Falcon-H1 estimates end to end; PEFT has no default targets for it") {
