@@ -2168,6 +2168,10 @@ std::optional<sim::ReplayResult> Estimator::Impl::replay(const RankSim& rank, st
       }
     }
     opt.keep_grads = config.zero_grad_keeps_grads;
+    // Each rank steps its shard (ZeRO, FSDP); an offloaded optimizer steps on the CPU (DeepSpeed's
+    // CPU Adam, FSDP's CPU offload): no state or temporary on the GPU.
+    if (st.shard.shard_optim) opt.shard_over = std::max(1, st.shard.shard_over);
+    if (st.shard.offload_optimizer) opt.state_tensors = 0, opt.temp_ratio = 0;
     sim::CachingAllocatorSettings settings;
     settings.expandable_segments = config.allocator.expandable_segments;
     if (config.allocator.max_split_size_mb) settings.max_split_size = *config.allocator.max_split_size_mb << 20;

@@ -523,15 +523,16 @@ ReplayResult replay(const AllocTrace& trace, const std::vector<ReplayStep>& step
     run(trace.step_begin, opt_at, st, &made);
     streams.end_of_backward();
     // optimizer.step(): its state on the first step (kept), its temporaries every step.
+    const double shards = std::max(1, opt.shard_over);
     if (k == 0 && opt.state_tensors > 0)
       for (const std::int32_t p : trace.trainable) {
-        const double per = static_cast<double>(bytes_at(p, st)) * opt.state_ratio / opt.state_tensors;
+        const double per = static_cast<double>(bytes_at(p, st)) / shards * opt.state_ratio / opt.state_tensors;
         for (int j = 0; j < opt.state_tensors; ++j) states.push_back(a.malloc(static_cast<std::int64_t>(per)));
       }
     if (opt.temp_ratio > 0) {
       std::vector<int> temps;
       for (const std::int32_t p : trace.trainable) {
-        const double bytes = static_cast<double>(bytes_at(p, st));
+        const double bytes = static_cast<double>(bytes_at(p, st)) / shards;
         if (opt.per_param_temps) {
           // Whole parameter-sized temporaries and the fraction left, freed before the next one.
           double left = opt.temp_ratio;

@@ -148,12 +148,17 @@ struct ReplayStep {
 // `keep_grads`: zero_grad(set_to_none=False) (torch < 2.0; docs/formulas.md#zero-grad-set-to-none):
 // the trace's .grad tensors (those its zero_grad frees) stay allocated from the first step on, and
 // in a later step each new gradient is a temporary added in place into its .grad and freed at once.
+// `shard_over`: the ranks the optimizer's states are split over (ZeRO-1/2/3, FSDP; 1 otherwise).
+// The trace's parameters are whole; each rank steps its own shard of every parameter (FSDP2's
+// DTensor shards, FSDP1's flat shard, DeepSpeed's partition), so its states and temporaries are
+// 1/shard_over of the whole parameter's (docs/formulas.md#the-caching-allocator).
 struct OptimizerAllocations {
   double state_ratio = 0;
   int state_tensors = 0;
   double temp_ratio = 0;
   bool per_param_temps = false;
   bool keep_grads = false;
+  int shard_over = 1;
 };
 
 // FSDP1 in the replay (docs/formulas.md#allocator-streams). The step's trace has the parameters

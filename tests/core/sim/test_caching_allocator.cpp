@@ -162,6 +162,38 @@ TEST_CASE("caching allocator: a replay keeps parameters, adds the optimizer's st
   }
 }
 
+TEST_CASE("caching allocator: a sharded optimizer steps each rank's shard of the whole parameter", "[allocator]") {
+  // docs/formulas.md#the-caching-allocator. The trace's weight is whole (40 MiB); over 4 ranks
+  // (ZeRO, FSDP) each steps a 10 MiB shard: Adam's two moments are 2 x 10 MiB and a foreach
+  // temporary (ratio 1) is 10 MiB. Review finding on torchtitan's FSDP2 rows: the replay stepped
+  // the whole model (2 x 40 MiB of states and a 40 MiB temporary on every rank).
+  AllocTrace tr;
+  tr.bytes = {Poly::constant(40 * MiB), Poly::mono(Mono::kBS, MiB)};
+  tr.ops = {1, 2, -2};
+  tr.step_begin = 1;
+  tr.optimizer_at = 3;
+  tr.trainable = {0};
+  memplan::sim::OptimizerAllocations opt;
+  opt.state_ratio = 2;
+  opt.state_tensors = 2;
+  opt.temp_ratio = 1;
+  SECTION("one rank: the whole parameter's") {
+    // Segments: 40 (weight), 10 (a, freed), states 2 x 40 new; the 40 MiB temporary fits no free
+    // block (the 10 is too small): +40. Allocated 40 + 80 + 40 at the step.
+    const auto r = memplan::sim::replay(tr, {{1, 10}}, opt, {});
+    CHECK(r.peak_allocated == 160 * MiB);
+    CHECK(r.peak_reserved == 170 * MiB);
+  }
+  SECTION("four ranks: a quarter") {
+    // The states (2 x 10 MiB): the first takes a's freed 10 MiB block, the second a new segment;
+    // the 10 MiB temporary a new one. Allocated 40 + 20 + 10; reserved 40 + 10 + 10 + 10.
+    opt.shard_over = 4;
+    const auto r = memplan::sim::replay(tr, {{1, 10}}, opt, {});
+    CHECK(r.peak_allocated == 70 * MiB);
+    CHECK(r.peak_reserved == 70 * MiB);
+  }
+}
+
 TEST_CASE("caching allocator: zero_grad(set_to_none=False) keeps every .grad across steps", "[allocator]") {
   // docs/formulas.md#zero-grad-set-to-none. Set-up: a 40 MiB trainable weight. A step: an
   // activation a = b*s MiB, the weight's gradient g (40 MiB, its .grad), a freed; the optimizer;
