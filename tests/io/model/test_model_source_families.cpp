@@ -885,16 +885,15 @@ TEST_CASE("GLM-4-9B-chat-hf (glm) and GLM-4-0414 (glm4): counts by hand from Glm
   CHECK(glm4->num_kv_heads == 2);
   CHECK(glm4->qk_rope_head_dim == 64);
   CHECK(count_parameters(*glm4).total == 9'400'279'040LL);
-  // GLM-4-32B-0414's shape (6,144 x 61 layers, 48 heads, 2 KV heads of 128, MLP 23,040): per layer
-  // q 6,144 x 6,144 + 6,144, k and v 6,144 x 256 + 256 each, o 6,144 x 6,144, gate_up 6,144 x 46,080,
-  // down 23,040 x 6,144, 4 norms 24,576 = 503,347,712; x 61 + 2 x 151,552 x 6,144 + 6,144 =
-  // 32,566,487,552: the card's 32.6B (the no-bias variant is 32,566,081,536, also 32.6B).
-  auto glm4_32b = io::parse_hf_config(R"({"model_type": "glm4", "hidden_size": 6144, "intermediate_size": 23040,
-      "num_hidden_layers": 61, "num_attention_heads": 48, "num_key_value_heads": 2, "head_dim": 128,
-      "attention_bias": true, "partial_rotary_factor": 0.5, "vocab_size": 151552, "tie_word_embeddings": false})",
-                                      "glm4-32b.json");
-  REQUIRE(glm4_32b.has_value());
-  CHECK(count_parameters(*glm4_32b).total == 32'566'487'552LL);
+  // GLM-4-32B-0414 (catalog; shapes as a public audit of the Hub's config.json tabulates them): per
+  // layer q 6,144 x 6,144, k and v 6,144 x 256 each, no biases (attention_bias false), o 6,144 x
+  // 6,144, gate_up 6,144 x 46,080, down 23,040 x 6,144, 4 norms 24,576 = 503,341,056; x 61 + 2 x
+  // 151,552 x 6,144 + 6,144 = 32,566,081,536: the Hub's 32.6B.
+  const ModelSpec& glm4_32b = catalog_spec("glm-4-32b-0414");
+  CHECK_FALSE(glm4_32b.qkv_bias);
+  CHECK(glm4_32b.norms_per_layer == 4);
+  CHECK(count_parameters(glm4_32b).total == 32'566'081'536LL);
+  CHECK(count_parameters(catalog_spec("zai-org/GLM-Z1-9B-0414")).total == 9'400'279'040LL);
   SECTION("PEFT has no default LoRA targets for them (its mapping has only chatglm's); named ones estimate") {
     for (const ModelSpec* m : {&*glm, &*glm4}) {
       INFO(m->model_type);
