@@ -57,7 +57,7 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(r["results"][0]["file"], SFT_LORA)
 
     def test_models_and_gpus(self):
-        self.assertEqual(len(memplan.models()["models"]), 150)  # configs/models holds 150 files
+        self.assertEqual(len(memplan.models()["models"]), 153)  # configs/models holds 153 files
         self.assertEqual(memplan.models("llama-3.1-8b")["models"][0]["id"], "meta-llama/Llama-3.1-8B")
         names = [g["name"] for g in memplan.gpus()["gpus"]]
         self.assertIn("h100-sxm", names)

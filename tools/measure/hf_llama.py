@@ -114,6 +114,9 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 
 
 class LlamaAttention(nn.Module):
+    # The module's apply_rotary_pos_emb (hf_glm's attention swaps in GLM's interleaved one).
+    rotary = staticmethod(apply_rotary_pos_emb)
+
     def __init__(self, config, layer_idx):
         super().__init__()
         self.layer_idx = layer_idx
@@ -141,7 +144,7 @@ class LlamaAttention(nn.Module):
             query_states = self.q_norm(query_states)
             key_states = self.k_norm(key_states)
         cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        query_states, key_states = self.rotary(query_states, key_states, cos, sin)
         attn_output, attn_weights = eager_attention_forward(
             self, query_states, key_states, value_states, attention_mask,
             dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling,

@@ -30,6 +30,7 @@ import hf_deberta
 import hf_gemma3
 import hf_gemma3n
 import hf_gemma4
+import hf_glm
 import hf_gpt_oss
 import hf_falcon_h1
 import hf_granitemoehybrid
@@ -273,7 +274,7 @@ def build(case):
               "minimax_m2": hf_minimax_m2, "deepseek_v32": hf_deepseek_v32,
               "llama4_text": hf_llama4, "gemma4_text": hf_gemma4, "cohere": hf_cohere,
               "cohere2": hf_cohere, "granitemoehybrid": hf_granitemoehybrid, "falcon_h1": hf_falcon_h1,
-              "gemma3n_text": hf_gemma3n}.get(model_type, hf_llama)
+              "gemma3n_text": hf_gemma3n, "glm": hf_glm, "glm4": hf_glm}.get(model_type, hf_llama)
     cfg = family.Config(case["model"])
     causal_lm = {hf_gemma3: hf_gemma3.Gemma3ForCausalLM, hf_deepseek: hf_deepseek.DeepseekV3ForCausalLM,
                  hf_qwen3_next: hf_qwen3_next.Qwen3NextForCausalLM, hf_nemotron_h: hf_nemotron_h.NemotronHForCausalLM,
@@ -283,7 +284,7 @@ def build(case):
                  hf_gemma4: hf_gemma4.Gemma4ForCausalLM, hf_cohere: hf_cohere.CohereForCausalLM,
                  hf_granitemoehybrid: hf_granitemoehybrid.GraniteMoeHybridForCausalLM,
                  hf_falcon_h1: hf_falcon_h1.FalconH1ForCausalLM,
-                 hf_gemma3n: hf_gemma3n.Gemma3nForCausalLM,
+                 hf_gemma3n: hf_gemma3n.Gemma3nForCausalLM, hf_glm: hf_glm.GlmForCausalLM,
                  hf_llama: hf_llama.LlamaForCausalLM}[family]
     # A decoder embedding model (head pooling): sentence-transformers loads AutoModel, no LM head.
     embedding = t.get("head") == "pooling"

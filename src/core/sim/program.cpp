@@ -241,6 +241,8 @@ class Step {
   bool llama4() const { return m_.model_type == "llama4_text"; }  // docs/models.md#llama-4
   // Command R / Aya (cohere) and Command R7B / A (cohere2), docs/models.md#cohere.
   bool cohere() const { return m_.model_type == "cohere" || m_.model_type == "cohere2"; }
+  // GLM-4 and GLM-4-0414: interleaved partial rotary (docs/formulas.md#partial-rotary).
+  bool glm_rope() const { return m_.model_type == "glm" || m_.model_type == "glm4"; }
   int cohere_layer(int h, LayerParams& lp);
   int cohere_layer_norm(int x, int w, const Poly& numel, const Poly& rows);
   std::pair<int, int> cohere_rope(int q, int k, const Poly& qn, const Poly& kvn);
@@ -1033,7 +1035,8 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     std::tie(qe, ke) = cohere_rope(qt, kt, qn, kvn);
     g_.drop(qt);
     g_.drop(kt);
-  } else if (!no_rope && sp_.liger_kernels) {
+  } else if (!no_rope && sp_.liger_kernels && !glm_rope()) {
+    // (GLM keeps its own rotary under Liger: apply_liger_kernel_to_glm4 refuses rope=True.)
     std::tie(qe, ke) = liger_rope(g_, qt, kt);
     g_.drop(qt);
     g_.drop(kt);
@@ -1048,18 +1051,41 @@ std::pair<int, int> Step::attention(int x, LayerParams& lp) {
     const std::int64_t rd = m_.qk_rope_head_dim;
     if (rd > 0 && rd < hd) {
       // Partial rotary (Qwen3-Next): q[..., :rd] rotated, q[..., rd:] passed, torch.cat of both.
-      const auto partial = [&](int t, std::int64_t heads) {
+      // GLM's apply_rotary_pos_emb makes this call's own (1, 1, s, rd) cos and sin, the tables'
+      // size (cos[..., :rd // 2].repeat_interleave(2, -1)), which the products keep for backward, and
+      // rotates both q and k before either torch.cat. Its rotate_half (torch.stack((-x2, x1), -1)
+      // of the odd and even dims) allocates what the half-split one's torch.cat does.
+      const bool glm = glm_rope();
+      if (glm) {
+        cos_ = g_.make(g_.at(tables_cos).numel, g_.at(tables_cos).dt, Cat::kInputs);
+        sin_ = g_.make(g_.at(tables_sin).numel, g_.at(tables_sin).dt, Cat::kInputs);
+      }
+      const auto rotate = [&](int t, std::int64_t heads) {
         const int rot = ops_.slice(t, tok(heads * rd), false);
         const int pass = ops_.slice(t, tok(heads * (hd - rd)), false);
         const int emb = rope(rot, tok(heads * rd));
         g_.drop(rot);
-        const int out = ops_.concat({emb, pass});
-        g_.drop(emb);
-        g_.drop(pass);
+        return std::pair{emb, pass};
+      };
+      const auto join = [&](std::pair<int, int> ep) {
+        const int out = ops_.concat({ep.first, ep.second});
+        g_.drop(ep.first);
+        g_.drop(ep.second);
         return out;
       };
-      qe = partial(qt, nh);
-      ke = partial(kt, nkv);
+      if (glm) {
+        const auto q_parts = rotate(qt, nh);
+        const auto k_parts = rotate(kt, nkv);
+        qe = join(q_parts);
+        ke = join(k_parts);
+        g_.drop(cos_);
+        g_.drop(sin_);
+        cos_ = tables_cos;
+        sin_ = tables_sin;
+      } else {
+        qe = join(rotate(qt, nh));
+        ke = join(rotate(kt, nkv));
+      }
     } else {
       qe = rope(qt, qn);
       if (lp.kv_shared) {  // already rotated by the layer that stored them
@@ -4785,6 +4811,8 @@ std::vector<std::string> default_lora_targets(const ModelSpec& m) {
   if (m.model_type == "modernbert") return {"attn.Wqkv"};
   if (m.is_deberta()) return {"query_proj", "key_proj", "value_proj", "dense"};
   if (m.model_type == "phi3") return {"qkv_proj"};
+  // glm and glm4 have no entry either (only the remote-code chatglm's query_key_value).
+  if (m.model_type == "glm" || m.model_type == "glm4") return {};
   // No PEFT mapping (the hybrids too: qwen3_next, nemotron_h, lfm2): PEFT asks for target_modules.
   // Nor for arcee (PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no entry).
   if (m.is_mla() || m.is_nomic_bert() || m.is_mpnet() || m.hybrid.enabled() || m.model_type == "arcee") return {};

@@ -284,10 +284,6 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
       // tests/data/corpus/MANIFEST.yaml found each).
       {"qwen", "Qwen (v1)'s remote-code layout (a fused c_attn with biases; intermediate_size is twice its MLP's "
                "width) is not Qwen2's and is not modelled"},
-      {"glm", "GLM-4's dense layout (fused gate_up_proj, q/k/v biases, a rotary embedding on half of each head) is "
-              "not modelled; glm4_moe is a different, mixture-of-experts model"},
-      {"glm4", "GLM-4-0414's dense layout (GLM-4's, with post-attention and post-MLP norms: four per layer) is not "
-               "modelled; glm4_moe is a different, mixture-of-experts model"},
       {"internlm", "InternLM (v1) and InternLM2's early checkpoints, which carry this type, run remote code whose "
                    "layout (biases on q/k/v/o; InternLM2's fused wqkv) is not InternLM3's and is not modelled"},
       {"baichuan", "Baichuan's attention is chosen by its remote code, not by config.json (ALiBi in the 13B "
@@ -348,6 +344,15 @@ void apply_gemma4_text_defaults(json& t) {
     }
   }
   if (t["layer_types"].is_array() && !t["layer_types"].empty()) t["layer_types"].back() = "full_attention";
+}
+
+// transformers' GlmConfig and Glm4Config defaults that change the module shapes (GLM-4-9B's):
+// head_dim 128 whatever hidden_size / num_attention_heads is, two KV heads, q/k/v biases.
+void apply_glm_defaults(json& t) {
+  static const std::pair<const char*, json> kDefaults[] = {
+      {"head_dim", 128}, {"num_key_value_heads", 2}, {"attention_bias", true}};
+  for (const auto& [k, v] : kDefaults)
+    if (!t.contains(k) || t[k].is_null()) t[k] = v;
 }
 
 // transformers' Glm4MoeConfig MoE defaults (GLM-4.5-Air's values): a config.json that leaves
@@ -997,6 +1002,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   if (t == "gemma3n_text")
     if (auto s = normalize_gemma3n_text(j, origin); !s) return s.error();
   if (t == "glm4_moe") apply_glm4_moe_defaults(j);
+  if (t == "glm" || t == "glm4") apply_glm_defaults(j);
   if (t == "lfm2")
     if (auto s = apply_lfm2_fields(j, origin); !s) return s.error();
   if (t == "starcoder2" && !j.contains("hidden_act")) j["hidden_act"] = "gelu_pytorch_tanh";  // Starcoder2Config
@@ -1014,6 +1020,9 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   // GLM-4.5 (glm4_moe): DeepSeek-V3's MoE (sigmoid router with e_score_correction_bias, fused
   // shared experts, first_k_dense_replace) under grouped-query attention (docs/models.md#glm4_moe).
   const bool glm4_moe = t == "glm4_moe";
+  // GLM-4-9B (glm) and GLM-4-0414 (glm4): Phi-3's fused gate_up_proj MLP, q/k/v biases, half of
+  // each head rotated with GLM's interleaved pairs; glm4 adds sandwich norms (docs/models.md#glm-4).
+  const bool glm_dense = t == "glm" || t == "glm4";
   const bool deepseek_moe = t == "deepseek" || mla_type || glm4_moe;
   // Qwen3-Next: Qwen2-MoE's block (gated shared expert) under hybrid layers (docs/models.md#qwen3_next).
   const bool qwen_shared_moe = t == "qwen2_moe" || qwen3_next_layout(t);
@@ -1082,6 +1091,14 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
               t == "olmo2" ||
               t == "olmo3" || qwen3_next_layout(t) || t == "lfm2" || t == "exaone4";
   m.qk_norm_per_head = t != "olmo2" && t != "olmo3";  // OLMo 2 and 3 norm the whole q and k projections
+  if (glm_dense) {
+    // GlmAttention / Glm4Attention: q/k/v with attention_bias, o_proj never; GlmMLP is Phi3MLP
+    // (gate_up_proj to 2 x intermediate_size, chunk, up * silu(gate)); Glm4DecoderLayer adds
+    // post_self_attn_layernorm and post_mlp_layernorm around the two blocks, as Gemma 2's.
+    m.o_bias = false;
+    m.fused_gate_up = true;
+    if (t == "glm4") m.norms_per_layer = 4;
+  }
   if (glm4_moe) {
     // Glm4MoeAttention: q/k/v with attention_bias, o_proj never; use_qk_norm: RMSNorm(head_dim).
     m.o_bias = false;
@@ -1136,13 +1153,13 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   // rotates q[..., :rotary_dim] and concatenates the rest (Phi-4-mini's partial_rotary_factor 0.75,
   // GLM-4.5's 0.5 by Glm4MoeConfig's default, MiniMax-M2's rotary_dim 64 of 128); the simulator runs
   // it as Qwen3-Next's (docs/formulas.md#partial-rotary).
-  if (t == "phi3" || glm4_moe || t == "minimax_m2") {
+  if (t == "phi3" || glm4_moe || glm_dense || t == "minimax_m2") {
     std::int64_t rd = m.head_dim;
     if (t == "minimax_m2") {
       MEMPLAN_TRY(rd, f.integer({"rotary_dim"}, m.head_dim));
     } else {
-      // The config classes' defaults: Glm4MoeConfig 0.5, Phi3Config 1.0.
-      MEMPLAN_TRY(const double partial, partial_rotary_factor(f, origin, glm4_moe ? 0.5 : 1.0));
+      // The config classes' defaults: GlmConfig, Glm4Config and Glm4MoeConfig 0.5, Phi3Config 1.0.
+      MEMPLAN_TRY(const double partial, partial_rotary_factor(f, origin, glm4_moe || glm_dense ? 0.5 : 1.0));
       rd = static_cast<std::int64_t>(static_cast<double>(m.head_dim) * partial);
     }
     if (rd <= 0 || rd > m.head_dim || rd % 2 != 0)
@@ -1273,7 +1290,7 @@ const std::vector<std::string>& supported_model_types() {
                                              "qwen3",   "qwen3_moe",   "gemma",    "gemma2",    "gemma3",
                                              "gemma3_text", "phi3",    "gpt2",     "deepseek",  "olmo2", "olmo3",
                                              "granite", "smollm3", "deepseek_v2", "deepseek_v3", "kimi_k2",
-                                             "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm4_moe",
+                                             "qwen2_vl", "qwen2_5_vl", "mllama", "internlm3", "glm", "glm4", "glm4_moe",
                                              "qwen3_next", "nemotron_h", "lfm2", "gpt_oss", "minimax_m2",
                                              "starcoder2", "qwen3_vl", "qwen3_vl_moe", "llama4", "llama4_text",
                                              "deepseek_v32", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",

@@ -823,14 +823,7 @@ TEST_CASE("EXAONE 4.0: OLMo 2's post-norm layer with head-dim q/k norms; a hybri
 }
 
 TEST_CASE("families one edit from a modelled type are refused by family, never sent to the near miss") {
-  // GLM-4-9B-0414's shape (Glm4ForCausalLM): a dense model; glm4_moe is GLM-4.5's MoE.
-  auto glm4 = io::parse_hf_config(R"({"model_type": "glm4", "attention_bias": true, "partial_rotary_factor": 0.5, )" +
-                                      kLlamaKeys + "}",
-                                  "c.json");
-  REQUIRE_FALSE(glm4.has_value());
-  CHECK(glm4.error().message.find("model_type 'glm4' is not supported: GLM-4-0414's dense layout") == 0);
-  CHECK(glm4.error().suggestion == "use --model-params for a Llama-shaped estimate of the same size");
-  for (const char* t : {"qwen", "glm", "internlm", "baichuan"}) {
+  for (const char* t : {"qwen", "chatglm", "internlm", "baichuan"}) {
     INFO(t);
     auto r = io::parse_hf_config(std::string(R"({"model_type": ")") + t + "\", " + kLlamaKeys + "}", "c.json");
     REQUIRE_FALSE(r.has_value());
@@ -858,4 +851,62 @@ TEST_CASE("partial rotary: the rotated share of each head, from each config clas
                                  "c.json");
   REQUIRE_FALSE(big.has_value());
   CHECK(big.error().message == "\"partial_rotary_factor\" must be in (0, 1], got 1.5");
+}
+
+TEST_CASE("GLM-4-9B-chat-hf (glm) and GLM-4-0414 (glm4): counts by hand from GlmForCausalLM's and Glm4ForCausalLM's modules") {
+  // By hand (python, from modular_glm.py / modeling_glm4.py): per layer q_proj 4,096 x 4,096 +
+  // 4,096 bias, k_proj and v_proj 4,096 x 256 + 256 each (2 KV heads of 128), o_proj 4,096 x 4,096
+  // without bias = 35,656,192; GlmMLP gate_up_proj 4,096 x 27,392 and down_proj 13,696 x 4,096 =
+  // 168,296,448; input_layernorm and post_attention_layernorm 8,192: 203,960,832 per layer, x 40 =
+  // 8,158,433,280; embed_tokens and the untied lm_head 2 x 151,552 x 4,096 = 1,241,513,984; final
+  // norm 4,096: 9,399,951,360, the card's 9.40B (THUDM/glm-4-9b-chat-hf).
+  const std::string corpus = std::string(MEMPLAN_SOURCE_DIR) + "/tests/data/corpus/unknown/glm/glm-4-9b-chat-hf.archblock.json";
+  std::ifstream in(corpus);
+  REQUIRE(in);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto glm = io::parse_hf_config(text, corpus);
+  REQUIRE(glm.has_value());
+  CHECK(glm->fused_gate_up);
+  CHECK(glm->qkv_bias);
+  CHECK_FALSE(glm->o_bias);
+  CHECK(glm->norms_per_layer == 2);
+  CHECK(glm->qk_rope_head_dim == 64);  // partial_rotary_factor 0.5 of head_dim 128
+  CHECK(count_parameters(*glm).total == 9'399'951'360LL);
+  // Glm4Config's defaults are GLM-4-9B-0414's shape: the same modules plus post_self_attn_layernorm
+  // and post_mlp_layernorm, 2 x 4,096 per layer more: 9,399,951,360 + 40 x 8,192 = 9,400,279,040
+  // (the card's 9B; the Hub's 9.4B). A config.json that leaves out head_dim, num_key_value_heads and
+  // attention_bias still gets Glm4Config's 128, 2 and true (not 4,096 / 32 heads, 32, false).
+  auto glm4 = io::parse_hf_config(R"({"model_type": "glm4", "hidden_size": 4096, "intermediate_size": 13696,
+      "num_hidden_layers": 40, "num_attention_heads": 32, "vocab_size": 151552})",
+                                  "glm4.json");
+  REQUIRE(glm4.has_value());
+  CHECK(glm4->norms_per_layer == 4);
+  CHECK(glm4->head_dim == 128);
+  CHECK(glm4->num_kv_heads == 2);
+  CHECK(glm4->qk_rope_head_dim == 64);
+  CHECK(count_parameters(*glm4).total == 9'400'279'040LL);
+  // GLM-4-32B-0414 (catalog; shapes as a public audit of the Hub's config.json tabulates them): per
+  // layer q 6,144 x 6,144, k and v 6,144 x 256 each, no biases (attention_bias false), o 6,144 x
+  // 6,144, gate_up 6,144 x 46,080, down 23,040 x 6,144, 4 norms 24,576 = 503,341,056; x 61 + 2 x
+  // 151,552 x 6,144 + 6,144 = 32,566,081,536: the Hub's 32.6B.
+  const ModelSpec& glm4_32b = catalog_spec("glm-4-32b-0414");
+  CHECK_FALSE(glm4_32b.qkv_bias);
+  CHECK(glm4_32b.norms_per_layer == 4);
+  CHECK(count_parameters(glm4_32b).total == 32'566'081'536LL);
+  CHECK(count_parameters(catalog_spec("zai-org/GLM-Z1-9B-0414")).total == 9'400'279'040LL);
+  SECTION("PEFT has no default LoRA targets for them (its mapping has only chatglm's); named ones estimate") {
+    for (const ModelSpec* m : {&*glm, &*glm4}) {
+      INFO(m->model_type);
+      TrainingConfig c = lora_checkpointed();
+      auto asked = estimate(*m, c);
+      REQUIRE_FALSE(asked.has_value());
+      CHECK(asked.error().message == "PEFT has no default LoRA target modules for model_type '" + m->model_type + "'");
+      CHECK(asked.error().suggestion == "set target_modules (its attention projections: q_proj, k_proj, v_proj, o_proj) "
+                                        "or all-linear");
+      c.lora.target_modules = {"q_proj", "v_proj"};
+      auto e = estimate(*m, c);
+      REQUIRE(e.has_value());
+      memplan::testing::require_consistent(*e);
+    }
+  }
 }
