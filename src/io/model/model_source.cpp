@@ -288,6 +288,8 @@ std::optional<std::string> unsupported_reason(const std::string& type) {
                    "layout (biases on q/k/v/o; InternLM2's fused wqkv) is not InternLM3's and is not modelled"},
       {"baichuan", "Baichuan's attention is chosen by its remote code, not by config.json (ALiBi in the 13B "
                    "checkpoints, RoPE in the 7B), and is not modelled"},
+      {"orion", "Orion's remote code normalizes with LayerNorm (mean subtraction and a bias) although its "
+                "config.json names rms_norm_eps, and that layout is not modelled"},
       {"new", "it is a remote-code encoder (GTE v1.5's NewModel: rotary positions, fused qkv, unpadded inputs) whose "
               "layout is not modelled"},
   };

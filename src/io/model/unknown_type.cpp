@@ -122,6 +122,9 @@ bool read_or_inert(std::string_view key, const json& v) {
 // the name says nothing. Checked after the exact lists: these catch the spellings nobody listed
 // (moe_num_experts, n_shared_experts, mamba_d_conv, use_post_norm, use_qkv_bias, embd_layer ...).
 const char* meaning_by_name(std::string_view key, const json& v) {
+  // DeepSeek-V3's and Xiaomi MiMo's num_nextn_predict_layers, mtp_num_hidden_layers: whole decoder
+  // layers (with their own norms and projections) the checkpoint holds and trains besides the stack.
+  if (has(key, "nextn") || key.rfind("mtp", 0) == 0 || has(key, "_mtp")) return "multi-token-prediction layers";
   if (has(key, "expert") || key.rfind("moe", 0) == 0 || has(key, "_moe")) return "a mixture of experts";
   if (has(key, "mamba") || key.rfind("ssm", 0) == 0 || has(key, "_ssm") || has(key, "linear_attn"))
     return "state-space or linear-attention layers";
@@ -198,6 +201,15 @@ UnknownLayout inspect_unknown_layout(const json& j) {
     if (const char* m = meaning_by_name(k, v)) return refuse(k, m);
     out.unread.push_back(k);
   }
+  // attention_bias true says that some attention projections carry a bias, not which: a Llama puts
+  // one on q, k, v and o_proj, Qwen2-derived remote code (Xiaomi MiMo) on q, k and v only. Only a
+  // config that also writes attention_out_bias (Seed-OSS) says which. Asked last, so that a block
+  // the config names (MiMo's multi-token-prediction layers) is the one the refusal names.
+  if (auto it = j.find("attention_bias");
+      it != j.end() && it->is_boolean() && it->get<bool>() && !j.contains("attention_out_bias"))
+    return refuse("attention_bias",
+                  "biases on the attention projections: a Llama puts one on o_proj, Qwen2-derived code does not, "
+                  "and no attention_out_bias says which");
   return out;
 }
 

@@ -257,6 +257,13 @@ TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and
         {R"("use_qkv_bias": true)", R"("use_qkv_bias" (biases a Llama's projections do not have))"},
         {R"("use_post_norm": true)", R"("use_post_norm" (normalization layers a Llama does not have))"},
         {R"("embd_layer": {"embedding_cls": "image_audio"})", R"("embd_layer" (a nested module configuration))"},
+        // Xiaomi MiMo, DeepSeek-V3: decoder layers for multi-token prediction held besides the stack.
+        {R"("num_nextn_predict_layers": 1)", R"("num_nextn_predict_layers" (multi-token-prediction layers))"},
+        {R"("mtp_num_hidden_layers": 1)", R"("mtp_num_hidden_layers" (multi-token-prediction layers))"},
+        // A Llama's attention_bias puts a bias on o_proj too; Qwen2-derived code (MiMo) does not.
+        {R"("attention_bias": true)",
+         R"("attention_bias" (biases on the attention projections: a Llama puts one on o_proj, Qwen2-derived code )"
+         R"(does not, and no attention_out_bias says which))"},
     };
     for (const auto& [keys, phrase] : cases) {
       INFO(keys);
@@ -271,7 +278,8 @@ TEST_CASE("an unknown model_type with exactly a Llama's keys is read as one, and
     }
     // Off, zero or a full rotary factor leaves a Llama's layout.
     for (const char* keys : {R"("use_parallel_residual": false)", R"("partial_rotary_factor": 1.0)",
-                             R"("clip_qkv": null)", R"("use_bias": false)", R"("attention_dropout": 0.0)"}) {
+                             R"("clip_qkv": null)", R"("use_bias": false)", R"("attention_dropout": 0.0)",
+                             R"("num_nextn_predict_layers": 0)", R"("attention_bias": false)"}) {
       INFO(keys);
       assumption.clear();
       auto r = io::parse_hf_config(std::string(R"({"model_type": "acme_lm", )") + keys + ", " + kLlamaKeys + "}",
@@ -823,7 +831,14 @@ TEST_CASE("EXAONE 4.0: OLMo 2's post-norm layer with head-dim q/k norms; a hybri
 }
 
 TEST_CASE("families one edit from a modelled type are refused by family, never sent to the near miss") {
-  for (const char* t : {"qwen", "chatglm", "internlm", "baichuan"}) {
+  // Orion-14B (remote code): a Llama's keys and rms_norm_eps, but nn.LayerNorm (with a bias) in every
+  // layer, which no key shows.
+  auto orion = io::parse_hf_config(R"({"model_type": "orion", "rms_norm_eps": 1e-05, )" + kLlamaKeys + "}", "c.json");
+  REQUIRE_FALSE(orion.has_value());
+  CHECK(orion.error().message ==
+        "model_type 'orion' is not supported: Orion's remote code normalizes with LayerNorm (mean subtraction and a "
+        "bias) although its config.json names rms_norm_eps, and that layout is not modelled");
+  for (const char* t : {"qwen", "chatglm", "internlm", "baichuan", "orion"}) {
     INFO(t);
     auto r = io::parse_hf_config(std::string(R"({"model_type": ")") + t + "\", " + kLlamaKeys + "}", "c.json");
     REQUIRE_FALSE(r.has_value());
