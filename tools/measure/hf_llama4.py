@@ -24,6 +24,9 @@ CPU measurements
   frequencies, times attention_scaling (complex64);
 - the causal-LM head and ForCausalLMLoss from hf_llama. No router aux loss (output_router_logits
   false in the released configs).
+
+Below the text model: Llama4ForConditionalGeneration with its vision model, projector and own loss,
+for the batches with images (docs/formulas.md#llama-4-vision; cases in llama4_vision_cases.json).
 """
 import math
 

@@ -289,6 +289,24 @@ TEST_CASE("Llama 4 estimates text-only fine-tuning by default, and batches with 
   REQUIRE(with_images.has_value());
   memplan::testing::require_consistent(*with_images);
   CHECK(with_images->peak.count() > e->peak.count());
+  // A trained tower under reentrant checkpointing: transformers passes hidden_state to each vision
+  // layer as a keyword, so torch.utils.checkpoint runs the layers without a graph (checked on the
+  // CPU mirror, tools/measure/hf_llama4.py): said, and the layers' weights get no gradient.
+  TrainingConfig tower = images;
+  tower.vision.train_vision_tower = true;
+  tower.checkpoint_reentrant = true;
+  auto reentrant = estimate(m, tower);
+  REQUIRE(reentrant.has_value());
+  const auto warned = [](const Estimate& est) {
+    return std::any_of(est.warnings.begin(), est.warnings.end(), [](const std::string& w) {
+      return w.rfind("Llama 4's vision layers get no gradient under reentrant gradient checkpointing", 0) == 0;
+    });
+  };
+  CHECK(warned(*reentrant));
+  tower.checkpoint_reentrant = false;
+  auto nonreentrant = estimate(m, tower);
+  REQUIRE(nonreentrant.has_value());
+  CHECK_FALSE(warned(*nonreentrant));
   // Scout's vision_config with a pixel shuffle the adapter cannot read (fc1 takes intermediate_size
   // 5,632 = 1,408 x 2^2): refused with images, estimated without.
   ModelSpec odd = m;
