@@ -1884,10 +1884,13 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
         impl->assumptions.push_back(fmt::format(
             "Llama 4 images: {}x{} tiles of {} px (Llama4ImageProcessorFast, max_patches 16) and a global tile when "
             "there are several, {} tower rows and {} features per tile after the pixel shuffle; pixel_values in the "
-            "tower's dtype; Llama4ForConditionalGeneration's own loss (a boolean-indexed copy of the shifted logits, "
-            "no fp32 upcast)",
+            "tower's dtype{}",
             images.grid.rows / side, images.grid.cols / side, v.image_size, side * side + 1,
-            (side / v.spatial_merge_size) * (side / v.spatial_merge_size)));
+            (side / v.spatial_merge_size) * (side / v.spatial_merge_size),
+            sp.loss_index_copy && config.method == Method::kSft
+                ? "; Llama4ForConditionalGeneration's own loss (a boolean-indexed copy of the shifted logits, no fp32 "
+                  "upcast)"
+                : ""));
         if (config.vision.train_vision_tower && config.gradient_checkpointing && config.reentrant_checkpointing())
           impl->warnings.push_back(
               "Llama 4's vision layers get no gradient under reentrant gradient checkpointing: Llama4VisionEncoder "
