@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memplan/result.hpp"
@@ -120,7 +121,7 @@ enum class VisionKind {
   kSiglip,    // Gemma 3: SigLIP ViT (LayerNorm, GELU-tanh MLP) + average pooling + RMSNorm projector
   kMllama,    // Llama 3.2 Vision: tiled ViT (local + gated global layers) read by cross-attention layers
   kQwen3Vl,   // Qwen3-VL: LayerNorm, fc1/GELU-tanh/fc2 MLP, learned positions, DeepStack mergers into early layers
-  kLlama4,    // Llama 4: counted (unfold patch Linear, 2D-rope ViT, pixel-shuffle adapter, projector), not simulated
+  kLlama4,    // Llama 4: unfold patch Linear, 2D-rope ViT over 336-px tiles, pixel-shuffle adapter, projector
   kGemma4,    // Gemma 4: counted (patch Linear, 2D position table, q/k/v-normed ViT, gated GELU-tanh MLP), not simulated
   kPixtral,   // Mistral 3 (Mistral Small 3.1/3.2, Ministral 3): Pixtral ViT + patch merger, counted, not simulated
   kGemma3n,   // Gemma 3n: timm's MobileNetV5-300M and Gemma3nMultimodalEmbedder, counted, not simulated
@@ -152,7 +153,8 @@ struct VisionSpec {
   // merger and are added to the image tokens' hidden states after text layer 0, 1, ...
   std::int64_t num_position_embeddings = 0;
   std::vector<int> deepstack_indexes;
-  // Llama 4 (docs/models.md#llama-4): the vision adapter's pixel-shuffle MLP width and output.
+  // Llama 4 (docs/models.md#llama-4): the vision adapter's pixel-shuffle MLP width and output
+  // (spatial_merge_size holds 1 / pixel_shuffle_ratio).
   std::int64_t projector_input_dim = 0;
   std::int64_t projector_output_dim = 0;
   // Mistral 3 (docs/models.md#mistral-3): multimodal_projector_bias on linear_1 and linear_2;
@@ -465,6 +467,10 @@ struct ImageGrid {
   std::int64_t tokens = 0;
 };
 ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t width);
+// Llama 4: the (rows, cols) of tiles Llama4ImageProcessorFast fits an image into (get_best_fit
+// over the grids of at most max_patches tiles of `tile` pixels; docs/formulas.md#llama-4-vision).
+std::pair<std::int64_t, std::int64_t> llama4_tile_grid(std::int64_t height, std::int64_t width, std::int64_t tile,
+                                                       int max_patches = 16);
 // mllama: the width of the tower's output, the last layer concatenated with the intermediate ones.
 std::int64_t mllama_output_dim(const VisionSpec& v);
 // The resolution memplan assumes when none is given (docs/formulas.md#image-tokens).

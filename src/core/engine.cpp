@@ -251,7 +251,15 @@ struct ImagePlan {
 // The tokens one image takes in the sequence: its features' placeholders, and for Pixtral an
 // [IMG_BREAK] after every row of merged patches but the last, which is [IMG_END]
 // (Mistral3Processor / PixtralProcessor; docs/formulas.md#pixtral).
+// Llama 4: <|image_start|>, <|image|> and <|image_end|>, and with more than one tile a
+// <|tile_x_separator|> between the tiles of a row and a <|tile_y_separator|> after each row, one
+// per tile (Llama4Processor._prompt_split_image; docs/formulas.md#llama-4-vision).
 std::int64_t sequence_tokens(const VisionSpec& v, const ImageGrid& g) {
+  if (v.kind == VisionKind::kLlama4) {
+    const std::int64_t side = v.image_size / v.patch_size;
+    const std::int64_t tiles = (g.rows / side) * (g.cols / side);
+    return g.tokens + 3 + (tiles > 1 ? tiles : 0);
+  }
   if (v.kind != VisionKind::kPixtral) return g.tokens;
   return g.tokens + g.rows / v.spatial_merge_size;
 }
@@ -261,7 +269,7 @@ ImagePlan image_plan(const ModelSpec& m, const TrainingConfig& c) {
   if (!m.vision.enabled()) return p;
   // Qwen-VL and Llama 3.2 Vision models are trained on images; Gemma 3 is mostly fine-tuned on
   // text (its tower loaded, unused).
-  // Llama 4 is counted with its tower but fine-tuned on text here (docs/models.md#llama-4).
+  // Llama 4 is mostly fine-tuned on text (docs/models.md#llama-4): images only when asked.
   const bool text_default = m.vision.kind == VisionKind::kSiglip || m.vision.kind == VisionKind::kLlama4 ||
                             m.vision.kind == VisionKind::kGemma4 || m.vision.kind == VisionKind::kPixtral ||
                             m.vision.kind == VisionKind::kGemma3n;
@@ -288,11 +296,20 @@ Status check_vision(const ModelSpec& m, const TrainingConfig& c) {
                                   m.name.empty() ? m.model_type : m.name),
                       "use a Qwen2-VL, Qwen2.5-VL or Gemma 3 (4B and up) model, or --images 0");
   if (!m.vision.enabled()) return Ok{};
-  if (m.vision.kind == VisionKind::kLlama4 && c.vision.images > 0)
-    return make_error(ErrorCode::kUnsupported,
-                      "Llama 4's vision tower (unfold patch embedding, 2D-rotary ViT, pixel-shuffle adapter) is counted "
-                      "but not simulated: batches with images are not modelled",
-                      "estimate text-only fine-tuning (--images 0), the common case for Llama 4");
+  if (m.vision.kind == VisionKind::kLlama4 && c.vision.images > 0) {
+    // Llama4VisionPixelShuffleMLP: fc1 reads the shuffled width (hidden x merge^2) as
+    // intermediate_size, and fc2 reads fc1's projector_input_dim as projector_output_dim; a config
+    // where they differ loads but cannot run an image.
+    const VisionSpec& v = m.vision;
+    const std::int64_t shuffled = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
+    if (v.intermediate_size != shuffled || v.projector_input_dim != v.projector_output_dim)
+      return make_error(ErrorCode::kUnsupported,
+                        fmt::format("Llama 4's vision adapter cannot run an image with this vision_config: fc1 takes "
+                                    "intermediate_size ({}) for the pixel-shuffled width ({}), and fc2 "
+                                    "projector_output_dim ({}) for fc1's projector_input_dim ({})",
+                                    v.intermediate_size, shuffled, v.projector_output_dim, v.projector_input_dim),
+                        "estimate text-only fine-tuning (--images 0)");
+  }
   if (m.vision.kind == VisionKind::kPixtral && c.vision.images > 0 && m.vision.projector_input_dim != m.vision.hidden_size)
     return make_error(ErrorCode::kUnsupported,
                       "Mistral 3 with a list of vision_feature_layer entries (the chosen hidden states concatenated "
@@ -1631,6 +1648,14 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
       sp.loss_shift_copy = true;
       sp.loss_upcast_in_model = true;
     }
+    // Llama4ForConditionalGeneration (the class a batch with images needs) computes its own loss
+    // (docs/formulas.md#llama-4-vision): logits[..., :-1, :][mask != 0].contiguous() in the
+    // logits' dtype, then nn.CrossEntropyLoss (fp32 only under autocast). Text-only Llama 4 is
+    // estimated as Llama4ForCausalLM (ForCausalLMLoss).
+    if (model.vision.kind == VisionKind::kLlama4 && image_plan(model, config).images > 0 &&
+        config.loss_kernel == LossKernel::kEager) {
+      sp.loss_index_copy = true;
+    }
     switch (config.method) {
       case Method::kSft: sp.method = sim::StepMethod::kSft; break;
       case Method::kDpo: sp.method = sim::StepMethod::kDpo; break;
@@ -1653,6 +1678,7 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
     // Under autocast cross_entropy runs in fp32 whatever the logits' dtype (its log_softmax is on
     // autocast's fp32 list): a loss without the upcast differs only without autocast.
     sp.loss_upcast = config.loss_upcast || config.autocast.has_value();
+    if (sp.loss_index_copy) sp.loss_upcast = config.autocast.has_value();  // nn.CrossEntropyLoss on the logits as they are
     // NomicBERT's encoder calls torch.utils.checkpoint(..., use_reentrant=False) itself.
     sp.checkpoint_reentrant = config.reentrant_checkpointing() && !model.is_nomic_bert();
     sp.fsdp_frozen_units = fsdp_frozen_layer_units(config);
@@ -1856,6 +1882,25 @@ Result<Estimator> Estimator::build(const ModelSpec& model, const TrainingConfig&
                             v.model_type, images.images, images.grid.width, images.grid.height, images.grid.patches,
                             sequence_tokens(v, images.grid), config.vision.train_vision_tower ? "trained" : "frozen",
                             config.vision.train_projector ? "trained" : "frozen"));
+      if (v.kind == VisionKind::kLlama4 && images.images > 0) {
+        const std::int64_t side = v.image_size / v.patch_size;
+        impl->assumptions.push_back(fmt::format(
+            "Llama 4 images: {}x{} tiles of {} px (Llama4ImageProcessorFast, max_patches 16) and a global tile when "
+            "there are several, {} tower rows and {} features per tile after the pixel shuffle; pixel_values in the "
+            "tower's dtype{}",
+            images.grid.rows / side, images.grid.cols / side, v.image_size, side * side + 1,
+            (side / v.spatial_merge_size) * (side / v.spatial_merge_size),
+            sp.loss_index_copy && config.method == Method::kSft
+                ? "; Llama4ForConditionalGeneration's own loss (a boolean-indexed copy of the shifted logits, no fp32 "
+                  "upcast)"
+                : ""));
+        if (config.vision.train_vision_tower && config.gradient_checkpointing && config.reentrant_checkpointing())
+          impl->warnings.push_back(
+              "Llama 4's vision layers get no gradient under reentrant gradient checkpointing: Llama4VisionEncoder "
+              "passes hidden_state as a keyword argument, so torch.utils.checkpoint runs them without a graph "
+              "(transformers 4.57); only layernorm_post and the pixel-shuffle adapter train. Use "
+              "gradient_checkpointing_kwargs {\"use_reentrant\": false} to train the tower");
+      }
     }
     if (model.audio.enabled())  // Gemma 4 E2B / E4B (docs/models.md#gemma-4), Gemma 3n (#gemma-3n)
       impl->assumptions.push_back(fmt::format(

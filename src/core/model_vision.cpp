@@ -4,6 +4,8 @@
 // counts, and what one image becomes under each model's image processor.
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -289,6 +291,47 @@ std::int64_t default_image_side(const VisionSpec& v) {
   return v.kind == VisionKind::kSiglip ? v.image_size : 768;
 }
 
+std::pair<std::int64_t, std::int64_t> llama4_tile_grid(std::int64_t height, std::int64_t width, std::int64_t tile,
+                                                       int max_patches) {
+  // find_supported_resolutions: every (h, w) grid of at most max_patches tiles, grouped by aspect
+  // ratio h / w in the order first met (chunks from max_patches down, factors ascending).
+  std::vector<std::pair<double, std::vector<std::pair<std::int64_t, std::int64_t>>>> by_ratio;
+  for (int chunk = max_patches; chunk >= 1; --chunk)
+    for (int f = 1; f <= chunk; ++f) {
+      if (chunk % f != 0) continue;
+      const double ratio = static_cast<double>(f) / static_cast<double>(chunk / f);
+      auto it = std::find_if(by_ratio.begin(), by_ratio.end(), [ratio](const auto& e) { return e.first == ratio; });
+      if (it == by_ratio.end()) it = by_ratio.insert(by_ratio.end(), {ratio, {}});
+      it->second.emplace_back(f, chunk / f);
+    }
+  // get_best_fit (resize_to_max_canvas false), in float32 as torch divides an int64 tensor: the
+  // smallest scale >= 1 that fits without distortion, else the largest below 1; among the
+  // canvases of that scale the smallest area (the first of equal ones).
+  std::vector<std::pair<std::int64_t, std::int64_t>> grids;
+  for (const auto& [ratio, list] : by_ratio) grids.insert(grids.end(), list.begin(), list.end());
+  const auto scale = [&](const std::pair<std::int64_t, std::int64_t>& r) {
+    const float sh = static_cast<float>(r.first * tile) / static_cast<float>(height);
+    const float sw = static_cast<float>(r.second * tile) / static_cast<float>(width);
+    return sh > sw ? sw : sh;
+  };
+  bool up = false;
+  float best = 0.0F;
+  for (const auto& r : grids) {
+    const float s = scale(r);
+    if (s >= 1.0F && (!up || s < best)) best = s, up = true;
+  }
+  if (!up)
+    for (const auto& r : grids) best = std::max(best, scale(r));
+  std::pair<std::int64_t, std::int64_t> out{1, 1};
+  std::int64_t area = -1;
+  for (const auto& r : grids)
+    if (scale(r) == best && (area < 0 || r.first * r.second < area)) {
+      out = r;
+      area = r.first * r.second;
+    }
+  return out;
+}
+
 ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t width) {
   ImageGrid g;
   if (!v.enabled() || height <= 0 || width <= 0) return g;
@@ -311,6 +354,23 @@ ImageGrid image_grid(const VisionSpec& v, std::int64_t height, std::int64_t widt
     g.rows = g.cols = v.image_size / v.patch_size;
     g.patches = g.rows * g.cols;
     g.tokens = v.tokens_per_image;
+    return g;
+  }
+  if (v.kind == VisionKind::kLlama4) {
+    // Llama4ImageProcessorFast (docs/formulas.md#llama-4-vision): the canvas of whole tiles of
+    // image_size pixels (at most max_patches = 16) the image fits without distortion, then one
+    // global tile more when there are several. rows / cols: patches down and across the canvas;
+    // patches: rows through the tower (each tile's patches and its class token); tokens: the
+    // features after the pixel shuffle (spatial_merge_size = 1 / pixel_shuffle_ratio).
+    const auto [tr, tc] = llama4_tile_grid(height, width, v.image_size);
+    const std::int64_t side = v.image_size / v.patch_size, merge = std::max(1, v.spatial_merge_size);
+    const std::int64_t tiles = tr * tc + (tr * tc > 1 ? 1 : 0);
+    g.height = tr * v.image_size;
+    g.width = tc * v.image_size;
+    g.rows = tr * side;
+    g.cols = tc * side;
+    g.patches = checked_mul(tiles, side * side + 1);
+    g.tokens = checked_mul(tiles, (side / merge) * (side / merge));
     return g;
   }
   if (v.kind == VisionKind::kPixtral) {

@@ -150,6 +150,39 @@ TEST_CASE("Pixtral: scaled to fit longest_edge (image_size), sides rounded up to
   }
 }
 
+TEST_CASE("Llama 4: tiles of 336 px fitted by get_best_fit, a global tile when there are several") {
+  // Llama 4 Scout / Maverick vision_config: patch 14, image_size 336, pixel_shuffle_ratio 0.5.
+  VisionSpec v;
+  v.kind = VisionKind::kLlama4;
+  v.depth = 34;
+  v.hidden_size = 1408;
+  v.intermediate_size = 5632;
+  v.num_heads = 16;
+  v.patch_size = 14;
+  v.image_size = 336;
+  v.spatial_merge_size = 2;
+  struct Case {
+    std::int64_t h, w, tile_rows, tile_cols, tiles;
+  };
+  // By hand from Llama4ImageProcessorFast (max_patches 16): per grid of at most 16 tiles the scale
+  // min(336 rows / h, 336 cols / w); the smallest scale >= 1, else the largest; the smallest area.
+  for (const Case& c : {Case{336, 336, 1, 1, 1},     // (1, k) and (k, 1) all scale 1: (1, 1) is smallest
+                        Case{100, 50, 1, 1, 1},      // every grid upscales; (1, 1) by 3.36 is the least
+                        Case{768, 768, 3, 3, 10},    // 1008 / 768 = 1.3125; 2 x 2 would be 0.875
+                        Case{1000, 300, 3, 1, 4},    // 1.008 (3 rows) < 1.12 (4 rows, 1 column)
+                        Case{5000, 5000, 4, 4, 17}}) {  // nothing upscales: 4 x 4 shrinks least (0.2688)
+    INFO(c.h << "x" << c.w);
+    CHECK(llama4_tile_grid(c.h, c.w, 336) == std::pair<std::int64_t, std::int64_t>{c.tile_rows, c.tile_cols});
+    const ImageGrid g = image_grid(v, c.h, c.w);
+    CHECK(g.height == c.tile_rows * 336);
+    CHECK(g.width == c.tile_cols * 336);
+    CHECK(g.rows == c.tile_rows * 24);
+    CHECK(g.cols == c.tile_cols * 24);
+    CHECK(g.patches == c.tiles * 577);  // 24 x 24 patches and the class token per tile
+    CHECK(g.tokens == c.tiles * 144);   // 12 x 12 after the pixel shuffle
+  }
+}
+
 TEST_CASE("Gemma 3 resizes every image to 896 x 896: 4096 patches pooled to 256 tokens") {
   const ImageGrid g = image_grid(siglip_gemma3(), 480, 640);
   CHECK(g.height == 896);

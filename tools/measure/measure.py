@@ -158,15 +158,17 @@ def build_vlm(case):
     t = case["training"]
     qwen3 = case["model"].get("model_type") == "qwen3_vl"
     mistral3 = case["model"].get("model_type") == "mistral3"
-    family = hf_qwen3_vl if qwen3 else hf_pixtral if mistral3 else hf_qwen_vl
+    llama4 = case["model"].get("model_type") == "llama4"
+    family = hf_qwen3_vl if qwen3 else hf_pixtral if mistral3 else hf_llama4 if llama4 else hf_qwen_vl
     cls = (hf_qwen3_vl.Qwen3VLForConditionalGeneration if qwen3 else
-           hf_pixtral.Mistral3ForConditionalGeneration if mistral3 else hf_qwen_vl.Qwen25VLForConditionalGeneration)
+           hf_pixtral.Mistral3ForConditionalGeneration if mistral3 else
+           hf_llama4.Llama4ForConditionalGeneration if llama4 else hf_qwen_vl.Qwen25VLForConditionalGeneration)
     model = from_pretrained_dtype(cls(case["model"]), DTYPES[t.get("torch_dtype", "float32")])
     lora = t.get("lora")
     for p in model.visual.parameters():
         p.requires_grad_(t.get("train_vision_tower", False) and not lora)
     # The projector: Qwen2.5-VL's merger; Qwen3-VL's merger and DeepStack mergers.
-    projector = model.projector_modules() if qwen3 or mistral3 else [model.visual.merger]
+    projector = model.projector_modules() if qwen3 or mistral3 or llama4 else [model.visual.merger]
     for mod in projector:
         for p in mod.parameters():
             p.requires_grad_(t.get("train_projector", False) and not lora)
@@ -178,7 +180,9 @@ def build_vlm(case):
             p.requires_grad_(False)
         peft_lora.apply_lora(scope, lora.get("r", 16), lora.get("alpha", 32), lora.get("dropout", 0.05),
                              lora.get("target_modules"))
-        if t.get("train_projector") and mistral3:
+        if t.get("train_projector") and llama4:
+            model.multi_modal_projector = peft_lora.ModulesToSaveWrapper(model.multi_modal_projector)
+        elif t.get("train_projector") and mistral3:
             model.model.multi_modal_projector = peft_lora.ModulesToSaveWrapper(model.model.multi_modal_projector)
         elif t.get("train_projector"):
             model.model.visual.merger = peft_lora.ModulesToSaveWrapper(model.model.visual.merger)
@@ -260,7 +264,7 @@ def build(case):
         return build_modernbert(case)
     if case["model"].get("model_type") == "mllama":
         return build_mllama(case)
-    if case["model"].get("model_type") in ("qwen2_5_vl", "qwen3_vl", "mistral3"):
+    if case["model"].get("model_type") in ("qwen2_5_vl", "qwen3_vl", "mistral3", "llama4"):
         return build_vlm(case)
     torch.manual_seed(0)
     t = case["training"]

@@ -274,6 +274,16 @@ class Step {
   int vision_block(int h, int block);
   int trained_vision_blocks(int x, const std::vector<int>& holds, const std::function<bool(int)>& full_block);
   int vision_features();
+  // Llama 4 (docs/formulas.md#llama-4-vision): tiles per image, the tower and adapter, one
+  // encoder layer's attention, and the wrapper's merge of the projected features.
+  std::int64_t llama4_tiles() const {
+    const std::int64_t side = m_.vision.image_size / m_.vision.patch_size;
+    return sp_.image_patches / (side * side + 1);
+  }
+  int llama4_vision_features();
+  int llama4_vision_attention(int x, LayerParams& lp);
+  int llama4_merge_images(int embeds);
+  std::vector<int> wrapper_locals_;  // Llama 4: image_features and projected_vision_flat, locals of the wrapper's forward
   int pixtral_features();
   int pixtral_attention(int x, LayerParams& lp);
   int merge_image_features(int embeds, int features);
@@ -329,6 +339,10 @@ class Step {
     int merge_norm_w = -1, merge_norm_b = -1;                           // Qwen ln_q, Gemma 3 mm_soft_emb_norm
     std::vector<std::pair<int, int>> deepstack_norms;                   // Qwen3-VL: each DeepStack merger's LayerNorm(4h)
     std::map<std::string, LinearParams> proj;                           // projector Linears
+    // Llama 4: class_embedding, layernorm_pre (w, b), the rotary table (a plain fp32 attribute)
+    // and the vision adapter's fc1 / fc2 (pos: positional_embedding_vlm; post_w/b: layernorm_post).
+    int cls = -1, pre_w = -1, pre_b = -1, freqs = -1;
+    std::map<std::string, LinearParams> adapter;
   };
   struct Weights {
     int embed = -1, pos_embed = -1, final_norm = -1, final_norm_b = -1, lm_head = -1;
@@ -604,7 +618,13 @@ void Step::make_vision_params() {
   const std::int64_t h = v.hidden_size;
   const bool siglip = v.kind == VisionKind::kSiglip;
   const bool ln = v.kind != VisionKind::kQwen25Vl && v.kind != VisionKind::kPixtral;  // else RMSNorm
-  const bool tower = sp_.full_finetune && sp_.train_vision_tower;
+  const bool adapter_trained = sp_.full_finetune && sp_.train_vision_tower;
+  // Llama 4 under reentrant checkpointing: Llama4VisionEncoder calls its layers with keyword
+  // arguments only, so torch.utils.checkpoint gets no tensor input and runs them without a graph:
+  // the patch embedding, the embeddings, layernorm_pre and the layers get no gradient (and AdamW
+  // no state); layernorm_post and the adapter still train (docs/formulas.md#llama-4-vision).
+  const bool no_layer_grads = v.kind == VisionKind::kLlama4 && sp_.gradient_checkpointing && sp_.checkpoint_reentrant;
+  const bool tower = adapter_trained && !no_layer_grads;
   // Frozen parameters may stay in the load dtype (LLaMA-Factory upcasts trainable ones only).
   const auto dt = [this](bool train, DT usual) { return !train && sp_.vision_frozen_dt ? *sp_.vision_frozen_dt : usual; };
   vw.patch_w = make_param(v.patch_values() * h, dt(tower, other_dt()), tower, Cat::kWeights, h, v.patch_values());
@@ -616,12 +636,24 @@ void Step::make_vision_params() {
     vw.post_w = make_param(4 * h, dt(false, other_dt()), false);  // layernorm_pre and layernorm_post
   }
   if (v.kind == VisionKind::kLlama4) {
-    // Counted, never run (docs/models.md#llama-4): class and position embeddings, layernorm_pre/post
-    // and the pixel-shuffle adapter as one frozen tensor.
-    const std::int64_t side = v.image_size / v.patch_size;
-    vw.pos = make_param(h + (side * side + 1) * h + 4 * h + v.intermediate_size * v.projector_input_dim +
-                            v.projector_output_dim * v.projector_output_dim,
-                        dt(false, other_dt()), false);
+    // Llama4VisionModel (docs/formulas.md#llama-4-vision): class_embedding, positional_embedding_vlm
+    // ((image / patch)^2 + 1 rows), layernorm_pre, layernorm_post, the pixel-shuffle adapter's
+    // fc1 / fc2 (no biases; LoRA reaches them by name with the tower), and
+    // Llama4VisionRotaryEmbedding.freqs_ci: complex64 (N, 1, head_dim / 2), a plain attribute that
+    // neither .to(dtype) nor from_pretrained casts (on a GPU, .to(device) copies it each forward).
+    const std::int64_t side = v.image_size / v.patch_size, n = side * side + 1;
+    vw.cls = make_param(h, dt(tower, other_dt()), tower);
+    vw.pos = make_param(n * h, dt(tower, other_dt()), tower, Cat::kWeights, n, h);
+    vw.pre_w = make_param(h, dt(tower, other_dt()), tower);
+    vw.pre_b = make_param(h, dt(tower, other_dt()), tower);
+    vw.post_w = make_param(h, dt(adapter_trained, other_dt()), adapter_trained);
+    vw.post_b = make_param(h, dt(adapter_trained, other_dt()), adapter_trained);
+    vw.freqs = make_param(n * (h / v.num_heads), DT::kF32, false);
+    vw.adapter.clear();
+    for (const auto& mod : std::vector<LinearModule>{
+             {"fc1", v.intermediate_size, v.projector_input_dim, false, 1, LinearRole::kMlp},
+             {"fc2", v.projector_output_dim, v.projector_output_dim, false, 1, LinearRole::kMlp}})
+      vw.adapter.emplace(mod.name, make_linear(mod, adapter_trained, sp_.train_vision_tower, sp_.vision_frozen_dt));
   }
   if (v.kind == VisionKind::kPixtral) {  // ln_pre (docs/formulas.md#pixtral)
     vw.pos = make_param(h, dt(tower, other_dt()), tower);
@@ -646,7 +678,7 @@ void Step::make_vision_params() {
   for (int l = 0; l < v.depth + v.global_depth; ++l) {  // mllama: the global layers follow the local ones
     LayerParams lp;
     for (const auto& mod : vision_block_linears(v))
-      lp.lin.emplace(mod.name, make_linear(mod, tower, sp_.train_vision_tower, sp_.vision_frozen_dt));
+      lp.lin.emplace(mod.name, make_linear(mod, tower, sp_.train_vision_tower && !no_layer_grads, sp_.vision_frozen_dt));
     for (int i = 0; i < 2; ++i) {
       lp.norms.push_back(make_param(h, dt(tower, other_dt()), tower));
       lp.norms.push_back(ln ? make_param(h, dt(tower, other_dt()), tower) : -1);
@@ -2925,6 +2957,7 @@ int Step::vision_norm(int x, int w, int bias, const Poly& numel, const Poly& row
 int Step::vision_attention(int x, LayerParams& lp, int block) {
   const VisionSpec& v = m_.vision;
   if (v.kind == VisionKind::kPixtral) return pixtral_attention(x, lp);
+  if (v.kind == VisionKind::kLlama4) return llama4_vision_attention(x, lp);
   const std::int64_t h = v.hidden_size;
   // SigLIP and mllama project q, k, v separately; both run one attention call over the image
   // (mllama: over all tiles of an image, with the aspect-ratio mask).
@@ -3110,8 +3143,8 @@ int Step::vision_mlp(int x, LayerParams& lp) {
   const int f = lin(x, lp.lin.at(v.kind == VisionKind::kQwen3Vl ? "linear_fc1" : "fc1"), wide);
   int act;
   const bool q3 = v.kind == VisionKind::kQwen3Vl;
-  if (v.kind == VisionKind::kSiglip || v.kind == VisionKind::kMllama || q3) {
-    // gelu_pytorch_tanh (SigLIP, Qwen3-VL), exact GELU (mllama): one op saving its input
+  if (v.kind == VisionKind::kSiglip || v.kind == VisionKind::kMllama || v.kind == VisionKind::kLlama4 || q3) {
+    // gelu_pytorch_tanh (SigLIP, Qwen3-VL), exact GELU (mllama, Llama 4): one op saving its input
     act = ops_.gelu(f);
   } else {               // QuickGELU: x * sigmoid(1.702 x)
     const int a = ops_.scalar_op(f);
@@ -3557,6 +3590,154 @@ int Step::pixtral_features() {
   return cat;
 }
 
+// ---- Llama 4's vision model and projector (docs/formulas.md#llama-4-vision)
+
+// Llama4VisionAttention over every tile (tiles x N rows, N = (image / patch)^2 + 1): q/k/v_proj
+// with biases, .view(tiles, N, heads, head_dim), vision_apply_rotary_emb (the text model's complex
+// rotation in fp32, with the (N, 1, head_dim / 2) table), transpose(1, 2), then
+// vision_eager_attention_forward (repeat_kv by 1 returns the tensor; matmul folds (tiles, heads)
+// into bmm's batch and copies the permuted q, k^T and v unless there is one tile; the softmax
+// stays in the scores' dtype) or SDPA / flash-attention without a mask; o_proj with a bias.
+int Step::llama4_vision_attention(int x, LayerParams& lp) {
+  const VisionSpec& v = m_.vision;
+  const std::int64_t h = v.hidden_size, heads = v.num_heads;
+  const std::int64_t side = v.image_size / v.patch_size, n = side * side + 1;
+  const Poly qn = vpt(h);
+  const int q0 = lin(x, lp.lin.at("q_proj"), qn);
+  const int k0 = lin(x, lp.lin.at("k_proj"), qn);
+  const int v0 = lin(x, lp.lin.at("v_proj"), qn);
+  const auto [qr, kr] = llama4_rotary(g_, ops_, q0, k0, w_->vision.freqs, qn, qn);
+  g_.drop(q0);
+  g_.drop(k0);
+  // q and k come from the rotation's elementwise ops, whose backward writes a new tensor (as in
+  // the text model); v's transposed gradient needs a contiguous copy.
+  const int q = ops_.view(qr);
+  const int k = ops_.view(kr);
+  const int val = ops_.transpose_view(v0);
+  g_.drop(qr);
+  g_.drop(kr);
+  g_.drop(v0);
+  const bool one_tile = sp_.batch_one && sp_.batch_multiplier == 1 && sp_.images == 1 && llama4_tiles() == 1;
+  int out = -1;
+  if (sp_.attn == AttnImpl::kEager) {
+    const Poly scores = per_image(checked_mul(llama4_tiles(), checked_mul(heads, n * n)));
+    const int probs = llama4_eager_probs(g_, ops_, q, ops_.view(k), -1, scores, !one_tile, !one_tile);
+    out = ops_.attention_output(probs, val, qn, !one_tile);
+  } else {
+    const int q16 = ops_.cast_for_autocast(q);
+    const int k16 = ops_.cast_for_autocast(k);
+    const int v16 = ops_.cast_for_autocast(val);
+    const int o = ops_.fused_attention(q16, k16, v16, qn, vpt(heads));
+    g_.drop(q16);
+    g_.drop(k16);
+    g_.drop(v16);
+    // sdpa_attention_forward: transpose(1, 2).contiguous(), a copy; flash-attention's output is
+    // already (tiles, N, heads, d).
+    out = sp_.attn == AttnImpl::kFlashAttention2 ? ops_.view(o) : ops_.clone(o);
+    g_.drop(o);
+  }
+  g_.drop(q);
+  g_.drop(k);
+  g_.drop(val);
+  const int r = ops_.view(out);  // reshape(tiles, N, -1).contiguous()
+  g_.drop(out);
+  const int o = lin(r, lp.lin.at("o_proj"), qn);
+  g_.drop(r);
+  return o;
+}
+
+// Llama4VisionModel.forward on the batch's tiles (transformers 4.51-4.57): what stays alive
+// follows Python's references. The encoder's last output stays in `output` until the forward
+// returns; layernorm_post's output stays under the class-token slice while the adapter runs.
+int Step::llama4_vision_features() {
+  const VisionSpec& v = m_.vision;
+  VisionWeights& vw = w_->vision;
+  const std::int64_t h = v.hidden_size, side = v.image_size / v.patch_size, tiles = llama4_tiles();
+  const auto patch_rows = [&](std::int64_t k) { return per_image(checked_mul(tiles * side * side, k)); };
+  const Poly H = vpt(h);
+  ops_.cat = Cat::kActivations;
+  const DT dt = g_.at(vw.patch_w).dt;
+  // Llama4UnfoldConvolution: nn.Unfold (im2col, a new (tiles, 3 p^2, patches) tensor; the pixels
+  // need no gradient), .permute(0, 2, 1), the bias-free Linear, whose matmul folds the permuted
+  // 3-D input into 2-D: a contiguous copy, kept for the weight's gradient.
+  const int unfolded = g_.make(patch_rows(v.patch_values()), dt, ops_.cat);
+  const int folded = g_.make(patch_rows(v.patch_values()), dt, ops_.cat);
+  const int pe = ops_.linear(folded, vw.patch_w, -1, patch_rows(h));
+  g_.drop(folded);
+  g_.drop(unfolded);
+  // torch.cat([patches, class_embedding.expand(tiles, 1, h)], dim=1), the class token last;
+  // + positional_embedding_vlm (its .to(dtype) is the Parameter itself); layernorm_pre.
+  const int ce = g_.view(vw.cls, per_image(checked_mul(tiles, h)));
+  g_.node({vw.cls}, {ce}, {}, [c = vw.cls](Bwd& b) { b.give(c, b.like(c)); });  // ExpandBackward: a sum
+  const int x0 = ops_.concat({pe, ce});
+  g_.drop(pe);
+  g_.drop(ce);
+  const int x1 = ops_.add(x0, vw.pos, H);
+  g_.drop(x0);
+  int x = layer_norm(x1, vw.pre_w, vw.pre_b, H, vpt(1));
+  g_.drop(x1);
+  // Llama4VisionEncoder: under reentrant checkpointing each layer runs without a graph (no tensor
+  // argument reaches torch.utils.checkpoint; make_vision_params leaves these weights untrained).
+  // Layers without a graph record identical events: one stands for all.
+  const bool reentrant_gc = sp_.gradient_checkpointing && sp_.checkpoint_reentrant;
+  if (sp_.train_vision_tower && !reentrant_gc) {
+    x = trained_vision_blocks(x, {}, [](int) { return true; });
+  } else {
+    const bool outer = g_.grad_enabled();
+    if (reentrant_gc) g_.set_grad_enabled(false);
+    for (int l = 0; l < (sp_.vision_all_blocks ? v.depth : 1); ++l) {
+      const int next = reentrant_gc ? vision_block(x, l)
+                                    : layer_forward(x, [this, l](int t) { return vision_block(t, l); }, {}, false);
+      g_.drop(x);
+      x = next;
+    }
+    g_.set_grad_enabled(outer);
+  }
+  const int ln = layer_norm(x, vw.post_w, vw.post_b, H, vpt(1));
+  // hidden_state[:, :-1, :] drops each tile's class token (a view; its backward scatters into a
+  // zero tensor of ln's size). pixel_shuffle: views, then two permute(...).contiguous() copies,
+  // the first freed once the second is made.
+  const int sl = ops_.slice(ln, patch_rows(h), false);
+  const int c1 = ops_.clone(sl);
+  const int c2 = ops_.clone(c1);
+  g_.drop(c1);
+  // Llama4VisionMLP2: fc1, GELU, F.dropout(p=projector_dropout, 0: the tensor itself), fc2, GELU.
+  const int a1 = lin(c2, vw.adapter.at("fc1"), vtok(v.projector_input_dim));
+  g_.drop(c2);
+  const int g1 = ops_.gelu(a1);
+  g_.drop(a1);
+  const int a2 = lin(g1, vw.adapter.at("fc2"), vtok(v.projector_output_dim));
+  g_.drop(g1);
+  const int feats = ops_.gelu(a2);
+  g_.drop(a2);
+  for (const int t : {sl, ln, x}) g_.drop(t);  // the vision model's forward returns
+  return feats;
+}
+
+// Llama4ForConditionalGeneration.forward with pixel_values: the image features flattened
+// (a view), multi_modal_projector.linear_1, .to(inputs_embeds' dtype), get_placeholder_mask
+// (inputs_embeds[special_image_mask].numel(): nonzero of the expanded (b, s, hidden) bool mask,
+// (K, 3) int64 for K = features x hidden values, and the selected copy, both freed at once), then
+// masked_scatter. image_features, projected_vision_flat and the merged inputs_embeds stay locals
+// of the forward: alive through the language model and the loss.
+int Step::llama4_merge_images(int embeds) {
+  const std::int64_t hs = m_.hidden_size;
+  const int feats = llama4_vision_features();
+  const int flat = ops_.view(feats);
+  const int proj = lin(flat, w_->vision.proj.at("linear_1"), vtok(hs));
+  g_.drop(flat);
+  const int projected = ops_.to(proj, g_.at(embeds).dt);
+  g_.drop(proj);
+  const int nz = g_.make(vtok(checked_mul(3, hs)), DT::kI64, Cat::kActivations);
+  const int sel = g_.make(vtok(hs), g_.at(embeds).dt, Cat::kActivations);
+  g_.drop(sel);
+  g_.drop(nz);
+  const int merged = merge_image_features(embeds, projected);
+  g_.hold(merged);  // inputs_embeds: the wrapper's local too, passed to the language model
+  wrapper_locals_ = {feats, projected, merged};
+  return merged;
+}
+
 // Qwen3VLVisionPatchMerger(use_postshuffle_norm=True) on block output x: x.view(-1, 4h),
 // LayerNorm(4h), linear_fc1, GELU, linear_fc2 into the text hidden size.
 int Step::deepstack_merger(int x, std::size_t i) {
@@ -3909,11 +4090,17 @@ int Step::embed_and_layers(bool policy) {
       g_.hold(hcur);
       graph_held_.push_back(hcur);
     }
-    const int feats = vision_features();
-    const int merged = merge_image_features(hcur, feats);
-    g_.drop(feats);
-    g_.drop(hcur);
-    hcur = merged;
+    if (m_.vision.kind == VisionKind::kLlama4) {
+      const int merged = llama4_merge_images(hcur);
+      g_.drop(hcur);
+      hcur = merged;
+    } else {
+      const int feats = vision_features();
+      const int merged = merge_image_features(hcur, feats);
+      g_.drop(feats);
+      g_.drop(hcur);
+      hcur = merged;
+    }
   }
   if (m_.learned_positions && !received) {  // GPT-2: wte + wpe, then embd dropout
     const int pe = ops_.embedding(ids_, w_->pos_embed, Poly::mono(kS, h));
@@ -4139,6 +4326,12 @@ void Step::drop_forward_locals() {
   }
   for (const int t : deepstack_) g_.drop(t);
   deepstack_.clear();
+  // Llama 4's wrapper locals live until its forward returns: after the loss it computes itself
+  // (SFT with the eager loss, dropped by sft_loss), else once the logits are made.
+  if (!(sp_.method == StepMethod::kSft && sp_.loss_kernel == LossKernel::kEager)) {
+    for (const int t : wrapper_locals_) g_.drop(t);
+    wrapper_locals_.clear();
+  }
   if (mrope_ids_ >= 0) g_.drop(mrope_ids_);
   mrope_ids_ = -1;
   for (int* t : {&cross_states_, &cross_mask_, &cross_rows_, &vision_out_}) {
@@ -4290,7 +4483,23 @@ int Step::sft_loss(int logits) {
   }
   int shifted = -1;
   int shift = -1;
-  if (sp_.loss_shift_copy) {
+  if (sp_.loss_index_copy) {
+    // Llama4ForConditionalGeneration: logits[..., :-1, :] (a slice, whose backward scatters into
+    // a logits-sized zero tensor), [mask != 0]: nonzero's (rows, 2) int64 indices (kept by
+    // IndexBackward, which index_puts into a zero tensor of the slice's size) and the selected
+    // copy; labels[..., 1:][mask != 0] the same way (its indices are freed at once).
+    const Poly rows = tok(1) - per_seq(1);
+    ops_.cat = Cat::kLogits;
+    const int sl = ops_.slice(l32, rows * m_.vocab_size, false);
+    const int idx = g_.make(rows * 2, DT::kI64, Cat::kInputs);
+    shifted = g_.make(rows * m_.vocab_size, g_.at(sl).dt, Cat::kLogits);
+    g_.node({sl}, {shifted}, {idx}, [sl](Bwd& c) { c.give(sl, c.like(sl)); });
+    g_.drop(idx);
+    g_.drop(sl);
+    const int lidx = g_.make(rows * 2, DT::kI64, Cat::kInputs);
+    shift = g_.make(rows, DT::kI64, Cat::kInputs);
+    g_.drop(lidx);
+  } else if (sp_.loss_shift_copy) {
     const Poly rows = tok(1) - per_seq(1);
     ops_.cat = Cat::kLogits;
     const int sl = ops_.slice(l32, rows * m_.vocab_size, false);
@@ -4313,6 +4522,8 @@ int Step::sft_loss(int logits) {
   g_.drop(shift);
   if (logits >= 0) g_.drop(logits);  // CausalLMOutputWithPast is dropped by compute_loss before backward
   drop_cache_kv();                     // and Gemma 3n's past_key_values in it
+  for (const int t : wrapper_locals_) g_.drop(t);  // Llama 4's wrapper forward returns
+  wrapper_locals_.clear();
   return loss;
 }
 
@@ -4699,6 +4910,12 @@ ProgramResult Step::run() {
     pixels_ = g_.make(per_image(checked_mul(v.max_num_tiles * side * side, v.patch_values())), DT::kF32, Cat::kInputs);
     cross_mask_in_ = g_.make(tok(checked_mul(sp_.images, v.max_num_tiles)), DT::kI64, Cat::kInputs);
     vpos_ids_ = g_.make(per_image(1 + v.max_num_tiles), DT::kI64, Cat::kInputs);
+  } else if (vision_on() && m_.vision.kind == VisionKind::kLlama4) {
+    // pixel_values (tiles, 3, image_size, image_size). Llama4ImageProcessorFast returns bf16 and
+    // the tower takes them uncast: memplan gives them the tower's dtype (the bf16 of a bf16 model).
+    const std::int64_t side = m_.vision.image_size / m_.vision.patch_size;
+    pixels_ = g_.make(per_image(checked_mul(llama4_tiles() * side * side, m_.vision.patch_values())),
+                      g_.at(w_->vision.patch_w).dt, Cat::kInputs);
   } else if (vision_on()) {  // pixel_values (fp32, flattened patches); SigLIP's position_ids buffer
     pixels_ = g_.make(vpt(m_.vision.patch_values()), DT::kF32, Cat::kInputs);
     if (m_.vision.kind == VisionKind::kSiglip) {

@@ -72,6 +72,10 @@ struct ProgramSpec {
   bool loss_shift_copy = false;
   // transformers <= 4.45: the forward rebinds logits = logits.float(), freeing the 16-bit logits.
   bool loss_upcast_in_model = false;
+  // Llama4ForConditionalGeneration's own loss (docs/formulas.md#llama-4-vision): the shifted
+  // logits taken by a boolean index, logits[..., :-1, :][mask != 0] (a copy whose IndexBackward
+  // keeps the (rows, 2) int64 nonzero indices and scatters its gradient into a zero tensor).
+  bool loss_index_copy = false;
   bool gradient_checkpointing = false;
   bool checkpoint_reentrant = true;  // torch.utils.checkpoint use_reentrant
   // With gradient_checkpointing: only the decoder layers whose 1-based model index is a multiple

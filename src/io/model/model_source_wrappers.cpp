@@ -138,11 +138,25 @@ Result<VisionSpec> parse_llama4_vision(const json& vc, const std::string& origin
   v.depth = narrow(depth);
   v.num_heads = narrow(heads);
   v.temporal_patch_size = 1;
-  v.spatial_merge_size = 1;
+  // pixel_shuffle_ratio (0.5 in every released config): the adapter folds (1 / ratio)^2 patches
+  // into one feature; kept as spatial_merge_size = 1 / ratio, which must be a whole number.
+  double ratio = 0.5;
+  if (const json* r = field(vc, "pixel_shuffle_ratio"); r && !r->is_null()) {
+    if (!r->is_number()) return wrap_error(origin, "vision_config \"pixel_shuffle_ratio\" must be a number");
+    ratio = r->get<double>();
+  }
+  const double inverse = ratio > 0.0 ? 1.0 / ratio : 0.0;
+  if (!(ratio > 0.0 && ratio <= 1.0) || std::abs(inverse - std::round(inverse)) > 1e-9)
+    return wrap_error(origin, fmt::format("vision_config \"pixel_shuffle_ratio\" {} is not modelled (1 / ratio must be "
+                                          "a whole number: 0.5 in every Llama 4 checkpoint)", ratio));
+  v.spatial_merge_size = static_cast<int>(std::lround(inverse));
   if (v.depth <= 0) return wrap_error(origin, fmt::format("vision_config num_hidden_layers = {} must be positive", v.depth));
   if (v.patch_size <= 0 || v.image_size % v.patch_size != 0)
     return wrap_error(origin, fmt::format("vision_config \"image_size\" {} must be a multiple of \"patch_size\" {}",
                                           v.image_size, v.patch_size));
+  if ((v.image_size / v.patch_size) % v.spatial_merge_size != 0)
+    return wrap_error(origin, fmt::format("vision_config: the {} patches per tile side do not divide by 1 / "
+                                          "pixel_shuffle_ratio ({})", v.image_size / v.patch_size, v.spatial_merge_size));
   return v;
 }
 

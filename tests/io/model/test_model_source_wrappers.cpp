@@ -269,16 +269,63 @@ TEST_CASE("Llama 4's reduced models repeat whole periods of NoPE layers: the pea
   }
 }
 
-TEST_CASE("Llama 4 estimates text-only fine-tuning; batches with images are refused") {
+TEST_CASE("Llama 4 estimates text-only fine-tuning by default, and batches with images when asked") {
   const ModelSpec& m = catalog_spec("llama-4-scout");
+  CHECK(m.vision.spatial_merge_size == 2);  // 1 / pixel_shuffle_ratio (0.5)
   auto e = estimate(m, lora_config());
   REQUIRE(e.has_value());
   memplan::testing::require_consistent(*e);
+  CHECK(image_tokens_per_sequence(m, lora_config()) == 0);
   TrainingConfig images = lora_config();
+  images.seq_len = 2048;
   images.vision.images = 1;
-  auto refused = estimate(m, images);
+  // The default 768 x 768 image, by hand from Llama4ImageProcessorFast.get_best_fit over the grids
+  // of at most 16 tiles of 336 px: the smallest upscale >= 1 is 1008 / 768 = 1.3125, first reached
+  // by 3 x 3 tiles (2 x 2 would scale by 0.875); 9 tiles and a global one, 24 x 24 patches each,
+  // 144 features after the 2 x 2 pixel shuffle: 1,440 <|patch|> tokens, <|image_start|>,
+  // <|image|>, <|image_end|> and 3 x 2 <|tile_x_separator|> + 3 <|tile_y_separator|>: 1,452.
+  CHECK(image_tokens_per_sequence(m, images) == 1452);
+  auto with_images = estimate(m, images);
+  REQUIRE(with_images.has_value());
+  memplan::testing::require_consistent(*with_images);
+  CHECK(with_images->peak.count() > e->peak.count());
+  // A trained tower under reentrant checkpointing: transformers passes hidden_state to each vision
+  // layer as a keyword, so torch.utils.checkpoint runs the layers without a graph (checked on the
+  // CPU mirror, tools/measure/hf_llama4.py): said, and the layers' weights get no gradient.
+  TrainingConfig tower = images;
+  tower.vision.train_vision_tower = true;
+  tower.checkpoint_reentrant = true;
+  auto reentrant = estimate(m, tower);
+  REQUIRE(reentrant.has_value());
+  const auto warned = [](const Estimate& est) {
+    return std::any_of(est.warnings.begin(), est.warnings.end(), [](const std::string& w) {
+      return w.rfind("Llama 4's vision layers get no gradient under reentrant gradient checkpointing", 0) == 0;
+    });
+  };
+  CHECK(warned(*reentrant));
+  tower.checkpoint_reentrant = false;
+  auto nonreentrant = estimate(m, tower);
+  REQUIRE(nonreentrant.has_value());
+  CHECK_FALSE(warned(*nonreentrant));
+  // Scout's vision_config with a pixel shuffle the adapter cannot read (fc1 takes intermediate_size
+  // 5,632 = 1,408 x 2^2): refused with images, estimated without.
+  ModelSpec odd = m;
+  odd.vision.intermediate_size = 4096;
+  auto refused = estimate(odd, images);
   REQUIRE_FALSE(refused.has_value());
-  CHECK(refused.error().suggestion == "estimate text-only fine-tuning (--images 0), the common case for Llama 4");
+  CHECK(refused.error().message ==
+        "Llama 4's vision adapter cannot run an image with this vision_config: fc1 takes intermediate_size (4096) "
+        "for the pixel-shuffled width (5632), and fc2 projector_output_dim (4096) for fc1's projector_input_dim (4096)");
+  CHECK(estimate(odd, lora_config()).has_value());
+  auto ratio = io::parse_hf_config(R"({"model_type": "llama4", "text_config": {"model_type": "llama4_text",
+      "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+      "vocab_size": 100}, "vision_config": {"hidden_size": 64, "intermediate_size": 576, "num_attention_heads": 4,
+      "num_hidden_layers": 1, "image_size": 84, "patch_size": 14, "pixel_shuffle_ratio": 0.4,
+      "projector_input_dim": 64, "projector_output_dim": 64, "vision_output_dim": 64}})",
+                                   "c.json");
+  REQUIRE_FALSE(ratio.has_value());
+  CHECK(ratio.error().message == "vision_config \"pixel_shuffle_ratio\" 0.4 is not modelled (1 / ratio must be "
+                                 "a whole number: 0.5 in every Llama 4 checkpoint)");
 }
 
 TEST_CASE("DeepSeek-V3.2: DeepSeek-V3 plus a lightning indexer per layer, counted from the reference code") {
