@@ -200,6 +200,10 @@ struct AudioSpec {
 struct ModelSpec {
   std::string name;         // how the user named it: catalog id, short name or path
   std::string model_type;   // HF "model_type": llama, mistral, qwen2, qwen3, gemma2, phi3, gpt2, mixtral...
+  // The model_type of the config.json as written, before memplan reads a wrapper's text_config or
+  // an unknown type as Llama's layout: what `model.config.model_type` is for PEFT's default LoRA
+  // targets (qwen2_5_vl, gemma3, ministral3, an unknown type). "" when it is `model_type`.
+  std::string config_model_type;
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;  // dense MLP width

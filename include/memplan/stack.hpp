@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "memplan/model.hpp"
 #include "memplan/result.hpp"
 #include "memplan/training.hpp"
 
@@ -82,11 +83,42 @@ struct StackEffect {
 struct StackApplied {
   std::vector<StackEffect> effects;
   std::vector<std::string> warnings;  // versions without rules, behaviours memplan does not model
+  // What the versions refuse (PEFT without default LoRA targets for the model type): the run
+  // would stop there too.
+  std::optional<Error> error;
+};
+
+// How the run is driven, for rules that hold only inside one library's code path.
+struct RunContext {
+  // Whether the model goes through accelerate's Accelerator.prepare (HF Trainer and the trainers
+  // built on it, an accelerate launcher config): true, false (torchtitan, torchtune, NeMo,
+  // Megatron, verl, Lightning...), or nullopt when the config does not say.
+  std::optional<bool> accelerate = true;
+  // Whether LoRA goes through PEFT's get_peft_model (HF Trainer, TRL, axolotl, LLaMA-Factory,
+  // verl...), whose default targets depend on the PEFT release; false: the framework's own LoRA.
+  bool peft = true;
+  // The framework, for messages: "HF Trainer (memplan's flags)", "torchtitan", ...
+  std::string framework = "HF Trainer";
 };
 
 // Sets every version-dependent input of `c` that is not in `fixed` (the keys a flag or a config
-// file gave) from the versions in `s` (docs/formulas.md#versions). Pure: no I/O.
-StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::string>& fixed);
+// file gave) from the versions in `s` (docs/formulas.md#versions). `model`: the model the run
+// trains, for the rules that depend on it (PEFT's default LoRA targets); nullptr skips them.
+// Pure: no I/O.
+StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::string>& fixed,
+                         const RunContext& run = {}, const ModelSpec* model = nullptr);
+
+// PEFT's default LoRA target modules (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING in
+// peft/utils/constants.py, earlier peft/utils/other.py) for `model_type` in release `peft`
+// (docs/formulas.md#peft-default-targets): the modules and the first release that had them, or
+// nullopt where that release has no entry (PEFT raises "Please specify `target_modules`").
+struct PeftTargets {
+  std::vector<std::string> modules;
+  Version since;
+};
+std::optional<PeftTargets> peft_default_lora_targets(std::string_view model_type, const Version& peft);
+// The first PEFT release memplan has read whose mapping holds `model_type` (nullopt: none).
+std::optional<Version> peft_first_release_with(std::string_view model_type);
 
 // Which of PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF configures PyTorch's CUDA caching
 // allocator for a torch version, and what of it takes effect (docs/formulas.md#versions).

@@ -404,7 +404,8 @@ Result<io::ResolvedInputs> apply_stack_inputs(const TrainingFlags& f, io::Resolv
   std::set<std::string> fixed;
   for (const auto& [key, o] : in.origins)
     if (o.kind != io::OriginKind::kDefault) fixed.insert(key);
-  const StackApplied applied = apply_stack(in.stack, in.config, fixed);
+  const StackApplied applied = apply_stack(in.stack, in.config, fixed, in.run, &in.model);
+  if (applied.error) return *applied.error;
   for (const auto& e : applied.effects) {
     io::Origin o;
     o.kind = io::OriginKind::kDerived;

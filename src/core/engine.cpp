@@ -187,7 +187,8 @@ Result<std::vector<std::string>> resolve_lora_targets(const ModelSpec& m, const 
           attn += (attn.empty() ? "" : ", ") + lin.name;
         }
     return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("PEFT has no default LoRA target modules for model_type '{}'", m.model_type),
+                      fmt::format("PEFT has no default LoRA target modules for model_type '{}'",
+                                  m.config_model_type.empty() ? m.model_type : m.config_model_type),
                       "set target_modules (its attention projections: " + attn + ") or all-linear");
   }
   // Granite 4.0 (docs/models.md#granite-4-0): transformers' shared_mlp.input_linear / output_linear

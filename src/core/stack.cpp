@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/sharding.hpp"
+#include "memplan/bytes.hpp"
 #include "memplan/text.hpp"
 
 namespace memplan {
@@ -99,7 +100,7 @@ const LibraryInfo kLibraries[] = {
     {Library::kTransformers, "transformers", "4.36.0", "5.17.0"},
     {Library::kPeft, "peft", "0.6.0", "0.21.0"},
     {Library::kTrl, "trl", "0.8.0", "1.9.0"},
-    {Library::kAccelerate, "accelerate", "0.34.0", "1.14.0"},
+    {Library::kAccelerate, "accelerate", "0.20.0", "1.14.0"},
     {Library::kBitsandbytes, "bitsandbytes", "0.43.3", "0.50.1"},
     {Library::kDeepspeed, "deepspeed", "0.14.0", "0.19.5"},
     {Library::kLiger, "liger-kernel", "0.5.10", "0.8.2"},
@@ -172,21 +173,32 @@ const Version& Stack::of(Library l) const {
   return it != versions.end() ? it->second : newest_modelled(l);
 }
 
-StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::string>& fixed) {
+StackApplied apply_stack(const Stack& given, TrainingConfig& c, const std::set<std::string>& fixed,
+                         const RunContext& run, const ModelSpec* model) {
   StackApplied out;
   const auto free = [&](const char* key) { return fixed.count(key) == 0; };
-  for (const auto& [lib, v] : s.versions) {
-    if (v < oldest_modelled(lib))
+  // A version outside what memplan has read is taken as the nearest release it has read, and the
+  // rules below see that release, so what the warning says is what they do.
+  Stack s = given;
+  for (auto& [lib, v] : s.versions) {
+    const Version* as = nullptr;
+    if (v < oldest_modelled(lib)) {
+      as = &oldest_modelled(lib);
       out.warnings.push_back(fmt::format("{} {} is older than the oldest release memplan's rules were read from ({}): "
                                          "its rules are taken as {}'s",
-                                         library_name(lib), v.text, oldest_modelled(lib).text,
-                                         oldest_modelled(lib).text));
-    else if (v > newest_modelled(lib) && (v.major() != newest_modelled(lib).major() ||
-                                          v.minor() != newest_modelled(lib).minor()))
+                                         library_name(lib), v.text, as->text, as->text));
+    } else if (v > newest_modelled(lib) && (v.major() != newest_modelled(lib).major() ||
+                                            v.minor() != newest_modelled(lib).minor())) {
+      as = &newest_modelled(lib);
       out.warnings.push_back(fmt::format("{} {} is newer than the newest release memplan's rules were read from ({}): "
                                          "its rules are taken as {}'s",
-                                         library_name(lib), v.text, newest_modelled(lib).text,
-                                         newest_modelled(lib).text));
+                                         library_name(lib), v.text, as->text, as->text));
+    }
+    if (as) {
+      Version taken = *as;
+      taken.text = fmt::format("{} (as {})", v.text, as->text);
+      v = taken;
+    }
   }
 
   // transformers' causal-LM loss (docs/formulas.md#logits-and-loss): 4.46-4.48's ForCausalLMLoss
@@ -350,41 +362,149 @@ StackApplied apply_stack(const Stack& s, TrainingConfig& c, const std::set<std::
                                                         to_string(c.torch_dtype), lib_version(s, Library::kPeft))});
   }
 
-  // accelerate's FSDP upcast (docs/formulas.md#accelerate-fsdp-upcast): since 0.30 (PR #2674)
-  // Accelerator.prepare_model, when mixed_precision is not "no" (the Trainer's --bf16/--fp16),
-  // casts every FSDP1 FlatParameter that requires grad and is not fp32 to fp32, and FSDP's
-  // MixedPrecision(param_dtype=bf16/fp16) gathers it in 16 bits: a 16-bit model trained under
-  // FSDP with autocast keeps fp32 trainable shards, fp32 gradient shards and fp32 optimizer
-  // states, as under FSDP's MixedPrecisionPolicy. Frozen parameters and fp32 adapters are left
-  // as they are (FSDP2's path in accelerate casts differently and is not covered here).
+  // PEFT's default LoRA targets (docs/formulas.md#peft-default-targets): with no target_modules,
+  // get_peft_model looks model.config.model_type up in the mapping of the PEFT release installed
+  // and raises where it has no entry.
+  if (model && !model->model_type.empty() && run.peft && c.lora.enabled && !c.lora.all_linear && c.lora.target_modules.empty() &&
+      free("lora_target_modules")) {
+    const std::string& type = model->config_model_type.empty() ? model->model_type : model->config_model_type;
+    const Version& peft = s.of(Library::kPeft);
+    const std::string peftv = lib_version(s, Library::kPeft);
+    if (auto d = peft_default_lora_targets(type, peft)) {
+      c.lora.target_modules = d->modules;
+      std::string list;
+      for (const auto& m : d->modules) list += (list.empty() ? "" : ", ") + m;
+      out.effects.push_back({"lora_target_modules", fmt::format("{}: {}'s default for model_type '{}' (since {})", list,
+                                                                peftv, type, d->since.text)});
+    } else {
+      std::string attn;
+      std::vector<std::string> seen;
+      for (int layer = 0; layer < (model->hybrid.enabled() ? model->num_layers : 1); ++layer)
+        for (const auto& lin : layer_linears(*model, layer))
+          if (lin.role == LinearRole::kAttention && lin.nn_linear &&
+              std::find(seen.begin(), seen.end(), lin.name) == seen.end()) {
+            seen.push_back(lin.name);
+            attn += (attn.empty() ? "" : ",") + lin.name;
+          }
+      const auto first = peft_first_release_with(type);
+      out.error = make_error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{} has no default LoRA target modules for model_type '{}'{}: get_peft_model raises \"Please "
+                      "specify `target_modules` in `peft_config`\"",
+                      peftv, type,
+                      first ? fmt::format(" (its mapping gained them in {})", first->text) : std::string()),
+          fmt::format("name the targets: --lora-target-modules {} (or all-linear), or target_modules: all-linear in "
+                      "the config",
+                      attn.empty() ? std::string("all-linear") : attn));
+    }
+  }
+
+  // accelerate's FSDP upcast (docs/formulas.md#accelerate-fsdp-upcast). Only a run that goes
+  // through Accelerator.prepare_model (HF Trainer and the trainers built on it) has it; torchtitan,
+  // torchtune, NeMo, Megatron, verl or plain PyTorch FSDP keep the weights' dtype.
+  //   FSDP1, since 0.30 (PR #2674): with mixed_precision != "no" every FlatParameter that requires
+  //     grad and is not fp32 is cast in place (`param.data = param.data.to(torch.float32)`) and
+  //     MixedPrecision(param_dtype=bf16/fp16) gathers it in 16 bits; frozen FlatParameters and fp32
+  //     adapters are left alone. Before 0.30: nothing cast.
+  //   FSDP2 (fsdp2_prepare_model, since 1.6, PR #3394): 1.6-1.12 cast the whole sharded model
+  //     after fully_shard (`model = model.to(torch.float32)`: frozen weights too; FSDPModule._apply
+  //     replaces each shard, so the 16-bit shards are freed); 1.13 (PR #3848) rebinds a local
+  //     (`param = param.to(torch.float32)`), which casts nothing; 1.14 (PR #3985) casts the
+  //     trainable parameters in place before fully_shard, unless the model holds Params4bit.
   {
     const bool sixteen = c.torch_dtype == DType::kBFloat16 || c.torch_dtype == DType::kFloat16;
     const bool trainable16 = !c.lora.enabled || (c.lora.adapter_dtype && (*c.lora.adapter_dtype == DType::kBFloat16 ||
                                                                           *c.lora.adapter_dtype == DType::kFloat16));
-    if (fsdp_family(c.parallel.sharding) && c.parallel.fsdp_version == 1 && c.autocast && sixteen && trainable16 &&
-        !c.parallel.fsdp_mixed_precision && free("fsdp_mixed_precision") &&
-        s.of(Library::kAccelerate) >= version("0.30")) {
-      c.parallel.fsdp_mixed_precision = true;
-      out.effects.push_back(
-          {"fsdp_mixed_precision",
-           fmt::format("true: {} upcasts FSDP's trainable {} FlatParameters to fp32 under mixed precision and gathers "
-                       "them in {} (>= 0.30)",
-                       lib_version(s, Library::kAccelerate), to_string(c.torch_dtype), to_string(*c.autocast))});
+    const bool applies = fsdp_family(c.parallel.sharding) && c.autocast && sixteen &&
+                         !c.parallel.fsdp_mixed_precision && free("fsdp_mixed_precision");
+    const Version& acc = s.of(Library::kAccelerate);
+    const std::string accv = lib_version(s, Library::kAccelerate);
+    const bool v2 = c.parallel.fsdp_version == 2;
+    if (applies && run.accelerate == false) {
+      if (acc >= version("0.30") && trainable16)
+        out.effects.push_back({"fsdp_mixed_precision",
+                               fmt::format("false: {} does not prepare the model through accelerate, so accelerate's "
+                                           "FSDP upcast does not apply; the trainable parameters stay {}",
+                                           run.framework, to_string(c.torch_dtype))});
+    } else if (applies && !run.accelerate) {
+      if (acc >= version("0.30") && trainable16)
+        out.warnings.push_back(fmt::format(
+            "whether this run prepares its model through accelerate is not known ({}): under HF Trainer or accelerate "
+            "({}) the trainable {} parameters would be upcast to fp32 shards (--fsdp-mixed-precision), which this "
+            "estimate does not count",
+            run.framework, accv, to_string(c.torch_dtype)));
+    } else if (applies && !v2) {
+      if (acc >= version("0.30") && trainable16) {
+        c.parallel.fsdp_mixed_precision = true;
+        out.effects.push_back(
+            {"fsdp_mixed_precision",
+             fmt::format("true: {} upcasts FSDP's trainable {} FlatParameters to fp32 under mixed precision and gathers "
+                         "them in {} (>= 0.30)",
+                         accv, to_string(c.torch_dtype), to_string(*c.autocast))});
+      } else if (acc < version("0.30") && trainable16) {
+        out.effects.push_back({"fsdp_mixed_precision",
+                               fmt::format("false: {} keeps FSDP's FlatParameters in {} (the fp32 upcast arrived in "
+                                           "0.30)",
+                                           accv, to_string(c.torch_dtype))});
+      }
+    } else if (applies && v2) {
+      const bool quantized4 = c.quant.load_in_4bit || c.quant.load_in_8bit;
+      if (acc < version("1.6")) {
+        out.warnings.push_back(fmt::format("{} has no FSDP2 (fsdp_version 2 arrived in 1.6): memplan estimates "
+                                           "fully_shard without accelerate's upcast",
+                                           accv));
+      } else if (acc >= version("1.13") && acc < version("1.14")) {
+        out.effects.push_back({"fsdp_mixed_precision",
+                               fmt::format("false: {}'s FSDP2 upcast rebinds a local variable (`param = "
+                                           "param.to(torch.float32)`) and casts nothing (1.13)",
+                                           accv)});
+      } else if (acc >= version("1.14")) {
+        if (quantized4)
+          out.effects.push_back({"fsdp_mixed_precision",
+                                 fmt::format("false: {} skips the FSDP2 upcast for a model holding bitsandbytes "
+                                             "parameters (>= 1.14)",
+                                             accv)});
+        else if (trainable16) {
+          c.parallel.fsdp_mixed_precision = true;
+          out.effects.push_back(
+              {"fsdp_mixed_precision",
+               fmt::format("true: {} casts the trainable {} parameters to fp32 before fully_shard and gathers them in "
+                           "{} (>= 1.14)",
+                           accv, to_string(c.torch_dtype), to_string(*c.autocast))});
+        }
+      } else {  // 1.6-1.12: the whole model
+        if (quantized4) {
+          out.warnings.push_back(fmt::format(
+              "{}'s FSDP2 preparation casts the whole model to fp32 after fully_shard (1.6-1.12), bitsandbytes "
+              "parameters included, which memplan does not model for a quantized model",
+              accv));
+        } else {
+          if (trainable16) {
+            c.parallel.fsdp_mixed_precision = true;
+            out.effects.push_back(
+                {"fsdp_mixed_precision",
+                 fmt::format("true: {} casts the whole sharded model to fp32 after fully_shard and gathers it in {} "
+                             "(1.6-1.12)",
+                             accv, to_string(*c.autocast))});
+          }
+          if (c.lora.enabled) {
+            // The frozen base is cast too: its shards take 4 bytes a parameter, not 2; memplan's
+            // fsdp_mixed_precision counts fp32 copies of trainable parameters only.
+            std::string amount;
+            if (model) {
+              const std::int64_t frozen = count_parameters(*model).total;
+              const std::int64_t shards = std::max(1, c.parallel.num_gpus * c.parallel.nodes);
+              amount = fmt::format(" (+{} per GPU: 2 bytes x {} frozen parameters / {} GPUs)",
+                                   format_human(Bytes::of(2 * frozen / shards)), frozen, shards);
+            }
+            out.warnings.push_back(fmt::format(
+                "{}'s FSDP2 preparation casts the frozen {} weights to fp32 shards too (`model.to(torch.float32)`, "
+                "1.6-1.12), which memplan does not count: the sharded weights are twice what is shown{}",
+                accv, to_string(c.torch_dtype), amount));
+          }
+        }
+      }
     }
-  }
-
-  // accelerate's FSDP2 path (fsdp2_prepare_model) upcasts too, but differently by release: the
-  // whole model, frozen weights included (`model.to(torch.float32)`), in the 1.x releases read,
-  // later only trainable parameters. The boundaries are not pinned: warned, not modelled
-  // (docs/formulas.md#accelerate-fsdp-upcast).
-  if (fsdp_family(c.parallel.sharding) && c.parallel.fsdp_version == 2 && c.autocast &&
-      (c.torch_dtype == DType::kBFloat16 || c.torch_dtype == DType::kFloat16) && s.has(Library::kAccelerate) &&
-      s.of(Library::kAccelerate) >= version("1.6") && !c.parallel.fsdp_mixed_precision) {
-    out.warnings.push_back(fmt::format(
-        "{}'s FSDP2 preparation casts the {} model to fp32 under mixed precision (the whole model in the 1.x releases "
-        "read, frozen weights included; only trainable parameters later), which memplan does not model: the "
-        "sharded weights may be up to twice what is shown",
-        lib_version(s, Library::kAccelerate), to_string(c.torch_dtype)));
   }
 
   // TRL GRPO's defaults (docs/formulas.md#grpo): vllm_gpu_memory_utilization 0.9 before 0.18,

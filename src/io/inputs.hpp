@@ -90,6 +90,9 @@ struct ResolvedInputs {
   Stack stack;
   std::map<Library, Origin> stack_origins;
   std::string stack_environment;
+  // Whether the run goes through accelerate (HF Trainer, TRL, axolotl, ...): decides the rules
+  // that hold only inside accelerate's code (docs/formulas.md#accelerate-fsdp-upcast).
+  RunContext run;
 
   // PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF as the run's config files, launch script or .env
   // file set them (unset when none does), and where.

@@ -186,7 +186,9 @@ std::vector<std::pair<std::string, std::string>> input_values(const io::Resolved
   v.push_back({"nodes", std::to_string(p.nodes)});
   v.push_back({"sharding", to_string(p.sharding)});
   if (p.fsdp_version != 1) v.push_back({"fsdp_version", std::to_string(p.fsdp_version)});
-  if (p.fsdp_mixed_precision) v.push_back({"fsdp_mixed_precision", b(true)});
+  // Shown when on, or when a version decided it was off (accelerate's upcast, docs/formulas.md#versions).
+  if (p.fsdp_mixed_precision || in.origins.count("fsdp_mixed_precision"))
+    v.push_back({"fsdp_mixed_precision", b(p.fsdp_mixed_precision)});
   v.push_back({"offload_optimizer", b(p.offload_optimizer)});
   v.push_back({"offload_params", b(p.offload_params)});
   if (p.sharding == ShardingStrategy::kZero1 || p.sharding == ShardingStrategy::kZero2 ||

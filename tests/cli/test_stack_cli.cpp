@@ -211,3 +211,83 @@ TEST_CASE("--stack torch==1.13.1 keeps the zeroed gradients into the next step, 
     }
   CHECK(found);
 }
+
+TEST_CASE("--stack peft decides PEFT's default LoRA targets: trainable parameters counted by hand") {
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING at the release tags
+  // (docs/formulas.md#peft-default-targets); LoRA r = 16 (TRL's default) adds r x (in + out)
+  // parameters per targeted Linear, no bias.
+  const auto trainable = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "estimate");
+    args.insert(args.end(), {"--use-peft", "--torch-dtype", "bfloat16", "--bf16", "--seq-len", "256"});
+    return run_json(args)["estimate"]["parameters"]["trainable"].get<std::int64_t>();
+  };
+  // Mistral-7B (mistral since 0.6.0): q_proj 4096 -> 4096 and v_proj 4096 -> 1024 in 32 layers:
+  // 32 x 16 x (8192 + 5120) = 6,815,744, the count PEFT's print_trainable_parameters gives for it.
+  CHECK(trainable({"--model", "mistralai/Mistral-7B-v0.1", "--stack", "peft==0.6.0"}) == 6'815'744);
+  // Qwen2.5-7B (qwen2 since 0.12.0, PR #1906): q_proj 3584 -> 3584, v_proj 3584 -> 512 (4 KV
+  // heads of 128) in 28 layers: 28 x 16 x (7168 + 4096) = 5,046,272.
+  CHECK(trainable({"--model", "Qwen/Qwen2.5-7B", "--stack", "peft==0.12.0"}) == 5'046'272);
+  // GPT-2 (gpt2: c_attn 768 -> 2304 since the first release) in 12 layers: 12 x 16 x 3072 = 589,824
+  // (r = 8 gives PEFT's well-known 294,912).
+  CHECK(trainable({"--model", "openai-community/gpt2", "--stack", "peft==0.13.2"}) == 589'824);
+  // Nemotron-H 8B (nemotron_h since 0.20.0, PR #3289): q/k/v/o on its 4 attention layers
+  // (pattern M-M-M-M*-...: four '*'), hidden 4096, 32 heads and 8 KV heads of 128:
+  // 4 x 16 x ((4096 + 4096) + 2 x (4096 + 1024) + (4096 + 4096)) = 1,703,936.
+  CHECK(trainable({"--model", "nvidia/Nemotron-H-8B-Base-8K", "--stack", "peft==0.20.0"}) == 1'703'936);
+
+  // Before a type's entry, and for types no release maps, get_peft_model raises: so does memplan.
+  const auto refused = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "estimate");
+    args.insert(args.end(), {"--use-peft", "--torch-dtype", "bfloat16", "--bf16", "--seq-len", "256"});
+    const CliRun r = run_cli(args);
+    CHECK(r.code == cli::kExitInvalidInput);
+    return r.err;
+  };
+  std::string err = refused({"--model", "Qwen/Qwen2.5-7B", "--stack", "peft==0.11.1"});
+  CHECK(err.find("peft 0.11.1 has no default LoRA target modules for model_type 'qwen2' (its mapping gained them in "
+                 "0.12.0): get_peft_model raises \"Please specify `target_modules` in `peft_config`\"") !=
+        std::string::npos);
+  CHECK(err.find("--lora-target-modules q_proj,k_proj,v_proj,o_proj (or all-linear)") != std::string::npos);
+  err = refused({"--model", "allenai/OLMo-2-1124-7B"});
+  CHECK(err.find("peft 0.21.0 has no default LoRA target modules for model_type 'olmo2':") != std::string::npos);
+  err = refused({"--model", "Qwen/Qwen2.5-VL-7B-Instruct"});  // model.config.model_type is the wrapper's
+  CHECK(err.find("model_type 'qwen2_5_vl':") != std::string::npos);
+  // Named targets and all-linear (LLaMA-Factory's lora_target: all, axolotl's lora_target_linear,
+  // TRL's --lora_target_modules) do not ask PEFT's mapping.
+  CHECK(trainable({"--model", "allenai/OLMo-2-1124-7B", "--lora-target-modules", "all-linear"}) > 0);
+
+  const json shown = run_json({"estimate", "--show-config", "--use-peft", "--stack", "peft==0.12.0", "--model",
+                               "Qwen/Qwen2.5-7B"});
+  bool found = false;
+  for (const auto& row : shown["inputs"])
+    if (row["input"] == "lora_target_modules") {
+      found = true;
+      CHECK(row["value"] == "q_proj,v_proj");
+      CHECK(row["source"] == "derived (q_proj, v_proj: peft 0.12.0's default for model_type 'qwen2' (since 0.12.0))");
+    }
+  CHECK(found);
+}
+
+TEST_CASE("accelerate's FSDP upcast: shown with the version that decided it, and only for accelerate's runs") {
+  const std::vector<std::string> run = {"estimate", "--show-config", "--model", "meta-llama/Llama-3.1-8B",
+                                        "--torch-dtype", "bfloat16", "--bf16", "--fsdp", "full_shard",
+                                        "--num-gpus", "8"};
+  const auto row_of = [](const json& shown, const std::string& input) {
+    for (const auto& row : shown["inputs"])
+      if (row["input"] == input) return row["value"].get<std::string>() + " | " + row["source"].get<std::string>();
+    return std::string("(missing)");
+  };
+  std::vector<std::string> a = run;
+  a.insert(a.end(), {"--stack", "accelerate==0.29.3"});
+  CliRun r = run_cli([&] { auto v = a; v.insert(v.end(), {"--format", "json"}); return v; }());
+  REQUIRE(r.code == cli::kExitOk);
+  json shown = json::parse(r.out);
+  CHECK(row_of(shown, "fsdp_mixed_precision") ==
+        "false | derived (false: accelerate 0.29.3 keeps FSDP's FlatParameters in bfloat16 (the fp32 upcast arrived in "
+        "0.30))");
+  for (const auto& w : shown["warnings"]) CHECK(w.get<std::string>().find("taken as") == std::string::npos);
+  shown = run_json(run);
+  CHECK(row_of(shown, "fsdp_mixed_precision") ==
+        "true | derived (true: accelerate 1.14.0 upcasts FSDP's trainable bfloat16 FlatParameters to fp32 under mixed "
+        "precision and gathers them in bfloat16 (>= 0.30))");
+}

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "memplan/stack.hpp"
+#include "support/models.hpp"
 
 using namespace memplan;
 
@@ -280,8 +281,8 @@ TEST_CASE("torch before 2.0 zeroes the gradients instead of freeing them (zero_g
   const auto a = apply_stack(stack_of({{Library::kTorch, "1.10.1"}}), c, {});
   REQUIRE(effect(a, "zero_grad") != nullptr);
   CHECK(effect(a, "zero_grad")->why ==
-        "set_to_none=false: torch 1.10.1 zeroes every .grad instead of freeing it, so the gradients stay "
-        "allocated into the next step (< 2.0)");
+        "set_to_none=false: torch 1.10.1 (as 1.13.0) zeroes every .grad instead of freeing it, so the gradients "
+        "stay allocated into the next step (< 2.0)");  // older than 1.13.0: its rules are taken as 1.13.0's
   // No torch version: the newest release's default (set_to_none=True).
   TrainingConfig none;
   apply_stack(Stack{}, none, {});
@@ -294,7 +295,8 @@ TEST_CASE("accelerate 0.30+ upcasts FSDP's trainable 16-bit FlatParameters to fp
   // `param.data = param.data.to(torch.float32)` (docs/formulas.md#accelerate-fsdp-upcast).
   const auto upcast = [](const char* accelerate, TrainingConfig c) {
     const auto a = apply_stack(accelerate ? stack_of({{Library::kAccelerate, accelerate}}) : Stack{}, c, {});
-    CHECK((effect(a, "fsdp_mixed_precision") != nullptr) == c.parallel.fsdp_mixed_precision);
+    CHECK((effect(a, "fsdp_mixed_precision") != nullptr && effect(a, "fsdp_mixed_precision")->why.rfind("true", 0) == 0) ==
+          c.parallel.fsdp_mixed_precision);
     return c.parallel.fsdp_mixed_precision;
   };
   TrainingConfig full;
@@ -315,7 +317,7 @@ TEST_CASE("accelerate 0.30+ upcasts FSDP's trainable 16-bit FlatParameters to fp
   TrainingConfig one = full;             // no FSDP
   one.parallel.sharding = ShardingStrategy::kNone;
   CHECK_FALSE(upcast("0.33.0", one));
-  TrainingConfig fsdp2 = full;           // accelerate's FSDP2 path casts differently: not this rule
+  TrainingConfig fsdp2 = full;           // FSDP2 did not exist in accelerate before 1.6
   fsdp2.parallel.fsdp_version = 2;
   CHECK_FALSE(upcast("0.33.0", fsdp2));
   TrainingConfig lora = full;            // PEFT's fp32 adapters are already fp32, the base is frozen
@@ -329,30 +331,111 @@ TEST_CASE("accelerate 0.30+ upcasts FSDP's trainable 16-bit FlatParameters to fp
   CHECK(effect(a, "fsdp_mixed_precision")->why ==
         "true: accelerate 0.33.0 upcasts FSDP's trainable bfloat16 FlatParameters to fp32 under mixed precision and "
         "gathers them in bfloat16 (>= 0.30)");
+  // 0.29 is a release memplan has read (its accelerator.py has no upcast): no "taken as" warning,
+  // and the version that decided is said.
+  TrainingConfig old = full;
+  const auto b = apply_stack(stack_of({{Library::kAccelerate, "0.29.3"}}), old, {});
+  CHECK(b.warnings.empty());
+  REQUIRE(effect(b, "fsdp_mixed_precision") != nullptr);
+  CHECK(effect(b, "fsdp_mixed_precision")->why ==
+        "false: accelerate 0.29.3 keeps FSDP's FlatParameters in bfloat16 (the fp32 upcast arrived in 0.30)");
+  // Older than anything read: taken as the oldest release read, and the rules do what that one does.
+  TrainingConfig older = full;
+  const auto d = apply_stack(stack_of({{Library::kAccelerate, "0.15.0"}}), older, {});
+  REQUIRE(d.warnings.size() == 1);
+  CHECK(d.warnings[0] == "accelerate 0.15.0 is older than the oldest release memplan's rules were read from (0.20.0): "
+                         "its rules are taken as 0.20.0's");
+  CHECK_FALSE(older.parallel.fsdp_mixed_precision);
+  CHECK(effect(d, "fsdp_mixed_precision")->why ==
+        "false: accelerate 0.15.0 (as 0.20.0) keeps FSDP's FlatParameters in bfloat16 (the fp32 upcast arrived in 0.30)");
 }
 
-TEST_CASE("accelerate 1.6+ under FSDP2 with mixed precision: the upcast is warned, not modelled") {
-  // accelerate src/accelerate/utils/fsdp_utils.py fsdp2_prepare_model: with mixed_precision != "no"
-  // and a non-fp32 model, `model = model.to(torch.float32)` in the 1.x releases read (frozen
-  // weights too); memplan does not model it (docs/formulas.md#accelerate-fsdp-upcast).
+TEST_CASE("accelerate's upcast holds only for runs that go through accelerate") {
+  // torchtitan, torchtune, NeMo, Megatron, verl and plain PyTorch FSDP never call
+  // Accelerator.prepare_model: their FlatParameters keep the weights' dtype.
+  TrainingConfig full;
+  full.torch_dtype = DType::kBFloat16;
+  full.autocast = DType::kBFloat16;
+  full.parallel.num_gpus = 8;
+  full.parallel.sharding = ShardingStrategy::kFsdpFullShard;
+  RunContext verl;
+  verl.accelerate = false;
+  verl.framework = "verl";
+  TrainingConfig c = full;
+  auto a = apply_stack(Stack{}, c, {}, verl);
+  CHECK_FALSE(c.parallel.fsdp_mixed_precision);
+  REQUIRE(effect(a, "fsdp_mixed_precision") != nullptr);
+  CHECK(effect(a, "fsdp_mixed_precision")->why == "false: verl does not prepare the model through accelerate, so "
+                                                  "accelerate's FSDP upcast does not apply; the trainable parameters "
+                                                  "stay bfloat16");
+  RunContext unknown;
+  unknown.accelerate.reset();
+  unknown.framework = "a flat config";
+  TrainingConfig u = full;
+  a = apply_stack(Stack{}, u, {}, unknown);
+  CHECK_FALSE(u.parallel.fsdp_mixed_precision);
+  REQUIRE(a.warnings.size() == 1);
+  CHECK(a.warnings[0] == "whether this run prepares its model through accelerate is not known (a flat config): under "
+                         "HF Trainer or accelerate (accelerate 1.14.0) the trainable bfloat16 parameters would be upcast "
+                         "to fp32 shards (--fsdp-mixed-precision), which this estimate does not count");
+}
+
+TEST_CASE("accelerate's FSDP2 upcast by release: the whole model, nothing, then the trainable parameters") {
+  // accelerate src/accelerate/utils/fsdp_utils.py fsdp2_prepare_model (git log -S upcast):
+  //   v1.6.0-v1.12.0 (PR #3394, #3528): `model = model.to(torch.float32)` after fully_shard
+  //   v1.13.0 (PR #3848): `param = param.to(torch.float32)` rebinds a local: nothing is cast
+  //   v1.14.0 (PR #3985): `param.data = param.data.to(torch.float32)` for requires_grad
+  //     parameters before fully_shard, skipped when the model holds Params4bit
   TrainingConfig c;
   c.torch_dtype = DType::kBFloat16;
   c.autocast = DType::kBFloat16;
   c.parallel.num_gpus = 8;
   c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
   c.parallel.fsdp_version = 2;
-  const auto warned = [](const StackApplied& a) {
-    for (const auto& w : a.warnings)
-      if (w.find("FSDP2 preparation casts") != std::string::npos) return true;
-    return false;
+  const auto mp = [](const char* v, TrainingConfig t, const ModelSpec* m = nullptr) {
+    const auto a = apply_stack(stack_of({{Library::kAccelerate, v}}), t, {}, RunContext{}, m);
+    return std::pair{t.parallel.fsdp_mixed_precision, a};
   };
-  TrainingConfig a = c;
-  const auto applied = apply_stack(stack_of({{Library::kAccelerate, "1.8.0"}}), a, {});
-  CHECK(warned(applied));
-  CHECK_FALSE(a.parallel.fsdp_mixed_precision);  // nothing changed in the estimate
-  TrainingConfig b = c;
-  CHECK_FALSE(warned(apply_stack(stack_of({{Library::kAccelerate, "1.5.0"}}), b, {})));
+  CHECK(mp("1.6.0", c).first);
+  CHECK(mp("1.12.0", c).first);
+  CHECK(effect(mp("1.8.0", c).second, "fsdp_mixed_precision")->why ==
+        "true: accelerate 1.8.0 casts the whole sharded model to fp32 after fully_shard and gathers it in bfloat16 "
+        "(1.6-1.12)");
+  CHECK_FALSE(mp("1.13.0", c).first);
+  CHECK(effect(mp("1.13.0", c).second, "fsdp_mixed_precision")->why ==
+        "false: accelerate 1.13.0's FSDP2 upcast rebinds a local variable (`param = param.to(torch.float32)`) and "
+        "casts nothing (1.13)");
+  CHECK(mp("1.14.0", c).first);
+  CHECK(effect(mp("1.14.0", c).second, "fsdp_mixed_precision")->why ==
+        "true: accelerate 1.14.0 casts the trainable bfloat16 parameters to fp32 before fully_shard and gathers them "
+        "in bfloat16 (>= 1.14)");
+  const auto before = mp("1.5.0", c);
+  CHECK_FALSE(before.first);
+  REQUIRE(before.second.warnings.size() == 1);
+  CHECK(before.second.warnings[0] == "accelerate 1.5.0 has no FSDP2 (fsdp_version 2 arrived in 1.6): memplan "
+                                     "estimates fully_shard without accelerate's upcast");
   TrainingConfig pure = c;  // no mixed precision: nothing is cast
   pure.autocast.reset();
-  CHECK_FALSE(warned(apply_stack(stack_of({{Library::kAccelerate, "1.8.0"}}), pure, {})));
+  CHECK_FALSE(mp("1.8.0", pure).first);
+  CHECK(mp("1.8.0", pure).second.warnings.empty());
+  TrainingConfig q = c;  // QLoRA: 1.14 skips a model holding Params4bit
+  q.lora.enabled = true;
+  q.lora.adapter_dtype = DType::kBFloat16;
+  q.quant.load_in_4bit = true;
+  CHECK_FALSE(mp("1.14.0", q).first);
+  // LoRA with PEFT's fp32 adapters under 1.6-1.12: the adapters are fp32 already, but the frozen
+  // bf16 base is cast to fp32 shards as well, which memplan does not count: warned with the amount.
+  // Llama 3.1 8B has 8,030,261,248 parameters (its model card: 8.03B); 2 bytes more each over 8
+  // GPUs is 2,007,565,312 bytes = 1.87 GiB.
+  TrainingConfig l = c;
+  l.lora.enabled = true;
+  const ModelSpec m = memplan::testing::llama31_8b();
+  const auto lw = mp("1.10.0", l, &m);
+  CHECK_FALSE(lw.first);
+  REQUIRE(lw.second.warnings.size() == 1);
+  CHECK(lw.second.warnings[0] ==
+        "accelerate 1.10.0's FSDP2 preparation casts the frozen bfloat16 weights to fp32 shards too "
+        "(`model.to(torch.float32)`, 1.6-1.12), which memplan does not count: the sharded weights are twice what is "
+        "shown (+1.87 GiB per GPU: 2 bytes x 8030261248 frozen parameters / 8 GPUs)");
+  CHECK(mp("1.14.0", l, &m).second.warnings.empty());  // 1.14: the frozen base stays bf16
 }

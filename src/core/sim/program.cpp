@@ -15,6 +15,7 @@
 #include "core/sim/mla.hpp"
 #include "core/sim/sentence.hpp"
 #include "memplan/bytes.hpp"
+#include "memplan/stack.hpp"
 
 namespace memplan::sim {
 
@@ -5022,18 +5023,12 @@ ProgramResult Step::run() {
 }  // namespace
 
 std::vector<std::string> default_lora_targets(const ModelSpec& m) {
-  // peft.utils.constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-  if (m.model_type == "gpt2") return {"c_attn"};
-  if (m.model_type == "bert" || m.model_type == "roberta" || m.model_type == "xlm-roberta") return {"query", "value"};
-  if (m.model_type == "modernbert") return {"attn.Wqkv"};
-  if (m.is_deberta()) return {"query_proj", "key_proj", "value_proj", "dense"};
-  if (m.model_type == "phi3") return {"qkv_proj"};
-  // glm and glm4 have no entry either (only the remote-code chatglm's query_key_value).
-  if (m.model_type == "glm" || m.model_type == "glm4") return {};
-  // No PEFT mapping (the hybrids too: qwen3_next, nemotron_h, lfm2): PEFT asks for target_modules.
-  // Nor for arcee (PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no entry).
-  if (m.is_mla() || m.is_nomic_bert() || m.is_mpnet() || m.hybrid.enabled() || m.model_type == "arcee") return {};
-  return {"q_proj", "v_proj"};
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING in the newest release memplan has
+  // read, by model.config.model_type (docs/formulas.md#peft-default-targets); the CLI applies the
+  // stack's release (apply_stack). Empty: PEFT has no entry and asks for target_modules.
+  const std::string& type = m.config_model_type.empty() ? m.model_type : m.config_model_type;
+  if (auto d = peft_default_lora_targets(type, newest_modelled(Library::kPeft))) return d->modules;
+  return {};
 }
 
 ProgramResult run_step(const ProgramSpec& spec) {

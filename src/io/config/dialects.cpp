@@ -259,6 +259,35 @@ Result<Dialect> parse_dialect(const std::string& name) {
   return make_error(ErrorCode::kUnknownName, fmt::format("unknown dialect '{}'", name), suggestion);
 }
 
+RunContext run_context(Dialect d) {
+  RunContext r;
+  switch (d) {
+    case Dialect::kHfTrl: r.framework = "HF Trainer / TRL"; break;
+    case Dialect::kAxolotl: r.framework = "axolotl (HF Trainer)"; break;
+    case Dialect::kLlamaFactory: r.framework = "LLaMA-Factory (HF Trainer)"; break;
+    case Dialect::kAccelerate: r.framework = "accelerate launch"; break;
+    case Dialect::kOpenInstruct: r.framework = "open-instruct (accelerate)"; break;
+    case Dialect::kMsSwift: r.framework = "ms-swift (HF Trainer)"; break;
+    case Dialect::kOumi: r.framework = "oumi (HF Trainer)"; break;
+    case Dialect::kVerl: r.framework = "verl"; r.accelerate = false; break;          // PEFT, its own FSDP
+    case Dialect::kLlmFoundry: r.framework = "LLM Foundry (Composer)"; r.accelerate = false; break;  // PEFT
+    case Dialect::kLightning: r.framework = "PyTorch Lightning"; r.accelerate = false; break;
+    case Dialect::kTorchtune: r.framework = "torchtune"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kLitgpt: r.framework = "LitGPT"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kAutomodel: r.framework = "NeMo Automodel"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kMegatron: r.framework = "NeMo (Megatron)"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kMegatronLm: r.framework = "Megatron-LM"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kMegatronBridge: r.framework = "Megatron-Bridge"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kTorchtitan: r.framework = "torchtitan"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kNemoRl: r.framework = "NeMo-RL"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kDeepSpeed: r.framework = "a DeepSpeed config alone"; r.accelerate.reset(); break;
+    case Dialect::kFlat: r.framework = "a flat config"; r.accelerate.reset(); break;
+    case Dialect::kKeyMap: r.framework = "a config read with --keys"; r.accelerate.reset(); break;
+    case Dialect::kInferred: r.framework = "a config no framework claims"; r.accelerate.reset(); break;
+  }
+  return r;
+}
+
 bool looks_like_deepspeed(const YamlNode& root) {
   return root.is_map() && (root.get("train_micro_batch_size_per_gpu") != nullptr ||
                            root.get("zero_optimization") != nullptr ||

@@ -9,6 +9,7 @@
 
 #include "io/edit/yaml_edit.hpp"
 #include "memplan/result.hpp"
+#include "memplan/stack.hpp"
 #include "memplan/training.hpp"
 
 namespace memplan::io {
@@ -53,6 +54,11 @@ struct Detection {
 // dialects are errors that name the candidates and --dialect; configs no dialect claims (too
 // little evidence) are kInferred, with the weak evidence there was.
 Result<Detection> detect_dialect(const YamlNode& root, const std::string& label);
+
+// How a dialect's framework runs a model (docs/formulas.md#accelerate-fsdp-upcast): through
+// accelerate's Accelerator.prepare (HF Trainer and the trainers built on it) or not, unknown for
+// configs no framework claims; through PEFT's get_peft_model or its own LoRA.
+RunContext run_context(Dialect d);
 
 // Whether a parsed file is a DeepSpeed config (train_micro_batch_size_per_gpu, zero_optimization...).
 bool looks_like_deepspeed(const YamlNode& root);

@@ -798,9 +798,11 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
   VisionSpec vision;
   AudioSpec audio;  // Gemma 4 E2B / E4B
   std::int64_t vision_out = 0;  // the merger's output width, which must be the text hidden size
+  std::string top_type;         // the model_type written at the top: model.config.model_type
   {
     Fields top(j, origin);
     MEMPLAN_TRY(std::string type, top.string("model_type"));
+    top_type = type;
     // Gemma 3 checkpoints above 1B and Qwen2-VL / Qwen2.5-VL are vision-language models: the
     // language model is the text_config (Qwen: the top level, or a text_config in configs saved by
     // transformers >= 4.52), the vision tower the vision_config.
@@ -1277,6 +1279,7 @@ Result<ModelSpec> parse_config(json j, const std::string& origin, std::string* a
              n.find("Head") == std::string::npos;
     });
   }
+  if (top_type != m.model_type) m.config_model_type = top_type;
   if (auto s = validate(m); !s) {
     Error e = s.error();
     e.where = SourceLocation{origin, 0, 0};

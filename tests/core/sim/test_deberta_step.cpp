@@ -89,13 +89,20 @@ TEST_CASE("DeBERTa-v3 through the engine: published parameter totals, LoRA's def
   // 184,423,682, the total published for protectai/deberta-v3-base-prompt-injection-v2.
   CHECK(cls->params.trainable == 184'423'682);
   CHECK(memplan::testing::mentions(cls->assumptions, "DeBERTa: eager disentangled attention"));
-  // PEFT's deberta-v2 targets: query_proj, key_proj, value_proj and every "dense" (the attention
-  // output, intermediate, output and ContextPooler denses); the SEQ_CLS classifier is saved in full.
+  // PEFT's default deberta-v2 targets (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING since
+  // its first release): query_proj and value_proj; the SEQ_CLS classifier is saved in full.
+  // 12 x 2 x 16 x (768 + 768) + (768 x 2 + 2) = 589,824 + 1,538 = 591,362.
   c.lora.enabled = true;
   c.lora.r = 16;
   auto lora = estimate(m, c);
   REQUIRE(lora.has_value());
   const std::int64_t square = 16 * (768 + 768), wide = 16 * (768 + 3072);
+  CHECK(lora->params.trainable == 12 * 2 * square + (768 * 2 + 2));
+  // Naming query_proj, key_proj, value_proj and "dense" (every dense suffix: the attention output,
+  // intermediate, output and ContextPooler denses) adapts those too.
+  c.lora.target_modules = {"query_proj", "key_proj", "value_proj", "dense"};
+  lora = estimate(m, c);
+  REQUIRE(lora.has_value());
   CHECK(lora->params.trainable == 12 * (4 * square + 2 * wide) + square + (768 * 2 + 2));
   // Reentrant checkpointing with trained rel_embeddings fails in PyTorch: said as a warning.
   c.lora.enabled = false;

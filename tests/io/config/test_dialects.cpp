@@ -1381,3 +1381,34 @@ TEST_CASE("hf: torch_compile warns at its line that the eager estimate is an upp
   fs.files["train.yaml"] = "model_name_or_path: meta-llama/Llama-3.1-8B\nbf16: true\ntorch_compile: false\n";
   for (const auto& w : load_ok(fs, {"train.yaml"}).inputs.warnings) CHECK(w.find("torch_compile") == std::string::npos);
 }
+
+TEST_CASE("a dialect says whether its framework prepares the model through accelerate and PEFT") {
+  // HF Trainer (TRL, axolotl, LLaMA-Factory, ms-swift) calls Accelerator.prepare_model; torchtitan,
+  // torchtune, NeMo, Megatron, verl and Lightning shard with PyTorch's FSDP themselves
+  // (docs/formulas.md#accelerate-fsdp-upcast). torchtune, LitGPT, NeMo and Megatron have their own
+  // LoRA; verl and LLM Foundry call PEFT's get_peft_model.
+  for (Dialect d : {Dialect::kHfTrl, Dialect::kAxolotl, Dialect::kLlamaFactory, Dialect::kMsSwift,
+                    Dialect::kOpenInstruct, Dialect::kAccelerate}) {
+    CHECK(run_context(d).accelerate == std::optional<bool>(true));
+    CHECK(run_context(d).peft);
+  }
+  for (Dialect d : {Dialect::kTorchtitan, Dialect::kTorchtune, Dialect::kMegatron, Dialect::kMegatronLm,
+                    Dialect::kNemoRl, Dialect::kAutomodel, Dialect::kLitgpt}) {
+    CHECK(run_context(d).accelerate == std::optional<bool>(false));
+    CHECK_FALSE(run_context(d).peft);
+  }
+  CHECK(run_context(Dialect::kVerl).accelerate == std::optional<bool>(false));
+  CHECK(run_context(Dialect::kVerl).peft);
+  CHECK_FALSE(run_context(Dialect::kFlat).accelerate.has_value());
+  CHECK_FALSE(run_context(Dialect::kInferred).accelerate.has_value());
+  CHECK(run_context(Dialect::kTorchtitan).framework == "torchtitan");
+  MemoryFileSystem fs;
+  fs.files["sft.yaml"] = "model_name_or_path: m\nper_device_train_batch_size: 4\n";
+  ConfigRequest req;
+  req.files = {"sft.yaml"};
+  auto c = load_config(req, fs);
+  REQUIRE(c.has_value());
+  CHECK(c->dialect == Dialect::kHfTrl);
+  CHECK(c->inputs.run.accelerate == std::optional<bool>(true));
+  CHECK(c->inputs.run.framework == "HF Trainer / TRL");
+}

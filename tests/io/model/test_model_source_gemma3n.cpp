@@ -145,7 +145,7 @@ TEST_CASE("Gemma 3n estimates text-only fine-tuning end to end; images and tenso
     INFO(name);
     const ModelSpec& m = catalog_spec(name);
     for (const bool checkpointing : {true, false}) {
-      TrainingConfig c = memplan::testing::lora_checkpointed(1024);
+      TrainingConfig c = memplan::testing::lora_qv_checkpointed(1024);
       c.gradient_checkpointing = checkpointing;
       auto e = estimate(m, c);
       REQUIRE(e.has_value());
@@ -154,12 +154,12 @@ TEST_CASE("Gemma 3n estimates text-only fine-tuning end to end; images and tenso
       CHECK(e->peak.count() > 2 * count_parameters(m).total);
     }
   }
-  auto e2b = estimate(catalog_spec("gemma-3n-e2b"), memplan::testing::lora_checkpointed(1024));
+  auto e2b = estimate(catalog_spec("gemma-3n-e2b"), memplan::testing::lora_qv_checkpointed(1024));
   REQUIRE(e2b.has_value());
   CHECK(std::find(e2b->assumptions.begin(), e2b->assumptions.end(),
                   "audio tower (Gemma 3n, 12 Conformer layers): loaded and counted, never run: text-only batches; "
                   "audio fine-tuning is not modelled") != e2b->assumptions.end());
-  TrainingConfig images = memplan::testing::lora_checkpointed(1024);
+  TrainingConfig images = memplan::testing::lora_qv_checkpointed(1024);
   images.vision.images = 1;
   auto refused = estimate(catalog_spec("gemma-3n-e4b"), images);
   REQUIRE_FALSE(refused.has_value());

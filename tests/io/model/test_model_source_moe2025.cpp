@@ -14,6 +14,7 @@
 using namespace memplan;
 using memplan::testing::catalog_spec;
 using memplan::testing::lora_checkpointed;
+using memplan::testing::lora_qv_checkpointed;
 
 namespace {
 
@@ -168,7 +169,7 @@ TEST_CASE("StarCoder2-3B: biases everywhere, LayerNorm, c_fc/c_proj, tied embedd
 TEST_CASE("gpt-oss, MiniMax-M2 and StarCoder2 estimate end to end under LoRA with checkpointing") {
   for (const char* name : {"gpt-oss-20b", "gpt-oss-120b", "minimax-m2", "starcoder2-3b"}) {
     INFO(name);
-    TrainingConfig c = lora_checkpointed();
+    TrainingConfig c = lora_qv_checkpointed();
     auto e = estimate(catalog_spec(name), c);
     REQUIRE(e.has_value());
     memplan::testing::require_consistent(*e);
@@ -176,7 +177,7 @@ TEST_CASE("gpt-oss, MiniMax-M2 and StarCoder2 estimate end to end under LoRA wit
 }
 
 TEST_CASE("gpt-oss: SDPA is refused (transformers has none for it); eager by default, the hub flash kernel") {
-  TrainingConfig c = lora_checkpointed();
+  TrainingConfig c = lora_qv_checkpointed();
   c.attn = AttnImpl::kSdpa;
   auto e = estimate(catalog_spec("gpt-oss-20b"), c);
   REQUIRE_FALSE(e.has_value());
