@@ -173,8 +173,8 @@ TEST_CASE("per-op and every-N checkpointing run for a vision-language model on t
   // Review finding: both policies were refused for every model that carries a tower.
   const auto activations = [](const std::string& model, const std::vector<std::string>& policy) {
     std::vector<std::string> args{"estimate", "--model", model, "--bf16", "--torch-dtype", "bfloat16",
-                                  "--use-peft", "--gradient-checkpointing", "--batch", "1", "--seq-len", "512",
-                                  "--format", "json"};
+                                  "--use-peft", "--lora-target-modules", "q_proj,v_proj", "--gradient-checkpointing",
+                                  "--batch", "1", "--seq-len", "512", "--format", "json"};
     args.insert(args.end(), policy.begin(), policy.end());
     auto r = run_cli(args);
     INFO(r.err);
@@ -193,7 +193,8 @@ TEST_CASE("per-op and every-N checkpointing run for a vision-language model on t
     CHECK(vlm > activations("mistral-small-24b", {}));  // keeps more than full checkpointing
   }
   auto r = run_cli({"estimate", "--model", "mistral-small-3.1-24b", "--torch-dtype", "bfloat16", "--use-peft",
-                    "--gradient-checkpointing", "--checkpoint-policy", "op", "--images", "1"});
+                    "--lora-target-modules", "q_proj,v_proj", "--gradient-checkpointing", "--checkpoint-policy", "op",
+                    "--images", "1"});
   CHECK(r.code != 0);
   CHECK(r.err.find("checkpoint-policy op is modelled for decoder language models only (torchtitan's per-op "
                    "selective checkpointing), and for vision-language models on text-only batches") !=
