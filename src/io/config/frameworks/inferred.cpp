@@ -885,6 +885,9 @@ Status read_degrees(Mapper& m, Inferrer& in) {
       {{"expert_model_parallel_size", "expert_parallel_size", "expert_parallel_degree", "ep_size", "ep_degree", "ep",
         "expert_parallel"},
        "expert_parallel", &c.parallel.expert_parallel, "expert parallel"},
+      // Megatron's interleaved schedule (ROLL's strategy_config): virtual stages per pipeline rank.
+      {{"virtual_pipeline_model_parallel_size", "num_virtual_stages_per_pipeline_rank", "virtual_pipeline_parallel_size"},
+       "virtual_stages", &c.parallel.virtual_stages, "virtual pipeline stages"},
   };
   for (const auto& d : degrees) {
     std::vector<Hit> hits = in.find(d.keys);
@@ -894,6 +897,10 @@ Status read_degrees(Mapper& m, Inferrer& in) {
     if (!h) continue;
     *d.field = static_cast<int>(std::min<std::int64_t>(*as_int(*h->leaf->node), 65536));
     if (*d.field > 1) in.took(d.input, *h, std::string(d.what));
+    if (d.field == &c.parallel.virtual_stages && *d.field > 1) {
+      c.parallel.pp_schedule = PipelineSchedule::kInterleaved1F1B;
+      m.derived("pp_schedule", fmt::format("{} > 1: Megatron's interleaved 1F1B", h->leaf->dotted));
+    }
   }
   // A data-parallel size without a GPU count (nanotron's parallelism.dp): GPUs = dp x tp x pp x cp.
   if (!m.has_origin("num_gpus")) {

@@ -256,3 +256,16 @@ TEST_CASE("inferred: a mixed-precision dtype whose switch is off is not autocast
   REQUIRE(r);
   CHECK_FALSE(r->inputs.config.autocast.has_value());
 }
+
+TEST_CASE("inferred: Megatron's virtual pipeline size is the interleaved schedule's virtual stages") {
+  auto r = load("pretrain: Qwen/Qwen2.5-7B\nsft_train:\n  training_args:\n    per_device_train_batch_size: 1\n"
+                "  strategy_args:\n    strategy_name: megatron_train\n    strategy_config:\n"
+                "      pipeline_model_parallel_size: 2\n      virtual_pipeline_model_parallel_size: 4\n"
+                "  device_mapping: list(range(0,8))\n");
+  REQUIRE(r);
+  CHECK(r->dialect == Dialect::kRoll);
+  CHECK(r->inputs.config.parallel.pipeline_parallel == 2);
+  CHECK(r->inputs.config.parallel.virtual_stages == 4);
+  CHECK(r->inputs.config.parallel.pp_schedule == PipelineSchedule::kInterleaved1F1B);
+  CHECK(r->inputs.config.parallel.world_size() == 8);
+}
