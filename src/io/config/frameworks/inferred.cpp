@@ -1186,6 +1186,13 @@ Status read_method(Mapper& m, Inferrer& in, bool& rl) {
           as_bool(*l.node).value_or(false))
         separate = false;
       if (l.key == "vllm_mode" && l.node->is_scalar() && to_lower(l.node->value) == "server") separate = true;
+      // AReaL's allocation `rollout.backend: "sglang:d4p1t1"` beside `actor.backend: "fsdp:d4p1t1"`:
+      // the engine's GPUs are its own.
+      if (l.key == "backend" && l.node->is_scalar() &&
+          (to_lower(l.node->value).rfind("sglang:", 0) == 0 || to_lower(l.node->value).rfind("vllm:", 0) == 0)) {
+        engine = true;
+        separate = true;
+      }
     }
     if (engine) {
       c.grpo.vllm = separate ? VllmMode::kServer : VllmMode::kColocate;

@@ -60,6 +60,8 @@ TEST_CASE("inferred: a token budget per micro-batch sets the micro-batch, the da
   CHECK(t.parallel.sharding == ShardingStrategy::kFsdpFullShard);
   // kl_ctl 0.0: no KL term, no reference model.
   CHECK(t.grpo.beta == 0.0);
+  // SGLang has GPUs of its own (rollout.backend "sglang:d4p1t1"): not on the training GPUs.
+  CHECK(t.grpo.vllm == VllmMode::kServer);
 }
 
 TEST_CASE("inferred: a DPO token budget counts pairs") {
