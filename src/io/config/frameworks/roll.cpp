@@ -7,6 +7,9 @@
 // model, device_mapping the trained model's GPUs); what ROLL means by default is added here:
 // - ModelArguments.disable_gradient_checkpointing defaults to False: ROLL checkpoints unless a
 //   file switches it off (roll/configs/model_args.py).
+// - the synchronous pipeline (async_pipeline: false, the default) offloads the rollout engine
+//   after generating (rlvr_pipeline.py: actor_infer.offload_states()), so vLLM's share of a GPU
+//   it shares with actor_train is not held during the training step.
 // docs/configs.md#roll.
 #include "io/config/dialects_map.hpp"
 
@@ -18,6 +21,14 @@ Status map_roll(Mapper& m) {
   if (!m.has_origin("gradient_checkpointing")) {
     c.gradient_checkpointing = true;
     m.from_default("gradient_checkpointing", "ROLL model_args.disable_gradient_checkpointing = false");
+  }
+  if (c.grpo.vllm == VllmMode::kColocate) {
+    MEMPLAN_TRY(auto async, m.boolean("async_pipeline"));
+    if (!async.value_or(false)) {
+      c.grpo.vllm = VllmMode::kNone;
+      m.derived("use_vllm", "ROLL's synchronous pipeline offloads actor_infer (offload_states) before the "
+                            "training step");
+    }
   }
   return Ok{};
 }

@@ -119,7 +119,10 @@ TEST_CASE("roll: detected by its worker sections; actor_infer is the rollout eng
   // The reference section with no KL key: counted, and said.
   CHECK(t.grpo.beta > 0.0);
   CHECK(has_warning(*r, "reference configures a reference model and no key says whether a KL term uses it"));
-  CHECK(t.grpo.vllm == VllmMode::kColocate);
+  // The synchronous pipeline offloads actor_infer before training: vLLM holds nothing then.
+  CHECK(t.grpo.vllm == VllmMode::kNone);
+  CHECK(r->inputs.origins.at("use_vllm").to_string() ==
+        "derived (ROLL's synchronous pipeline offloads actor_infer (offload_states) before the training step)");
 }
 
 TEST_CASE("roll: disable_gradient_checkpointing: true switches checkpointing off") {
