@@ -73,6 +73,8 @@ TEST_CASE("real-world corpus: memplan estimate on every config, end to end", "[r
                             "architectures memplan does not model",
                             configs.size(), estimated, no_model, unresolved, unmodelled));
   CHECK(estimated + no_model + unresolved + unmodelled == static_cast<int>(configs.size()));
-  CHECK(unmodelled <= 4);  // contrastors' own NomicBERT, ModernBERT's FlexBERT, verl's and NeMo-RL's PPO critics
+  // contrastors' own NomicBERT, ModernBERT's FlexBERT, the PPO critics of verl (4 files), NeMo-RL and
+  // AReaL, ms-swift GKD's teacher.
+  CHECK(unmodelled <= 9);
   CHECK(unresolved * 10 <= estimated);  // at least 90% of the files that name a model reach the engine
 }

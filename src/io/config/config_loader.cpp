@@ -165,6 +165,8 @@ Status map_primary(Dialect d, Mapper& m) {
     case Dialect::kOumi: return map_oumi(m);
     case Dialect::kMegatronBridge: return map_megatron_bridge(m);
     case Dialect::kNemoRl: return map_nemo_rl(m);
+    case Dialect::kRoll: return map_roll(m);
+    case Dialect::kPrimeRl: return map_prime_rl(m);
     case Dialect::kKeyMap: return Ok{};
     case Dialect::kInferred: return map_inferred(m, m.out().evidence);
   }

@@ -35,6 +35,8 @@ enum class Dialect {
   kOumi,          // oumi TrainingConfig YAML (model:, training:, peft:, fsdp: sections)
   kMegatronBridge,  // Megatron-Bridge ConfigContainer overrides (train:, dataset:, peft:, model: on a recipe)
   kNemoRl,        // NVIDIA NeMo-RL (policy.dtensor_cfg / megatron_cfg, cluster.gpus_per_node, grpo/sft/dpo)
+  kRoll,          // alibaba/ROLL (actor_train / sft_train with model_args, training_args, strategy_args)
+  kPrimeRl,       // PrimeIntellect-ai/prime-rl TOML ([orchestrator], [deployment], [model.ac], [data])
   kKeyMap,        // only what --keys maps
   kInferred,      // no framework claims the file: its concepts found by key name, path and value
 };

@@ -163,8 +163,16 @@ Status map_megatron_bridge(Mapper& m);  // Megatron-Bridge ConfigContainer overr
 Status map_inferred(Mapper& m, const std::vector<std::string>& weak_evidence);
 // The same reading for a framework whose layout is known by its signals but whose keys are read
 // by their names (`framework` names it in the reading); frameworks/nemo_rl.cpp corrects it after.
-Status read_by_meaning(Mapper& m, const std::string& framework, const std::vector<std::string>& weak_evidence);
+// What a framework's reader already knows about its layout before the keys are read by meaning.
+struct ReadingHints {
+  bool rl = false;               // an RL run even where no key names the method (prime-rl's [orchestrator])
+  bool generic_batch_is_global = false;  // a plain `batch_size` is the step's batch (prime-rl SFT's data.batch_size)
+};
+Status read_by_meaning(Mapper& m, const std::string& framework, const std::vector<std::string>& weak_evidence,
+                       const ReadingHints& hints = {});
 Status map_nemo_rl(Mapper& m);
+Status map_roll(Mapper& m);
+Status map_prime_rl(Mapper& m);  // PrimeIntellect-ai/prime-rl TOML (frameworks/prime_rl.cpp)  // alibaba/ROLL worker sections, read by meaning (frameworks/roll.cpp)
 // After a detected dialect's mapping: when keys another framework's signals name were left unread
 // (two strong ones at least), a warning says which framework the file looks like.
 void note_other_framework(Mapper& m, Dialect chosen);  // NVIDIA NeMo-RL (policy.*, cluster.*, grpo/sft/dpo sections)

@@ -179,6 +179,28 @@ std::string unescape_basic(std::string_view s) {
 // blank lines where it was (every byte keeps its offset, every line its number): the lines of a
 // multi-line string are never read as keys, and --apply never edits inside one. Returns the
 // strings by their key ("table" + '\x1f' + key), or the line of one left open.
+// A comment after a table header (`[ckpt] # at the end`) is legal TOML that CLI11's reader takes
+// for a key: blanked (spaces, so every offset stays where it was).
+void blank_header_comments(std::string& text) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    const std::size_t a = text.find_first_not_of(" \t", pos);
+    if (a != std::string::npos && a < eol && text[a] == '[') {
+      const std::size_t close = text.find(']', a);
+      if (close != std::string::npos && close < eol) {
+        std::size_t after = close + 1;
+        if (after < eol && text[after] == ']') ++after;
+        const std::size_t hash = text.find_first_not_of(" \t\r", after);
+        if (hash != std::string::npos && hash < eol && text[hash] == '#')
+          for (std::size_t i = hash; i < eol && text[i] != '\r'; ++i) text[i] = ' ';
+      }
+    }
+    pos = eol + 1;
+  }
+}
+
 std::map<std::string, LongString> blank_long_strings(std::string& text, int* unclosed) {
   std::map<std::string, LongString> out;
   std::string table;
@@ -345,6 +367,7 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
   int unclosed = 0;
   const auto long_strings = blank_long_strings(blanked, &unclosed);
   if (unclosed > 0) return fail(unclosed, "invalid TOML: a string in triple quotes that is never closed");
+  blank_header_comments(blanked);
   std::vector<CLI::ConfigItem> items;
   try {
     std::istringstream in(blanked);
@@ -463,6 +486,28 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
       }
     }
     map->entries.push_back(std::move(e));
+  }
+  // A table declared with no keys (`[trainer.model.compile]`) is an empty table, as tomllib reads
+  // it: frameworks switch features on by declaring one.
+  for (const auto& [name, line] : where.tables) {
+    const auto parts = split_key_path(name);
+    if (parts.size() > kMaxDepth) continue;  // warned above when it held a value; never built
+    YamlNode* map = &doc.root;
+    for (const auto& part : parts) {
+      if (map == nullptr || !map->is_map()) break;
+      YamlNode* child = map->get(part);
+      if (child == nullptr) {
+        YamlEntry e;
+        e.key.kind = YamlKind::kScalar;
+        e.key.value = part;
+        e.key.line = line;
+        e.value.kind = YamlKind::kMap;
+        e.value.line = line;
+        map->entries.push_back(std::move(e));
+        child = &map->entries.back().value;
+      }
+      map = child;
+    }
   }
   return doc;
 }

@@ -83,7 +83,7 @@ TEST_CASE("dialect names and aliases") {
   CHECK(parse_dialect("axolotol").error().to_string() == "unknown dialect 'axolotol'; did you mean 'axolotl'?");
   CHECK(parse_dialect("zzz").error().to_string() ==
         "unknown dialect 'zzz'; known dialects: hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, "
-        "accelerate, litgpt, nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, megatron-bridge, nemo-rl, keys, inferred");
+        "accelerate, litgpt, nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, megatron-bridge, nemo-rl, roll, prime-rl, keys, inferred");
   CHECK(to_string(Dialect::kLlamaFactory) == "llama-factory");
 }
 
@@ -115,7 +115,7 @@ TEST_CASE("detection failures name the way out") {
           "the per-device batch (no key like micro_batch_size, per_device_train_batch_size, batch_size); name it with "
           "--dialect (hf, axolotl, llama-factory, torchtune, lightning, flat, deepspeed, accelerate, litgpt, "
           "nemo-automodel, llm-foundry, nemo-megatron, torchtitan, megatron-lm, verl, open-instruct, ms-swift, oumi, "
-          "megatron-bridge, nemo-rl, keys, inferred) or say where the values are with --keys "
+          "megatron-bridge, nemo-rl, roll, prime-rl, keys, inferred) or say where the values are with --keys "
           "batch=KEY,grad_accum=KEY,seq_len=KEY");
   }
   auto tie = parse_yaml("sequence_len: 1\ncutoff_len: 1\n", "x.yaml");
@@ -369,7 +369,8 @@ TEST_CASE("llama-factory: LoRA by default, checkpointing by default, full fine-t
   CHECK(kto.inputs.config.dpo.ref_model == RefModel::kAuto);
   fs.files["rm.yaml"] = "model_name_or_path: m\nstage: rm\nfinetuning_type: lora\n";
   CHECK(load(fs, {"rm.yaml"}).error().to_string() ==
-        "rm.yaml:2: stage: rm is not modelled; memplan models stage: pt, sft, dpo and kto");
+        "rm.yaml:2: stage: rm is not modelled; memplan models stage: pt, sft, dpo and kto; stage: sft with the same "
+        "--model sizes the backbone alone (a lower bound)");
 }
 
 TEST_CASE("checkpointing's use_reentrant: gradient_checkpointing_kwargs, LLaMA-Factory's use_reentrant_gc") {

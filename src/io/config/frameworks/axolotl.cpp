@@ -153,6 +153,15 @@ Status read_axolotl_fsdp(Mapper& m) {
   }
   MEMPLAN_TRY(bool top, m.read_fsdp_version("fsdp_version"));
   if (!top) MEMPLAN_IO_CHECK(m.read_fsdp_version("fsdp_config.fsdp_version"));
+  // FSDP's own activation checkpointing (accelerate applies it to the wrapped layers) checkpoints
+  // as gradient_checkpointing does.
+  for (const char* key : {"fsdp_config.activation_checkpointing", "fsdp_config.fsdp_activation_checkpointing"}) {
+    MEMPLAN_TRY(auto ac, m.boolean(key));
+    if (ac.value_or(false) && !c.gradient_checkpointing) {
+      c.gradient_checkpointing = true;
+      m.from_file("gradient_checkpointing", *m.node(key), key);
+    }
+  }
   for (const char* key : {"fsdp_config.offload_params", "fsdp_config.fsdp_offload_params"}) {
     MEMPLAN_TRY(auto off, m.boolean(key));
     if (off.value_or(false)) {
@@ -358,6 +367,15 @@ Status map_axolotl(Mapper& m) {
   MEMPLAN_IO_CHECK(read_checkpoint_kwargs(m));
   MEMPLAN_IO_CHECK(read_attention(m));
   MEMPLAN_IO_CHECK(read_axolotl_fsdp(m));
+  // The ExpertParallelPlugin's expert_parallel_size: the experts are split over that many GPUs, so
+  // the run has at least that many.
+  if (m.node("expert_parallel_size") != nullptr) {
+    MEMPLAN_IO_CHECK(m.read_degree("expert_parallel_size", "expert_parallel", c.parallel.expert_parallel));
+    if (c.parallel.expert_parallel > c.parallel.world_size()) {
+      c.parallel.num_gpus = c.parallel.expert_parallel;
+      m.from_file("num_gpus", *m.node("expert_parallel_size"), "expert_parallel_size (the experts' GPUs)");
+    }
+  }
   m.set_deepspeed_ref(m.node("deepspeed"));
   MEMPLAN_IO_CHECK(warn_unmodelled_axolotl(m));
 

@@ -8,6 +8,7 @@
 // concept that disagree are named and refused, never guessed; a file where neither the model nor
 // the micro-batch is found is refused with what was looked for. docs/configs.md#inferred.
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -44,10 +45,25 @@ bool side_section(const std::string& k) {
       "ref_model", "reference_model", "reward", "reward_model", "rm", "critic", "value_model", "teacher",
       "teacher_model", "tokenizer", "draft", "draft_model", "judge", "env", "environment", "predict", "benchmark",
       "logging", "logger", "wandb", "checkpoint", "checkpointing", "scheduler", "lr_scheduler", "profiler", "data_eval",
-      "eval_config", "evals", "colocated", "server", "value", "value_model_cfg"};
+      "eval_config", "evals", "colocated", "server", "value", "value_model_cfg", "engine_config", "engine_args",
+      "engine_kwargs"};
   if (kSide.count(k)) return true;
-  for (const char* part : {"eval", "rollout", "reward", "critic", "teacher", "vllm", "sglang", "generation"})
+  for (const char* part : {"eval", "rollout", "reward", "critic", "teacher", "vllm", "sglang", "generation", "valid"})
     if (k.find(part) != std::string::npos) return true;
+  // ROLL's `actor_infer:` (the vLLM/SGLang worker beside `actor_train:`).
+  if (k.size() > 6 && (k.compare(k.size() - 6, 6, "_infer") == 0 || k.rfind("infer_", 0) == 0)) return true;
+  return false;
+}
+
+// Under a section about another model or about evaluation (a reward model's judge generation, a
+// validation sampler): its generation lengths are not the policy's rollouts.
+bool other_model(const std::vector<std::string>& path) {
+  for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+    std::string k = to_lower(path[i]);
+    if (k == "ref" || k == "reference" || k == "ref_model" || k == "val" || k == "valid" || k == "test") return true;
+    for (const char* part : {"reward", "judge", "critic", "teacher", "eval", "validation"})
+      if (k.find(part) != std::string::npos) return true;
+  }
   return false;
 }
 
@@ -74,6 +90,10 @@ void collect(const YamlNode& n, std::vector<std::string>& path, bool side, std::
   }
 }
 
+std::optional<std::int64_t> parse_int_opt(const std::string& s) {
+  auto v = parse_int(s, "");
+  return v ? std::optional<std::int64_t>(*v) : std::nullopt;
+}
 bool is_text(const YamlNode& n) { return n.is_scalar() && !n.value.empty(); }
 std::optional<std::int64_t> as_int(const YamlNode& n) {
   if (!n.is_scalar()) return std::nullopt;
@@ -97,7 +117,7 @@ constexpr std::initializer_list<const char*> kModelKeys = {
     "model_name_or_path", "pretrained_model_name_or_path", "model_name", "model_id", "base_model", "model_path",
     "hf_model", "hf_model_name", "hf_checkpoint", "hf_path", "pretrain", "pretrained_model", "model_name_or_dir",
     "base_model_name_or_path", "hf_model_id", "model_repo", "init_from_hf", "policy_model", "policy_model_path",
-    "actor_model", "model_dir", "base_model_path"};
+    "actor_model", "model_dir", "base_model_path", "llm_backbone", "backbone"};
 // In a `model:` / `policy:` / `actor:` section.
 constexpr std::initializer_list<const char*> kModelInSection = {"name", "path", "id", "pretrained", "hf_path",
                                                                 "name_or_path", "repo_id", "hf_name", "checkpoint"};
@@ -107,7 +127,13 @@ constexpr std::initializer_list<const char*> kMicroBatchKeys = {
     "per_device_batch_size", "batch_size_per_device", "batch_size_per_gpu", "local_batch_size", "mbs", "micro_bsz",
     "micro_batch", "train_micro_batch", "ppo_micro_batch_size_per_gpu", "train_batch_size_per_device",
     "device_batch_size", "batch_per_gpu", "per_device_train_micro_batch_size", "micro_batch_size_per_device",
-    "per_device_micro_batch_size", "train_batch_size_per_gpu", "device_train_batch_size"};
+    "per_device_micro_batch_size", "train_batch_size_per_gpu", "device_train_batch_size",
+    "micro_batch_size_per_device_for_update"};
+// Micro-batches bounded by tokens rather than counted in sequences (AReaL's mb_spec.max_tokens_per_mb,
+// verl's ppo_max_token_len_per_gpu): the micro-batch is the budget over the sequence length.
+constexpr std::initializer_list<const char*> kTokenBudgetKeys = {
+    "max_tokens_per_mb", "max_tokens_per_microbatch", "max_tokens_per_micro_batch", "micro_batch_max_tokens",
+    "ppo_max_token_len_per_gpu", "max_token_len_per_gpu", "max_num_tokens_per_mb"};
 constexpr std::initializer_list<const char*> kGenericBatchKeys = {"batch_size", "bsz", "train_bs", "bs"};
 constexpr std::initializer_list<const char*> kGlobalBatchKeys = {
     "global_batch_size", "train_global_batch_size", "global_train_batch_size", "total_batch_size",
@@ -123,14 +149,16 @@ constexpr std::initializer_list<const char*> kSeqKeys = {
     "context_length", "context_len", "block_size", "train_seq_len", "encoder_seq_length", "max_tokens_per_sequence",
     "max_seqlen", "seqlen", "max_source_length", "train_max_len", "max_train_seq_len"};
 constexpr std::initializer_list<const char*> kPromptKeys = {"max_prompt_length", "prompt_max_len", "max_prompt_len",
-                                                            "max_prompt_tokens", "prompt_length", "max_prompt_length_tokens"};
+                                                            "max_prompt_tokens", "prompt_length", "max_prompt_length_tokens",
+                                                            "max_req_tokens"};
 constexpr std::initializer_list<const char*> kCompletionKeys = {
     "max_completion_length", "generate_max_len", "max_response_length", "max_new_tokens", "max_generated_tokens",
-    "response_length", "max_completion_len", "max_gen_len", "max_response_len", "max_generation_length"};
+    "response_length", "max_completion_len", "max_gen_len", "max_response_len", "max_generation_length",
+    "max_completion_tokens", "max_res_tokens"};
 constexpr std::initializer_list<const char*> kGenerationsKeys = {
     "num_generations", "num_generations_per_prompt", "n_samples_per_prompt", "group_size", "grpo_samples",
     "num_samples_per_prompt", "samples_per_prompt", "rollout_n", "num_rollouts_per_prompt", "generations_per_prompt",
-    "num_completions", "n_samples"};
+    "num_completions", "n_samples", "num_return_sequences_in_group"};
 
 // One candidate value of a concept.
 struct Hit {
@@ -155,6 +183,7 @@ class Inferrer {
     return hits;
   }
   const std::vector<Leaf>& leaves() const { return leaves_; }
+  const YamlNode& root() const { return m_.root(); }
 
   // The one value of a concept, or a refusal naming the keys that disagree.
   Result<std::optional<Hit>> one(const std::vector<Hit>& hits, const std::string& what, const std::string& input) {
@@ -192,6 +221,13 @@ class Inferrer {
   std::vector<std::string> assumed_;
 };
 
+// The section holding a leaf.
+const YamlNode* m_root_at(const Inferrer& in, const Leaf& l) {
+  const YamlNode* n = &in.root();
+  for (std::size_t i = 0; i + 1 < l.path.size() && n != nullptr; ++i) n = n->get(l.path[i]);
+  return n;
+}
+
 bool model_section(const std::string& s) {
   return one_of(s, {"model", "policy", "actor", "model_config", "model_args", "model_arguments", "base_model",
                     "pretrained", "actor_model", "policy_model", "hf_model", "student"});
@@ -199,10 +235,20 @@ bool model_section(const std::string& s) {
 
 Result<std::optional<Hit>> find_model(Inferrer& in) {
   std::vector<Hit> hits = in.find(kModelKeys);
+  // torchtitan's `model: {name: qwen3, flavor: 8B, hf_assets_path: hf://Qwen/Qwen3-8B}` (torchforge):
+  // `name` is the model family; the checkpoint is the hf:// path.
+  const auto family = [&](const Leaf& l) {
+    if (l.key != "name" || l.path.size() < 2) return false;
+    const YamlNode* sec = m_root_at(in, l);
+    return sec != nullptr && sec->get("flavor") != nullptr;
+  };
   for (const auto& l : in.leaves())
     if (!l.side && l.node->is_scalar() && !l.node->value.empty() && model_section(l.parent) &&
-        one_of(l.key, kModelInSection))
+        one_of(l.key, kModelInSection) && !family(l))
       hits.push_back(Hit{&l, l.node->value});
+  for (const auto& l : in.leaves())
+    if (!l.side && l.key == "hf_assets_path" && l.node->is_scalar() && l.node->value.rfind("hf://", 0) == 0)
+      hits.push_back(Hit{&l, l.node->value.substr(5)});
   // `model: org/name` and `policy: org/name`.
   for (const auto& l : in.leaves())
     if (!l.side && l.path.size() == 1 && (l.key == "model" || l.key == "policy") && is_text(*l.node) &&
@@ -248,7 +294,13 @@ Status read_model_concept(Mapper& m, Inferrer& in, bool& found) {
   return Ok{};
 }
 
-Status read_batch_concepts(Mapper& m, Inferrer& in, bool& found) {
+Status read_accum_concepts(Mapper& m, Inferrer& in, const std::optional<Hit>& batch,
+                           const std::optional<Hit>& global_hint = std::nullopt);
+
+// `budget`: a token budget per micro-batch, when no key counts the micro-batch in sequences; the
+// micro-batch is then set from it once the sequence length is known (finish_token_budget).
+Status read_batch_concepts(Mapper& m, Inferrer& in, bool& found, bool rl, std::optional<Hit>& budget,
+                           bool generic_is_global) {
   TrainingConfig& c = m.config();
   std::vector<Hit> micro = in.find(kMicroBatchKeys);
   std::vector<Hit> generic = in.find(kGenericBatchKeys);
@@ -257,9 +309,51 @@ Status read_batch_concepts(Mapper& m, Inferrer& in, bool& found) {
                 generic.end());
   MEMPLAN_TRY(auto mb, in.one(micro, "per-device micro-batches", "batch"));
   std::optional<Hit> batch = mb;
+  if (!batch) {
+    std::vector<Hit> tokens = in.find(kTokenBudgetKeys);
+    tokens.erase(std::remove_if(tokens.begin(), tokens.end(),
+                                [](const Hit& h) { return !as_int(*h.leaf->node) || *as_int(*h.leaf->node) < 1; }),
+                 tokens.end());
+    MEMPLAN_TRY(auto tb, in.one(tokens, "token budgets per micro-batch", "batch"));
+    if (tb) {
+      budget = tb;
+      for (const auto& g : generic)
+        m.warn_at(*g.leaf->node,
+                  fmt::format("{} = {} is not read as the micro-batch: micro-batches are bounded by tokens ({} = {}, "
+                              "{}), so {} counts the sequences of a whole step",
+                              g.leaf->dotted, g.value, tb->leaf->dotted, tb->value, m.where_text(*tb->leaf->node),
+                              g.leaf->dotted));
+      found = true;
+      return read_accum_concepts(m, in, std::nullopt);
+    }
+  }
+  // The framework says a plain batch size is the step's batch: the micro-batch is 1 and the
+  // accumulation follows from the global batch.
+  if (!batch && generic_is_global && !generic.empty()) {
+    c.micro_batch = 1;
+    m.from_default("batch", "1: the per-forward micro-batch is not written (its default)");
+    found = true;
+    return read_accum_concepts(m, in, std::nullopt, generic.front());
+  }
+  // In an RL config a plain `batch_size` counts the prompts (or rollouts) of a step (prime-rl's
+  // orchestrator.batch_size, AReaL's train_dataset.batch_size), never the per-GPU micro-batch.
+  if (!batch && rl && !generic.empty()) {
+    for (const auto& g : generic)
+      m.warn_at(*g.leaf->node,
+                fmt::format("{} = {}: in an RL config a plain batch size counts the prompts or rollouts of a step, "
+                            "not the per-GPU micro-batch; memplan plans micro-batch 1 (give --batch if the trainer "
+                            "packs more sequences into one forward pass)",
+                            g.leaf->dotted, g.value));
+    c.micro_batch = 1;
+    m.from_default("batch", "inferred reading: an RL config's batch_size counts prompts, not the micro-batch");
+    in.assumed(fmt::format("micro-batch 1 ({} = {} counts the prompts or rollouts of a step)",
+                           generic.front().leaf->dotted, generic.front().value));
+    found = true;
+    return read_accum_concepts(m, in, std::nullopt);
+  }
   if (batch) {
     for (const auto& g : generic)
-      if (g.value != batch->value)
+      if (g.value != batch->value && !generic_is_global)
         m.warn_at(*g.leaf->node,
                   fmt::format("{} = {} is not read as the micro-batch: {} = {} ({}) names the per-device micro-batch; "
                               "if {} is per device too, give --batch",
@@ -285,7 +379,13 @@ Status read_batch_concepts(Mapper& m, Inferrer& in, bool& found) {
     m.from_default("batch", "inferred reading: no micro-batch key");
     in.assumed("micro-batch 1 (no key names it)");
   }
+  if (generic_is_global && !generic.empty()) return read_accum_concepts(m, in, batch, generic.front());
+  return read_accum_concepts(m, in, batch);
+}
 
+Status read_accum_concepts(Mapper& m, Inferrer& in, const std::optional<Hit>& batch,
+                           const std::optional<Hit>& global_hint) {
+  TrainingConfig& c = m.config();
   std::vector<Hit> accum = in.find(kAccumKeys);
   accum.erase(std::remove_if(accum.begin(), accum.end(), [](const Hit& h) { return !as_int(*h.leaf->node); }), accum.end());
   MEMPLAN_TRY(auto ga, in.one(accum, "gradient-accumulation counts", "grad_accum"));
@@ -295,6 +395,7 @@ Status read_batch_concepts(Mapper& m, Inferrer& in, bool& found) {
   if (batch)  // a generic batch key read as the micro-batch is not also a global one
     global.erase(std::remove_if(global.begin(), global.end(), [&](const Hit& h) { return h.leaf == batch->leaf; }),
                  global.end());
+  if (global_hint && global.empty()) global.push_back(*global_hint);
   if (ga) {
     c.grad_accum = *as_int(*ga->leaf->node);
     if (c.grad_accum < 1) return m.error_at(*ga->leaf->node, ErrorCode::kInvalidConfig,
@@ -330,6 +431,22 @@ Status read_seq_concepts(Mapper& m, Inferrer& in, bool rl) {
   };
   std::vector<Hit> seq = ints(in.find(kSeqKeys));
   MEMPLAN_TRY(auto s, in.one(seq, "sequence lengths", "seq_len"));
+  // RL: a length bound in a dataset section (AReaL's train_dataset.max_length) filters the prompts
+  // the dataset yields; the completions are generated, so it is the prompt length.
+  std::optional<Hit> dataset_prompt;
+  // The tokenizer's truncation length, when no training section names one (h2o-llmstudio's
+  // tokenizer.max_length: what every training sample is cut to).
+  if (!s) {
+    std::vector<Hit> tok = ints(in.find({"max_length", "max_seq_length", "model_max_length", "max_len"}, true));
+    tok.erase(std::remove_if(tok.begin(), tok.end(), [](const Hit& h) { return h.leaf->parent != "tokenizer"; }),
+              tok.end());
+    MEMPLAN_TRY(auto t, in.one(tok, "tokenizer lengths", "seq_len"));
+    s = t;
+  }
+  if (rl && s && s->leaf->parent.find("data") != std::string::npos && ints(in.find(kPromptKeys, true)).empty()) {
+    dataset_prompt = s;
+    s.reset();
+  }
   if (s) {
     c.seq_len = *as_int(*s->leaf->node);
     in.took("seq_len", *s, "sequence length");
@@ -342,9 +459,15 @@ Status read_seq_concepts(Mapper& m, Inferrer& in, bool rl) {
     }
     return Ok{};
   }
-  // RL: prompt and completion lengths, wherever they are (generation sections included).
-  MEMPLAN_TRY(auto p, in.one(ints(in.find(kPromptKeys, true)), "prompt lengths", "max_prompt_length"));
-  MEMPLAN_TRY(auto q, in.one(ints(in.find(kCompletionKeys, true)), "completion lengths", "max_completion_length"));
+  // RL: prompt and completion lengths, wherever they are (generation sections included, those of
+  // other models and of evaluation left out).
+  auto policy = [](std::vector<Hit> v) {
+    v.erase(std::remove_if(v.begin(), v.end(), [](const Hit& h) { return other_model(h.leaf->path); }), v.end());
+    return v;
+  };
+  MEMPLAN_TRY(auto p, in.one(policy(ints(in.find(kPromptKeys, true))), "prompt lengths", "max_prompt_length"));
+  if (dataset_prompt) p = dataset_prompt;
+  MEMPLAN_TRY(auto q, in.one(policy(ints(in.find(kCompletionKeys, true))), "completion lengths", "max_completion_length"));
   if (p) {
     c.grpo.max_prompt_length = *as_int(*p->leaf->node);
     in.took("max_prompt_length", *p, "prompt length");
@@ -374,6 +497,24 @@ Status read_seq_concepts(Mapper& m, Inferrer& in, bool rl) {
   return Ok{};
 }
 
+// A micro-batch bounded by tokens: as many whole sequences as the budget holds (at least one).
+void finish_token_budget(Mapper& m, Inferrer& in, const Hit& budget, bool rl) {
+  TrainingConfig& c = m.config();
+  const std::int64_t tokens = *as_int(*budget.leaf->node);
+  // A preference pair is two sequences (chosen and rejected) that stay in one micro-batch.
+  const bool pairs = c.method == Method::kDpo;
+  const std::int64_t seq = rl ? c.grpo.max_prompt_length + c.grpo.max_completion_length
+                              : c.seq_len * (pairs ? 2 : 1);
+  c.micro_batch = static_cast<int>(std::clamp<std::int64_t>(seq > 0 ? tokens / seq : 1, 1, 1 << 20));
+  in.took("batch", budget, "token budget per micro-batch");
+  m.warn_at(*budget.leaf->node,
+            fmt::format("{} = {}: micro-batches are packed up to {} tokens, not counted in sequences; memplan plans "
+                        "{} {} of {} tokens per micro-batch (the budget over the sequence length; pass --batch to "
+                        "plan another count)",
+                        budget.leaf->dotted, budget.value, tokens, c.micro_batch,
+                        pairs ? "pair(s)" : "sequence(s)", seq));
+}
+
 // bf16: true, precision: bf16-mixed, mixed_precision: bf16 -> autocast; dtype: bfloat16 -> weights.
 Status read_precision(Mapper& m, Inferrer& in) {
   TrainingConfig& c = m.config();
@@ -385,16 +526,33 @@ Status read_precision(Mapper& m, Inferrer& in) {
     in.took("autocast", h, "autocast");
     break;
   }
-  for (const auto& h : in.find({"precision", "mixed_precision", "amp_dtype", "mixed_precision_dtype", "amp",
-                                "train_dtype", "training_precision", "autocast_dtype"})) {
+  std::vector<Hit> prec = in.find({"precision", "mixed_precision", "amp_dtype", "mixed_precision_dtype", "amp",
+                                   "train_dtype", "training_precision", "autocast_dtype"});
+  // h2o-llmstudio keeps them in its hardware section `environment:` (a side section name for RL's
+  // task environments).
+  for (const auto& h : in.find({"mixed_precision_dtype", "amp_dtype", "autocast_dtype"}, true))
+    if (h.leaf->side && h.leaf->parent == "environment" && h.leaf->path.size() == 2) prec.push_back(h);
+  for (const auto& h : prec) {
     const std::string v = to_lower(trim(h.value));
     std::optional<DType> autocast, weights;
-    if (v == "bf16" || v == "bf16-mixed" || v == "amp_bf16" || v == "bf16_mixed" || v == "mixed_bf16") autocast = DType::kBFloat16;
-    else if (v == "fp16" || v == "16" || v == "16-mixed" || v == "amp_fp16" || v == "mixed_fp16" || v == "amp") autocast = DType::kFloat16;
-    else if (v == "bfloat16" || v == "bf16-true" || v == "pure_bf16") weights = DType::kBFloat16;
-    else if (v == "float16" || v == "16-true" || v == "half") weights = DType::kFloat16;
-    else if (v == "32" || v == "fp32" || v == "float32" || v == "32-true" || v == "no" || v == "full") weights = DType::kFloat32;
-    else continue;
+    // A dtype named by a mixed-precision key is the autocast dtype (h2o-llmstudio's
+    // `mixed_precision: true` with `mixed_precision_dtype: bfloat16`), unless the switch beside it is off.
+    const bool amp_key = one_of(h.leaf->key, {"mixed_precision_dtype", "amp_dtype", "autocast_dtype"});
+    if (amp_key) {
+      const YamlNode* sec = m_root_at(in, *h.leaf);
+      const YamlNode* sw = sec != nullptr ? sec->get("mixed_precision") : nullptr;
+      if (sw != nullptr && !as_bool(*sw).value_or(true)) continue;
+      if (v == "bfloat16" || v == "bf16") autocast = DType::kBFloat16;
+      else if (v == "float16" || v == "fp16") autocast = DType::kFloat16;
+    }
+    if (!autocast) {
+      if (v == "bf16" || v == "bf16-mixed" || v == "amp_bf16" || v == "bf16_mixed" || v == "mixed_bf16") autocast = DType::kBFloat16;
+      else if (v == "fp16" || v == "16" || v == "16-mixed" || v == "amp_fp16" || v == "mixed_fp16" || v == "amp") autocast = DType::kFloat16;
+      else if (v == "bfloat16" || v == "bf16-true" || v == "pure_bf16") weights = DType::kBFloat16;
+      else if (v == "float16" || v == "16-true" || v == "half") weights = DType::kFloat16;
+      else if (v == "32" || v == "fp32" || v == "float32" || v == "32-true" || v == "no" || v == "full") weights = DType::kFloat32;
+      else continue;
+    }
     if (autocast) {
       c.autocast = autocast;
       c.torch_dtype = DType::kFloat32;
@@ -407,7 +565,7 @@ Status read_precision(Mapper& m, Inferrer& in) {
     break;
   }
   for (const auto& h : in.find({"torch_dtype", "dtype", "model_dtype", "param_dtype", "params_dtype", "weight_dtype",
-                                "torch_dtype_str"})) {
+                                "torch_dtype_str", "optimization_dtype", "backbone_dtype"})) {
     auto d = parse_dtype(to_lower(trim(h.value)));
     if (!d) continue;
     c.torch_dtype = *d;
@@ -519,7 +677,9 @@ Status read_quant(Mapper& m, Inferrer& in) {
       return Ok{};
     }
   }
-  for (const auto& h : in.find({"quantization", "quant", "quantize", "adapter", "quant_method", "quantization_method"})) {
+  // h2o-llmstudio's `architecture.backbone_dtype: int4` loads the backbone in 4 bits.
+  for (const auto& h : in.find({"quantization", "quant", "quantize", "adapter", "quant_method", "quantization_method",
+                                "backbone_dtype"})) {
     const std::string v = to_lower(trim(h.value));
     if (v == "qlora" || v == "4bit" || v == "nf4" || v == "bnb_4bit" || v == "int4" || v == "bnb4" || v == "fp4") {
       set(4, h);
@@ -545,9 +705,22 @@ Status read_checkpointing(Mapper& m, Inferrer& in) {
     if (l.side || !l.node->is_scalar()) continue;
     const bool direct = one_of(l.key, kKeys);
     const bool mode = one_of(l.parent, kKeys) && one_of(l.key, {"mode", "enabled", "enable", "granularity"});
-    if (!direct && !mode) continue;
+    // ROLL's and LLaMA-Factory's `disable_gradient_checkpointing`.
+    const bool negated = one_of(l.key, {"disable_gradient_checkpointing", "disable_activation_checkpointing"});
+    // prime-rl's `[model.ac] freq = 1`: checkpoint every freq-th layer.
+    if (l.parent == "ac" && l.key == "freq" && as_int(*l.node).value_or(0) >= 1) {
+      c.gradient_checkpointing = true;
+      in.took("gradient_checkpointing", Hit{&l, l.node->value}, "activation checkpointing every N layers:");
+      if (*as_int(*l.node) > 1)
+        m.warn_at(*l.node, fmt::format("{} = {}: checkpointing every {}th layer is estimated as every layer (an "
+                                       "underestimate of the activations)",
+                                       l.dotted, l.node->value, l.node->value));
+      return Ok{};
+    }
+    if (!direct && !mode && !negated) continue;
     const std::string v = to_lower(trim(l.node->value));
     std::optional<bool> gc = as_bool(*l.node);
+    if (negated && gc) gc = !*gc;
     if (!gc) {
       if (v == "full" || v == "selective" || v == "uniform" || v == "block" || v == "unsloth" || v == "offload") gc = true;
       else if (v == "none" || v == "no" || v == "off" || v == "null") gc = false;
@@ -605,12 +778,15 @@ Status read_world(Mapper& m, Inferrer& in) {
                                                         "gpus_per_host", "actor_num_gpus_per_node", "num_gpus_per_host",
                                                         "procs_per_node"})),
                                     "GPU-per-node counts", "num_gpus"));
-  MEMPLAN_TRY(auto total, in.one(positive(in.find({"num_gpus", "n_gpus", "gpus", "world_size", "num_processes",
-                                                     "total_gpus", "num_devices", "devices", "ngpus", "gpu_count", "num_train_gpus",
-                                                     "train_gpus", "num_trainer_gpus"})),
-                                 "GPU counts", "num_gpus"));
+  std::vector<Hit> totals = positive(in.find({"num_gpus", "n_gpus", "gpus", "world_size", "num_processes",
+                                              "total_gpus", "num_devices", "devices", "ngpus", "gpu_count",
+                                              "num_train_gpus", "train_gpus", "num_trainer_gpus"}));
+  // torchforge's `actors: {trainer: {procs: 2, with_gpus: true}}`: the trainer's processes, one per GPU.
+  for (const auto& h : positive(in.find({"procs", "num_procs"})))
+    if (h.leaf->parent == "trainer") totals.push_back(h);
+  MEMPLAN_TRY(auto total, in.one(totals, "GPU counts", "num_gpus"));
   MEMPLAN_TRY(auto nodes, in.one(positive(in.find({"nnodes", "num_nodes", "nodes", "num_machines", "node_count",
-                                                     "n_nodes", "actor_num_nodes"})),
+                                                     "n_nodes", "actor_num_nodes", "num_train_nodes"})),
                                  "node counts", "nodes"));
   if (nodes) {
     c.parallel.nodes = static_cast<int>(std::min<std::int64_t>(*as_int(*nodes->leaf->node), 65536));
@@ -625,6 +801,66 @@ Status read_world(Mapper& m, Inferrer& in) {
       c.parallel.num_gpus = static_cast<int>(std::min<std::int64_t>(t / c.parallel.nodes, 65536));
     else c.parallel.num_gpus = static_cast<int>(std::min<std::int64_t>(t, 65536));
     in.took("num_gpus", *total, "GPUs in all");
+  }
+  // A list of GPU ids (h2o-llmstudio's `environment.gpus: ['0']`): one GPU each.
+  if (!per_node && !total)
+    for (const auto& l : in.leaves())
+      if ((!l.side || (l.parent == "environment" && l.path.size() == 2)) && l.node->kind == YamlKind::kSeq &&
+          !l.node->items.empty() &&
+          one_of(l.key, {"gpus", "gpu_ids", "devices", "cuda_visible_devices", "device_ids"})) {
+        c.parallel.num_gpus = static_cast<int>(std::min<std::size_t>(l.node->items.size(), 65536));
+        in.took("num_gpus", Hit{&l, fmt::format("{} ids", l.node->items.size())}, "GPUs listed:");
+        break;
+      }
+  // The GPUs the trained model gets, when the cluster is shared with rollout workers: ROLL's
+  // `device_mapping: list(range(0,16))` and AReaL's allocation `backend: "fsdp:d4p1t1"`.
+  const int per = std::max(1, per_node ? c.parallel.num_gpus : 0);
+  auto place = [&](std::int64_t world, const Leaf& l, const std::string& what) {
+    if (world < 1 || world > 65536) return;
+    if (per_node && world > per && world % per == 0) {
+      c.parallel.nodes = static_cast<int>(world / per);
+      c.parallel.num_gpus = per;
+    } else {
+      c.parallel.nodes = 1;
+      c.parallel.num_gpus = static_cast<int>(world);
+    }
+    in.took("num_gpus", Hit{&l, l.node->value}, what);
+    m.out().inputs.set_origin("nodes", Origin{OriginKind::kFile, m.where(*l.node), "inferred from " + l.dotted});
+  };
+  for (const auto& l : in.leaves()) {
+    if (l.side || !l.node->is_scalar()) continue;
+    std::string v = to_lower(l.node->value);
+    v.erase(std::remove(v.begin(), v.end(), ' '), v.end());
+    if (l.key == "device_mapping" && v.rfind("list(range(", 0) == 0) {
+      const std::size_t comma = v.find(',');
+      const std::size_t close = v.find(')');
+      auto a = comma == std::string::npos ? std::nullopt : parse_int_opt(v.substr(11, comma - 11));
+      auto b = comma == std::string::npos || close == std::string::npos ? std::nullopt
+                                                                        : parse_int_opt(v.substr(comma + 1, close - comma - 1));
+      if (a && b && *b > *a) place(*b - *a, l, "GPUs of the trained model (device_mapping)");
+      break;
+    }
+    const std::size_t colon = v.find(':');
+    if (l.key == "backend" && colon != std::string::npos &&
+        (v.rfind("fsdp", 0) == 0 || v.rfind("megatron", 0) == 0 || v.rfind("archon", 0) == 0)) {
+      std::int64_t world = 1;
+      bool any = false;
+      for (std::size_t i = colon + 1; i < v.size();) {
+        const char dim = v[i++];
+        std::size_t j = i;
+        while (j < v.size() && std::isdigit(static_cast<unsigned char>(v[j]))) ++j;
+        if (j == i || j - i > 6) { any = false; break; }
+        const std::int64_t n = std::stoll(v.substr(i, j - i));
+        if (dim == 'd' || dim == 'p' || dim == 't' || dim == 'c') world *= n;
+        if (dim == 't') c.parallel.tensor_parallel = static_cast<int>(n);
+        if (dim == 'p') c.parallel.pipeline_parallel = static_cast<int>(n);
+        if (dim == 'c') c.parallel.context_parallel = static_cast<int>(n);
+        any = true;
+        i = j;
+      }
+      if (any) place(world, l, "GPUs of the trained model (allocation d x p x t)");
+      break;
+    }
   }
   return Ok{};
 }
@@ -649,6 +885,9 @@ Status read_degrees(Mapper& m, Inferrer& in) {
       {{"expert_model_parallel_size", "expert_parallel_size", "expert_parallel_degree", "ep_size", "ep_degree", "ep",
         "expert_parallel"},
        "expert_parallel", &c.parallel.expert_parallel, "expert parallel"},
+      // Megatron's interleaved schedule (ROLL's strategy_config): virtual stages per pipeline rank.
+      {{"virtual_pipeline_model_parallel_size", "num_virtual_stages_per_pipeline_rank", "virtual_pipeline_parallel_size"},
+       "virtual_stages", &c.parallel.virtual_stages, "virtual pipeline stages"},
   };
   for (const auto& d : degrees) {
     std::vector<Hit> hits = in.find(d.keys);
@@ -658,6 +897,10 @@ Status read_degrees(Mapper& m, Inferrer& in) {
     if (!h) continue;
     *d.field = static_cast<int>(std::min<std::int64_t>(*as_int(*h->leaf->node), 65536));
     if (*d.field > 1) in.took(d.input, *h, std::string(d.what));
+    if (d.field == &c.parallel.virtual_stages && *d.field > 1) {
+      c.parallel.pp_schedule = PipelineSchedule::kInterleaved1F1B;
+      m.derived("pp_schedule", fmt::format("{} > 1: Megatron's interleaved 1F1B", h->leaf->dotted));
+    }
   }
   // A data-parallel size without a GPU count (nanotron's parallelism.dp): GPUs = dp x tp x pp x cp.
   if (!m.has_origin("num_gpus")) {
@@ -740,10 +983,12 @@ Status read_sharding(Mapper& m, Inferrer& in) {
           break;
         }
       if (set) continue;
+      // ROLL's strategy_name fsdp2_train, AReaL's backend "fsdp:d4p1t1".
+      const bool fsdp_named = v.rfind("fsdp2_", 0) == 0 || v.rfind("fsdp_train", 0) == 0 || v.rfind("fsdp:", 0) == 0;
       if (v.find("full_shard") != std::string::npos || v == "fsdp" || v == "fsdp2" || v == "optim_grads_params" ||
-          v == "true" || v == "fsdp_full_shard") {
+          v == "true" || v == "fsdp_full_shard" || fsdp_named) {
         c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
-        if (v == "fsdp2") c.parallel.fsdp_version = 2;
+        if (v.rfind("fsdp2", 0) == 0 || v.rfind("fsdp:", 0) == 0) c.parallel.fsdp_version = 2;
         in.took("sharding", Hit{&l, l.node->value}, "FSDP full shard:");
         set = true;
       } else if (v.find("shard_grad_op") != std::string::npos || v == "optim_grads") {
@@ -758,7 +1003,7 @@ Status read_sharding(Mapper& m, Inferrer& in) {
       continue;
     }
     // DTensor / FSDP sections switched on (`dtensor_cfg: {enabled: true}`, `fsdp: {enabled: true}`).
-    if (one_of(l.key, {"enabled", "enable", "enable_fsdp"}) &&
+    if ((one_of(l.key, {"enabled", "enable", "enable_fsdp"}) || l.key == "enable_full_shard") &&
         (l.parent.find("fsdp") != std::string::npos || l.parent.find("dtensor") != std::string::npos) &&
         as_bool(*l.node).value_or(false)) {
       c.parallel.sharding = ShardingStrategy::kFsdpFullShard;
@@ -792,6 +1037,65 @@ Status read_sharding(Mapper& m, Inferrer& in) {
       c.parallel.offload_params = true;
       in.took("offload_params", Hit{&l, l.node->value}, "parameter offload:");
     }
+  }
+  return Ok{};
+}
+
+// The reference model of an RL run (c.grpo.beta > 0 keeps one): a KL term switched on
+// (`use_kl_loss: true`, EasyR1's `disable_kl: false` with a kl_coef), a KL coefficient above 0, or,
+// where no key says, a reference-model section beside the policy (ROLL's `reference:`): counted,
+// and said. An explicit 0 coefficient (AReaL's `kl_ctl: 0.0`) or `disable_kl: true` keeps none.
+Status read_rl_reference(Mapper& m, Inferrer& in) {
+  TrainingConfig& c = m.config();
+  std::optional<Hit> coef, switched_on, switched_off;
+  const Leaf* section = nullptr;
+  for (const auto& l : in.leaves()) {
+    if (l.node->is_map() && l.path.size() <= 2 && one_of(l.key, {"ref", "reference", "ref_model", "reference_model"}) &&
+        !l.node->entries.empty() && !disabled(*l.node) && section == nullptr)
+      section = &l;
+    if (l.side || !l.node->is_scalar()) continue;
+    if (one_of(l.key, {"use_kl_loss", "use_kl_in_reward", "add_token_level_kl", "use_kl", "use_kl_penalty"})) {
+      if (as_bool(*l.node).value_or(false) && !switched_on) switched_on = Hit{&l, l.node->value};
+    } else if (l.key == "disable_kl" && as_bool(*l.node).value_or(false)) {
+      switched_off = Hit{&l, l.node->value};
+    } else if (one_of(l.key, {"kl_coef", "kl_loss_coef", "init_kl_coef", "kl_ctl", "kl_beta", "kl_penalty_coef", "beta",
+                              "kl_coeff"}) && !coef) {
+      if (auto v = parse_double(l.node->value, ""); v && *v >= 0) coef = Hit{&l, l.node->value};
+    }
+  }
+  const double k = coef ? *parse_double(coef->value, "") : 0.0;
+  // torchforge: the reference model is a service of its own (`services: {ref_model: {procs: 1,
+  // with_gpus: true}}`), on GPUs the trainer does not share.
+  const YamlNode* own_service = nullptr;
+  for (const char* group : {"services", "actors"}) {
+    if (section == nullptr || own_service != nullptr) break;
+    const YamlNode* g = m.root().get(group);
+    const YamlNode* svc = g != nullptr && g->is_map() ? g->get(section->path.back()) : nullptr;
+    const YamlNode* gpus = svc != nullptr && svc->is_map() ? svc->get("with_gpus") : nullptr;
+    if (gpus != nullptr && as_bool(*gpus).value_or(false)) own_service = gpus;
+  }
+  if (switched_off) {
+    c.grpo.beta = 0.0;
+    in.took("beta", *switched_off, "KL term off (no reference model):");
+  } else if (coef && (k > 0 || !switched_on)) {
+    c.grpo.beta = k;
+    in.took("beta", *coef, k > 0 ? "KL coefficient (a reference model):" : "KL coefficient 0 (no reference model):");
+  } else if (switched_on) {
+    c.grpo.beta = coef && k > 0 ? k : 0.001;
+    in.took("beta", *switched_on, "KL term on (a reference model):");
+  } else if (section != nullptr && own_service) {
+    c.grpo.beta = 0.0;
+    in.read(fmt::format("reference model: {} runs as its own service with GPUs ({}): not on the training GPUs",
+                        section->dotted, m.where_text(*own_service)));
+  } else if (section != nullptr) {
+    c.grpo.beta = 0.001;
+    m.out().inputs.set_origin("beta", Origin{OriginKind::kFile, m.where(*section->node),
+                                             "inferred from " + section->dotted + " (a reference model section)"});
+    m.warn_at(*section->node, fmt::format("{} configures a reference model and no key says whether a KL term uses it; "
+                                          "memplan counts the reference model's weights (an overestimate if the "
+                                          "trainer never loads it)",
+                                          section->dotted));
+    in.assumed(fmt::format("a reference model ({} is configured)", section->dotted));
   }
   return Ok{};
 }
@@ -863,6 +1167,7 @@ Status read_method(Mapper& m, Inferrer& in, bool& rl) {
     } else {
       in.assumed(fmt::format("{} completions per prompt (no key names them)", c.grpo.num_generations));
     }
+    MEMPLAN_IO_CHECK(read_rl_reference(m, in));
     // vLLM / SGLang rollout engine and its memory.
     std::vector<Hit> util = in.find({"gpu_memory_utilization", "vllm_gpu_memory_utilization", "mem_fraction_static",
                                      "vllm_gpu_memory_util", "gpu_memory_util"},
@@ -881,6 +1186,13 @@ Status read_method(Mapper& m, Inferrer& in, bool& rl) {
           as_bool(*l.node).value_or(false))
         separate = false;
       if (l.key == "vllm_mode" && l.node->is_scalar() && to_lower(l.node->value) == "server") separate = true;
+      // AReaL's allocation `rollout.backend: "sglang:d4p1t1"` beside `actor.backend: "fsdp:d4p1t1"`:
+      // the engine's GPUs are its own.
+      if (l.key == "backend" && l.node->is_scalar() &&
+          (to_lower(l.node->value).rfind("sglang:", 0) == 0 || to_lower(l.node->value).rfind("vllm:", 0) == 0)) {
+        engine = true;
+        separate = true;
+      }
     }
     if (engine) {
       c.grpo.vllm = separate ? VllmMode::kServer : VllmMode::kColocate;
@@ -901,10 +1213,12 @@ Status read_method(Mapper& m, Inferrer& in, bool& rl) {
   // DPO and its reference-free relatives.
   for (const auto& l : in.leaves()) {
     const bool dpo_key = one_of(l.key, {"dpo_beta", "dpo_loss_type", "dpo", "orpo_beta", "simpo_gamma", "ref_model",
-                                        "reference_model_path", "ref_model_name_or_path"}) ||
+                                        "reference_model_path", "ref_model_name_or_path", "chosen_key",
+                                        "rejected_key"}) ||
                          (l.key == "loss_type" && l.node->is_scalar() &&
                           one_of(to_lower(l.node->value), {"sigmoid", "ipo", "hinge", "dpo", "simpo", "orpo"}));
-    const bool dpo_value = one_of(l.key, {"rlhf_type", "stage", "method", "trainer_type", "task", "algorithm"}) &&
+    const bool dpo_value = (one_of(l.key, {"rlhf_type", "stage", "method", "trainer_type", "task", "algorithm"}) ||
+                            (l.key == "type" && l.parent.find("dataset") != std::string::npos)) &&
                            l.node->is_scalar() &&
                            one_of(to_lower(l.node->value), {"dpo", "orpo", "simpo", "kto", "ipo", "cpo", "trl_dpo"});
     if (!dpo_key && !dpo_value) continue;
@@ -934,12 +1248,26 @@ Status read_method(Mapper& m, Inferrer& in, bool& rl) {
 // Memory-relevant settings the reading does not model, each at its line with the direction.
 void warn_unmodelled(Mapper& m, Inferrer& in) {
   TrainingConfig& c = m.config();
+  // A section whose presence switches a feature on (prime-rl's `[trainer.model.ac_offloading]`,
+  // `[trainer.model.compile]`).
+  for (const auto& l : in.leaves()) {
+    if (l.side || !l.node->is_map() || disabled(*l.node) || l.parent != "model") continue;
+    if (one_of(l.key, {"ac_offloading", "activation_offloading"}))
+      m.warn_at(*l.node, fmt::format("{}: activation offloading is not modelled; the activations it moves to the CPU "
+                                     "are counted on the GPU (the estimate is high)",
+                                     l.dotted));
+    else if (l.key == "compile")
+      m.warn_at(*l.node, fmt::format("{}: torch.compile is not modelled; it usually frees activation memory, so the "
+                                     "estimate is high",
+                                     l.dotted));
+  }
   for (const auto& l : in.leaves()) {
     if (l.side || !l.node->is_scalar()) continue;
     const bool on = as_bool(*l.node).value_or(false);
     if ((one_of(l.key, {"packing", "sample_packing", "pack_sequences", "packed_sequences", "padding_free",
                        "use_packing", "sequence_packing", "pack", "packed", "use_padding_free", "remove_padding",
-                       "use_remove_padding", "seq_packing", "pad_to_multiple_of_packing"}) && on) ||
+                       "use_remove_padding", "seq_packing", "pad_to_multiple_of_packing", "use_sequence_packing"}) &&
+         on) ||
                (one_of(l.parent, {"sequence_packing", "packing", "sample_packing", "seq_packing"}) &&
                 one_of(l.key, {"enabled", "enable"}) && on)) {
       m.warn_at(*l.node, fmt::format("{}: memplan plans every sequence at the full sequence length, which a packed or "
@@ -990,12 +1318,19 @@ Status map_inferred(Mapper& m, const std::vector<std::string>& weak_evidence) {
   return read_by_meaning(m, "", weak_evidence);
 }
 
-Status read_by_meaning(Mapper& m, const std::string& framework, const std::vector<std::string>& weak_evidence) {
+Status read_by_meaning(Mapper& m, const std::string& framework, const std::vector<std::string>& weak_evidence,
+                       const ReadingHints& hints) {
   Inferrer in(m);
   bool model = false, batch = false, rl = false;
+  std::optional<Hit> budget;
   MEMPLAN_IO_CHECK(read_model_concept(m, in, model));
   MEMPLAN_IO_CHECK(read_method(m, in, rl));
-  MEMPLAN_IO_CHECK(read_batch_concepts(m, in, batch));
+  if (hints.rl && !rl) {
+    m.config().method = Method::kGrpo;
+    rl = true;
+    m.derived("method", fmt::format("{} trains RL (estimated as GRPO)", framework));
+  }
+  MEMPLAN_IO_CHECK(read_batch_concepts(m, in, batch, rl, budget, hints.generic_batch_is_global));
   if (!model && !batch) {
     Error e = make_error(
         ErrorCode::kInvalidConfig,
@@ -1011,6 +1346,7 @@ Status read_by_meaning(Mapper& m, const std::string& framework, const std::vecto
     return e;
   }
   MEMPLAN_IO_CHECK(read_seq_concepts(m, in, rl));
+  if (budget) finish_token_budget(m, in, *budget, rl);
   MEMPLAN_IO_CHECK(read_precision(m, in));
   MEMPLAN_IO_CHECK(read_peft(m, in));
   MEMPLAN_IO_CHECK(read_quant(m, in));

@@ -103,7 +103,8 @@ Status map_llamafactory(Mapper& m) {
     else if (s == "dpo" || s == "kto") c.method = Method::kDpo;
     else
       return m.error_at(n, ErrorCode::kUnsupported, fmt::format("stage: {} is not modelled", *stage),
-                        "memplan models stage: pt, sft, dpo and kto");
+                        "memplan models stage: pt, sft, dpo and kto; stage: sft with the same --model sizes the "
+                        "backbone alone (a lower bound)");
     m.from_file("method", n, "stage");
   } else {
     m.from_default("method", "LLaMA-Factory stage = sft");

@@ -49,7 +49,8 @@ Status read_swift_method(Mapper& m) {
   } else if (t == "gkd") {
     return m.error_at(n, ErrorCode::kUnsupported,
                       "rlhf_type: gkd keeps a teacher model beside the student, which memplan does not model",
-                      "an SFT estimate of the student alone (drop rlhf_type) is a lower bound");
+                      "an SFT estimate of the student alone (drop rlhf_type; the teacher as a second --model) is a "
+                      "lower bound");
   } else if (t == "rm") {
     return m.error_at(n, ErrorCode::kUnsupported,
                       "rlhf_type: rm trains a reward model (a scalar head on chosen and rejected), which memplan "
@@ -174,6 +175,8 @@ Status read_swift_deepspeed(Mapper& m) {
 // Megatron-SWIFT (`megatron sft|rlhf`): Megatron's own names for batch and parallelism.
 Status read_swift_megatron(Mapper& m) {
   TrainingConfig& c = m.config();
+  // The Ray group `train:` names the GPUs it trains on (`train.gpus: 4`).
+  if (m.node("train.gpus") != nullptr) MEMPLAN_IO_CHECK(m.read("train.gpus", "num_gpus", c.parallel.num_gpus));
   auto degree = [&](std::string_view key, const char* input, int& field) -> Status {
     MEMPLAN_IO_CHECK(m.read_degree(swift_key(m, key), input, field));
     return Ok{};
@@ -242,6 +245,12 @@ Status map_ms_swift(Mapper& m) {
                                  ? "rollout.vllm_gpu_memory_utilization"
                                  : "vllm_gpu_memory_utilization";
     MEMPLAN_IO_CHECK(m.read(util, "vllm_gpu_memory_utilization", c.grpo.vllm_gpu_memory_utilization));
+    // Ray groups: `rollout:` with its own GPUs and no colocate_groups runs vLLM on other GPUs.
+    if (c.grpo.vllm != VllmMode::kNone && m.node("rollout.gpus") != nullptr && m.node("colocate_groups") == nullptr) {
+      c.grpo.vllm = VllmMode::kServer;
+      m.derived("use_vllm", "the Ray group rollout: has its own GPUs (rollout.gpus) and no colocate_groups: vLLM "
+                            "runs beside the training GPUs, not on them");
+    }
   } else if (c.method == Method::kDpo) {
     MEMPLAN_IO_CHECK(m.read("max_completion_length", "max_completion_length", c.dpo.max_prompt_length));
   }

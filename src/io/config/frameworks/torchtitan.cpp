@@ -184,6 +184,16 @@ Status map_torchtitan(Mapper& m) {
       m.derived("num_gpus", "data_parallel_replicate x shard x tensor x pipeline x context degrees");
     }
   }
+  // torchforge's SFT app (apps/sft_v2) launches the torchtitan trainer as `processes: {procs: 8,
+  // with_gpus: true}`: one rank per GPU. A shard degree of -1 then shards over all of them.
+  if (const YamlNode* procs = m.node("processes.procs"); procs != nullptr && (!shard_given || shard < 1)) {
+    MEMPLAN_TRY(auto gpus, m.boolean("processes.with_gpus"));
+    if (gpus.value_or(false)) {
+      int n = 1;
+      MEMPLAN_IO_CHECK(m.read("processes.procs", "num_gpus", n));
+      par.num_gpus = n;
+    }
+  }
   // FSDP2 whenever more than one rank shards (torchtitan's parallelize_*: fully_shard), with its
   // MixedPrecisionPolicy: fp32 parameters gathered in mixed_precision_param.
   if (!shard_given || shard > 1) {

@@ -338,6 +338,11 @@ Status map_verl_ppo(Mapper& m) {
 
 Status map_verl(Mapper& m) {
   if (m.node("actor_rollout_ref") != nullptr) return map_verl_ppo(m);
+  // EasyR1 (hiyouga/EasyR1): verl's trainer with its sections renamed (worker.actor, worker.rollout,
+  // worker.ref, data.rollout_batch_size): neither verl's SFT nor its PPO layout, so read by meaning,
+  // never as verl's SFT defaults.
+  if (m.node("worker.actor") != nullptr || m.node("worker.rollout") != nullptr)
+    return read_by_meaning(m, "EasyR1 (verl's trainer, its own section names)", {});
   return map_verl_sft(m);
 }
 
