@@ -300,6 +300,8 @@ RunContext run_context(Dialect d) {
     case Dialect::kMegatronBridge: r.framework = "Megatron-Bridge"; r.accelerate = false; r.peft = false; break;
     case Dialect::kTorchtitan: r.framework = "torchtitan"; r.accelerate = false; r.peft = false; break;
     case Dialect::kNemoRl: r.framework = "NeMo-RL"; r.accelerate = false; r.peft = false; break;
+    case Dialect::kRoll: r.framework = "ROLL"; r.accelerate = false; break;  // its own strategies; PEFT's LoRA
+    case Dialect::kPrimeRl: r.framework = "prime-rl"; r.accelerate = false; r.peft = false; break;  // FSDP2, own LoRA
     case Dialect::kDeepSpeed: r.framework = "a DeepSpeed config alone"; r.accelerate.reset(); break;
     case Dialect::kFlat: r.framework = "a flat config"; r.accelerate.reset(); break;
     case Dialect::kKeyMap: r.framework = "a config read with --keys"; r.accelerate.reset(); break;
