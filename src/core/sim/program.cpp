@@ -287,6 +287,8 @@ class Step {
   std::vector<int> wrapper_locals_;  // Llama 4: image_features and projected_vision_flat, locals of the wrapper's forward
   int pixtral_features();
   int pixtral_attention(int x, LayerParams& lp);
+  int vision_fused_attention(int q, int k, int val, const Poly& qn, std::int64_t heads, int mask);
+  int vision_attention_out(int out, int q, int k, int val, LayerParams& lp, const Poly& qn);
   int merge_image_features(int embeds, int features);
   // Qwen3-VL (docs/models.md#qwen3-vl): a DeepStack merger on a block's output, the learned
   // position table's bilinear interpolation, and the add of a merger's features into the image
@@ -3463,22 +3465,34 @@ int Step::pixtral_attention(int x, LayerParams& lp) {
     const int probs = ops_.eager_probs(q, ops_.view(k), vision_mask_, scores, false, false);
     out = ops_.attention_output(probs, val, qn, false);
   } else {
-    const int q16 = ops_.cast_for_autocast(q);
-    const int k16 = ops_.cast_for_autocast(k);
-    const int v16 = ops_.cast_for_autocast(val);
-    const int o = ops_.fused_attention(q16, k16, v16, qn, vpt(heads), vision_mask_);
-    g_.drop(q16);
-    g_.drop(k16);
-    g_.drop(v16);
-    // sdpa_attention_forward: transpose(1, 2).contiguous(), a copy; flash-attention's output is
-    // already (1, N, heads, d).
-    out = sp_.attn == AttnImpl::kFlashAttention2 ? ops_.view(o) : ops_.clone(o);
-    g_.drop(o);
+    out = vision_fused_attention(q, k, val, qn, heads, vision_mask_);  // (1, N, heads, d)
   }
+  return vision_attention_out(out, q, k, val, lp, qn);  // reshape(1, N, -1).contiguous()
+}
+
+// A vision tower's SDPA / flash-attention call on q, k, v in the autocast dtype:
+// sdpa_attention_forward's transpose(1, 2).contiguous() is a copy; flash-attention's output is
+// already (.., N, heads, d).
+int Step::vision_fused_attention(int q, int k, int val, const Poly& qn, std::int64_t heads, int mask) {
+  const int q16 = ops_.cast_for_autocast(q);
+  const int k16 = ops_.cast_for_autocast(k);
+  const int v16 = ops_.cast_for_autocast(val);
+  const int o = ops_.fused_attention(q16, k16, v16, qn, vpt(heads), mask);
+  g_.drop(q16);
+  g_.drop(k16);
+  g_.drop(v16);
+  const int out = sp_.attn == AttnImpl::kFlashAttention2 ? ops_.view(o) : ops_.clone(o);
+  g_.drop(o);
+  return out;
+}
+
+// The attention output reshaped to (.., N, h) (.contiguous() of a contiguous tensor: a view) into
+// o_proj; q, k and v are let go.
+int Step::vision_attention_out(int out, int q, int k, int val, LayerParams& lp, const Poly& qn) {
   g_.drop(q);
   g_.drop(k);
   g_.drop(val);
-  const int r = ops_.view(out);  // reshape(1, N, -1).contiguous()
+  const int r = ops_.view(out);
   g_.drop(out);
   const int o = lin(r, lp.lin.at("o_proj"), qn);
   g_.drop(r);
@@ -3625,26 +3639,9 @@ int Step::llama4_vision_attention(int x, LayerParams& lp) {
     const int probs = llama4_eager_probs(g_, ops_, q, ops_.view(k), -1, scores, !one_tile, !one_tile);
     out = ops_.attention_output(probs, val, qn, !one_tile);
   } else {
-    const int q16 = ops_.cast_for_autocast(q);
-    const int k16 = ops_.cast_for_autocast(k);
-    const int v16 = ops_.cast_for_autocast(val);
-    const int o = ops_.fused_attention(q16, k16, v16, qn, vpt(heads));
-    g_.drop(q16);
-    g_.drop(k16);
-    g_.drop(v16);
-    // sdpa_attention_forward: transpose(1, 2).contiguous(), a copy; flash-attention's output is
-    // already (tiles, N, heads, d).
-    out = sp_.attn == AttnImpl::kFlashAttention2 ? ops_.view(o) : ops_.clone(o);
-    g_.drop(o);
+    out = vision_fused_attention(q, k, val, qn, heads, -1);  // no mask; (tiles, N, heads, d)
   }
-  g_.drop(q);
-  g_.drop(k);
-  g_.drop(val);
-  const int r = ops_.view(out);  // reshape(tiles, N, -1).contiguous()
-  g_.drop(out);
-  const int o = lin(r, lp.lin.at("o_proj"), qn);
-  g_.drop(r);
-  return o;
+  return vision_attention_out(out, q, k, val, lp, qn);  // reshape(tiles, N, -1).contiguous()
 }
 
 // Llama4VisionModel.forward on the batch's tiles (transformers 4.51-4.57): what stays alive
