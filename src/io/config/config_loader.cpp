@@ -595,7 +595,7 @@ Result<LoadedConfig> load_config(const ConfigRequest& req, FileSystem& fs) {
   for (const auto& f : out.files) out.inputs.config_files.push_back(f.path);
   // Whether the run goes through accelerate and PEFT: its framework says; an accelerate launcher
   // config beside it says the model is prepared by accelerate.
-  out.inputs.run = run_context(out.dialect);
+  out.inputs.run = out.run ? *out.run : run_context(out.dialect);
   if (!launchers.empty() && !out.inputs.run.accelerate) {
     out.inputs.run.accelerate = true;
     out.inputs.run.framework += " launched by accelerate";

@@ -71,6 +71,9 @@ struct LoadedConfig {
   std::optional<std::string> gpu;
   std::optional<Bytes> gpu_memory;
   SourceLocation gpu_where;
+  // How the run is driven when the file says more than its dialect's default (oumi's trainer_type:
+  // OUMI is oumi's own loop, without accelerate); unset: run_context(dialect).
+  std::optional<RunContext> run;
 
   // Where the micro-batch is written (the first file when it is not written anywhere).
   SourceLocation batch_location() const;

@@ -335,6 +335,14 @@ Status map_axolotl(Mapper& m) {
   } else if (targets) {
     set_lora_targets(c, *targets);
     m.from_file("lora_target_modules", *m.node("lora_target_modules"), "lora_target_modules");
+  } else if (c.lora.enabled && m.node("lora_target_parameters") == nullptr) {
+    // axolotl's load_lora passes `cfg.lora_target_modules or []`: an empty list, not None, so PEFT
+    // never looks its default up and raises "Target modules [] not found in the base model".
+    return m.error_at(*m.node("adapter"), ErrorCode::kInvalidConfig,
+                      fmt::format("adapter: {} names no modules: axolotl passes target_modules=[] to PEFT when "
+                                  "lora_target_modules is absent, and PEFT finds nothing to adapt",
+                                  *adapter),
+                      "add lora_target_linear: true, or lora_target_modules: [q_proj, v_proj, ...]");
   }
   MEMPLAN_TRY(auto save, m.list("lora_modules_to_save"));
   if (save) {

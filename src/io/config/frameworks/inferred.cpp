@@ -845,12 +845,23 @@ Status read_world(Mapper& m, Inferrer& in) {
         (v.rfind("fsdp", 0) == 0 || v.rfind("megatron", 0) == 0 || v.rfind("archon", 0) == 0)) {
       std::int64_t world = 1;
       bool any = false;
+      std::string seen;
       for (std::size_t i = colon + 1; i < v.size();) {
         const char dim = v[i++];
         std::size_t j = i;
         while (j < v.size() && std::isdigit(static_cast<unsigned char>(v[j]))) ++j;
         if (j == i || j - i > 6) { any = false; break; }
         const std::int64_t n = std::stoll(v.substr(i, j - i));
+        // Each of d, p, t, c once, each at least 1, their product a GPU count memplan can plan
+        // (review finding: d0 reached the engine as a flag's range error, d999999 x 4 overflowed).
+        if (std::string("dptce").find(dim) == std::string::npos || seen.find(dim) != std::string::npos || n < 1 ||
+            world > (std::int64_t{1} << 20) / n)
+          return m.error_at(*l.node, ErrorCode::kInvalidConfig,
+                            fmt::format("{} = {} is not an allocation memplan can read: each of d, p, t, c, e once, "
+                                        "each at least 1, at most {} GPUs in all",
+                                        l.dotted, l.node->value, std::int64_t{1} << 20),
+                            "write it as AReaL does, e.g. fsdp:d4p1t1");
+        seen += dim;
         if (dim == 'd' || dim == 'p' || dim == 't' || dim == 'c') world *= n;
         if (dim == 't') c.parallel.tensor_parallel = static_cast<int>(n);
         if (dim == 'p') c.parallel.pipeline_parallel = static_cast<int>(n);
@@ -1136,6 +1147,28 @@ Status read_method(Mapper& m, Inferrer& in, bool& rl) {
         as_int(*l.node))
       gens.push_back(Hit{&l, l.node->value});
   gens.erase(std::remove_if(gens.begin(), gens.end(), [](const Hit& h) { return !as_int(*h.leaf->node) || *as_int(*h.leaf->node) < 1; }),
+             gens.end());
+  // `group_size`, `n_samples` and `num_completions` mean other things outside RL (a MoE or
+  // quantization group, an evaluation's samples): they count as completions per prompt at the top
+  // level or in a section about rollouts, never in another model's or another section's (review
+  // finding: an SFT file with moe.group_size was planned as GRPO).
+  const auto rl_section = [](const std::vector<std::string>& path) {
+    for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+      const std::string k = to_lower(path[i]);
+      if (k == "rl" || k == "rlhf" || k == "gconfig" || k == "policy")
+        return true;
+      for (const char* part : {"grpo", "ppo", "rollout", "actor", "generat", "sampling", "orchestrator", "algorithm"})
+        if (k.find(part) != std::string::npos) return true;
+    }
+    return false;
+  };
+  gens.erase(std::remove_if(gens.begin(), gens.end(),
+                            [&](const Hit& h) {
+                              const auto& path = h.leaf->path;
+                              if (other_model(path)) return true;
+                              const bool ambiguous = one_of(h.leaf->key, {"group_size", "n_samples", "num_completions"});
+                              return ambiguous && path.size() > 1 && !rl_section(path);
+                            }),
              gens.end());
   bool grpo = false;
   std::optional<Hit> grpo_hit;

@@ -41,6 +41,14 @@ Status read_oumi_method(Mapper& m) {
   }
   if (type) m.from_file("method", *m.node("training.trainer_type"), "training.trainer_type");
   else m.from_default("method", "SFT: oumi's trainer_type = HF");
+  if (t == "oumi") {
+    // oumi's own Trainer (oumi/core/trainers/oumi_trainer.py) wraps the model with torch FSDP
+    // itself; Accelerator.prepare, and accelerate's FSDP upcast, never run. LoRA is still PEFT's.
+    RunContext r = run_context(Dialect::kOumi);
+    r.framework = "oumi (trainer_type: OUMI, its own training loop)";
+    r.accelerate = false;
+    m.out().run = r;
+  }
   return Ok{};
 }
 

@@ -227,7 +227,7 @@ TEST_CASE("ms-swift: a Ray train group's GPUs, and vLLM on the rollout group's o
 TEST_CASE("axolotl: expert_parallel_size and FSDP's own activation checkpointing are read") {
   auto r = load("base_model: Qwen/Qwen3-30B-A3B-Instruct-2507\nexpert_parallel_size: 4\nsequence_len: 2048\n"
                 "adapter: lora\nlora_r: 32\nmicro_batch_size: 1\nfsdp_config:\n  fsdp_version: 2\n"
-                "  fsdp_activation_checkpointing: true\n");
+                "  fsdp_activation_checkpointing: true\nlora_target_linear: true\n");
   REQUIRE(r);
   CHECK(r->dialect == Dialect::kAxolotl);
   CHECK(r->inputs.config.parallel.expert_parallel == 4);
@@ -273,4 +273,59 @@ TEST_CASE("inferred: Megatron's virtual pipeline size is the interleaved schedul
   CHECK(r->inputs.config.parallel.virtual_stages == 4);
   CHECK(r->inputs.config.parallel.pp_schedule == PipelineSchedule::kInterleaved1F1B);
   CHECK(r->inputs.config.parallel.world_size() == 8);
+}
+
+// Review findings on this round's rules (each a config a person reads otherwise).
+TEST_CASE("inferred: group_size or n_samples outside a rollout section does not make a config RL") {
+  // A MoE's group size and an evaluation's samples are not completions per prompt: the file is SFT,
+  // and its batch_size stays the micro-batch (8 sequences), not 1 prompt.
+  for (const std::string side : {"moe:\n  group_size: 4\n", "evaluation:\n  n_samples: 4\n"}) {
+    INFO(side);
+    auto r = load("model:\n  name_or_path: Qwen/Qwen2.5-1.5B\ntrain:\n  batch_size: 8\nmax_seq_length: 2048\n" + side);
+    REQUIRE(r);
+    CHECK(r->inputs.config.method == Method::kSft);
+    CHECK(r->inputs.config.micro_batch == 8);
+  }
+  // In a rollout section, or at the top level (torchforge), it still is.
+  auto rl = load("model:\n  name_or_path: Qwen/Qwen2.5-1.5B\nrollout:\n  n_samples: 4\n");
+  REQUIRE(rl);
+  CHECK(rl->inputs.config.method == Method::kGrpo);
+  CHECK(rl->inputs.config.grpo.num_generations == 4);
+}
+
+TEST_CASE("inferred: an allocation with a zero, a repeated or unknown dimension, or too many GPUs is refused at its line") {
+  for (const std::string alloc : {"fsdp:d4p0t1", "fsdp:d2d2", "fsdp:d4x2", "fsdp:d999999p999999t999999"}) {
+    INFO(alloc);
+    auto r = load("actor:\n  path: Qwen/Qwen2.5-1.5B-Instruct\n  backend: \"" + alloc + "\"\n");
+    REQUIRE_FALSE(r);
+    REQUIRE(r.error().where);
+    CHECK(r.error().where->line == 3);
+    CHECK(r.error().message == "actor.backend = " + alloc +
+                                   " is not an allocation memplan can read: each of d, p, t, c, e once, each at "
+                                   "least 1, at most 1048576 GPUs in all");
+  }
+}
+
+TEST_CASE("axolotl: an adapter with no target modules is refused, as PEFT raises on axolotl's empty list") {
+  auto r = load("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_r: 16\nmicro_batch_size: 2\n", "ax.yaml");
+  REQUIRE_FALSE(r);
+  REQUIRE(r.error().where);
+  CHECK(r.error().where->line == 2);
+  CHECK(r.error().message.find("adapter: lora names no modules: axolotl passes target_modules=[] to PEFT") == 0);
+  CHECK(r.error().suggestion == "add lora_target_linear: true, or lora_target_modules: [q_proj, v_proj, ...]");
+  auto linear = load("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_linear: true\n", "ax.yaml");
+  REQUIRE(linear);
+  CHECK(linear->inputs.config.lora.all_linear);
+}
+
+TEST_CASE("oumi: trainer_type OUMI is oumi's own loop, not accelerate's; HF and TRL trainers are") {
+  const std::string base = "model:\n  model_name: meta-llama/Llama-3.1-8B\ntraining:\n  trainer_type: ";
+  auto own = load(base + "OUMI\n", "oumi.yaml");
+  REQUIRE(own);
+  REQUIRE(own->dialect == Dialect::kOumi);
+  CHECK(own->inputs.run.accelerate == std::optional<bool>(false));
+  CHECK(own->inputs.run.peft);
+  auto trl = load(base + "TRL_SFT\n", "oumi.yaml");
+  REQUIRE(trl);
+  CHECK(trl->inputs.run.accelerate == std::optional<bool>(true));
 }
