@@ -334,6 +334,18 @@ bool plain_key(const std::string& k) {
   return true;
 }
 
+// An empty table `key` appended to `map` (declared at `line`), as tomllib makes it on first use.
+YamlNode* add_table(YamlNode& map, const std::string& key, int line) {
+  YamlEntry e;
+  e.key.kind = YamlKind::kScalar;
+  e.key.value = key;
+  e.key.line = line;
+  e.value.kind = YamlKind::kMap;
+  e.value.line = line;
+  map.entries.push_back(std::move(e));
+  return &map.entries.back().value;
+}
+
 }  // namespace
 
 Result<YamlDoc> parse_toml(std::string text, std::string file) {
@@ -421,15 +433,7 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
       YamlNode* child = map->get(p);
       if (child == nullptr) {
         const auto h = where.tables.find(path);
-        const int line = h != where.tables.end() ? h->second : at.line;
-        YamlEntry e;
-        e.key.kind = YamlKind::kScalar;
-        e.key.value = p;
-        e.key.line = line;
-        e.value.kind = YamlKind::kMap;
-        e.value.line = line;
-        map->entries.push_back(std::move(e));
-        child = &map->entries.back().value;
+        child = add_table(*map, p, h != where.tables.end() ? h->second : at.line);
       } else if (!child->is_map()) {
         clash = true;
         break;
@@ -496,16 +500,7 @@ Result<YamlDoc> parse_toml(std::string text, std::string file) {
     for (const auto& part : parts) {
       if (map == nullptr || !map->is_map()) break;
       YamlNode* child = map->get(part);
-      if (child == nullptr) {
-        YamlEntry e;
-        e.key.kind = YamlKind::kScalar;
-        e.key.value = part;
-        e.key.line = line;
-        e.value.kind = YamlKind::kMap;
-        e.value.line = line;
-        map->entries.push_back(std::move(e));
-        child = &map->entries.back().value;
-      }
+      if (child == nullptr) child = add_table(*map, part, line);
       map = child;
     }
   }

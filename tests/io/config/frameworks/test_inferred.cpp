@@ -7,26 +7,13 @@
 
 #include "io/config/config_loader.hpp"
 #include "io/config/dialects_map.hpp"
+#include "load_text.hpp"
 
 using namespace memplan;
 using namespace memplan::io;
 
-namespace {
-
-Result<LoadedConfig> load(const std::string& text, const std::string& name = "run.yaml") {
-  MemoryFileSystem fs;
-  fs.files[name] = text;
-  ConfigRequest req;
-  req.files = {name};
-  return load_config(req, fs);
-}
-
-bool has_warning(const LoadedConfig& c, const std::string& text) {
-  return std::any_of(c.inputs.warnings.begin(), c.inputs.warnings.end(),
-                     [&](const std::string& w) { return w.find(text) != std::string::npos; });
-}
-
-}  // namespace
+using memplan::io::testing::has_warning;
+using memplan::io::testing::load;
 
 // A layout no framework here uses: every concept sits under names of the project's own.
 TEST_CASE("inferred: concepts found by key name at any depth, each with file:line and 'inferred'") {

@@ -10,27 +10,14 @@
 
 #include "io/config/config_loader.hpp"
 #include "io/config/dialects_map.hpp"
+#include "load_text.hpp"
 #include "io/config/toml.hpp"
 
 using namespace memplan;
 using namespace memplan::io;
 
-namespace {
-
-Result<LoadedConfig> load(const std::string& text, const std::string& name = "run.yaml") {
-  MemoryFileSystem fs;
-  fs.files[name] = text;
-  ConfigRequest req;
-  req.files = {name};
-  return load_config(req, fs);
-}
-
-bool has_warning(const LoadedConfig& c, const std::string& text) {
-  return std::any_of(c.inputs.warnings.begin(), c.inputs.warnings.end(),
-                     [&](const std::string& w) { return w.find(text) != std::string::npos; });
-}
-
-}  // namespace
+using memplan::io::testing::has_warning;
+using memplan::io::testing::load;
 
 // AReaL's layout: micro-batches packed up to a token budget, the allocation in `backend`.
 TEST_CASE("inferred: a token budget per micro-batch sets the micro-batch, the dataset batch does not") {
